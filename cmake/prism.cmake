@@ -1,0 +1,46 @@
+# Helpers modelled on abseil's absl_cc_library / leveldb_test.
+#
+#   prism_library(NAME mig_layout SRCS layout.cc DEPS prism::mig_catalog absl::status)
+#     -> static library target prism_mig_layout, alias prism::mig_layout
+#   prism_test(NAME mig_layout_test SRCS layout_test.cc DEPS prism::mig_layout)
+#     -> executable registered with CTest through gtest_discover_tests
+
+include(GoogleTest)
+
+set(PRISM_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast
+    -Wimplicit-fallthrough)
+if(PRISM_WERROR)
+  list(APPEND PRISM_WARNINGS -Werror)
+endif()
+
+if(PRISM_SANITIZE)
+  set(PRISM_SANITIZER_FLAGS -fsanitize=address,undefined -fno-sanitize-recover=all
+      -fno-omit-frame-pointer)
+  add_compile_options(${PRISM_SANITIZER_FLAGS})
+  add_link_options(${PRISM_SANITIZER_FLAGS})
+endif()
+
+function(prism_library)
+  cmake_parse_arguments(P "" "NAME" "SRCS;HDRS;DEPS" ${ARGN})
+  add_library(prism_${P_NAME} STATIC ${P_SRCS} ${P_HDRS})
+  add_library(prism::${P_NAME} ALIAS prism_${P_NAME})
+  target_include_directories(prism_${P_NAME} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  target_compile_options(prism_${P_NAME} PRIVATE ${PRISM_WARNINGS})
+  target_link_libraries(prism_${P_NAME} PUBLIC ${P_DEPS})
+endfunction()
+
+function(prism_test)
+  cmake_parse_arguments(P "" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
+  add_executable(${P_NAME} ${P_SRCS})
+  target_include_directories(${P_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR})
+  target_compile_options(${P_NAME} PRIVATE ${PRISM_WARNINGS})
+  target_link_libraries(${P_NAME} PRIVATE ${P_DEPS} GTest::gmock_main)
+  if(NOT P_LABELS)
+    set(P_LABELS unit)
+  endif()
+  gtest_discover_tests(${P_NAME}
+    WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+    PROPERTIES LABELS "${P_LABELS}"
+               ENVIRONMENT "PRISM_SOURCE_DIR=${PROJECT_SOURCE_DIR};PRISM_BINARY_DIR=${PROJECT_BINARY_DIR}"
+    DISCOVERY_TIMEOUT 60)
+endfunction()
