@@ -1,0 +1,15 @@
+// src/cli/commands.h: the subcommands of the `prism` binary.
+//
+// Each Add*Command registers a subcommand on `app`; when it runs it stores its
+// process exit status in `*exit_code` (0 = success). Commands print results to
+// stdout and diagnostics to stderr.
+#pragma once
+
+#include "CLI/CLI.hpp"
+
+namespace prism::cli {
+
+// `prism version`.
+void AddVersionCommand(CLI::App& app, int* exit_code);
+
+}  // namespace prism::cli
