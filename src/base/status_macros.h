@@ -12,16 +12,19 @@
 #define PRISM_STATUS_CONCAT_(a, b) PRISM_STATUS_CONCAT_INNER_(a, b)
 
 // Returns from the current function if `expr` (an absl::Status) is not OK.
-#define RETURN_IF_ERROR(expr)                                  \
-  do {                                                         \
-    ::absl::Status prism_status_ = (expr);                     \
-    if (!prism_status_.ok()) return prism_status_;             \
+// (__COUNTER__ keeps nested uses, e.g. inside a lambda argument, from shadowing.)
+#define RETURN_IF_ERROR(expr) \
+  PRISM_RETURN_IF_ERROR_IMPL_(PRISM_STATUS_CONCAT_(prism_status_, __COUNTER__), expr)
+#define PRISM_RETURN_IF_ERROR_IMPL_(var, expr) \
+  do {                                         \
+    ::absl::Status var = (expr);               \
+    if (!var.ok()) return var;                 \
   } while (false)
 
 // Evaluates `rexpr` (an absl::StatusOr<T>); on error returns its status,
 // otherwise moves the value into `lhs` (which may be a declaration).
 #define ASSIGN_OR_RETURN(lhs, rexpr) \
-  PRISM_ASSIGN_OR_RETURN_IMPL_(PRISM_STATUS_CONCAT_(prism_statusor_, __LINE__), lhs, rexpr)
+  PRISM_ASSIGN_OR_RETURN_IMPL_(PRISM_STATUS_CONCAT_(prism_statusor_, __COUNTER__), lhs, rexpr)
 
 #define PRISM_ASSIGN_OR_RETURN_IMPL_(statusor, lhs, rexpr) \
   auto statusor = (rexpr);                                 \

@@ -1,0 +1,401 @@
+#include "nvml/dl_nvml.h"
+
+#include <dlfcn.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "core/mig/gpu_model.h"
+#include "nvml/nvml_abi.h"
+#include "nvml/nvml_errors.h"
+
+extern char** environ;
+
+namespace prism::nvml {
+
+struct DlNvml::Symbols {
+#define NVML_REQUIRED(name) decltype(&::name) name = nullptr;
+#define NVML_OPTIONAL(name) decltype(&::name) name = nullptr;
+#include "nvml/nvml_symbols.def"
+#undef NVML_REQUIRED
+#undef NVML_OPTIONAL
+};
+
+namespace {
+
+std::string CString(const char* buf, size_t size) { return std::string(buf, strnlen(buf, size)); }
+
+// Runs argv[0] with argv, returning its exit status and what it wrote to
+// stdout/stderr (truncated).
+absl::Status RunProgram(const std::vector<std::string>& argv) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) return absl::UnavailableError("pipe failed");
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDERR_FILENO);
+  posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(pipe_fds[1]);
+  if (rc != 0) {
+    ::close(pipe_fds[0]);
+    return absl::FailedPreconditionError(
+        StrCat("cannot run ", argv[0], ": ", std::strerror(rc)));
+  }
+  std::string output;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(pipe_fds[0], buf, sizeof(buf))) > 0) {
+    if (output.size() < 8192) output.append(buf, static_cast<size_t>(n));
+  }
+  ::close(pipe_fds[0]);
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return absl::OkStatus();
+  return absl::UnavailableError(StrCat(StrJoin(argv, " "), " failed (status ", status, "): ",
+                                       StripWhitespace(output)));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<DlNvml>> DlNvml::Open(const std::string& library) {
+  void* handle = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* err = ::dlerror();
+    return absl::FailedPreconditionError(
+        StrCat("cannot load ", library, " (is the NVIDIA driver installed?): ",
+               err ? err : "unknown error"));
+  }
+  auto sym = std::make_unique<Symbols>();
+  std::vector<std::string> missing;
+#define NVML_REQUIRED(name)                                                        \
+  sym->name = reinterpret_cast<decltype(sym->name)>(::dlsym(handle, #name));      \
+  if (sym->name == nullptr) missing.push_back(#name);
+#define NVML_OPTIONAL(name) \
+  sym->name = reinterpret_cast<decltype(sym->name)>(::dlsym(handle, #name));
+#include "nvml/nvml_symbols.def"
+#undef NVML_REQUIRED
+#undef NVML_OPTIONAL
+  if (!missing.empty()) {
+    ::dlclose(handle);
+    return absl::FailedPreconditionError(
+        StrCat(library, " lacks required NVML entry points (driver too old?): ",
+               StrJoin(missing, ", ")));
+  }
+  if (auto s = NvmlError(sym->nvmlInit_v2(), "nvmlInit_v2"); !s.ok()) {
+    ::dlclose(handle);
+    return s;
+  }
+  return std::unique_ptr<DlNvml>(new DlNvml(handle, std::move(sym)));
+}
+
+DlNvml::DlNvml(void* handle, std::unique_ptr<Symbols> symbols)
+    : handle_(handle), sym_(std::move(symbols)) {}
+
+DlNvml::~DlNvml() {
+  sym_->nvmlShutdown();
+  ::dlclose(handle_);
+}
+
+std::string DlNvml::DriverVersion() {
+  char buf[NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE] = {};
+  if (sym_->nvmlSystemGetDriverVersion == nullptr ||
+      sym_->nvmlSystemGetDriverVersion(buf, sizeof(buf)) != 0) {
+    return "unknown";
+  }
+  return CString(buf, sizeof(buf));
+}
+
+namespace {
+
+// Resolves a GPU index to its handle.
+template <typename Sym>
+absl::StatusOr<nvmlDevice_t> Device(const Sym& sym, int gpu) {
+  nvmlDevice_t device = nullptr;
+  if (gpu < 0) return NvmlError(kNvmlErrorInvalidArgument, "nvmlDeviceGetHandleByIndex_v2");
+  RETURN_IF_ERROR(NvmlError(sym.nvmlDeviceGetHandleByIndex_v2(static_cast<unsigned>(gpu), &device),
+                            "nvmlDeviceGetHandleByIndex_v2", StrCat("GPU ", gpu)));
+  return device;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<GpuInfo>> DlNvml::ListGpus() {
+  unsigned int count = 0;
+  RETURN_IF_ERROR(NvmlError(sym_->nvmlDeviceGetCount_v2(&count), "nvmlDeviceGetCount_v2"));
+  std::vector<GpuInfo> out;
+  for (unsigned int i = 0; i < count; ++i) {
+    ASSIGN_OR_RETURN(nvmlDevice_t device, Device(*sym_, static_cast<int>(i)));
+    GpuInfo info;
+    info.index = static_cast<int>(i);
+    char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+    RETURN_IF_ERROR(NvmlError(sym_->nvmlDeviceGetUUID(device, buf, sizeof(buf)), "nvmlDeviceGetUUID"));
+    info.uuid = CString(buf, sizeof(buf));
+    char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
+    RETURN_IF_ERROR(
+        NvmlError(sym_->nvmlDeviceGetName(device, name, sizeof(name)), "nvmlDeviceGetName"));
+    info.name = CString(name, sizeof(name));
+    nvmlPciInfo_t pci{};
+    RETURN_IF_ERROR(NvmlError(sym_->nvmlDeviceGetPciInfo_v3(device, &pci), "nvmlDeviceGetPciInfo_v3"));
+    info.pci_device_id = pci.pciDeviceId;
+    info.pci_bus_id = CString(pci.busId, sizeof(pci.busId));
+    nvmlMemory_t memory{};
+    RETURN_IF_ERROR(
+        NvmlError(sym_->nvmlDeviceGetMemoryInfo(device, &memory), "nvmlDeviceGetMemoryInfo"));
+    info.memory_total_mib = static_cast<int64_t>(memory.total >> 20);
+    unsigned int current = 0;
+    unsigned int pending = 0;
+    info.mig_capable = sym_->nvmlDeviceGetMigMode(device, &current, &pending) == kNvmlSuccess;
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+absl::StatusOr<MigModeState> DlNvml::GetMigMode(int gpu) {
+  ASSIGN_OR_RETURN(nvmlDevice_t device, Device(*sym_, gpu));
+  unsigned int current = 0;
+  unsigned int pending = 0;
+  RETURN_IF_ERROR(NvmlError(sym_->nvmlDeviceGetMigMode(device, &current, &pending),
+                            "nvmlDeviceGetMigMode", StrCat("GPU ", gpu)));
+  return MigModeState{current == NVML_DEVICE_MIG_ENABLE, pending == NVML_DEVICE_MIG_ENABLE};
+}
+
+absl::StatusOr<MigModeState> DlNvml::SetMigMode(int gpu, bool enabled) {
+  ASSIGN_OR_RETURN(nvmlDevice_t device, Device(*sym_, gpu));
+  nvmlReturn_t activation = 0;
+  RETURN_IF_ERROR(NvmlError(
+      sym_->nvmlDeviceSetMigMode(device, enabled ? NVML_DEVICE_MIG_ENABLE : NVML_DEVICE_MIG_DISABLE,
+                                 &activation),
+      "nvmlDeviceSetMigMode", StrCat("GPU ", gpu)));
+  // The handle may change when the driver resets the device: look it up again.
+  return GetMigMode(gpu);
+}
+
+absl::Status DlNvml::ResetGpus(const std::vector<int>& gpus) {
+  if (gpus.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(auto all, ListGpus());
+  std::vector<std::string> bus_ids;
+  for (int gpu : gpus) {
+    if (gpu < 0 || static_cast<size_t>(gpu) >= all.size()) {
+      return absl::InvalidArgumentError(StrCat("GPU reset: no GPU ", gpu));
+    }
+    bus_ids.push_back(all[gpu].pci_bus_id);
+  }
+  const char* smi = std::getenv("PRISM_NVIDIA_SMI");
+  return RunProgram({smi != nullptr && *smi ? smi : "nvidia-smi", "-r", "-i", StrJoin(bus_ids, ",")});
+}
+
+absl::StatusOr<std::vector<GpuInstanceProfileInfo>> DlNvml::ListGpuInstanceProfiles(int gpu) {
+  ASSIGN_OR_RETURN(nvmlDevice_t device, Device(*sym_, gpu));
+  std::vector<GpuInstanceProfileInfo> out;
+  for (unsigned int index = 0; index < NVML_GPU_INSTANCE_PROFILE_COUNT; ++index) {
+    nvmlGpuInstanceProfileInfo_t info{};
+    const int rc = sym_->nvmlDeviceGetGpuInstanceProfileInfo(device, index, &info);
+    // Older drivers define fewer profiles (INVALID_ARGUMENT); absent ones are NOT_SUPPORTED.
+    if (rc == kNvmlErrorInvalidArgument) break;
+    if (rc == kNvmlErrorNotSupported) continue;
+    RETURN_IF_ERROR(NvmlError(rc, "nvmlDeviceGetGpuInstanceProfileInfo",
+                              StrCat("GPU ", gpu, " profile index ", index)));
+    GpuInstanceProfileInfo p;
+    p.index = static_cast<int>(index);
+    p.id = static_cast<int>(info.id);
+    p.slice_count = static_cast<int>(info.sliceCount);
+    p.instance_count = static_cast<int>(info.instanceCount);
+    p.multiprocessors = static_cast<int>(info.multiprocessorCount);
+    p.memory_mib = static_cast<int64_t>(info.memorySizeMB);
+    p.engines = EngineInfo{static_cast<int>(info.copyEngineCount), static_cast<int>(info.decoderCount),
+                           static_cast<int>(info.encoderCount), static_cast<int>(info.jpegCount),
+                           static_cast<int>(info.ofaCount)};
+    unsigned int count = 0;
+    RETURN_IF_ERROR(NvmlError(
+        sym_->nvmlDeviceGetGpuInstancePossiblePlacements_v2(device, info.id, nullptr, &count),
+        "nvmlDeviceGetGpuInstancePossiblePlacements_v2"));
+    std::vector<nvmlGpuInstancePlacement_t> placements(count);
+    if (count > 0) {
+      RETURN_IF_ERROR(NvmlError(sym_->nvmlDeviceGetGpuInstancePossiblePlacements_v2(
+                                    device, info.id, placements.data(), &count),
+                                "nvmlDeviceGetGpuInstancePossiblePlacements_v2"));
+    }
+    for (unsigned int i = 0; i < count; ++i) {
+      p.placement_starts.push_back(static_cast<int>(placements[i].start));
+      p.placement_size = static_cast<int>(placements[i].size);
+    }
+    out.push_back(std::move(p));
+  }
+  return out;
+}
+
+namespace {
+
+template <typename Sym>
+absl::StatusOr<ComputeInstanceInfo> ReadComputeInstance(const Sym& sym, nvmlComputeInstance_t ci) {
+  nvmlComputeInstanceInfo_t info{};
+  RETURN_IF_ERROR(NvmlError(sym.nvmlComputeInstanceGetInfo_v2(ci, &info), "nvmlComputeInstanceGetInfo_v2"));
+  ComputeInstanceInfo out;
+  out.id = static_cast<int>(info.id);
+  out.profile_id = static_cast<int>(info.profileId);
+  out.slice_count = static_cast<int>(info.placement.size);
+  out.start = static_cast<int>(info.placement.start);
+  char uuid[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
+  RETURN_IF_ERROR(NvmlError(sym.nvmlDeviceGetUUID(info.device, uuid, sizeof(uuid)),
+                            "nvmlDeviceGetUUID", "MIG device"));
+  out.uuid = CString(uuid, sizeof(uuid));
+  return out;
+}
+
+template <typename Sym>
+absl::StatusOr<GpuInstanceInfo> ReadGpuInstance(const Sym& sym, nvmlGpuInstance_t gi) {
+  nvmlGpuInstanceInfo_t info{};
+  RETURN_IF_ERROR(NvmlError(sym.nvmlGpuInstanceGetInfo(gi, &info), "nvmlGpuInstanceGetInfo"));
+  GpuInstanceInfo out;
+  out.id = static_cast<int>(info.id);
+  out.profile_id = static_cast<int>(info.profileId);
+  out.start = static_cast<int>(info.placement.start);
+  out.size = static_cast<int>(info.placement.size);
+  for (unsigned int index = 0; index < NVML_COMPUTE_INSTANCE_PROFILE_COUNT; ++index) {
+    nvmlComputeInstanceProfileInfo_t ci_profile{};
+    const int rc = sym.nvmlGpuInstanceGetComputeInstanceProfileInfo(
+        gi, index, NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &ci_profile);
+    if (rc == kNvmlErrorInvalidArgument) break;
+    if (rc == kNvmlErrorNotSupported) continue;
+    RETURN_IF_ERROR(NvmlError(rc, "nvmlGpuInstanceGetComputeInstanceProfileInfo"));
+    unsigned int count = ci_profile.instanceCount;
+    std::vector<nvmlComputeInstance_t> cis(count > 0 ? count : 1);
+    RETURN_IF_ERROR(NvmlError(
+        sym.nvmlGpuInstanceGetComputeInstances(gi, ci_profile.id, cis.data(), &count),
+        "nvmlGpuInstanceGetComputeInstances"));
+    for (unsigned int i = 0; i < count; ++i) {
+      ASSIGN_OR_RETURN(ComputeInstanceInfo ci, ReadComputeInstance(sym, cis[i]));
+      out.compute_instances.push_back(std::move(ci));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<GpuInstanceInfo>> DlNvml::ListGpuInstances(int gpu) {
+  ASSIGN_OR_RETURN(nvmlDevice_t device, Device(*sym_, gpu));
+  ASSIGN_OR_RETURN(auto profiles, ListGpuInstanceProfiles(gpu));
+  std::vector<GpuInstanceInfo> out;
+  for (const auto& profile : profiles) {
+    unsigned int count = static_cast<unsigned>(profile.instance_count);
+    std::vector<nvmlGpuInstance_t> gis(count > 0 ? count : 1);
+    RETURN_IF_ERROR(NvmlError(sym_->nvmlDeviceGetGpuInstances(
+                                  device, static_cast<unsigned>(profile.id), gis.data(), &count),
+                              "nvmlDeviceGetGpuInstances", StrCat("GPU ", gpu)));
+    for (unsigned int i = 0; i < count; ++i) {
+      ASSIGN_OR_RETURN(GpuInstanceInfo gi, ReadGpuInstance(*sym_, gis[i]));
+      out.push_back(std::move(gi));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<GpuInstanceInfo> DlNvml::CreateGpuInstance(int gpu, int profile_id, int start) {
+  ASSIGN_OR_RETURN(nvmlDevice_t device, Device(*sym_, gpu));
+  ASSIGN_OR_RETURN(auto profiles, ListGpuInstanceProfiles(gpu));
+  int size = -1;
+  for (const auto& p : profiles) {
+    if (p.id == profile_id) size = p.placement_size;
+  }
+  if (size <= 0) {
+    return NvmlError(kNvmlErrorInvalidArgument, "nvmlDeviceCreateGpuInstanceWithPlacement",
+                     StrCat("GPU ", gpu, " has no GPU-instance profile ID ", profile_id));
+  }
+  nvmlGpuInstancePlacement_t placement{static_cast<unsigned>(start), static_cast<unsigned>(size)};
+  nvmlGpuInstance_t gi = nullptr;
+  RETURN_IF_ERROR(NvmlError(sym_->nvmlDeviceCreateGpuInstanceWithPlacement(
+                                device, static_cast<unsigned>(profile_id), &placement, &gi),
+                            "nvmlDeviceCreateGpuInstanceWithPlacement",
+                            StrCat("GPU ", gpu, " profile ", profile_id, " at ", start)));
+  return ReadGpuInstance(*sym_, gi);
+}
+
+absl::StatusOr<ComputeInstanceInfo> DlNvml::CreateComputeInstance(int gpu, int gpu_instance_id,
+                                                                  int slice_count) {
+  ASSIGN_OR_RETURN(nvmlDevice_t device, Device(*sym_, gpu));
+  nvmlGpuInstance_t gi = nullptr;
+  RETURN_IF_ERROR(NvmlError(
+      sym_->nvmlDeviceGetGpuInstanceById(device, static_cast<unsigned>(gpu_instance_id), &gi),
+      "nvmlDeviceGetGpuInstanceById", StrCat("GPU ", gpu, " GPU instance ", gpu_instance_id)));
+  const int index = mig::ComputeInstanceProfileIndex(slice_count);
+  if (index < 0) {
+    return NvmlError(kNvmlErrorInvalidArgument, "nvmlGpuInstanceCreateComputeInstance",
+                     StrCat("no compute-instance profile of ", slice_count, " slices"));
+  }
+  nvmlComputeInstanceProfileInfo_t profile{};
+  RETURN_IF_ERROR(NvmlError(sym_->nvmlGpuInstanceGetComputeInstanceProfileInfo(
+                                gi, static_cast<unsigned>(index),
+                                NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &profile),
+                            "nvmlGpuInstanceGetComputeInstanceProfileInfo"));
+  nvmlComputeInstance_t ci = nullptr;
+  RETURN_IF_ERROR(NvmlError(sym_->nvmlGpuInstanceCreateComputeInstance(gi, profile.id, &ci),
+                            "nvmlGpuInstanceCreateComputeInstance",
+                            StrCat("GPU ", gpu, " GPU instance ", gpu_instance_id)));
+  return ReadComputeInstance(*sym_, ci);
+}
+
+absl::Status DlNvml::DestroyComputeInstance(int gpu, int gpu_instance_id, int compute_instance_id) {
+  ASSIGN_OR_RETURN(nvmlDevice_t device, Device(*sym_, gpu));
+  const std::string where =
+      StrCat("GPU ", gpu, " GPU instance ", gpu_instance_id, " compute instance ", compute_instance_id);
+  nvmlGpuInstance_t gi = nullptr;
+  RETURN_IF_ERROR(NvmlError(
+      sym_->nvmlDeviceGetGpuInstanceById(device, static_cast<unsigned>(gpu_instance_id), &gi),
+      "nvmlDeviceGetGpuInstanceById", where));
+  nvmlComputeInstance_t ci = nullptr;
+  RETURN_IF_ERROR(NvmlError(
+      sym_->nvmlGpuInstanceGetComputeInstanceById(gi, static_cast<unsigned>(compute_instance_id), &ci),
+      "nvmlGpuInstanceGetComputeInstanceById", where));
+  return NvmlError(sym_->nvmlComputeInstanceDestroy(ci), "nvmlComputeInstanceDestroy", where);
+}
+
+absl::Status DlNvml::DestroyGpuInstance(int gpu, int gpu_instance_id) {
+  ASSIGN_OR_RETURN(nvmlDevice_t device, Device(*sym_, gpu));
+  const std::string where = StrCat("GPU ", gpu, " GPU instance ", gpu_instance_id);
+  nvmlGpuInstance_t gi = nullptr;
+  RETURN_IF_ERROR(NvmlError(
+      sym_->nvmlDeviceGetGpuInstanceById(device, static_cast<unsigned>(gpu_instance_id), &gi),
+      "nvmlDeviceGetGpuInstanceById", where));
+  return NvmlError(sym_->nvmlGpuInstanceDestroy(gi), "nvmlGpuInstanceDestroy", where);
+}
+
+absl::StatusOr<std::vector<ProcessInfo>> DlNvml::ListProcesses(int gpu) {
+  ASSIGN_OR_RETURN(nvmlDevice_t device, Device(*sym_, gpu));
+  std::vector<nvmlProcessInfo_t> infos(16);
+  for (int attempt = 0;; ++attempt) {
+    unsigned int count = static_cast<unsigned>(infos.size());
+    const int rc = sym_->nvmlDeviceGetComputeRunningProcesses_v3(device, &count, infos.data());
+    if (rc == kNvmlErrorInsufficientSize && attempt < 4) {
+      infos.resize(count + 16);  // Processes may start between the two calls.
+      continue;
+    }
+    RETURN_IF_ERROR(NvmlError(rc, "nvmlDeviceGetComputeRunningProcesses_v3", StrCat("GPU ", gpu)));
+    std::vector<ProcessInfo> out;
+    for (unsigned int i = 0; i < count; ++i) {
+      ProcessInfo p;
+      p.pid = infos[i].pid;
+      p.used_memory_mib = static_cast<int64_t>(infos[i].usedGpuMemory >> 20);
+      // Without MIG the driver reports 0xFFFFFFFF for the instance IDs.
+      p.gpu_instance_id = infos[i].gpuInstanceId == 0xFFFFFFFFu ? -1 : static_cast<int>(infos[i].gpuInstanceId);
+      p.compute_instance_id =
+          infos[i].computeInstanceId == 0xFFFFFFFFu ? -1 : static_cast<int>(infos[i].computeInstanceId);
+      out.push_back(p);
+    }
+    return out;
+  }
+}
+
+}  // namespace prism::nvml

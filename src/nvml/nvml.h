@@ -1,0 +1,126 @@
+// src/nvml/nvml.h: Prism's narrow interface to NVIDIA's management library.
+//
+// `Nvml` is the hardware boundary: everything Prism does to a GPU goes through
+// it, in domain terms (GPU index, profile ID, placement start), never NVML
+// handles. Two implementations:
+//   - DlNvml (dl_nvml.h): the real libnvidia-ml.so.1, loaded with dlopen;
+//   - SimNvml (sim_nvml.h): simulated GPUs that enforce the real MIG rules and
+//     keep their state in a YAML file, so successive commands see the same GPUs.
+// OpenNvml (open_nvml.h) picks one from PRISM_NVML.
+//
+// Errors carry the NVML call and return code, mapped to Status codes by
+// NvmlError (nvml_errors.h): INSUFFICIENT_RESOURCES -> ResourceExhausted,
+// IN_USE -> FailedPrecondition, NOT_FOUND -> NotFound, NOT_SUPPORTED ->
+// Unimplemented, INVALID_ARGUMENT -> InvalidArgument, NO_PERMISSION ->
+// PermissionDenied, GPU_IS_LOST / UNINITIALIZED -> Unavailable, others Unknown.
+//
+// Implementations are not thread-safe; callers serialize access.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace prism::nvml {
+
+struct GpuInfo {
+  int index = 0;
+  std::string uuid;          // "GPU-..."
+  std::string name;          // nvmlDeviceGetName, e.g. "NVIDIA A100-SXM4-40GB"
+  uint32_t pci_device_id = 0;  // 0xDDDDVVVV
+  std::string pci_bus_id;    // "00000000:07:00.0"
+  int64_t memory_total_mib = 0;
+  bool mig_capable = false;
+};
+
+struct MigModeState {
+  bool current = false;
+  bool pending = false;  // Mode that takes effect after a reset (Ampere); == current when none.
+  bool ResetPending() const { return current != pending; }
+};
+
+struct EngineInfo {
+  int copy = 0;
+  int decoder = 0;
+  int encoder = 0;
+  int jpeg = 0;
+  int ofa = 0;
+};
+
+// nvmlGpuInstanceProfileInfo_t plus the profile's possible placements.
+struct GpuInstanceProfileInfo {
+  int index = 0;  // NVML_GPU_INSTANCE_PROFILE_* constant.
+  int id = 0;     // info.id.
+  int slice_count = 0;
+  int instance_count = 0;
+  int multiprocessors = 0;
+  int64_t memory_mib = 0;
+  EngineInfo engines;
+  std::vector<int> placement_starts;
+  int placement_size = 0;
+};
+
+struct ComputeInstanceInfo {
+  int id = 0;
+  int profile_id = 0;  // CI profile ID (== NVML CI profile index on current drivers).
+  int slice_count = 0;
+  int start = 0;       // Compute-slice units inside its GPU instance.
+  std::string uuid;    // MIG device UUID, "MIG-..."
+};
+
+struct GpuInstanceInfo {
+  int id = 0;
+  int profile_id = 0;
+  int start = 0;  // Memory-slice units.
+  int size = 0;
+  std::vector<ComputeInstanceInfo> compute_instances;
+};
+
+struct ProcessInfo {
+  uint32_t pid = 0;
+  int64_t used_memory_mib = 0;
+  int gpu_instance_id = -1;  // -1 when MIG is off.
+  int compute_instance_id = -1;
+};
+
+class Nvml {
+ public:
+  virtual ~Nvml() = default;
+
+  // Every GPU NVML sees, in index order.
+  virtual absl::StatusOr<std::vector<GpuInfo>> ListGpus() = 0;
+
+  // Unimplemented if the GPU is not MIG capable.
+  virtual absl::StatusOr<MigModeState> GetMigMode(int gpu) = 0;
+  // Requests MIG mode and returns the mode afterwards. On Ampere the change
+  // stays pending until ResetGpus; Hopper and later switch at once.
+  // FailedPrecondition (IN_USE) while GPU instances or processes exist.
+  virtual absl::StatusOr<MigModeState> SetMigMode(int gpu, bool enabled) = 0;
+  // Resets the GPUs (applies pending MIG modes; all instances vanish).
+  // FailedPrecondition while processes run on any of them.
+  virtual absl::Status ResetGpus(const std::vector<int>& gpus) = 0;
+
+  // The GPU-instance profiles the GPU supports, with their placements.
+  virtual absl::StatusOr<std::vector<GpuInstanceProfileInfo>> ListGpuInstanceProfiles(int gpu) = 0;
+  // Existing GPU instances with their compute instances.
+  virtual absl::StatusOr<std::vector<GpuInstanceInfo>> ListGpuInstances(int gpu) = 0;
+  // Creates a GPU instance of `profile_id` at memory slice `start`.
+  // ResourceExhausted when the placement is taken or limits are reached.
+  virtual absl::StatusOr<GpuInstanceInfo> CreateGpuInstance(int gpu, int profile_id, int start) = 0;
+  // Creates a compute instance of `slice_count` compute slices in a GPU instance.
+  virtual absl::StatusOr<ComputeInstanceInfo> CreateComputeInstance(int gpu, int gpu_instance_id,
+                                                                    int slice_count) = 0;
+  // FailedPrecondition (IN_USE) while processes run on it.
+  virtual absl::Status DestroyComputeInstance(int gpu, int gpu_instance_id,
+                                              int compute_instance_id) = 0;
+  // FailedPrecondition (IN_USE) while it has compute instances or processes.
+  virtual absl::Status DestroyGpuInstance(int gpu, int gpu_instance_id) = 0;
+
+  // Compute processes running on the GPU (on any of its MIG devices).
+  virtual absl::StatusOr<std::vector<ProcessInfo>> ListProcesses(int gpu) = 0;
+};
+
+}  // namespace prism::nvml

@@ -1,0 +1,281 @@
+// One behavioural suite run against both backends: SimNvml (YAML file) and the
+// production DlNvml loading the fake libnvidia-ml.so.1 over the same file. What
+// passes here holds for the real dlopen path's marshalling too.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "nvml/dl_nvml.h"
+#include "nvml/gpu_state.h"
+#include "nvml/open_nvml.h"
+#include "nvml/sim/sim_state_file.h"
+#include "nvml/sim_nvml.h"
+
+namespace prism::nvml {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+std::string BinaryDir() {
+  const char* dir = std::getenv("PRISM_BINARY_DIR");
+  return dir != nullptr ? dir : PRISM_TEST_BINARY_DIR;
+}
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string tmpl = (fs::temp_directory_path() / "prism-nvml-XXXXXX").string();
+    path_ = ::mkdtemp(tmpl.data());
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+enum class Backend { kSim, kDlFake };
+
+class NvmlConformanceTest : public ::testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override {
+    state_path_ = dir_.path() + "/gpus.yaml";
+    WriteState(
+        "gpus:\n"
+        "  - model: A100-SXM4-40GB\n"
+        "  - model: H100-SXM5-80GB\n"
+        "  - model: Tesla-T4\n"
+        "    memory_mib: 15360\n");
+    ::setenv("PRISM_FAKE_NVML_STATE", state_path_.c_str(), 1);
+    if (GetParam() == Backend::kSim) {
+      nvml_ = std::make_unique<SimNvml>(state_path_);
+    } else {
+      auto dl = DlNvml::Open(BinaryDir() + "/fake-nvml/libnvidia-ml.so.1");
+      ASSERT_TRUE(dl.ok()) << dl.status();
+      nvml_ = std::move(*dl);
+    }
+  }
+  void TearDown() override { ::unsetenv("PRISM_FAKE_NVML_STATE"); }
+
+  void WriteState(const std::string& yaml) { std::ofstream(state_path_) << yaml; }
+
+  // Edits the shared state file directly (as another process would).
+  void Edit(const std::function<void(sim::SimState&)>& edit) {
+    ASSERT_TRUE(sim::SimStateFile(state_path_)
+                    .Transact([&](sim::SimState& s, bool* changed) {
+                      edit(s);
+                      *changed = true;
+                      return absl::OkStatus();
+                    })
+                    .ok());
+  }
+
+  sim::SimState Read() { return *sim::SimStateFile(state_path_).Read(); }
+
+  TempDir dir_;
+  std::string state_path_;
+  std::unique_ptr<Nvml> nvml_;
+};
+
+TEST_P(NvmlConformanceTest, ListsGpus) {
+  auto gpus = nvml_->ListGpus();
+  ASSERT_TRUE(gpus.ok()) << gpus.status();
+  ASSERT_EQ(gpus->size(), 3u);
+  EXPECT_EQ((*gpus)[0].name, "NVIDIA A100-SXM4-40GB");
+  EXPECT_EQ((*gpus)[0].pci_device_id, 0x20B010DEu);
+  EXPECT_EQ((*gpus)[0].memory_total_mib, 40960);
+  EXPECT_TRUE((*gpus)[0].mig_capable);
+  EXPECT_EQ((*gpus)[1].name, "NVIDIA H100 80GB HBM3");
+  EXPECT_FALSE((*gpus)[2].mig_capable);
+  EXPECT_EQ((*gpus)[2].memory_total_mib, 15360);
+  EXPECT_EQ((*gpus)[0].uuid, Read().gpus[0].uuid);
+  EXPECT_EQ((*gpus)[1].pci_bus_id, Read().gpus[1].pci_bus_id);
+}
+
+TEST_P(NvmlConformanceTest, MigModeIsPendingOnAmpereUntilReset) {
+  auto ampere = nvml_->SetMigMode(0, true);
+  ASSERT_TRUE(ampere.ok()) << ampere.status();
+  EXPECT_FALSE(ampere->current);
+  EXPECT_TRUE(ampere->pending);
+  auto hopper = nvml_->SetMigMode(1, true);
+  ASSERT_TRUE(hopper.ok());
+  EXPECT_TRUE(hopper->current);
+  EXPECT_EQ(nvml_->GetMigMode(2).status().code(), absl::StatusCode::kUnimplemented);
+  if (GetParam() == Backend::kSim) {
+    ASSERT_TRUE(nvml_->ResetGpus({0}).ok());
+    EXPECT_TRUE(nvml_->GetMigMode(0)->current);
+  }
+}
+
+TEST_P(NvmlConformanceTest, ProfilesMatchTheCatalog) {
+  auto profiles = nvml_->ListGpuInstanceProfiles(1);
+  ASSERT_TRUE(profiles.ok()) << profiles.status();
+  const mig::GpuModel* h100 = mig::FindModel("H100-SXM5-80GB");
+  ASSERT_EQ(profiles->size(), h100->profiles.size());
+  for (size_t i = 0; i < profiles->size(); ++i) {
+    const auto& live = (*profiles)[i];
+    const auto& table = h100->profiles[i];
+    EXPECT_EQ(live.index, table.nvml_index);
+    EXPECT_EQ(live.id, table.id);
+    EXPECT_EQ(live.memory_mib, table.memory_mib);
+    EXPECT_EQ(live.placement_starts, table.starts);
+    EXPECT_EQ(live.placement_size, table.memory_slices);
+    EXPECT_EQ(live.instance_count, table.max_count);
+  }
+  // ModelForGpu rebuilds the same model from live values, names included.
+  auto gpus = nvml_->ListGpus();
+  auto model = ModelForGpu(*nvml_, (*gpus)[1]);
+  ASSERT_TRUE(model.ok()) << model.status();
+  for (size_t i = 0; i < model->profiles.size(); ++i) {
+    EXPECT_EQ(model->profiles[i].Name(), h100->profiles[i].Name());
+  }
+  EXPECT_EQ(model->compute_slices, 7);
+  EXPECT_EQ(model->memory_slices, 8);
+}
+
+TEST_P(NvmlConformanceTest, CreatesListsAndDestroysInstances) {
+  ASSERT_TRUE(nvml_->SetMigMode(1, true).ok());
+  auto gi = nvml_->CreateGpuInstance(1, 9, 4);  // 3g.40gb at slot 4
+  ASSERT_TRUE(gi.ok()) << gi.status();
+  EXPECT_EQ(gi->id, 2);
+  EXPECT_EQ(gi->start, 4);
+  EXPECT_EQ(gi->size, 4);
+  auto ci = nvml_->CreateComputeInstance(1, gi->id, 3);
+  ASSERT_TRUE(ci.ok()) << ci.status();
+  EXPECT_EQ(ci->uuid.rfind("MIG-", 0), 0u);
+  EXPECT_EQ(ci->slice_count, 3);
+
+  auto overlap = nvml_->CreateGpuInstance(1, 5, 0);  // 4g would need 4 + 3 > 7? no: fits
+  ASSERT_TRUE(overlap.ok()) << overlap.status();
+  auto full = nvml_->CreateGpuInstance(1, 19, 0);
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(full.status().message()),
+              HasSubstr("nvmlDeviceCreateGpuInstanceWithPlacement: "
+                        "NVML_ERROR_INSUFFICIENT_RESOURCES (23)"));
+
+  auto listed = nvml_->ListGpuInstances(1);
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ASSERT_EQ(listed->size(), 2u);
+  const GpuInstanceInfo& three = (*listed)[0].profile_id == 9 ? (*listed)[0] : (*listed)[1];
+  ASSERT_EQ(three.compute_instances.size(), 1u);
+  EXPECT_EQ(three.compute_instances[0].uuid, ci->uuid);
+
+  EXPECT_EQ(nvml_->DestroyGpuInstance(1, gi->id).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(nvml_->DestroyComputeInstance(1, gi->id, ci->id).ok());
+  EXPECT_TRUE(nvml_->DestroyGpuInstance(1, gi->id).ok());
+  EXPECT_EQ(nvml_->DestroyGpuInstance(1, gi->id).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Read().calls["CreateGpuInstance"], 2);
+  EXPECT_EQ(Read().calls["DestroyGpuInstance"], 1);
+}
+
+TEST_P(NvmlConformanceTest, ReportsProcessesAndBusyInstances) {
+  ASSERT_TRUE(nvml_->SetMigMode(1, true).ok());
+  auto gi = nvml_->CreateGpuInstance(1, 14, 0);
+  ASSERT_TRUE(gi.ok());
+  auto ci = nvml_->CreateComputeInstance(1, gi->id, 2);
+  ASSERT_TRUE(ci.ok());
+  Edit([&](sim::SimState& s) {
+    s.gpus[1].processes.push_back(sim::SimProcess{4242, 2048, gi->id, ci->id});
+  });
+  auto procs = nvml_->ListProcesses(1);
+  ASSERT_TRUE(procs.ok()) << procs.status();
+  ASSERT_EQ(procs->size(), 1u);
+  EXPECT_EQ((*procs)[0].pid, 4242u);
+  EXPECT_EQ((*procs)[0].used_memory_mib, 2048);
+  EXPECT_EQ((*procs)[0].gpu_instance_id, gi->id);
+  EXPECT_EQ(nvml_->DestroyComputeInstance(1, gi->id, ci->id).code(),
+            absl::StatusCode::kFailedPrecondition);
+  auto gpus = nvml_->ListGpus();
+  auto state = ReadGpuMigState(*nvml_, (*gpus)[1]);
+  ASSERT_TRUE(state.ok()) << state.status();
+  ASSERT_EQ(state->layout.size(), 1u);
+  EXPECT_TRUE(state->layout[0].busy);
+  EXPECT_EQ(state->layout[0].gpu_instance_id, gi->id);
+}
+
+TEST_P(NvmlConformanceTest, InjectedFaultsSurfaceAsErrors) {
+  ASSERT_TRUE(nvml_->SetMigMode(1, true).ok());
+  Edit([](sim::SimState& s) {
+    s.faults.push_back(sim::SimFault{"CreateComputeInstance", 0, 1, 15 /* GPU_IS_LOST */});
+  });
+  auto gi = nvml_->CreateGpuInstance(1, 19, 0);
+  ASSERT_TRUE(gi.ok());
+  auto ci = nvml_->CreateComputeInstance(1, gi->id, 1);
+  EXPECT_EQ(ci.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(ci.status().message()), HasSubstr("NVML_ERROR_GPU_IS_LOST"));
+  EXPECT_TRUE(Read().faults.empty());
+  EXPECT_TRUE(nvml_->CreateComputeInstance(1, gi->id, 1).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Backends, NvmlConformanceTest,
+                         ::testing::Values(Backend::kSim, Backend::kDlFake),
+                         [](const auto& param_info) {
+                           return param_info.param == Backend::kSim ? std::string("SimNvml")
+                                                              : std::string("DlNvmlOnFakeLibrary");
+                         });
+
+TEST(DlNvmlTest, MissingDriverIsAClearError) {
+  auto dl = DlNvml::Open("/nonexistent/libnvidia-ml.so.1");
+  EXPECT_EQ(dl.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(dl.status().message()), HasSubstr("is the NVIDIA driver installed?"));
+}
+
+TEST(DlNvmlTest, MissingSymbolIsNamed) {
+  TempDir dir;
+  std::ofstream(dir.path() + "/gpus.yaml") << "gpus: [{model: A100-SXM4-40GB}]\n";
+  ::setenv("PRISM_FAKE_NVML_STATE", (dir.path() + "/gpus.yaml").c_str(), 1);
+  auto dl = DlNvml::Open(BinaryDir() + "/fake-nvml-old/libnvidia-ml.so.1");
+  ::unsetenv("PRISM_FAKE_NVML_STATE");
+  EXPECT_EQ(dl.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(dl.status().message()),
+              HasSubstr("lacks required NVML entry points (driver too old?): "
+                        "nvmlDeviceCreateGpuInstanceWithPlacement"));
+}
+
+TEST(DlNvmlTest, FailingInitIsReported) {
+  ::unsetenv("PRISM_FAKE_NVML_STATE");  // The fake then behaves like an unloaded driver.
+  auto dl = DlNvml::Open(BinaryDir() + "/fake-nvml/libnvidia-ml.so.1");
+  EXPECT_EQ(dl.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(dl.status().message()), HasSubstr("nvmlInit_v2: NVML_ERROR_DRIVER_NOT_LOADED"));
+}
+
+TEST(DlNvmlTest, ResetRunsNvidiaSmiWithTheBusIds) {
+  TempDir dir;
+  const std::string state = dir.path() + "/gpus.yaml";
+  std::ofstream(state) << "gpus: [{model: A100-SXM4-40GB}, {model: A100-SXM4-40GB}]\n";
+  const std::string script = dir.path() + "/nvidia-smi";
+  const std::string log = dir.path() + "/args";
+  std::ofstream(script) << "#!/bin/sh\necho \"$@\" > " << log << "\n";
+  fs::permissions(script, fs::perms::owner_all);
+  ::setenv("PRISM_FAKE_NVML_STATE", state.c_str(), 1);
+  ::setenv("PRISM_NVIDIA_SMI", script.c_str(), 1);
+  auto dl = DlNvml::Open(BinaryDir() + "/fake-nvml/libnvidia-ml.so.1");
+  ASSERT_TRUE(dl.ok()) << dl.status();
+  EXPECT_TRUE((*dl)->ResetGpus({0, 1}).ok());
+  std::string args;
+  std::getline(std::ifstream(log), args);
+  EXPECT_EQ(args, "-r -i 00000000:07:00.0,00000000:0F:00.0");
+  std::ofstream(script) << "#!/bin/sh\necho 'In use by another client' >&2\nexit 3\n";
+  auto failed = (*dl)->ResetGpus({0});
+  EXPECT_THAT(std::string(failed.message()), HasSubstr("In use by another client"));
+  ::unsetenv("PRISM_NVIDIA_SMI");
+  ::unsetenv("PRISM_FAKE_NVML_STATE");
+}
+
+TEST(OpenNvmlTest, ParsesTheSpec) {
+  EXPECT_EQ(OpenNvml("bogus").status().code(), absl::StatusCode::kInvalidArgument);
+  auto sim = OpenNvml("sim:/nonexistent.yaml");
+  ASSERT_TRUE(sim.ok());
+  auto gpus = (*sim)->ListGpus();
+  EXPECT_EQ(gpus.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(gpus.status().message()), HasSubstr("does not exist"));
+}
+
+}  // namespace
+}  // namespace prism::nvml

@@ -1,0 +1,22 @@
+// src/nvml/open_nvml.h: choosing the NVML backend.
+#pragma once
+
+#include <memory>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "nvml/nvml.h"
+
+namespace prism::nvml {
+
+// Opens the backend named by `spec`:
+//   "" or "nvml"    the driver's libnvidia-ml.so.1 (DlNvml);
+//   "nvml:<path>"   a specific NVML library (DlNvml);
+//   "sim:<file>"    simulated GPUs kept in a YAML file (SimNvml).
+// InvalidArgument for any other spec.
+absl::StatusOr<std::unique_ptr<Nvml>> OpenNvml(std::string_view spec);
+
+// OpenNvml($PRISM_NVML).
+absl::StatusOr<std::unique_ptr<Nvml>> OpenNvmlFromEnv();
+
+}  // namespace prism::nvml

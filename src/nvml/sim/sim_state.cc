@@ -1,0 +1,547 @@
+#include "nvml/sim/sim_state.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <functional>
+#include <set>
+
+#include <yaml-cpp/yaml.h>
+
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "core/mig/layout.h"
+#include "nvml/nvml_errors.h"
+
+namespace prism::nvml::sim {
+namespace {
+
+// Highest GPU-instance profile index NVML defines (NVML_GPU_INSTANCE_PROFILE_COUNT).
+constexpr int kGpuInstanceProfileCount = 0x12;
+
+std::string FormatUuid(std::string_view prefix, uint64_t hi, uint64_t lo) {
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), "%08x-%04x-%04x-%04x-%012llx",
+                static_cast<unsigned>(hi >> 32), static_cast<unsigned>((hi >> 16) & 0xffff),
+                static_cast<unsigned>(hi & 0xffff), static_cast<unsigned>(lo >> 48),
+                static_cast<unsigned long long>(lo & 0xffffffffffffULL));
+  return StrCat(prefix, buf);
+}
+
+uint64_t Mix(uint64_t x) {  // splitmix64 finalizer: stable across platforms.
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t HashString(std::string_view s) {
+  uint64_t h = 1469598103934665603ULL;
+  for (char c : s) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  return Mix(h);
+}
+
+std::string NewMigUuid(SimState& state, const SimGpu& gpu, int gi, int ci) {
+  const uint64_t seed = HashString(gpu.uuid) ^ Mix(++state.generation) ^ Mix(gi * 131 + ci);
+  return FormatUuid("MIG-", Mix(seed), Mix(seed + 1));
+}
+
+// Returns the injected error for this call of `call`, if any. Faults are
+// consumed in file order; the first one that matches decides.
+int TakeFault(SimState& state, const std::string& call) {
+  for (auto it = state.faults.begin(); it != state.faults.end(); ++it) {
+    if (it->call != call) continue;
+    if (it->skip > 0) {
+      --it->skip;
+      continue;
+    }
+    const int code = it->code;
+    if (--it->count <= 0) state.faults.erase(it);
+    return code;
+  }
+  return kNvmlSuccess;
+}
+
+bool ValidGpu(const SimState& state, int gpu) {
+  return gpu >= 0 && static_cast<size_t>(gpu) < state.gpus.size();
+}
+
+// Occupancy of `gpu`'s GPU instances in the layout engine's terms.
+mig::Occupancy OccupancyOf(const SimGpu& gpu) {
+  mig::Occupancy occ;
+  for (const SimGpuInstance& gi : gpu.gpu_instances) {
+    const int p = gpu.mig_model->FindProfileById(gi.profile_id);
+    if (p >= 0) mig::Add(*gpu.mig_model, &occ, p, gi.start);
+  }
+  return occ;
+}
+
+bool HasProcessOn(const SimGpu& gpu, int gi, int ci) {
+  for (const SimProcess& p : gpu.processes) {
+    if (p.gpu_instance_id == gi && (ci < 0 || p.compute_instance_id == ci)) return true;
+  }
+  return false;
+}
+
+// ---- YAML ------------------------------------------------------------------
+
+absl::Status Bad(std::string_view where, std::string_view what) {
+  return absl::InvalidArgumentError(StrCat("simulated GPU file: ", where, ": ", what));
+}
+
+absl::Status CheckKeys(const YAML::Node& node, std::string_view where,
+                       std::initializer_list<std::string_view> allowed) {
+  if (!node.IsMap()) return Bad(where, "expected a mapping");
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+      return Bad(where, StrCat("unknown key '", key, "' (allowed: ", StrJoin(allowed, ", "), ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status Read(const YAML::Node& node, std::string_view key, std::string_view where, T* out) {
+  const YAML::Node value = node[std::string(key)];
+  if (!value) return absl::OkStatus();
+  try {
+    *out = value.as<T>();
+  } catch (const YAML::Exception&) {
+    return Bad(where, StrCat("'", key, "' has an invalid value '", value.Scalar(), "'"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseGpu(const YAML::Node& node, int index, SimGpu* gpu) {
+  const std::string where = StrCat("gpus[", index, "]");
+  if (auto s = CheckKeys(node, where,
+                         {"model", "name", "uuid", "pci_bus_id", "memory_mib", "mig",
+                          "reset_supported", "gpu_instances", "processes"});
+      !s.ok()) {
+    return s;
+  }
+  if (!node["model"]) return Bad(where, "missing 'model' (e.g. model: A100-SXM4-40GB)");
+  if (auto s = Read(node, "model", where, &gpu->model); !s.ok()) return s;
+  gpu->mig_model = mig::FindModel(gpu->model);
+  if (gpu->mig_model != nullptr) {
+    gpu->model = gpu->mig_model->name;
+    gpu->name = gpu->mig_model->product_names.front();
+    gpu->pci_device_id = gpu->mig_model->pci_device_id;
+    gpu->memory_mib = gpu->mig_model->memory_mib;
+  } else {
+    gpu->name = StrCat("NVIDIA ", gpu->model);
+    if (!node["memory_mib"]) {
+      return Bad(where, StrCat("model '", gpu->model, "' is not a MIG-capable model Prism knows (",
+                               mig::ModelList(), "); give memory_mib to simulate a GPU without MIG"));
+    }
+  }
+  RETURN_IF_ERROR(Read(node, "name", where, &gpu->name));
+  RETURN_IF_ERROR(Read(node, "memory_mib", where, &gpu->memory_mib));
+  if (gpu->memory_mib <= 0) return Bad(where, "memory_mib must be positive");
+  gpu->uuid = FormatUuid("GPU-", Mix(HashString(gpu->model) + index), Mix(index + 77));
+  RETURN_IF_ERROR(Read(node, "uuid", where, &gpu->uuid));
+  char bus[32];
+  std::snprintf(bus, sizeof(bus), "00000000:%02X:00.0", 0x07 + index * 8);
+  gpu->pci_bus_id = bus;
+  RETURN_IF_ERROR(Read(node, "pci_bus_id", where, &gpu->pci_bus_id));
+  RETURN_IF_ERROR(Read(node, "reset_supported", where, &gpu->reset_supported));
+  if (const YAML::Node mig = node["mig"]) {
+    RETURN_IF_ERROR(CheckKeys(mig, where + ".mig", {"enabled", "pending"}));
+    RETURN_IF_ERROR(Read(mig, "enabled", where + ".mig", &gpu->mig_current));
+    gpu->mig_pending = gpu->mig_current;
+    RETURN_IF_ERROR(Read(mig, "pending", where + ".mig", &gpu->mig_pending));
+    if (gpu->mig_model == nullptr && (gpu->mig_current || gpu->mig_pending)) {
+      return Bad(where, StrCat("model '", gpu->model, "' does not support MIG"));
+    }
+  }
+  if (const YAML::Node gis = node["gpu_instances"]) {
+    if (!gis.IsSequence()) return Bad(where, "'gpu_instances' must be a list");
+    if (gpu->mig_model == nullptr) return Bad(where, "GPU instances on a GPU without MIG");
+    if (!gpu->mig_current) return Bad(where, "GPU instances while MIG is disabled");
+    mig::Layout layout;
+    for (size_t i = 0; i < gis.size(); ++i) {
+      const std::string gw = StrCat(where, ".gpu_instances[", i, "]");
+      const YAML::Node g = gis[i];
+      RETURN_IF_ERROR(CheckKeys(g, gw, {"id", "profile", "start", "compute_instances"}));
+      std::string profile_name;
+      RETURN_IF_ERROR(Read(g, "profile", gw, &profile_name));
+      const int p = gpu->mig_model->FindProfile(profile_name);
+      if (p < 0) {
+        return Bad(gw, StrCat("profile '", profile_name, "' does not exist on ", gpu->model));
+      }
+      const auto& prof = gpu->mig_model->profiles[p];
+      SimGpuInstance gi;
+      gi.profile_id = prof.id;
+      gi.size = prof.memory_slices;
+      gi.start = -1;
+      RETURN_IF_ERROR(Read(g, "start", gw, &gi.start));
+      if (gi.start < 0) return Bad(gw, "missing 'start'");
+      layout.push_back(mig::Instance{p, gi.start});
+      gi.id = GpuInstanceIdForPlacement(gpu->mig_model->memory_slices, gi.start, gi.size);
+      RETURN_IF_ERROR(Read(g, "id", gw, &gi.id));
+      int used = 0;
+      if (const YAML::Node cis = g["compute_instances"]) {
+        if (!cis.IsSequence()) return Bad(gw, "'compute_instances' must be a list");
+        for (size_t j = 0; j < cis.size(); ++j) {
+          const std::string cw = StrCat(gw, ".compute_instances[", j, "]");
+          RETURN_IF_ERROR(CheckKeys(cis[j], cw, {"id", "slices", "start", "uuid"}));
+          SimComputeInstance ci;
+          ci.id = static_cast<int>(j);
+          ci.slice_count = prof.compute_slices;
+          RETURN_IF_ERROR(Read(cis[j], "id", cw, &ci.id));
+          RETURN_IF_ERROR(Read(cis[j], "slices", cw, &ci.slice_count));
+          ci.profile_index = mig::ComputeInstanceProfileIndex(ci.slice_count);
+          const auto valid = mig::ValidComputeSlices(prof.compute_slices);
+          if (std::find(valid.begin(), valid.end(), ci.slice_count) == valid.end()) {
+            return Bad(cw, StrCat(ci.slice_count, " compute slices is not a valid split of ",
+                                  prof.Name()));
+          }
+          ci.start = used;
+          RETURN_IF_ERROR(Read(cis[j], "start", cw, &ci.start));
+          used += ci.slice_count;
+          if (used > prof.compute_slices) return Bad(cw, "compute instances exceed the GPU instance");
+          RETURN_IF_ERROR(Read(cis[j], "uuid", cw, &ci.uuid));
+          gi.compute_instances.push_back(ci);
+        }
+      }
+      gpu->gpu_instances.push_back(std::move(gi));
+    }
+    if (auto s = mig::ValidateLayout(*gpu->mig_model, layout); !s.ok()) {
+      return Bad(where, StrCat("illegal MIG layout: ", ToStd(s.message())));
+    }
+  }
+  if (const YAML::Node procs = node["processes"]) {
+    if (!procs.IsSequence()) return Bad(where, "'processes' must be a list");
+    for (size_t i = 0; i < procs.size(); ++i) {
+      const std::string pw = StrCat(where, ".processes[", i, "]");
+      RETURN_IF_ERROR(CheckKeys(procs[i], pw,
+                                {"pid", "used_mib", "gpu_instance", "compute_instance"}));
+      SimProcess p;
+      RETURN_IF_ERROR(Read(procs[i], "pid", pw, &p.pid));
+      RETURN_IF_ERROR(Read(procs[i], "used_mib", pw, &p.used_memory_mib));
+      RETURN_IF_ERROR(Read(procs[i], "gpu_instance", pw, &p.gpu_instance_id));
+      RETURN_IF_ERROR(Read(procs[i], "compute_instance", pw, &p.compute_instance_id));
+      if (p.gpu_instance_id >= 0 && FindGpuInstance(*gpu, p.gpu_instance_id) == nullptr) {
+        return Bad(pw, StrCat("no GPU instance ", p.gpu_instance_id));
+      }
+      gpu->processes.push_back(p);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int GpuInstanceIdForPlacement(int memory_slices, int start, int size) {
+  if (size <= 0) return -1;
+  return memory_slices / size - 1 + start / size;
+}
+
+SimGpuInstance* FindGpuInstance(SimGpu& gpu, int gpu_instance_id) {
+  for (SimGpuInstance& gi : gpu.gpu_instances) {
+    if (gi.id == gpu_instance_id) return &gi;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<SimState> ParseSimState(const std::string& yaml_text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(StrCat("simulated GPU file: malformed YAML: ", e.what()));
+  }
+  if (!root.IsMap()) return Bad("top level", "expected a mapping with a 'gpus' list");
+  RETURN_IF_ERROR(CheckKeys(root, "top level", {"gpus", "faults", "calls", "generation"}));
+  const YAML::Node gpus = root["gpus"];
+  if (!gpus || !gpus.IsSequence()) {
+    return Bad("top level", "missing 'gpus' list (e.g. gpus: [{model: A100-SXM4-40GB}])");
+  }
+  SimState state;
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    SimGpu gpu;
+    RETURN_IF_ERROR(ParseGpu(gpus[i], static_cast<int>(i), &gpu));
+    state.gpus.push_back(std::move(gpu));
+  }
+  std::set<std::string> uuids;
+  for (const SimGpu& g : state.gpus) {
+    if (!uuids.insert(g.uuid).second) return Bad("gpus", StrCat("duplicate uuid ", g.uuid));
+  }
+  if (const YAML::Node faults = root["faults"]) {
+    if (!faults.IsSequence()) return Bad("faults", "must be a list");
+    for (size_t i = 0; i < faults.size(); ++i) {
+      const std::string fw = StrCat("faults[", i, "]");
+      RETURN_IF_ERROR(CheckKeys(faults[i], fw, {"call", "skip", "count", "error"}));
+      SimFault f;
+      std::string error;
+      RETURN_IF_ERROR(Read(faults[i], "call", fw, &f.call));
+      RETURN_IF_ERROR(Read(faults[i], "skip", fw, &f.skip));
+      RETURN_IF_ERROR(Read(faults[i], "count", fw, &f.count));
+      RETURN_IF_ERROR(Read(faults[i], "error", fw, &error));
+      f.code = NvmlReturnFromName(error);
+      if (f.call.empty() || f.code <= 0) {
+        return Bad(fw, "needs 'call' and 'error' (an NVML error name such as INSUFFICIENT_RESOURCES)");
+      }
+      state.faults.push_back(f);
+    }
+  }
+  if (const YAML::Node calls = root["calls"]) {
+    try {
+      state.calls = calls.as<std::map<std::string, int>>();
+    } catch (const YAML::Exception&) {
+      return Bad("calls", "must map operation names to counts");
+    }
+  }
+  RETURN_IF_ERROR(Read(root, "generation", "top level", &state.generation));
+  return state;
+}
+
+std::string SerializeSimState(const SimState& state) {
+  YAML::Emitter out;
+  out << YAML::BeginMap << YAML::Key << "gpus" << YAML::Value << YAML::BeginSeq;
+  for (const SimGpu& g : state.gpus) {
+    out << YAML::BeginMap;
+    out << YAML::Key << "model" << YAML::Value << g.model;
+    out << YAML::Key << "name" << YAML::Value << g.name;
+    out << YAML::Key << "uuid" << YAML::Value << g.uuid;
+    out << YAML::Key << "pci_bus_id" << YAML::Value << g.pci_bus_id;
+    if (g.mig_model == nullptr) out << YAML::Key << "memory_mib" << YAML::Value << g.memory_mib;
+    if (!g.reset_supported) out << YAML::Key << "reset_supported" << YAML::Value << false;
+    if (g.mig_model != nullptr) {
+      out << YAML::Key << "mig" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key
+          << "enabled" << YAML::Value << g.mig_current << YAML::Key << "pending" << YAML::Value
+          << g.mig_pending << YAML::EndMap;
+    }
+    if (!g.gpu_instances.empty()) {
+      out << YAML::Key << "gpu_instances" << YAML::Value << YAML::BeginSeq;
+      for (const SimGpuInstance& gi : g.gpu_instances) {
+        const int p = g.mig_model->FindProfileById(gi.profile_id);
+        out << YAML::BeginMap << YAML::Key << "id" << YAML::Value << gi.id << YAML::Key
+            << "profile" << YAML::Value << g.mig_model->profiles[p].Name() << YAML::Key << "start"
+            << YAML::Value << gi.start;
+        if (!gi.compute_instances.empty()) {
+          out << YAML::Key << "compute_instances" << YAML::Value << YAML::BeginSeq;
+          for (const SimComputeInstance& ci : gi.compute_instances) {
+            out << YAML::Flow << YAML::BeginMap << YAML::Key << "id" << YAML::Value << ci.id
+                << YAML::Key << "slices" << YAML::Value << ci.slice_count << YAML::Key << "start"
+                << YAML::Value << ci.start << YAML::Key << "uuid" << YAML::Value << ci.uuid
+                << YAML::EndMap;
+          }
+          out << YAML::EndSeq;
+        }
+        out << YAML::EndMap;
+      }
+      out << YAML::EndSeq;
+    }
+    if (!g.processes.empty()) {
+      out << YAML::Key << "processes" << YAML::Value << YAML::BeginSeq;
+      for (const SimProcess& p : g.processes) {
+        out << YAML::Flow << YAML::BeginMap << YAML::Key << "pid" << YAML::Value << p.pid
+            << YAML::Key << "used_mib" << YAML::Value << p.used_memory_mib;
+        if (p.gpu_instance_id >= 0) {
+          out << YAML::Key << "gpu_instance" << YAML::Value << p.gpu_instance_id << YAML::Key
+              << "compute_instance" << YAML::Value << p.compute_instance_id;
+        }
+        out << YAML::EndMap;
+      }
+      out << YAML::EndSeq;
+    }
+    out << YAML::EndMap;
+  }
+  out << YAML::EndSeq;
+  if (!state.faults.empty()) {
+    out << YAML::Key << "faults" << YAML::Value << YAML::BeginSeq;
+    for (const SimFault& f : state.faults) {
+      out << YAML::Flow << YAML::BeginMap << YAML::Key << "call" << YAML::Value << f.call
+          << YAML::Key << "skip" << YAML::Value << f.skip << YAML::Key << "count" << YAML::Value
+          << f.count << YAML::Key << "error" << YAML::Value
+          << std::string(NvmlReturnName(f.code)).substr(11) << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+  }
+  if (!state.calls.empty()) {
+    out << YAML::Key << "calls" << YAML::Value << YAML::BeginMap;
+    for (const auto& [call, count] : state.calls) out << YAML::Key << call << YAML::Value << count;
+    out << YAML::EndMap;
+  }
+  out << YAML::Key << "generation" << YAML::Value << state.generation;
+  out << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+int CheckFault(SimState& state, const std::string& call) { return TakeFault(state, call); }
+
+int GetMigMode(SimState& state, int gpu, bool* current, bool* pending) {
+  if (!ValidGpu(state, gpu)) return kNvmlErrorInvalidArgument;
+  if (int rc = TakeFault(state, "GetMigMode"); rc != kNvmlSuccess) return rc;
+  const SimGpu& g = state.gpus[gpu];
+  if (g.mig_model == nullptr) return kNvmlErrorNotSupported;
+  *current = g.mig_current;
+  *pending = g.mig_pending;
+  return kNvmlSuccess;
+}
+
+int SetMigMode(SimState& state, int gpu, bool enabled, int* activation) {
+  if (!ValidGpu(state, gpu)) return kNvmlErrorInvalidArgument;
+  SimGpu& g = state.gpus[gpu];
+  if (g.mig_model == nullptr) return kNvmlErrorNotSupported;
+  if (int rc = TakeFault(state, "SetMigMode"); rc != kNvmlSuccess) return rc;
+  *activation = kNvmlSuccess;
+  if (enabled == g.mig_current && enabled == g.mig_pending) return kNvmlSuccess;
+  if (!g.gpu_instances.empty() || !g.processes.empty()) return kNvmlErrorInUse;
+  ++state.calls["SetMigMode"];
+  g.mig_pending = enabled;
+  if (g.mig_model->ModeChangeNeedsReset()) {
+    if (g.mig_current != g.mig_pending) *activation = kNvmlErrorResetRequired;
+  } else {
+    g.mig_current = enabled;
+  }
+  return kNvmlSuccess;
+}
+
+int ResetGpu(SimState& state, int gpu) {
+  if (!ValidGpu(state, gpu)) return kNvmlErrorInvalidArgument;
+  SimGpu& g = state.gpus[gpu];
+  if (int rc = TakeFault(state, "ResetGpu"); rc != kNvmlSuccess) return rc;
+  if (!g.processes.empty()) return kNvmlErrorInUse;
+  if (!g.reset_supported) return kNvmlErrorNotSupported;
+  ++state.calls["ResetGpu"];
+  g.gpu_instances.clear();
+  g.mig_current = g.mig_pending;
+  return kNvmlSuccess;
+}
+
+void Reboot(SimState& state) {
+  for (SimGpu& g : state.gpus) {
+    g.gpu_instances.clear();
+    g.processes.clear();
+    if (g.mig_model == nullptr) continue;
+    if (g.mig_model->ModeChangeNeedsReset()) {
+      g.mig_current = g.mig_pending;
+    } else {
+      g.mig_current = g.mig_pending = false;
+    }
+  }
+}
+
+int GetProfileByIndex(SimState& state, int gpu, int index, const mig::GpuInstanceProfile** out) {
+  if (!ValidGpu(state, gpu)) return kNvmlErrorInvalidArgument;
+  const SimGpu& g = state.gpus[gpu];
+  if (g.mig_model == nullptr) return kNvmlErrorNotSupported;
+  if (index < 0 || index >= kGpuInstanceProfileCount) return kNvmlErrorInvalidArgument;
+  for (const auto& p : g.mig_model->profiles) {
+    if (p.nvml_index == index) {
+      *out = &p;
+      return kNvmlSuccess;
+    }
+  }
+  return kNvmlErrorNotSupported;
+}
+
+int GetProfileById(SimState& state, int gpu, int profile_id, const mig::GpuInstanceProfile** out) {
+  if (!ValidGpu(state, gpu)) return kNvmlErrorInvalidArgument;
+  const SimGpu& g = state.gpus[gpu];
+  if (g.mig_model == nullptr) return kNvmlErrorNotSupported;
+  const int p = g.mig_model->FindProfileById(profile_id);
+  if (p < 0) return kNvmlErrorInvalidArgument;
+  *out = &g.mig_model->profiles[p];
+  return kNvmlSuccess;
+}
+
+int CreateGpuInstance(SimState& state, int gpu, int profile_id, int start, int* gpu_instance_id) {
+  if (!ValidGpu(state, gpu)) return kNvmlErrorInvalidArgument;
+  SimGpu& g = state.gpus[gpu];
+  if (g.mig_model == nullptr || !g.mig_current) return kNvmlErrorNotSupported;
+  const int p = g.mig_model->FindProfileById(profile_id);
+  if (p < 0) return kNvmlErrorInvalidArgument;
+  const auto& prof = g.mig_model->profiles[p];
+  if (!prof.IsLegalStart(start)) return kNvmlErrorInvalidArgument;
+  if (int rc = TakeFault(state, "CreateGpuInstance"); rc != kNvmlSuccess) return rc;
+  if (!mig::CanAdd(*g.mig_model, OccupancyOf(g), p, start)) return kNvmlErrorInsufficientResources;
+  ++state.calls["CreateGpuInstance"];
+  SimGpuInstance gi;
+  gi.profile_id = profile_id;
+  gi.start = start;
+  gi.size = prof.memory_slices;
+  gi.id = GpuInstanceIdForPlacement(g.mig_model->memory_slices, start, gi.size);
+  g.gpu_instances.push_back(gi);
+  *gpu_instance_id = gi.id;
+  return kNvmlSuccess;
+}
+
+int DestroyGpuInstance(SimState& state, int gpu, int gpu_instance_id) {
+  if (!ValidGpu(state, gpu)) return kNvmlErrorInvalidArgument;
+  SimGpu& g = state.gpus[gpu];
+  if (g.mig_model == nullptr || !g.mig_current) return kNvmlErrorNotSupported;
+  SimGpuInstance* gi = FindGpuInstance(g, gpu_instance_id);
+  if (gi == nullptr) return kNvmlErrorNotFound;
+  if (!gi->compute_instances.empty() || HasProcessOn(g, gpu_instance_id, -1)) {
+    return kNvmlErrorInUse;
+  }
+  if (int rc = TakeFault(state, "DestroyGpuInstance"); rc != kNvmlSuccess) return rc;
+  ++state.calls["DestroyGpuInstance"];
+  g.gpu_instances.erase(g.gpu_instances.begin() + (gi - g.gpu_instances.data()));
+  return kNvmlSuccess;
+}
+
+int CreateComputeInstance(SimState& state, int gpu, int gpu_instance_id, int ci_profile_index,
+                          int* compute_instance_id) {
+  if (!ValidGpu(state, gpu)) return kNvmlErrorInvalidArgument;
+  SimGpu& g = state.gpus[gpu];
+  if (g.mig_model == nullptr || !g.mig_current) return kNvmlErrorNotSupported;
+  SimGpuInstance* gi = FindGpuInstance(g, gpu_instance_id);
+  if (gi == nullptr) return kNvmlErrorNotFound;
+  const auto& prof = g.mig_model->profiles[g.mig_model->FindProfileById(gi->profile_id)];
+  int slices = -1;
+  for (int c : mig::ValidComputeSlices(prof.compute_slices)) {
+    if (mig::ComputeInstanceProfileIndex(c) == ci_profile_index) slices = c;
+  }
+  if (slices < 0) return kNvmlErrorNotSupported;
+  if (int rc = TakeFault(state, "CreateComputeInstance"); rc != kNvmlSuccess) return rc;
+  // Lowest start whose compute slices are all free (a 3g splits as 1c@0 + 2c@1).
+  uint32_t used = 0;
+  for (const SimComputeInstance& ci : gi->compute_instances) {
+    used |= ((1u << ci.slice_count) - 1) << ci.start;
+  }
+  int start = -1;
+  for (int s = 0; s + slices <= prof.compute_slices; ++s) {
+    if ((used & (((1u << slices) - 1) << s)) == 0) {
+      start = s;
+      break;
+    }
+  }
+  if (start < 0) return kNvmlErrorInsufficientResources;
+  ++state.calls["CreateComputeInstance"];
+  int id = 0;
+  while (std::any_of(gi->compute_instances.begin(), gi->compute_instances.end(),
+                     [id](const SimComputeInstance& ci) { return ci.id == id; })) {
+    ++id;
+  }
+  SimComputeInstance ci;
+  ci.id = id;
+  ci.profile_index = ci_profile_index;
+  ci.slice_count = slices;
+  ci.start = start;
+  ci.uuid = NewMigUuid(state, g, gi->id, id);
+  gi->compute_instances.push_back(ci);
+  *compute_instance_id = id;
+  return kNvmlSuccess;
+}
+
+int DestroyComputeInstance(SimState& state, int gpu, int gpu_instance_id, int compute_instance_id) {
+  if (!ValidGpu(state, gpu)) return kNvmlErrorInvalidArgument;
+  SimGpu& g = state.gpus[gpu];
+  if (g.mig_model == nullptr || !g.mig_current) return kNvmlErrorNotSupported;
+  SimGpuInstance* gi = FindGpuInstance(g, gpu_instance_id);
+  if (gi == nullptr) return kNvmlErrorNotFound;
+  auto it = std::find_if(gi->compute_instances.begin(), gi->compute_instances.end(),
+                         [&](const SimComputeInstance& ci) { return ci.id == compute_instance_id; });
+  if (it == gi->compute_instances.end()) return kNvmlErrorNotFound;
+  if (HasProcessOn(g, gpu_instance_id, compute_instance_id)) return kNvmlErrorInUse;
+  if (int rc = TakeFault(state, "DestroyComputeInstance"); rc != kNvmlSuccess) return rc;
+  ++state.calls["DestroyComputeInstance"];
+  gi->compute_instances.erase(it);
+  return kNvmlSuccess;
+}
+
+}  // namespace prism::nvml::sim

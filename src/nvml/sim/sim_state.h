@@ -1,0 +1,123 @@
+// src/nvml/sim/sim_state.h: simulated GPUs that follow NVML's MIG rules.
+//
+// The state of a set of simulated GPUs (models, MIG mode, GPU and compute
+// instances, processes, injected faults) and the operations NVML offers on
+// them, returning real nvmlReturn_t codes. Both the SimNvml backend and the
+// fake libnvidia-ml.so.1 (used to test the real dlopen backend) are thin
+// front ends over these functions, so they behave identically.
+//
+// Rules enforced (mig.md §2-§4): MIG must be on to create instances; profile
+// IDs and placements must be legal for the model; overlapping placements, too
+// many compute slices, a profile over its max count or a second +me instance
+// give INSUFFICIENT_RESOURCES; GPU-instance IDs follow the placement (as the
+// driver numbers them); a GPU instance with compute instances or processes,
+// and a compute instance with processes, is IN_USE; Ampere MIG mode changes
+// stay pending until a reset, Hopper and later apply at once; a mode change
+// with instances or processes present is IN_USE; resets fail while processes
+// run and destroy every instance.
+//
+// The state is a plain value: callers own locking and persistence
+// (SimStateFile). Thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "core/mig/gpu_model.h"
+
+namespace prism::nvml::sim {
+
+struct SimComputeInstance {
+  int id = 0;
+  int profile_index = 0;  // NVML CI profile index (also its ID).
+  int slice_count = 0;
+  int start = 0;
+  std::string uuid;
+};
+
+struct SimGpuInstance {
+  int id = 0;
+  int profile_id = 0;
+  int start = 0;
+  int size = 0;
+  std::vector<SimComputeInstance> compute_instances;
+};
+
+struct SimProcess {
+  uint32_t pid = 0;
+  int64_t used_memory_mib = 0;
+  int gpu_instance_id = -1;
+  int compute_instance_id = -1;
+};
+
+struct SimGpu {
+  std::string model;  // Catalog name, or any name for a GPU without MIG.
+  const mig::GpuModel* mig_model = nullptr;  // Null when not MIG capable.
+  std::string name;   // nvmlDeviceGetName.
+  std::string uuid;
+  std::string pci_bus_id;
+  uint32_t pci_device_id = 0;
+  int64_t memory_mib = 0;
+  bool mig_current = false;
+  bool mig_pending = false;
+  bool reset_supported = true;  // false: a passthrough VM where resets do nothing.
+  std::vector<SimGpuInstance> gpu_instances;
+  std::vector<SimProcess> processes;
+};
+
+// Makes the `skip`+1 .. `skip`+`count`-th calls of `call` fail with `code`.
+struct SimFault {
+  std::string call;
+  int skip = 0;
+  int count = 1;
+  int code = 0;
+
+  friend bool operator==(const SimFault&, const SimFault&) = default;
+};
+
+struct SimState {
+  std::vector<SimGpu> gpus;
+  std::vector<SimFault> faults;
+  std::map<std::string, int> calls;  // Mutating calls made, by operation name.
+  uint64_t generation = 0;           // Feeds MIG UUIDs: a re-created instance gets a new one.
+};
+
+// Parses the YAML state file (format in docs/nvml-simulator.md). Fills in
+// defaults (UUIDs, bus IDs, names) for GPUs that only name a model.
+// InvalidArgument naming the offending key or value.
+absl::StatusOr<SimState> ParseSimState(const std::string& yaml_text);
+std::string SerializeSimState(const SimState& state);
+
+// Operation names used in `faults` and `calls`: GetMigMode, SetMigMode, ResetGpu,
+// CreateGpuInstance, DestroyGpuInstance, CreateComputeInstance,
+// DestroyComputeInstance, ListGpuInstances, ListProcesses.
+//
+// Each function returns an NVML return code. `gpu` is an index into state.gpus.
+int GetMigMode(SimState& state, int gpu, bool* current, bool* pending);
+// `*activation` gets NVML_ERROR_RESET_REQUIRED when the change is pending.
+int SetMigMode(SimState& state, int gpu, bool enabled, int* activation);
+int ResetGpu(SimState& state, int gpu);
+// NOT_SUPPORTED if the model lacks the profile index, INVALID_ARGUMENT past the last index.
+int GetProfileByIndex(SimState& state, int gpu, int index, const mig::GpuInstanceProfile** out);
+int GetProfileById(SimState& state, int gpu, int profile_id, const mig::GpuInstanceProfile** out);
+int CreateGpuInstance(SimState& state, int gpu, int profile_id, int start, int* gpu_instance_id);
+int DestroyGpuInstance(SimState& state, int gpu, int gpu_instance_id);
+int CreateComputeInstance(SimState& state, int gpu, int gpu_instance_id, int ci_profile_index,
+                          int* compute_instance_id);
+int DestroyComputeInstance(SimState& state, int gpu, int gpu_instance_id, int compute_instance_id);
+// Fault check for read-only operations; mutating ones check internally.
+int CheckFault(SimState& state, const std::string& call);
+// A host reboot: instances vanish; Ampere applies a pending mode (it lives in
+// the InfoROM), Hopper and later come back with MIG off (mode is lost when the
+// driver unloads).
+void Reboot(SimState& state);
+
+SimGpuInstance* FindGpuInstance(SimGpu& gpu, int gpu_instance_id);
+// GPU-instance ID of a placement: the driver numbers placements as a binary
+// tree over the memory slices (full GPU 0, halves 1-2, quarters 3-6, eighths 7-14).
+int GpuInstanceIdForPlacement(int memory_slices, int start, int size);
+
+}  // namespace prism::nvml::sim

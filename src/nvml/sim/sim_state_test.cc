@@ -1,0 +1,180 @@
+#include "nvml/sim/sim_state.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "core/mig/layout.h"
+#include "nvml/nvml_errors.h"
+
+namespace prism::nvml::sim {
+namespace {
+
+using ::testing::HasSubstr;
+
+SimState Parse(const std::string& yaml) {
+  auto s = ParseSimState(yaml);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *s : SimState{};
+}
+
+std::string ParseError(const std::string& yaml) {
+  auto s = ParseSimState(yaml);
+  EXPECT_FALSE(s.ok()) << yaml;
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  return std::string(s.status().message());
+}
+
+TEST(SimStateTest, AModelIsEnoughToDescribeAGpu) {
+  SimState s = Parse("gpus:\n  - model: A100-SXM4-40GB\n  - model: h100-sxm5-80gb\n");
+  ASSERT_EQ(s.gpus.size(), 2u);
+  EXPECT_EQ(s.gpus[0].name, "NVIDIA A100-SXM4-40GB");
+  EXPECT_EQ(s.gpus[1].model, "H100-SXM5-80GB");
+  EXPECT_EQ(s.gpus[0].memory_mib, 40960);
+  EXPECT_EQ(s.gpus[0].pci_device_id, 0x20B010DEu);
+  EXPECT_NE(s.gpus[0].uuid, s.gpus[1].uuid);
+  EXPECT_EQ(s.gpus[0].uuid.rfind("GPU-", 0), 0u);
+  EXPECT_FALSE(s.gpus[0].mig_current);
+}
+
+TEST(SimStateTest, RejectsBadFilesWithTheReason) {
+  EXPECT_THAT(ParseError("gpus: [{model: A100-SXM4-40GB}"), HasSubstr("malformed YAML"));
+  EXPECT_THAT(ParseError("gpu: []"), HasSubstr("unknown key 'gpu'"));
+  EXPECT_THAT(ParseError("{}"), HasSubstr("missing 'gpus'"));
+  EXPECT_THAT(ParseError("gpus: [{}]"), HasSubstr("missing 'model'"));
+  EXPECT_THAT(ParseError("gpus: [{model: Tesla-T4}]"), HasSubstr("give memory_mib"));
+  EXPECT_THAT(ParseError("gpus: [{model: A100-SXM4-40GB, colour: red}]"),
+              HasSubstr("unknown key 'colour'"));
+  EXPECT_THAT(ParseError("gpus: [{model: Tesla-T4, memory_mib: 16384, mig: {enabled: true}}]"),
+              HasSubstr("does not support MIG"));
+  EXPECT_THAT(ParseError("gpus: [{model: A100-SXM4-40GB, mig: {enabled: true}, gpu_instances: "
+                         "[{profile: 3g.20gb, start: 0}, {profile: 2g.10gb, start: 2}]}]"),
+              HasSubstr("overlaps 3g.20gb@0"));
+  EXPECT_THAT(ParseError("gpus: [{model: A100-SXM4-40GB, mig: {enabled: yes please}}]"),
+              HasSubstr("'enabled' has an invalid value"));
+  EXPECT_THAT(ParseError("gpus: [{model: A100-SXM4-40GB}]\nfaults: [{call: X, error: NOPE}]"),
+              HasSubstr("NVML error name"));
+}
+
+TEST(SimStateTest, SerializesAndParsesBackTheSameState) {
+  SimState s = Parse("gpus:\n  - model: A100-SXM4-40GB\n    mig: {enabled: true}\n");
+  int id = -1;
+  ASSERT_EQ(CreateGpuInstance(s, 0, 9, 4, &id), kNvmlSuccess);
+  int ci = -1;
+  ASSERT_EQ(CreateComputeInstance(s, 0, id, 2, &ci), kNvmlSuccess);
+  s.gpus[0].processes.push_back(SimProcess{77, 100, id, ci});
+  s.faults.push_back(SimFault{"DestroyGpuInstance", 1, 2, kNvmlErrorUnknown});
+  const std::string text = SerializeSimState(s);
+  SimState back = Parse(text);
+  EXPECT_EQ(SerializeSimState(back), text);
+  ASSERT_EQ(back.gpus[0].gpu_instances.size(), 1u);
+  EXPECT_EQ(back.gpus[0].gpu_instances[0].compute_instances[0].uuid,
+            s.gpus[0].gpu_instances[0].compute_instances[0].uuid);
+  EXPECT_EQ(back.calls.at("CreateGpuInstance"), 1);
+}
+
+TEST(SimStateTest, GpuInstanceIdsFollowThePlacementTree) {
+  EXPECT_EQ(GpuInstanceIdForPlacement(8, 0, 8), 0);
+  EXPECT_EQ(GpuInstanceIdForPlacement(8, 0, 4), 1);
+  EXPECT_EQ(GpuInstanceIdForPlacement(8, 4, 4), 2);
+  EXPECT_EQ(GpuInstanceIdForPlacement(8, 4, 2), 5);
+  EXPECT_EQ(GpuInstanceIdForPlacement(8, 6, 1), 13);
+  EXPECT_EQ(GpuInstanceIdForPlacement(4, 3, 1), 6);
+}
+
+TEST(SimStateTest, AmpereModeChangeWaitsForAResetHopperDoesNot) {
+  SimState s = Parse("gpus: [{model: A100-SXM4-40GB}, {model: H100-SXM5-80GB}]");
+  int activation = 0;
+  ASSERT_EQ(SetMigMode(s, 0, true, &activation), kNvmlSuccess);
+  EXPECT_EQ(activation, kNvmlErrorResetRequired);
+  EXPECT_FALSE(s.gpus[0].mig_current);
+  EXPECT_TRUE(s.gpus[0].mig_pending);
+  int id = 0;
+  EXPECT_EQ(CreateGpuInstance(s, 0, 19, 0, &id), kNvmlErrorNotSupported);
+  ASSERT_EQ(ResetGpu(s, 0), kNvmlSuccess);
+  EXPECT_TRUE(s.gpus[0].mig_current);
+
+  ASSERT_EQ(SetMigMode(s, 1, true, &activation), kNvmlSuccess);
+  EXPECT_EQ(activation, kNvmlSuccess);
+  EXPECT_TRUE(s.gpus[1].mig_current);
+
+  Reboot(s);  // Ampere keeps its mode (InfoROM); Hopper loses it with the driver.
+  EXPECT_TRUE(s.gpus[0].mig_current);
+  EXPECT_FALSE(s.gpus[1].mig_current);
+}
+
+TEST(SimStateTest, EnforcesMigRulesWithNvmlCodes) {
+  SimState s = Parse("gpus: [{model: A100-SXM4-40GB, mig: {enabled: true}}]");
+  int gi3 = -1;
+  ASSERT_EQ(CreateGpuInstance(s, 0, 9, 0, &gi3), kNvmlSuccess);  // 3g.20gb@0
+  int other = -1;
+  EXPECT_EQ(CreateGpuInstance(s, 0, 14, 2, &other), kNvmlErrorInsufficientResources);  // overlap
+  EXPECT_EQ(CreateGpuInstance(s, 0, 9, 2, &other), kNvmlErrorInvalidArgument);  // illegal start
+  EXPECT_EQ(CreateGpuInstance(s, 0, 42, 0, &other), kNvmlErrorInvalidArgument);  // no such profile
+  EXPECT_EQ(CreateGpuInstance(s, 0, 5, 0, &other), kNvmlErrorInsufficientResources);
+  int me = -1;
+  ASSERT_EQ(CreateGpuInstance(s, 0, 20, 4, &me), kNvmlSuccess);  // 1g.5gb+me
+  EXPECT_EQ(CreateGpuInstance(s, 0, 20, 5, &other), kNvmlErrorInsufficientResources);  // 2nd +me
+
+  int ci = -1;
+  EXPECT_EQ(CreateComputeInstance(s, 0, gi3, 3, &ci), kNvmlErrorNotSupported);  // 4c in a 3g
+  ASSERT_EQ(CreateComputeInstance(s, 0, gi3, 0, &ci), kNvmlSuccess);            // 1c
+  int ci2 = -1;
+  ASSERT_EQ(CreateComputeInstance(s, 0, gi3, 1, &ci2), kNvmlSuccess);           // 2c
+  EXPECT_EQ(CreateComputeInstance(s, 0, gi3, 0, &other), kNvmlErrorInsufficientResources);
+  EXPECT_EQ(DestroyGpuInstance(s, 0, gi3), kNvmlErrorInUse);  // compute instances left
+  s.gpus[0].processes.push_back(SimProcess{1234, 10, gi3, ci});
+  EXPECT_EQ(DestroyComputeInstance(s, 0, gi3, ci), kNvmlErrorInUse);
+  int activation = 0;
+  EXPECT_EQ(SetMigMode(s, 0, false, &activation), kNvmlErrorInUse);
+  EXPECT_EQ(ResetGpu(s, 0), kNvmlErrorInUse);
+  s.gpus[0].processes.clear();
+  EXPECT_EQ(DestroyComputeInstance(s, 0, gi3, ci), kNvmlSuccess);
+  EXPECT_EQ(DestroyComputeInstance(s, 0, gi3, ci2), kNvmlSuccess);
+  EXPECT_EQ(DestroyGpuInstance(s, 0, gi3), kNvmlSuccess);
+  EXPECT_EQ(DestroyGpuInstance(s, 0, gi3), kNvmlErrorNotFound);
+}
+
+TEST(SimStateTest, InjectedFaultsFireOnTheChosenCall) {
+  SimState s = Parse(
+      "gpus: [{model: H100-SXM5-80GB, mig: {enabled: true}}]\n"
+      "faults: [{call: CreateGpuInstance, skip: 1, error: UNKNOWN}]\n");
+  int id = -1;
+  EXPECT_EQ(CreateGpuInstance(s, 0, 19, 0, &id), kNvmlSuccess);
+  EXPECT_EQ(CreateGpuInstance(s, 0, 19, 1, &id), kNvmlErrorUnknown);
+  EXPECT_EQ(CreateGpuInstance(s, 0, 19, 1, &id), kNvmlSuccess);
+  EXPECT_TRUE(s.faults.empty());
+  EXPECT_EQ(s.calls["CreateGpuInstance"], 2);
+}
+
+// Every maximal layout of every model can be created, instance by instance, on
+// the simulated GPU; the layout engine and the simulator agree.
+TEST(SimStateTest, EveryMaximalLayoutOfEveryModelCanBeCreated) {
+  for (const mig::GpuModel& m : mig::Catalog()) {
+    SCOPED_TRACE(m.name);
+    for (const mig::Layout& layout : mig::EnumerateMaximalLayouts(m)) {
+      SimState s = Parse("gpus: [{model: " + m.name + ", mig: {enabled: true}}]");
+      for (const mig::Instance& inst : layout) {
+        int id = -1;
+        ASSERT_EQ(CreateGpuInstance(s, 0, m.profiles[inst.profile].id, inst.start, &id),
+                  kNvmlSuccess)
+            << mig::LayoutToString(m, layout);
+        int ci = -1;
+        ASSERT_EQ(CreateComputeInstance(
+                      s, 0, id, mig::ComputeInstanceProfileIndex(m.profiles[inst.profile].compute_slices),
+                      &ci),
+                  kNvmlSuccess);
+      }
+      // Maximal: nothing else fits anywhere.
+      for (const auto& p : m.profiles) {
+        for (int start : p.starts) {
+          int id = -1;
+          EXPECT_EQ(CreateGpuInstance(s, 0, p.id, start, &id), kNvmlErrorInsufficientResources)
+              << mig::LayoutToString(m, layout) << " + " << p.Name() << "@" << start;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace prism::nvml::sim

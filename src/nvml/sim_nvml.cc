@@ -1,0 +1,209 @@
+#include "nvml/sim_nvml.h"
+
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "core/mig/gpu_model.h"
+#include "nvml/nvml_errors.h"
+
+namespace prism::nvml {
+namespace {
+
+absl::Status CheckIndex(const sim::SimState& state, int gpu, std::string_view call) {
+  if (gpu < 0 || static_cast<size_t>(gpu) >= state.gpus.size()) {
+    return NvmlError(kNvmlErrorInvalidArgument, call,
+                     StrCat("no GPU ", gpu, " (", state.gpus.size(), " simulated)"));
+  }
+  return absl::OkStatus();
+}
+
+GpuInstanceInfo ToInfo(const sim::SimGpuInstance& gi) {
+  GpuInstanceInfo info;
+  info.id = gi.id;
+  info.profile_id = gi.profile_id;
+  info.start = gi.start;
+  info.size = gi.size;
+  for (const auto& ci : gi.compute_instances) {
+    info.compute_instances.push_back(
+        ComputeInstanceInfo{ci.id, ci.profile_index, ci.slice_count, ci.start, ci.uuid});
+  }
+  return info;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<GpuInfo>> SimNvml::ListGpus() {
+  ASSIGN_OR_RETURN(sim::SimState state, file_.Read());
+  std::vector<GpuInfo> out;
+  for (size_t i = 0; i < state.gpus.size(); ++i) {
+    const sim::SimGpu& g = state.gpus[i];
+    out.push_back(GpuInfo{static_cast<int>(i), g.uuid, g.name, g.pci_device_id, g.pci_bus_id,
+                          g.memory_mib, g.mig_model != nullptr});
+  }
+  return out;
+}
+
+absl::StatusOr<MigModeState> SimNvml::GetMigMode(int gpu) {
+  MigModeState mode;
+  RETURN_IF_ERROR(file_.Transact([&](sim::SimState& s, bool*) -> absl::Status {
+    RETURN_IF_ERROR(CheckIndex(s, gpu, "nvmlDeviceGetMigMode"));
+    return NvmlError(sim::GetMigMode(s, gpu, &mode.current, &mode.pending), "nvmlDeviceGetMigMode");
+  }));
+  return mode;
+}
+
+absl::StatusOr<MigModeState> SimNvml::SetMigMode(int gpu, bool enabled) {
+  MigModeState mode;
+  RETURN_IF_ERROR(file_.Transact([&](sim::SimState& s, bool* changed) -> absl::Status {
+    RETURN_IF_ERROR(CheckIndex(s, gpu, "nvmlDeviceSetMigMode"));
+    int activation = 0;
+    const int rc = sim::SetMigMode(s, gpu, enabled, &activation);
+    *changed = rc == kNvmlSuccess;
+    RETURN_IF_ERROR(NvmlError(rc, "nvmlDeviceSetMigMode"));
+    mode.current = s.gpus[gpu].mig_current;
+    mode.pending = s.gpus[gpu].mig_pending;
+    return absl::OkStatus();
+  }));
+  return mode;
+}
+
+absl::Status SimNvml::ResetGpus(const std::vector<int>& gpus) {
+  return file_.Transact([&](sim::SimState& s, bool* changed) -> absl::Status {
+    for (int gpu : gpus) RETURN_IF_ERROR(CheckIndex(s, gpu, "GPU reset"));
+    for (int gpu : gpus) {
+      if (!s.gpus[gpu].processes.empty()) {
+        return NvmlError(kNvmlErrorInUse, "GPU reset",
+                         StrCat("GPU ", gpu, " has ", s.gpus[gpu].processes.size(),
+                                " running processes"));
+      }
+    }
+    for (int gpu : gpus) {
+      const int rc = sim::ResetGpu(s, gpu);
+      *changed = *changed || rc == kNvmlSuccess;
+      RETURN_IF_ERROR(NvmlError(rc, "GPU reset", StrCat("GPU ", gpu)));
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::vector<GpuInstanceProfileInfo>> SimNvml::ListGpuInstanceProfiles(int gpu) {
+  std::vector<GpuInstanceProfileInfo> out;
+  RETURN_IF_ERROR(file_.Transact([&](sim::SimState& s, bool*) -> absl::Status {
+    RETURN_IF_ERROR(CheckIndex(s, gpu, "nvmlDeviceGetGpuInstanceProfileInfo"));
+    // Like a real caller: walk the profile indices until INVALID_ARGUMENT,
+    // skipping NOT_SUPPORTED.
+    for (int index = 0;; ++index) {
+      const mig::GpuInstanceProfile* p = nullptr;
+      const int rc = sim::GetProfileByIndex(s, gpu, index, &p);
+      if (rc == kNvmlErrorInvalidArgument) break;
+      if (rc == kNvmlErrorNotSupported && s.gpus[gpu].mig_model != nullptr) continue;
+      RETURN_IF_ERROR(NvmlError(rc, "nvmlDeviceGetGpuInstanceProfileInfo"));
+      GpuInstanceProfileInfo info;
+      info.index = p->nvml_index;
+      info.id = p->id;
+      info.slice_count = p->compute_slices;
+      info.instance_count = p->max_count;
+      info.multiprocessors = p->multiprocessors;
+      info.memory_mib = p->memory_mib;
+      info.engines = EngineInfo{p->engines.copy, p->engines.decoder, p->engines.encoder,
+                                p->engines.jpeg, p->engines.ofa};
+      info.placement_starts = p->starts;
+      info.placement_size = p->memory_slices;
+      out.push_back(std::move(info));
+    }
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<std::vector<GpuInstanceInfo>> SimNvml::ListGpuInstances(int gpu) {
+  std::vector<GpuInstanceInfo> out;
+  RETURN_IF_ERROR(file_.Transact([&](sim::SimState& s, bool*) -> absl::Status {
+    RETURN_IF_ERROR(CheckIndex(s, gpu, "nvmlDeviceGetGpuInstances"));
+    RETURN_IF_ERROR(NvmlError(sim::CheckFault(s, "ListGpuInstances"), "nvmlDeviceGetGpuInstances"));
+    const sim::SimGpu& g = s.gpus[gpu];
+    if (g.mig_model == nullptr || !g.mig_current) {
+      return NvmlError(kNvmlErrorNotSupported, "nvmlDeviceGetGpuInstances", "MIG mode is disabled");
+    }
+    for (const auto& gi : g.gpu_instances) out.push_back(ToInfo(gi));
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<GpuInstanceInfo> SimNvml::CreateGpuInstance(int gpu, int profile_id, int start) {
+  GpuInstanceInfo out;
+  RETURN_IF_ERROR(file_.Transact([&](sim::SimState& s, bool* changed) -> absl::Status {
+    constexpr std::string_view kCall = "nvmlDeviceCreateGpuInstanceWithPlacement";
+    RETURN_IF_ERROR(CheckIndex(s, gpu, kCall));
+    int id = -1;
+    const int rc = sim::CreateGpuInstance(s, gpu, profile_id, start, &id);
+    RETURN_IF_ERROR(
+        NvmlError(rc, kCall, StrCat("GPU ", gpu, " profile ", profile_id, " at ", start)));
+    *changed = true;
+    out = ToInfo(*sim::FindGpuInstance(s.gpus[gpu], id));
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<ComputeInstanceInfo> SimNvml::CreateComputeInstance(int gpu, int gpu_instance_id,
+                                                                   int slice_count) {
+  ComputeInstanceInfo out;
+  RETURN_IF_ERROR(file_.Transact([&](sim::SimState& s, bool* changed) -> absl::Status {
+    constexpr std::string_view kCall = "nvmlGpuInstanceCreateComputeInstance";
+    RETURN_IF_ERROR(CheckIndex(s, gpu, kCall));
+    const int index = mig::ComputeInstanceProfileIndex(slice_count);
+    if (index < 0) {
+      return NvmlError(kNvmlErrorInvalidArgument, kCall,
+                       StrCat("no compute-instance profile of ", slice_count, " slices"));
+    }
+    int id = -1;
+    const int rc = sim::CreateComputeInstance(s, gpu, gpu_instance_id, index, &id);
+    RETURN_IF_ERROR(NvmlError(rc, kCall, StrCat("GPU ", gpu, " GPU instance ", gpu_instance_id)));
+    *changed = true;
+    for (const auto& ci : sim::FindGpuInstance(s.gpus[gpu], gpu_instance_id)->compute_instances) {
+      if (ci.id == id) out = ComputeInstanceInfo{ci.id, ci.profile_index, ci.slice_count, ci.start, ci.uuid};
+    }
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::Status SimNvml::DestroyComputeInstance(int gpu, int gpu_instance_id,
+                                             int compute_instance_id) {
+  return file_.Transact([&](sim::SimState& s, bool* changed) -> absl::Status {
+    constexpr std::string_view kCall = "nvmlComputeInstanceDestroy";
+    RETURN_IF_ERROR(CheckIndex(s, gpu, kCall));
+    const int rc = sim::DestroyComputeInstance(s, gpu, gpu_instance_id, compute_instance_id);
+    *changed = rc == kNvmlSuccess;
+    return NvmlError(rc, kCall,
+                     StrCat("GPU ", gpu, " GPU instance ", gpu_instance_id, " compute instance ",
+                            compute_instance_id));
+  });
+}
+
+absl::Status SimNvml::DestroyGpuInstance(int gpu, int gpu_instance_id) {
+  return file_.Transact([&](sim::SimState& s, bool* changed) -> absl::Status {
+    constexpr std::string_view kCall = "nvmlGpuInstanceDestroy";
+    RETURN_IF_ERROR(CheckIndex(s, gpu, kCall));
+    const int rc = sim::DestroyGpuInstance(s, gpu, gpu_instance_id);
+    *changed = rc == kNvmlSuccess;
+    return NvmlError(rc, kCall, StrCat("GPU ", gpu, " GPU instance ", gpu_instance_id));
+  });
+}
+
+absl::StatusOr<std::vector<ProcessInfo>> SimNvml::ListProcesses(int gpu) {
+  std::vector<ProcessInfo> out;
+  RETURN_IF_ERROR(file_.Transact([&](sim::SimState& s, bool*) -> absl::Status {
+    constexpr std::string_view kCall = "nvmlDeviceGetComputeRunningProcesses_v3";
+    RETURN_IF_ERROR(CheckIndex(s, gpu, kCall));
+    RETURN_IF_ERROR(NvmlError(sim::CheckFault(s, "ListProcesses"), kCall));
+    for (const auto& p : s.gpus[gpu].processes) {
+      out.push_back(ProcessInfo{p.pid, p.used_memory_mib, p.gpu_instance_id, p.compute_instance_id});
+    }
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+}  // namespace prism::nvml

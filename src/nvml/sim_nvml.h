@@ -1,0 +1,45 @@
+// src/nvml/sim_nvml.h: the Nvml interface over simulated GPUs kept in a YAML file.
+//
+// Selected with PRISM_NVML=sim:<file>. The file's `gpus:` list names each GPU's
+// model (`- model: A100-SXM4-40GB` is enough); MIG mode, instances, processes,
+// injected faults and counters of mutating calls live in the same file, so
+// successive commands and processes see the same GPUs. Format:
+// docs/nvml-simulator.md. Behaviour: sim_state.h.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "nvml/nvml.h"
+#include "nvml/sim/sim_state_file.h"
+
+namespace prism::nvml {
+
+class SimNvml : public Nvml {
+ public:
+  // The file must exist when the first call is made.
+  explicit SimNvml(std::string path) : file_(std::move(path)) {}
+
+  absl::StatusOr<std::vector<GpuInfo>> ListGpus() override;
+  absl::StatusOr<MigModeState> GetMigMode(int gpu) override;
+  absl::StatusOr<MigModeState> SetMigMode(int gpu, bool enabled) override;
+  absl::Status ResetGpus(const std::vector<int>& gpus) override;
+  absl::StatusOr<std::vector<GpuInstanceProfileInfo>> ListGpuInstanceProfiles(int gpu) override;
+  absl::StatusOr<std::vector<GpuInstanceInfo>> ListGpuInstances(int gpu) override;
+  absl::StatusOr<GpuInstanceInfo> CreateGpuInstance(int gpu, int profile_id, int start) override;
+  absl::StatusOr<ComputeInstanceInfo> CreateComputeInstance(int gpu, int gpu_instance_id,
+                                                            int slice_count) override;
+  absl::Status DestroyComputeInstance(int gpu, int gpu_instance_id,
+                                      int compute_instance_id) override;
+  absl::Status DestroyGpuInstance(int gpu, int gpu_instance_id) override;
+  absl::StatusOr<std::vector<ProcessInfo>> ListProcesses(int gpu) override;
+
+  // The backing file, for tests and tools that inspect or edit the state
+  // (add a process, inject a fault, read call counters).
+  const sim::SimStateFile& file() const { return file_; }
+
+ private:
+  sim::SimStateFile file_;
+};
+
+}  // namespace prism::nvml
