@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <ctime>
 #include <mutex>
-
 #include <nlohmann/json.hpp>
+
 #include "base/strings.h"
 
 namespace prism {

@@ -9,8 +9,8 @@
 #include <string_view>
 #include <utility>
 #include <vector>
-#include "base/strings.h"
 
+#include "base/strings.h"
 
 namespace prism {
 

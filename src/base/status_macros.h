@@ -6,6 +6,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+
 #include "base/strings.h"
 
 #define PRISM_STATUS_CONCAT_INNER_(a, b) a##b

@@ -49,8 +49,7 @@ absl::Status RunProgram(const std::vector<std::string>& argv) {
   ::close(pipe_fds[1]);
   if (rc != 0) {
     ::close(pipe_fds[0]);
-    return absl::FailedPreconditionError(
-        StrCat("cannot run ", argv[0], ": ", std::strerror(rc)));
+    return absl::FailedPreconditionError(StrCat("cannot run ", argv[0], ": ", std::strerror(rc)));
   }
   std::string output;
   char buf[4096];
@@ -63,8 +62,8 @@ absl::Status RunProgram(const std::vector<std::string>& argv) {
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return absl::OkStatus();
-  return absl::UnavailableError(StrCat(StrJoin(argv, " "), " failed (status ", status, "): ",
-                                       StripWhitespace(output)));
+  return absl::UnavailableError(
+      StrCat(StrJoin(argv, " "), " failed (status ", status, "): ", StripWhitespace(output)));
 }
 
 }  // namespace
@@ -74,13 +73,13 @@ absl::StatusOr<std::unique_ptr<DlNvml>> DlNvml::Open(const std::string& library)
   if (handle == nullptr) {
     const char* err = ::dlerror();
     return absl::FailedPreconditionError(
-        StrCat("cannot load ", library, " (is the NVIDIA driver installed?): ",
-               err ? err : "unknown error"));
+        StrCat("cannot load ", library,
+               " (is the NVIDIA driver installed?): ", err ? err : "unknown error"));
   }
   auto sym = std::make_unique<Symbols>();
   std::vector<std::string> missing;
-#define NVML_REQUIRED(name)                                                        \
-  sym->name = reinterpret_cast<decltype(sym->name)>(::dlsym(handle, #name));      \
+#define NVML_REQUIRED(name)                                                  \
+  sym->name = reinterpret_cast<decltype(sym->name)>(::dlsym(handle, #name)); \
   if (sym->name == nullptr) missing.push_back(#name);
 #define NVML_OPTIONAL(name) \
   sym->name = reinterpret_cast<decltype(sym->name)>(::dlsym(handle, #name));
@@ -89,9 +88,8 @@ absl::StatusOr<std::unique_ptr<DlNvml>> DlNvml::Open(const std::string& library)
 #undef NVML_OPTIONAL
   if (!missing.empty()) {
     ::dlclose(handle);
-    return absl::FailedPreconditionError(
-        StrCat(library, " lacks required NVML entry points (driver too old?): ",
-               StrJoin(missing, ", ")));
+    return absl::FailedPreconditionError(StrCat(
+        library, " lacks required NVML entry points (driver too old?): ", StrJoin(missing, ", ")));
   }
   if (auto s = NvmlError(sym->nvmlInit_v2(), "nvmlInit_v2"); !s.ok()) {
     ::dlclose(handle);
@@ -140,15 +138,18 @@ absl::StatusOr<std::vector<GpuInfo>> DlNvml::ListGpus() {
     GpuInfo info;
     info.index = static_cast<int>(i);
     char buf[NVML_DEVICE_UUID_V2_BUFFER_SIZE] = {};
-    RETURN_IF_ERROR(NvmlError(sym_->nvmlDeviceGetUUID(device, buf, sizeof(buf)), "nvmlDeviceGetUUID"));
+    RETURN_IF_ERROR(
+        NvmlError(sym_->nvmlDeviceGetUUID(device, buf, sizeof(buf)), "nvmlDeviceGetUUID"));
     info.uuid = CString(buf, sizeof(buf));
     char name[NVML_DEVICE_NAME_V2_BUFFER_SIZE] = {};
     RETURN_IF_ERROR(
         NvmlError(sym_->nvmlDeviceGetName(device, name, sizeof(name)), "nvmlDeviceGetName"));
     info.name = CString(name, sizeof(name));
     nvmlPciInfo_t pci{};
-    RETURN_IF_ERROR(NvmlError(sym_->nvmlDeviceGetPciInfo_v3(device, &pci), "nvmlDeviceGetPciInfo_v3"));
+    RETURN_IF_ERROR(
+        NvmlError(sym_->nvmlDeviceGetPciInfo_v3(device, &pci), "nvmlDeviceGetPciInfo_v3"));
     info.pci_device_id = pci.pciDeviceId;
+    info.pci_subsystem_id = pci.pciSubSystemId;
     info.pci_bus_id = CString(pci.busId, sizeof(pci.busId));
     nvmlMemory_t memory{};
     RETURN_IF_ERROR(
@@ -193,7 +194,8 @@ absl::Status DlNvml::ResetGpus(const std::vector<int>& gpus) {
     bus_ids.push_back(all[gpu].pci_bus_id);
   }
   const char* smi = std::getenv("PRISM_NVIDIA_SMI");
-  return RunProgram({smi != nullptr && *smi ? smi : "nvidia-smi", "-r", "-i", StrJoin(bus_ids, ",")});
+  return RunProgram(
+      {smi != nullptr && *smi ? smi : "nvidia-smi", "-r", "-i", StrJoin(bus_ids, ",")});
 }
 
 absl::StatusOr<std::vector<GpuInstanceProfileInfo>> DlNvml::ListGpuInstanceProfiles(int gpu) {
@@ -214,9 +216,9 @@ absl::StatusOr<std::vector<GpuInstanceProfileInfo>> DlNvml::ListGpuInstanceProfi
     p.instance_count = static_cast<int>(info.instanceCount);
     p.multiprocessors = static_cast<int>(info.multiprocessorCount);
     p.memory_mib = static_cast<int64_t>(info.memorySizeMB);
-    p.engines = EngineInfo{static_cast<int>(info.copyEngineCount), static_cast<int>(info.decoderCount),
-                           static_cast<int>(info.encoderCount), static_cast<int>(info.jpegCount),
-                           static_cast<int>(info.ofaCount)};
+    p.engines = EngineInfo{static_cast<int>(info.copyEngineCount),
+                           static_cast<int>(info.decoderCount), static_cast<int>(info.encoderCount),
+                           static_cast<int>(info.jpegCount), static_cast<int>(info.ofaCount)};
     unsigned int count = 0;
     RETURN_IF_ERROR(NvmlError(
         sym_->nvmlDeviceGetGpuInstancePossiblePlacements_v2(device, info.id, nullptr, &count),
@@ -241,7 +243,8 @@ namespace {
 template <typename Sym>
 absl::StatusOr<ComputeInstanceInfo> ReadComputeInstance(const Sym& sym, nvmlComputeInstance_t ci) {
   nvmlComputeInstanceInfo_t info{};
-  RETURN_IF_ERROR(NvmlError(sym.nvmlComputeInstanceGetInfo_v2(ci, &info), "nvmlComputeInstanceGetInfo_v2"));
+  RETURN_IF_ERROR(
+      NvmlError(sym.nvmlComputeInstanceGetInfo_v2(ci, &info), "nvmlComputeInstanceGetInfo_v2"));
   ComputeInstanceInfo out;
   out.id = static_cast<int>(info.id);
   out.profile_id = static_cast<int>(info.profileId);
@@ -272,9 +275,9 @@ absl::StatusOr<GpuInstanceInfo> ReadGpuInstance(const Sym& sym, nvmlGpuInstance_
     RETURN_IF_ERROR(NvmlError(rc, "nvmlGpuInstanceGetComputeInstanceProfileInfo"));
     unsigned int count = ci_profile.instanceCount;
     std::vector<nvmlComputeInstance_t> cis(count > 0 ? count : 1);
-    RETURN_IF_ERROR(NvmlError(
-        sym.nvmlGpuInstanceGetComputeInstances(gi, ci_profile.id, cis.data(), &count),
-        "nvmlGpuInstanceGetComputeInstances"));
+    RETURN_IF_ERROR(
+        NvmlError(sym.nvmlGpuInstanceGetComputeInstances(gi, ci_profile.id, cis.data(), &count),
+                  "nvmlGpuInstanceGetComputeInstances"));
     for (unsigned int i = 0; i < count; ++i) {
       ASSIGN_OR_RETURN(ComputeInstanceInfo ci, ReadComputeInstance(sym, cis[i]));
       out.compute_instances.push_back(std::move(ci));
@@ -336,10 +339,10 @@ absl::StatusOr<ComputeInstanceInfo> DlNvml::CreateComputeInstance(int gpu, int g
                      StrCat("no compute-instance profile of ", slice_count, " slices"));
   }
   nvmlComputeInstanceProfileInfo_t profile{};
-  RETURN_IF_ERROR(NvmlError(sym_->nvmlGpuInstanceGetComputeInstanceProfileInfo(
-                                gi, static_cast<unsigned>(index),
-                                NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &profile),
-                            "nvmlGpuInstanceGetComputeInstanceProfileInfo"));
+  RETURN_IF_ERROR(NvmlError(
+      sym_->nvmlGpuInstanceGetComputeInstanceProfileInfo(
+          gi, static_cast<unsigned>(index), NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED, &profile),
+      "nvmlGpuInstanceGetComputeInstanceProfileInfo"));
   nvmlComputeInstance_t ci = nullptr;
   RETURN_IF_ERROR(NvmlError(sym_->nvmlGpuInstanceCreateComputeInstance(gi, profile.id, &ci),
                             "nvmlGpuInstanceCreateComputeInstance",
@@ -349,16 +352,16 @@ absl::StatusOr<ComputeInstanceInfo> DlNvml::CreateComputeInstance(int gpu, int g
 
 absl::Status DlNvml::DestroyComputeInstance(int gpu, int gpu_instance_id, int compute_instance_id) {
   ASSIGN_OR_RETURN(nvmlDevice_t device, Device(*sym_, gpu));
-  const std::string where =
-      StrCat("GPU ", gpu, " GPU instance ", gpu_instance_id, " compute instance ", compute_instance_id);
+  const std::string where = StrCat("GPU ", gpu, " GPU instance ", gpu_instance_id,
+                                   " compute instance ", compute_instance_id);
   nvmlGpuInstance_t gi = nullptr;
   RETURN_IF_ERROR(NvmlError(
       sym_->nvmlDeviceGetGpuInstanceById(device, static_cast<unsigned>(gpu_instance_id), &gi),
       "nvmlDeviceGetGpuInstanceById", where));
   nvmlComputeInstance_t ci = nullptr;
-  RETURN_IF_ERROR(NvmlError(
-      sym_->nvmlGpuInstanceGetComputeInstanceById(gi, static_cast<unsigned>(compute_instance_id), &ci),
-      "nvmlGpuInstanceGetComputeInstanceById", where));
+  RETURN_IF_ERROR(NvmlError(sym_->nvmlGpuInstanceGetComputeInstanceById(
+                                gi, static_cast<unsigned>(compute_instance_id), &ci),
+                            "nvmlGpuInstanceGetComputeInstanceById", where));
   return NvmlError(sym_->nvmlComputeInstanceDestroy(ci), "nvmlComputeInstanceDestroy", where);
 }
 
@@ -389,9 +392,11 @@ absl::StatusOr<std::vector<ProcessInfo>> DlNvml::ListProcesses(int gpu) {
       p.pid = infos[i].pid;
       p.used_memory_mib = static_cast<int64_t>(infos[i].usedGpuMemory >> 20);
       // Without MIG the driver reports 0xFFFFFFFF for the instance IDs.
-      p.gpu_instance_id = infos[i].gpuInstanceId == 0xFFFFFFFFu ? -1 : static_cast<int>(infos[i].gpuInstanceId);
-      p.compute_instance_id =
-          infos[i].computeInstanceId == 0xFFFFFFFFu ? -1 : static_cast<int>(infos[i].computeInstanceId);
+      p.gpu_instance_id =
+          infos[i].gpuInstanceId == 0xFFFFFFFFu ? -1 : static_cast<int>(infos[i].gpuInstanceId);
+      p.compute_instance_id = infos[i].computeInstanceId == 0xFFFFFFFFu
+                                  ? -1
+                                  : static_cast<int>(infos[i].computeInstanceId);
       out.push_back(p);
     }
     return out;

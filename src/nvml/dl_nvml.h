@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+
 #include "nvml/nvml.h"
 
 namespace prism::nvml {

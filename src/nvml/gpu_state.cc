@@ -34,7 +34,8 @@ uint8_t AttrsForIndex(int index) {
 
 absl::StatusOr<mig::GpuModel> ModelForGpu(Nvml& nvml, const GpuInfo& gpu) {
   if (!gpu.mig_capable) {
-    return absl::UnimplementedError(StrCat("GPU ", gpu.index, " (", gpu.name, ") does not support MIG"));
+    return absl::UnimplementedError(
+        StrCat("GPU ", gpu.index, " (", gpu.name, ") does not support MIG"));
   }
   const mig::GpuModel* known = mig::FindModelByPciId(gpu.pci_device_id);
   if (known == nullptr) known = mig::FindModel(gpu.name);
@@ -46,7 +47,8 @@ absl::StatusOr<mig::GpuModel> ModelForGpu(Nvml& nvml, const GpuInfo& gpu) {
     model.name = gpu.name;
     model.product_names = {gpu.name};
     model.pci_device_id = gpu.pci_device_id;
-    model.architecture = mig::Architecture::kHopper;  // Unknown: mode changes are judged by the pending state.
+    model.architecture =
+        mig::Architecture::kHopper;  // Unknown: mode changes are judged by the pending state.
     model.unverified = "not in Prism's catalog; modelled from NVML";
   }
   if (gpu.memory_total_mib > 0) model.memory_mib = gpu.memory_total_mib;
@@ -103,9 +105,8 @@ absl::StatusOr<GpuMigState> ReadGpuMigState(Nvml& nvml, const GpuInfo& gpu) {
     }
     inst.start = gi.start;
     inst.gpu_instance_id = gi.id;
-    inst.busy = std::any_of(processes.begin(), processes.end(), [&gi](const ProcessInfo& p) {
-      return p.gpu_instance_id == gi.id;
-    });
+    inst.busy = std::any_of(processes.begin(), processes.end(),
+                            [&gi](const ProcessInfo& p) { return p.gpu_instance_id == gi.id; });
     state.layout.push_back(inst);
   }
   return state;

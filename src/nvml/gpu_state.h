@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
 #include "core/mig/gpu_model.h"
 #include "core/mig/layout.h"
 #include "nvml/nvml.h"

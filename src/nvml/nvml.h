@@ -28,10 +28,11 @@ namespace prism::nvml {
 
 struct GpuInfo {
   int index = 0;
-  std::string uuid;          // "GPU-..."
-  std::string name;          // nvmlDeviceGetName, e.g. "NVIDIA A100-SXM4-40GB"
-  uint32_t pci_device_id = 0;  // 0xDDDDVVVV
-  std::string pci_bus_id;    // "00000000:07:00.0"
+  std::string uuid;               // "GPU-..."
+  std::string name;               // nvmlDeviceGetName, e.g. "NVIDIA A100-SXM4-40GB"
+  uint32_t pci_device_id = 0;     // 0xDDDDVVVV
+  uint32_t pci_subsystem_id = 0;  // 0xSSSSssss
+  std::string pci_bus_id;         // "00000000:07:00.0"
   int64_t memory_total_mib = 0;
   bool mig_capable = false;
 };
@@ -67,8 +68,8 @@ struct ComputeInstanceInfo {
   int id = 0;
   int profile_id = 0;  // CI profile ID (== NVML CI profile index on current drivers).
   int slice_count = 0;
-  int start = 0;       // Compute-slice units inside its GPU instance.
-  std::string uuid;    // MIG device UUID, "MIG-..."
+  int start = 0;     // Compute-slice units inside its GPU instance.
+  std::string uuid;  // MIG device UUID, "MIG-..."
 };
 
 struct GpuInstanceInfo {

@@ -1,14 +1,13 @@
 // One behavioural suite run against both backends: SimNvml (YAML file) and the
 // production DlNvml loading the fake libnvidia-ml.so.1 over the same file. What
 // passes here holds for the real dlopen path's marshalling too.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
-
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
 
 #include "nvml/dl_nvml.h"
 #include "nvml/gpu_state.h"
@@ -216,8 +215,9 @@ TEST_P(NvmlConformanceTest, InjectedFaultsSurfaceAsErrors) {
 INSTANTIATE_TEST_SUITE_P(Backends, NvmlConformanceTest,
                          ::testing::Values(Backend::kSim, Backend::kDlFake),
                          [](const auto& param_info) {
-                           return param_info.param == Backend::kSim ? std::string("SimNvml")
-                                                              : std::string("DlNvmlOnFakeLibrary");
+                           return param_info.param == Backend::kSim
+                                      ? std::string("SimNvml")
+                                      : std::string("DlNvmlOnFakeLibrary");
                          });
 
 TEST(DlNvmlTest, MissingDriverIsAClearError) {
@@ -242,7 +242,8 @@ TEST(DlNvmlTest, FailingInitIsReported) {
   ::unsetenv("PRISM_FAKE_NVML_STATE");  // The fake then behaves like an unloaded driver.
   auto dl = DlNvml::Open(BinaryDir() + "/fake-nvml/libnvidia-ml.so.1");
   EXPECT_EQ(dl.status().code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(std::string(dl.status().message()), HasSubstr("nvmlInit_v2: NVML_ERROR_DRIVER_NOT_LOADED"));
+  EXPECT_THAT(std::string(dl.status().message()),
+              HasSubstr("nvmlInit_v2: NVML_ERROR_DRIVER_NOT_LOADED"));
 }
 
 TEST(DlNvmlTest, ResetRunsNvidiaSmiWithTheBusIds) {

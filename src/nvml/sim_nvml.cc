@@ -36,8 +36,15 @@ absl::StatusOr<std::vector<GpuInfo>> SimNvml::ListGpus() {
   std::vector<GpuInfo> out;
   for (size_t i = 0; i < state.gpus.size(); ++i) {
     const sim::SimGpu& g = state.gpus[i];
-    out.push_back(GpuInfo{static_cast<int>(i), g.uuid, g.name, g.pci_device_id, g.pci_bus_id,
-                          g.memory_mib, g.mig_model != nullptr});
+    GpuInfo info;
+    info.index = static_cast<int>(i);
+    info.uuid = g.uuid;
+    info.name = g.name;
+    info.pci_device_id = g.pci_device_id;
+    info.pci_bus_id = g.pci_bus_id;
+    info.memory_total_mib = g.memory_mib;
+    info.mig_capable = g.mig_model != nullptr;
+    out.push_back(std::move(info));
   }
   return out;
 }
@@ -71,9 +78,9 @@ absl::Status SimNvml::ResetGpus(const std::vector<int>& gpus) {
     for (int gpu : gpus) RETURN_IF_ERROR(CheckIndex(s, gpu, "GPU reset"));
     for (int gpu : gpus) {
       if (!s.gpus[gpu].processes.empty()) {
-        return NvmlError(kNvmlErrorInUse, "GPU reset",
-                         StrCat("GPU ", gpu, " has ", s.gpus[gpu].processes.size(),
-                                " running processes"));
+        return NvmlError(
+            kNvmlErrorInUse, "GPU reset",
+            StrCat("GPU ", gpu, " has ", s.gpus[gpu].processes.size(), " running processes"));
       }
     }
     for (int gpu : gpus) {
@@ -162,7 +169,8 @@ absl::StatusOr<ComputeInstanceInfo> SimNvml::CreateComputeInstance(int gpu, int 
     RETURN_IF_ERROR(NvmlError(rc, kCall, StrCat("GPU ", gpu, " GPU instance ", gpu_instance_id)));
     *changed = true;
     for (const auto& ci : sim::FindGpuInstance(s.gpus[gpu], gpu_instance_id)->compute_instances) {
-      if (ci.id == id) out = ComputeInstanceInfo{ci.id, ci.profile_index, ci.slice_count, ci.start, ci.uuid};
+      if (ci.id == id)
+        out = ComputeInstanceInfo{ci.id, ci.profile_index, ci.slice_count, ci.start, ci.uuid};
     }
     return absl::OkStatus();
   }));
@@ -199,7 +207,8 @@ absl::StatusOr<std::vector<ProcessInfo>> SimNvml::ListProcesses(int gpu) {
     RETURN_IF_ERROR(CheckIndex(s, gpu, kCall));
     RETURN_IF_ERROR(NvmlError(sim::CheckFault(s, "ListProcesses"), kCall));
     for (const auto& p : s.gpus[gpu].processes) {
-      out.push_back(ProcessInfo{p.pid, p.used_memory_mib, p.gpu_instance_id, p.compute_instance_id});
+      out.push_back(
+          ProcessInfo{p.pid, p.used_memory_mib, p.gpu_instance_id, p.compute_instance_id});
     }
     return absl::OkStatus();
   }));

@@ -30,10 +30,10 @@ struct ProfileFacts {
 };
 
 struct Lattice8Facts {
-  int memory_gb_1g;   // GB of the 1-slice profiles ("1g.<N>gb").
-  int memory_gb_2m;   // GB of the 2-memory-slice profiles.
-  int memory_gb_4m;   // GB of the 4-memory-slice profiles.
-  int memory_gb_8m;   // GB of the full GPU.
+  int memory_gb_1g;  // GB of the 1-slice profiles ("1g.<N>gb").
+  int memory_gb_2m;  // GB of the 2-memory-slice profiles.
+  int memory_gb_4m;  // GB of the 4-memory-slice profiles.
+  int memory_gb_8m;  // GB of the full GPU.
   ProfileFacts one, one_me, one_double, two, three, four, seven;
 };
 
@@ -85,7 +85,10 @@ constexpr EngineCounts kH100_7g{8, 7, 0, 7, 1};
 
 Lattice8Facts A100_40Facts() {
   // MIG User Guide values (older drivers); newer drivers report slightly more.
-  return {5, 10, 20, 40,
+  return {5,
+          10,
+          20,
+          40,
           {4864, 14, kA100_1g},
           {4864, 14, kA100_1gMe},
           {9856, 14, kA100_1gDouble},
@@ -98,7 +101,10 @@ Lattice8Facts A100_40Facts() {
 Lattice8Facts A100_80Facts() {
   // 1g.10gb is exact (GFD label); the rest are -lgip GiB x 1024 (+-8 MiB).
   // Engine counts differ between transcripts: taken from the A100-40GB.
-  return {10, 20, 40, 80,
+  return {10,
+          20,
+          40,
+          80,
           {9728, 14, kA100_1g, "engines"},
           {9728, 14, kA100_1gMe, "engines"},
           {19968, 14, kA100_1gDouble, "engines"},
@@ -110,7 +116,10 @@ Lattice8Facts A100_80Facts() {
 
 Lattice8Facts H100_80Facts(bool pcie) {
   if (!pcie) {
-    return {10, 20, 40, 80,
+    return {10,
+            20,
+            40,
+            80,
             {9984, 16, kH100_1g},
             {9984, 16, kH100_1gMe},
             {20096, 26, kH100_1g},
@@ -120,7 +129,10 @@ Lattice8Facts H100_80Facts(bool pcie) {
             {81152, 132, kH100_7g}};
   }
   // H100 PCIe (114 SMs): the guide gives 1g.20gb 14, 2g 30, 3g 46, 4g 62, 7g 114.
-  return {10, 20, 40, 80,
+  return {10,
+          20,
+          40,
+          80,
           {9984, 14, kH100_1g, "multiprocessors,engines"},
           {9984, 14, kH100_1gMe, "multiprocessors,engines"},
           {20096, 14, kH100_1g, "engines"},
@@ -131,7 +143,10 @@ Lattice8Facts H100_80Facts(bool pcie) {
 }
 
 Lattice8Facts H100NvlFacts() {
-  return {12, 24, 47, 94,
+  return {12,
+          24,
+          47,
+          94,
           {11008, 16, kH100_1g, "engines"},
           {11008, 16, kH100_1gMe, "engines"},
           {22144, 26, kH100_1g, "engines"},
@@ -145,7 +160,10 @@ Lattice8Facts H100_96Facts() {
   // Names from the MIG User Guide; MiB values are UNVERIFIED (chosen to derive
   // the guide's names with the driver formula); SMs and engines as H100 NVL.
   constexpr const char* kUnverified = "memory_mib,multiprocessors,engines";
-  return {12, 24, 48, 96,
+  return {12,
+          24,
+          48,
+          96,
           {11136, 16, kH100_1g, kUnverified},
           {11136, 16, kH100_1gMe, kUnverified},
           {22784, 26, kH100_1g, kUnverified},
@@ -157,7 +175,10 @@ Lattice8Facts H100_96Facts() {
 
 Lattice8Facts H200Facts() {
   // Copy-engine counts from mig-parted #120; other engines taken from the H100.
-  return {18, 35, 71, 141,
+  return {18,
+          35,
+          71,
+          141,
           {16384, 16, kH100_1g, "engines"},
           {16384, 16, kH100_1gMe, "engines"},
           {33024, 26, kH100_1g, "engines"},
@@ -171,7 +192,10 @@ Lattice8Facts Gh200_144Facts() {
   // mig-parted #139 gives 1g.18gb (17.50 GiB, 16 SMs) and 1g.36gb / 2g.36gb
   // (35.25 GiB, 26 / 32 SMs); the larger profiles are UNVERIFIED.
   constexpr const char* kUnverified = "memory_mib,multiprocessors,engines";
-  return {18, 36, 72, 144,
+  return {18,
+          36,
+          72,
+          144,
           {17920, 16, kH100_1g, "engines"},
           {17920, 16, kH100_1gMe, "engines"},
           {36096, 26, kH100_1g, "engines"},
@@ -191,7 +215,10 @@ Lattice8Facts B200Facts() {
   constexpr EngineCounts k4g{8, 1, 0, 1, 0};
   constexpr EngineCounts k7g{16, 1, 0, 1, 1};
   constexpr const char* kUnverified = "memory_mib,multiprocessors,engines";
-  return {23, 45, 90, 180,
+  return {23,
+          45,
+          90,
+          180,
           {22528, 18, k1g, "engines"},
           {22528, 18, k1gMe, "engines"},
           {45312, 30, k1g, "engines"},
@@ -245,8 +272,8 @@ std::vector<GpuModel> BuildCatalog() {
   c.push_back(std::move(a30));
   c.push_back(MakeModel("A100-SXM4-40GB", {"A100-40GB", "A100-SXM4-40G"}, {"NVIDIA A100-SXM4-40GB"},
                         0x20B010DE, A::kAmpere, 40960, 108, Lattice8(A100_40Facts())));
-  c.push_back(MakeModel("A100-PCIE-40GB", {"A100-40GB-PCIe"}, {"NVIDIA A100-PCIE-40GB"},
-                        0x20F110DE, A::kAmpere, 40960, 108, Lattice8(A100_40Facts())));
+  c.push_back(MakeModel("A100-PCIE-40GB", {"A100-40GB-PCIe"}, {"NVIDIA A100-PCIE-40GB"}, 0x20F110DE,
+                        A::kAmpere, 40960, 108, Lattice8(A100_40Facts())));
   c.push_back(MakeModel("A100-SXM4-80GB", {"A100-80GB"}, {"NVIDIA A100-SXM4-80GB"}, 0x20B210DE,
                         A::kAmpere, 81920, 108, Lattice8(A100_80Facts())));
   c.push_back(MakeModel("A100-PCIE-80GB", {"A100-80GB-PCIe"}, {"NVIDIA A100 80GB PCIe"}, 0x20B510DE,
@@ -256,9 +283,9 @@ std::vector<GpuModel> BuildCatalog() {
                         Lattice8(H100_80Facts(false))));
   c.push_back(MakeModel("H100-PCIE-80GB", {"H100-80GB-PCIe"}, {"NVIDIA H100 PCIe"}, 0x233110DE,
                         A::kHopper, 81559, 114, Lattice8(H100_80Facts(true))));
-  c.push_back(MakeModel("H100-NVL-94GB", {"H100-NVL", "H100-94GB", "H100-PCIE-94GB", "H100-SXM5-94GB"},
-                        {"NVIDIA H100 NVL"}, 0x232110DE, A::kHopper, 95830, 132,
-                        Lattice8(H100NvlFacts())));
+  c.push_back(
+      MakeModel("H100-NVL-94GB", {"H100-NVL", "H100-94GB", "H100-PCIE-94GB", "H100-SXM5-94GB"},
+                {"NVIDIA H100 NVL"}, 0x232110DE, A::kHopper, 95830, 132, Lattice8(H100NvlFacts())));
   c.push_back(MakeModel("H100-SXM5-96GB", {"H100-96GB"}, {"NVIDIA H100 96GB HBM3"}, 0x233D10DE,
                         A::kHopper, 97871, 132, Lattice8(H100_96Facts()),
                         "memory_mib,product_names"));
@@ -365,9 +392,8 @@ std::string GpuModel::PciDeviceIdString() const {
 }
 
 std::string GpuModel::ProfileList() const {
-  return StrJoin(profiles, ", ", [](std::string* out, const GpuInstanceProfile& p) {
-    out->append(p.Name());
-  });
+  return StrJoin(profiles, ", ",
+                 [](std::string* out, const GpuInstanceProfile& p) { out->append(p.Name()); });
 }
 
 const std::vector<GpuModel>& Catalog() {
@@ -398,8 +424,7 @@ const GpuModel* FindModelByPciId(uint32_t pci_device_id) {
 }
 
 std::string ModelList() {
-  return StrJoin(Catalog(), ", ",
-                       [](std::string* out, const GpuModel& m) { out->append(m.name); });
+  return StrJoin(Catalog(), ", ", [](std::string* out, const GpuModel& m) { out->append(m.name); });
 }
 
 }  // namespace prism::mig

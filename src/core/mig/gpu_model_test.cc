@@ -1,9 +1,9 @@
 #include "core/mig/gpu_model.h"
 
-#include <set>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <set>
 
 namespace prism::mig {
 namespace {

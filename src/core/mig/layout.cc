@@ -89,8 +89,8 @@ std::string NoFitReason(const GpuModel& model, const Occupancy& occ,
   for (size_t p = 0; p < model.profiles.size(); ++p) {
     const int total = wanted[p] + occ.count[p];
     if (wanted[p] > 0 && total > model.profiles[p].max_count) {
-      return StrCat(total, " instances of ", model.profiles[p].Name(),
-                          " exceed its maximum of ", model.profiles[p].max_count);
+      return StrCat(total, " instances of ", model.profiles[p].Name(), " exceed its maximum of ",
+                    model.profiles[p].max_count);
     }
   }
   if (media + occ.media_extensions > 1) return "at most one +me instance fits on a GPU";
@@ -104,8 +104,8 @@ std::string NoFitReason(const GpuModel& model, const Occupancy& occ,
   if (memory > free_memory) {
     return StrCat("needs ", memory, " memory slices, ", free_memory, " free");
   }
-  return StrCat("no legal placement fits them in the free memory slices (",
-                      SliceRanges(free_mask), ")");
+  return StrCat("no legal placement fits them in the free memory slices (", SliceRanges(free_mask),
+                ")");
 }
 
 }  // namespace
@@ -168,35 +168,33 @@ absl::StatusOr<Occupancy> Occupy(const GpuModel& model, const Layout& layout) {
     const std::string name = InstanceName(model, inst);
     if (!p.IsLegalStart(inst.start)) {
       return absl::InvalidArgumentError(StrCat(name, ": start ", inst.start,
-                                                     " is not a legal placement of ", p.Name(),
-                                                     " (allowed: ", StrJoin(p.starts, ", "),
-                                                     ")"));
+                                               " is not a legal placement of ", p.Name(),
+                                               " (allowed: ", StrJoin(p.starts, ", "), ")"));
     }
     const uint32_t mask = PlacementMask(model, inst.profile, inst.start);
     if (occ.memory_mask & mask) {
       for (size_t j = 0; j < i; ++j) {
         const uint32_t other = PlacementMask(model, layout[j].profile, layout[j].start);
         if (other & mask) {
-          return absl::InvalidArgumentError(StrCat(name, " overlaps ",
-                                                         InstanceName(model, layout[j]),
-                                                         " on memory slices ",
-                                                         SliceRanges(other & mask)));
+          return absl::InvalidArgumentError(
+              StrCat(name, " overlaps ", InstanceName(model, layout[j]), " on memory slices ",
+                     SliceRanges(other & mask)));
         }
       }
     }
     if (occ.count[inst.profile] + 1 > p.max_count) {
       return absl::InvalidArgumentError(StrCat(occ.count[inst.profile] + 1, " instances of ",
-                                                     p.Name(), " exceed its maximum of ",
-                                                     p.max_count, " on ", model.name));
+                                               p.Name(), " exceed its maximum of ", p.max_count,
+                                               " on ", model.name));
     }
     if (p.HasMediaExtensions() && occ.media_extensions > 0) {
-      return absl::InvalidArgumentError(StrCat(
-          name, ": a GPU has one set of media engines, so at most one +me instance"));
+      return absl::InvalidArgumentError(
+          StrCat(name, ": a GPU has one set of media engines, so at most one +me instance"));
     }
     if (occ.compute_used + p.compute_slices > model.compute_slices) {
       return absl::InvalidArgumentError(
           StrCat(name, ": compute slices would total ", occ.compute_used + p.compute_slices,
-                       ", more than the ", model.compute_slices, " of ", model.name));
+                 ", more than the ", model.compute_slices, " of ", model.name));
     }
     occ.memory_mask |= mask;
     occ.compute_used += p.compute_slices;
@@ -246,8 +244,8 @@ absl::StatusOr<Layout> PlaceProfiles(const GpuModel& model, const Layout& existi
     for (int p : order) names.push_back(model.profiles[p].Name());
     return absl::ResourceExhaustedError(
         StrCat("cannot place ", StrJoin(names, " + "), " on ", model.name,
-                     existing.empty() ? "" : StrCat(" next to ", LayoutToString(model, existing)),
-                     ": ", NoFitReason(model, *occ, order)));
+               existing.empty() ? "" : StrCat(" next to ", LayoutToString(model, existing)), ": ",
+               NoFitReason(model, *occ, order)));
   }
   Layout out;
   out.reserve(order.size());
@@ -307,15 +305,15 @@ absl::StatusOr<ProfileCounts> ProfileCountsFromNames(const GpuModel& model,
     auto parsed = ParseProfileName(name);
     if (!parsed.ok()) return parsed.status();
     if (!parsed->IsFullGpuInstance()) {
-      return absl::InvalidArgumentError(StrCat(
-          "profile '", name, "' splits a GPU instance into compute instances; Prism creates one "
-          "compute instance per GPU instance"));
+      return absl::InvalidArgumentError(
+          StrCat("profile '", name,
+                 "' splits a GPU instance into compute instances; Prism creates one "
+                 "compute instance per GPU instance"));
     }
     const int index = model.FindProfile(*parsed);
     if (index < 0) {
       return absl::InvalidArgumentError(StrCat("MIG profile '", name, "' does not exist on ",
-                                                     model.name, " (it has ", model.ProfileList(),
-                                                     ")"));
+                                               model.name, " (it has ", model.ProfileList(), ")"));
     }
     if (count < 0) {
       return absl::InvalidArgumentError(

@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+
 #include "core/mig/gpu_model.h"
 
 namespace prism::mig {

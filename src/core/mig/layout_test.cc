@@ -1,10 +1,10 @@
 #include "core/mig/layout.h"
 
-#include <random>
-#include <set>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <random>
+#include <set>
 
 #include "core/mig/test_util.h"
 
@@ -122,7 +122,8 @@ TEST(EnumerateMaximalLayoutsTest, EveryLayoutIsLegalMaximalAndUnique) {
 TEST(EnumerateMaximalLayoutsTest, ContainsTheKnownFullLayouts) {
   const GpuModel& a100 = Model("A100-SXM4-40GB");
   std::set<std::string> all;
-  for (const Layout& layout : EnumerateMaximalLayouts(a100)) all.insert(LayoutToString(a100, layout));
+  for (const Layout& layout : EnumerateMaximalLayouts(a100))
+    all.insert(LayoutToString(a100, layout));
   EXPECT_TRUE(all.count("7g.40gb@0"));
   EXPECT_TRUE(all.count("4g.20gb@0 3g.20gb@4"));
   EXPECT_TRUE(all.count("1g.5gb@0 1g.5gb@1 2g.10gb@2 3g.20gb@4"));

@@ -1,8 +1,8 @@
 #include "core/mig/planner.h"
 
 #include <bit>
-#include "base/strings.h"
 
+#include "base/strings.h"
 
 namespace prism::mig {
 namespace {
@@ -39,7 +39,7 @@ absl::StatusOr<MigPlan> PlanTransition(const GpuModel& model, const Layout& curr
   if (auto empty_fit = PlaceProfiles(model, {}, ExpandCounts(model, want), weights);
       !empty_fit.ok()) {
     return absl::InvalidArgumentError(StrCat("desired layout {", CountsToString(model, want),
-                                                   "} is impossible: ", empty_fit.status().message()));
+                                             "} is impossible: ", empty_fit.status().message()));
   }
   const size_t n = current.size();
   if (n > 16) return absl::InvalidArgumentError("current layout has too many instances");
@@ -51,7 +51,7 @@ absl::StatusOr<MigPlan> PlanTransition(const GpuModel& model, const Layout& curr
     if (++busy_counts[current[i].profile] > want[current[i].profile]) {
       return absl::FailedPreconditionError(
           StrCat(Describe(model, current[i]), " is in use, but the desired layout {",
-                       CountsToString(model, want), "} has no room for it"));
+                 CountsToString(model, want), "} has no room for it"));
     }
   }
 
@@ -98,7 +98,7 @@ absl::StatusOr<MigPlan> PlanTransition(const GpuModel& model, const Layout& curr
     }
     return absl::FailedPreconditionError(
         StrCat("desired layout {", CountsToString(model, want),
-                     "} cannot be reached without moving instances in use (", busy, ")"));
+               "} cannot be reached without moving instances in use (", busy, ")"));
   }
   (void)best_size;
   MigPlan plan;
@@ -135,9 +135,9 @@ absl::StatusOr<MigPlan> PlanExactTransition(const GpuModel& model, const Layout&
     if (kept) {
       plan.keep.push_back(inst);
     } else if (inst.busy) {
-      return absl::FailedPreconditionError(StrCat(
-          Describe(model, inst), " is in use and is not part of the desired layout ",
-          LayoutToString(model, desired)));
+      return absl::FailedPreconditionError(
+          StrCat(Describe(model, inst), " is in use and is not part of the desired layout ",
+                 LayoutToString(model, desired)));
     } else {
       plan.destroy.push_back(inst);
     }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "absl/status/statusor.h"
+
 #include "core/mig/gpu_model.h"
 #include "core/mig/layout.h"
 

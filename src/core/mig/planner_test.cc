@@ -1,9 +1,9 @@
 #include "core/mig/planner.h"
 
-#include <random>
-
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <random>
 
 #include "core/mig/test_util.h"
 
@@ -22,7 +22,8 @@ ProfileCounts Counts(const GpuModel& m, const std::map<std::string, int>& named)
 
 TEST(PlanTransitionTest, FromEmptyCreatesEverything) {
   const GpuModel& a100 = Model("A100-SXM4-40GB");
-  auto plan = PlanTransition(a100, {}, Counts(a100, {{"1g.5gb", 2}, {"2g.10gb", 1}, {"3g.20gb", 1}}));
+  auto plan =
+      PlanTransition(a100, {}, Counts(a100, {{"1g.5gb", 2}, {"2g.10gb", 1}, {"3g.20gb", 1}}));
   ASSERT_TRUE(plan.ok()) << plan.status();
   EXPECT_TRUE(plan->destroy.empty());
   EXPECT_EQ(LayoutToString(a100, plan->create), "1g.5gb@0 1g.5gb@1 2g.10gb@2 3g.20gb@4");

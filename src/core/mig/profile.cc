@@ -2,8 +2,8 @@
 
 #include <charconv>
 #include <cmath>
-#include "base/strings.h"
 
+#include "base/strings.h"
 
 namespace prism::mig {
 namespace {
@@ -25,9 +25,8 @@ bool ConsumePrefix(std::string_view* text, std::string_view prefix) {
 }
 
 absl::Status Bad(std::string_view text, std::string_view why) {
-  return absl::InvalidArgumentError(
-      StrCat("invalid MIG profile '", text, "': ", why,
-                   " (expected [<C>c.]<G>g.<GB>gb[+me|+me.all|+gfx|-me])"));
+  return absl::InvalidArgumentError(StrCat("invalid MIG profile '", text, "': ", why,
+                                           " (expected [<C>c.]<G>g.<GB>gb[+me|+me.all|+gfx|-me])"));
 }
 
 }  // namespace
@@ -41,9 +40,7 @@ std::string ProfileName::ToString() const {
     return out;
   }
   std::string plus;
-  auto add = [&plus](std::string_view attr) {
-    StrAppend(&plus, plus.empty() ? "+" : ",", attr);
-  };
+  auto add = [&plus](std::string_view attr) { StrAppend(&plus, plus.empty() ? "+" : ",", attr); };
   if (attrs & kAttrMediaExtensions) add("me");
   if (attrs & kAttrAllMediaExtensions) add("me.all");
   if (attrs & kAttrGraphics) add("gfx");

@@ -78,12 +78,12 @@ TEST(ProfileNameTest, RejectsMalformedNamesWithReason) {
 }
 
 TEST(MigMemorySizeGbTest, MatchesDriverNames) {
-  EXPECT_EQ(MigMemorySizeGb(4864, 40960), 5);      // A100-40GB 1g.5gb
-  EXPECT_EQ(MigMemorySizeGb(40192, 40960), 40);    // A100-40GB 7g.40gb
-  EXPECT_EQ(MigMemorySizeGb(16384, 143771), 18);   // H200 1/8 * 141 = 17.625 -> 18
-  EXPECT_EQ(MigMemorySizeGb(71168, 143771), 71);   // H200 4/8 * 141 = 70.5 -> 71 (half away)
-  EXPECT_EQ(MigMemorySizeGb(22528, 183359), 23);   // B200 1/8 * 180 = 22.5 -> 23
-  EXPECT_EQ(MigMemorySizeGb(81152, 81559), 80);    // H100 7g.80gb, not 7g.79gb
+  EXPECT_EQ(MigMemorySizeGb(4864, 40960), 5);     // A100-40GB 1g.5gb
+  EXPECT_EQ(MigMemorySizeGb(40192, 40960), 40);   // A100-40GB 7g.40gb
+  EXPECT_EQ(MigMemorySizeGb(16384, 143771), 18);  // H200 1/8 * 141 = 17.625 -> 18
+  EXPECT_EQ(MigMemorySizeGb(71168, 143771), 71);  // H200 4/8 * 141 = 70.5 -> 71 (half away)
+  EXPECT_EQ(MigMemorySizeGb(22528, 183359), 23);  // B200 1/8 * 180 = 22.5 -> 23
+  EXPECT_EQ(MigMemorySizeGb(81152, 81559), 80);   // H100 7g.80gb, not 7g.79gb
   EXPECT_EQ(MigMemorySizeGb(0, 40960), 0);
 }
 

@@ -5,9 +5,9 @@
 #include <string_view>
 
 #include "base/check.h"
+#include "base/strings.h"
 #include "core/mig/gpu_model.h"
 #include "core/mig/layout.h"
-#include "base/strings.h"
 
 namespace prism::mig::testing {
 

@@ -182,7 +182,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t*
     if (d.kind != kDevice || !ValidDevice(s, d)) return nv::kNvmlErrorInvalidArgument;
     const SimGpu& g = s.gpus[d.gpu];
     unsigned long long used = 0;
-    for (const auto& p : g.processes) used += static_cast<unsigned long long>(p.used_memory_mib) << 20;
+    for (const auto& p : g.processes)
+      used += static_cast<unsigned long long>(p.used_memory_mib) << 20;
     memory->total = static_cast<unsigned long long>(g.memory_mib) << 20;
     memory->used = used;
     memory->free = memory->total - used;
@@ -238,7 +239,8 @@ NVML_API nvmlReturn_t nvmlDeviceGetGpuInstancePossiblePlacements_v2(
       return nv::kNvmlErrorInvalidArgument;
     }
     const prism::mig::GpuInstanceProfile* p = nullptr;
-    if (int rc = sim::GetProfileById(s, d.gpu, static_cast<int>(profile_id), &p); rc != 0) return rc;
+    if (int rc = sim::GetProfileById(s, d.gpu, static_cast<int>(profile_id), &p); rc != 0)
+      return rc;
     const unsigned n = static_cast<unsigned>(p->starts.size());
     if (placements == nullptr) {
       *count = n;
@@ -267,7 +269,8 @@ NVML_API nvmlReturn_t nvmlDeviceCreateGpuInstanceWithPlacement(
       return nv::kNvmlErrorInvalidArgument;
     }
     const prism::mig::GpuInstanceProfile* p = nullptr;
-    if (int rc = sim::GetProfileById(s, d.gpu, static_cast<int>(profile_id), &p); rc != 0) return rc;
+    if (int rc = sim::GetProfileById(s, d.gpu, static_cast<int>(profile_id), &p); rc != 0)
+      return rc;
     if (placement->size != static_cast<unsigned>(p->memory_slices)) {
       return nv::kNvmlErrorInvalidArgument;
     }
@@ -463,8 +466,9 @@ NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t devic
     for (size_t i = 0; i < procs.size(); ++i) {
       infos[i].pid = procs[i].pid;
       infos[i].usedGpuMemory = static_cast<unsigned long long>(procs[i].used_memory_mib) << 20;
-      infos[i].gpuInstanceId =
-          procs[i].gpu_instance_id < 0 ? 0xFFFFFFFFu : static_cast<unsigned>(procs[i].gpu_instance_id);
+      infos[i].gpuInstanceId = procs[i].gpu_instance_id < 0
+                                   ? 0xFFFFFFFFu
+                                   : static_cast<unsigned>(procs[i].gpu_instance_id);
       infos[i].computeInstanceId = procs[i].compute_instance_id < 0
                                        ? 0xFFFFFFFFu
                                        : static_cast<unsigned>(procs[i].compute_instance_id);

@@ -1,11 +1,11 @@
 #include "nvml/sim/sim_state.h"
 
+#include <yaml-cpp/yaml.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <set>
-
-#include <yaml-cpp/yaml.h>
 
 #include "base/status_macros.h"
 #include "base/strings.h"
@@ -20,9 +20,9 @@ constexpr int kGpuInstanceProfileCount = 0x12;
 
 std::string FormatUuid(std::string_view prefix, uint64_t hi, uint64_t lo) {
   char buf[64];
-  std::snprintf(buf, sizeof(buf), "%08x-%04x-%04x-%04x-%012llx",
-                static_cast<unsigned>(hi >> 32), static_cast<unsigned>((hi >> 16) & 0xffff),
-                static_cast<unsigned>(hi & 0xffff), static_cast<unsigned>(lo >> 48),
+  std::snprintf(buf, sizeof(buf), "%08x-%04x-%04x-%04x-%012llx", static_cast<unsigned>(hi >> 32),
+                static_cast<unsigned>((hi >> 16) & 0xffff), static_cast<unsigned>(hi & 0xffff),
+                static_cast<unsigned>(lo >> 48),
                 static_cast<unsigned long long>(lo & 0xffffffffffffULL));
   return StrCat(prefix, buf);
 }
@@ -131,8 +131,9 @@ absl::Status ParseGpu(const YAML::Node& node, int index, SimGpu* gpu) {
   } else {
     gpu->name = StrCat("NVIDIA ", gpu->model);
     if (!node["memory_mib"]) {
-      return Bad(where, StrCat("model '", gpu->model, "' is not a MIG-capable model Prism knows (",
-                               mig::ModelList(), "); give memory_mib to simulate a GPU without MIG"));
+      return Bad(where,
+                 StrCat("model '", gpu->model, "' is not a MIG-capable model Prism knows (",
+                        mig::ModelList(), "); give memory_mib to simulate a GPU without MIG"));
     }
   }
   RETURN_IF_ERROR(Read(node, "name", where, &gpu->name));
@@ -199,7 +200,8 @@ absl::Status ParseGpu(const YAML::Node& node, int index, SimGpu* gpu) {
           ci.start = used;
           RETURN_IF_ERROR(Read(cis[j], "start", cw, &ci.start));
           used += ci.slice_count;
-          if (used > prof.compute_slices) return Bad(cw, "compute instances exceed the GPU instance");
+          if (used > prof.compute_slices)
+            return Bad(cw, "compute instances exceed the GPU instance");
           RETURN_IF_ERROR(Read(cis[j], "uuid", cw, &ci.uuid));
           gi.compute_instances.push_back(ci);
         }
@@ -214,8 +216,8 @@ absl::Status ParseGpu(const YAML::Node& node, int index, SimGpu* gpu) {
     if (!procs.IsSequence()) return Bad(where, "'processes' must be a list");
     for (size_t i = 0; i < procs.size(); ++i) {
       const std::string pw = StrCat(where, ".processes[", i, "]");
-      RETURN_IF_ERROR(CheckKeys(procs[i], pw,
-                                {"pid", "used_mib", "gpu_instance", "compute_instance"}));
+      RETURN_IF_ERROR(
+          CheckKeys(procs[i], pw, {"pid", "used_mib", "gpu_instance", "compute_instance"}));
       SimProcess p;
       RETURN_IF_ERROR(Read(procs[i], "pid", pw, &p.pid));
       RETURN_IF_ERROR(Read(procs[i], "used_mib", pw, &p.used_memory_mib));
@@ -280,7 +282,8 @@ absl::StatusOr<SimState> ParseSimState(const std::string& yaml_text) {
       RETURN_IF_ERROR(Read(faults[i], "error", fw, &error));
       f.code = NvmlReturnFromName(error);
       if (f.call.empty() || f.code <= 0) {
-        return Bad(fw, "needs 'call' and 'error' (an NVML error name such as INSUFFICIENT_RESOURCES)");
+        return Bad(fw,
+                   "needs 'call' and 'error' (an NVML error name such as INSUFFICIENT_RESOURCES)");
       }
       state.faults.push_back(f);
     }
@@ -316,9 +319,9 @@ std::string SerializeSimState(const SimState& state) {
       out << YAML::Key << "gpu_instances" << YAML::Value << YAML::BeginSeq;
       for (const SimGpuInstance& gi : g.gpu_instances) {
         const int p = g.mig_model->FindProfileById(gi.profile_id);
-        out << YAML::BeginMap << YAML::Key << "id" << YAML::Value << gi.id << YAML::Key
-            << "profile" << YAML::Value << g.mig_model->profiles[p].Name() << YAML::Key << "start"
-            << YAML::Value << gi.start;
+        out << YAML::BeginMap << YAML::Key << "id" << YAML::Value << gi.id << YAML::Key << "profile"
+            << YAML::Value << g.mig_model->profiles[p].Name() << YAML::Key << "start" << YAML::Value
+            << gi.start;
         if (!gi.compute_instances.empty()) {
           out << YAML::Key << "compute_instances" << YAML::Value << YAML::BeginSeq;
           for (const SimComputeInstance& ci : gi.compute_instances) {
@@ -534,8 +537,9 @@ int DestroyComputeInstance(SimState& state, int gpu, int gpu_instance_id, int co
   if (g.mig_model == nullptr || !g.mig_current) return kNvmlErrorNotSupported;
   SimGpuInstance* gi = FindGpuInstance(g, gpu_instance_id);
   if (gi == nullptr) return kNvmlErrorNotFound;
-  auto it = std::find_if(gi->compute_instances.begin(), gi->compute_instances.end(),
-                         [&](const SimComputeInstance& ci) { return ci.id == compute_instance_id; });
+  auto it =
+      std::find_if(gi->compute_instances.begin(), gi->compute_instances.end(),
+                   [&](const SimComputeInstance& ci) { return ci.id == compute_instance_id; });
   if (it == gi->compute_instances.end()) return kNvmlErrorNotFound;
   if (HasProcessOn(g, gpu_instance_id, compute_instance_id)) return kNvmlErrorInUse;
   if (int rc = TakeFault(state, "DestroyComputeInstance"); rc != kNvmlSuccess) return rc;

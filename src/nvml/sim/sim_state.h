@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+
 #include "core/mig/gpu_model.h"
 
 namespace prism::nvml::sim {
@@ -54,9 +55,9 @@ struct SimProcess {
 };
 
 struct SimGpu {
-  std::string model;  // Catalog name, or any name for a GPU without MIG.
+  std::string model;                         // Catalog name, or any name for a GPU without MIG.
   const mig::GpuModel* mig_model = nullptr;  // Null when not MIG capable.
-  std::string name;   // nvmlDeviceGetName.
+  std::string name;                          // nvmlDeviceGetName.
   std::string uuid;
   std::string pci_bus_id;
   uint32_t pci_device_id = 0;

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+
 #include "nvml/sim/sim_state.h"
 
 namespace prism::nvml::sim {

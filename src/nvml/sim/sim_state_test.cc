@@ -108,18 +108,18 @@ TEST(SimStateTest, EnforcesMigRulesWithNvmlCodes) {
   ASSERT_EQ(CreateGpuInstance(s, 0, 9, 0, &gi3), kNvmlSuccess);  // 3g.20gb@0
   int other = -1;
   EXPECT_EQ(CreateGpuInstance(s, 0, 14, 2, &other), kNvmlErrorInsufficientResources);  // overlap
-  EXPECT_EQ(CreateGpuInstance(s, 0, 9, 2, &other), kNvmlErrorInvalidArgument);  // illegal start
+  EXPECT_EQ(CreateGpuInstance(s, 0, 9, 2, &other), kNvmlErrorInvalidArgument);   // illegal start
   EXPECT_EQ(CreateGpuInstance(s, 0, 42, 0, &other), kNvmlErrorInvalidArgument);  // no such profile
   EXPECT_EQ(CreateGpuInstance(s, 0, 5, 0, &other), kNvmlErrorInsufficientResources);
   int me = -1;
-  ASSERT_EQ(CreateGpuInstance(s, 0, 20, 4, &me), kNvmlSuccess);  // 1g.5gb+me
+  ASSERT_EQ(CreateGpuInstance(s, 0, 20, 4, &me), kNvmlSuccess);                        // 1g.5gb+me
   EXPECT_EQ(CreateGpuInstance(s, 0, 20, 5, &other), kNvmlErrorInsufficientResources);  // 2nd +me
 
   int ci = -1;
   EXPECT_EQ(CreateComputeInstance(s, 0, gi3, 3, &ci), kNvmlErrorNotSupported);  // 4c in a 3g
   ASSERT_EQ(CreateComputeInstance(s, 0, gi3, 0, &ci), kNvmlSuccess);            // 1c
   int ci2 = -1;
-  ASSERT_EQ(CreateComputeInstance(s, 0, gi3, 1, &ci2), kNvmlSuccess);           // 2c
+  ASSERT_EQ(CreateComputeInstance(s, 0, gi3, 1, &ci2), kNvmlSuccess);  // 2c
   EXPECT_EQ(CreateComputeInstance(s, 0, gi3, 0, &other), kNvmlErrorInsufficientResources);
   EXPECT_EQ(DestroyGpuInstance(s, 0, gi3), kNvmlErrorInUse);  // compute instances left
   s.gpus[0].processes.push_back(SimProcess{1234, 10, gi3, ci});
@@ -159,10 +159,11 @@ TEST(SimStateTest, EveryMaximalLayoutOfEveryModelCanBeCreated) {
                   kNvmlSuccess)
             << mig::LayoutToString(m, layout);
         int ci = -1;
-        ASSERT_EQ(CreateComputeInstance(
-                      s, 0, id, mig::ComputeInstanceProfileIndex(m.profiles[inst.profile].compute_slices),
-                      &ci),
-                  kNvmlSuccess);
+        ASSERT_EQ(
+            CreateComputeInstance(
+                s, 0, id, mig::ComputeInstanceProfileIndex(m.profiles[inst.profile].compute_slices),
+                &ci),
+            kNvmlSuccess);
       }
       // Maximal: nothing else fits anywhere.
       for (const auto& p : m.profiles) {

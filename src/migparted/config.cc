@@ -1,0 +1,287 @@
+#include "migparted/config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "core/mig/profile.h"
+
+namespace prism::migparted {
+namespace {
+
+absl::Status Bad(std::string_view where, std::string_view what) {
+  return absl::InvalidArgumentError(StrCat(where, ": ", what));
+}
+
+std::string Hex(uint32_t v) {
+  char buf[16];
+  std::snprintf(buf, sizeof(buf), "0x%08X", v);
+  return buf;
+}
+
+// Parses "0x20B010DE" like Go's strconv.ParseUint(s, 0, 32).
+absl::StatusOr<uint32_t> ParseId(std::string_view text, std::string_view where) {
+  const std::string s(StripWhitespace(text));
+  if (s.empty()) return Bad(where, "empty device ID");
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(s.c_str(), &end, 0);
+  if (errno != 0 || end == nullptr || *end != '\0' || v > 0xFFFFFFFFULL || s[0] == '-') {
+    return Bad(where, StrCat("invalid device ID '", s, "' (expected e.g. 0x20B010DE)"));
+  }
+  return static_cast<uint32_t>(v);
+}
+
+absl::StatusOr<DeviceFilter> ParseFilter(std::string_view text, std::string_view where) {
+  DeviceFilter f;
+  const auto parts = StrSplit(text, ':');
+  if (parts.size() > 2) return Bad(where, StrCat("invalid device-filter '", text, "'"));
+  ASSIGN_OR_RETURN(f.device_id, ParseId(parts[0], where));
+  if (parts.size() == 2) {
+    ASSIGN_OR_RETURN(uint32_t sub, ParseId(parts[1], where));
+    f.subsystem_id = sub;
+  }
+  return f;
+}
+
+absl::Status CheckKeys(const YAML::Node& node, std::string_view where,
+                       std::initializer_list<std::string_view> allowed) {
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
+      return Bad(where, StrCat("unknown field '", key, "'"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<MigConfigSpec> ParseSpec(const YAML::Node& node, const std::string& where) {
+  if (!node.IsMap()) return Bad(where, "each entry must be a mapping");
+  RETURN_IF_ERROR(
+      CheckKeys(node, where, {"device-filter", "devices", "mig-enabled", "mig-devices"}));
+  MigConfigSpec spec;
+  if (const YAML::Node filter = node["device-filter"]) {
+    if (filter.IsScalar()) {
+      ASSIGN_OR_RETURN(DeviceFilter f, ParseFilter(filter.Scalar(), where));
+      spec.device_filter.push_back(f);
+    } else if (filter.IsSequence()) {
+      for (const auto& item : filter) {
+        if (!item.IsScalar()) return Bad(where, "device-filter entries must be strings");
+        ASSIGN_OR_RETURN(DeviceFilter f, ParseFilter(item.Scalar(), where));
+        spec.device_filter.push_back(f);
+      }
+    } else {
+      return Bad(where, "device-filter must be a string or a list of strings");
+    }
+  }
+  const YAML::Node devices = node["devices"];
+  if (!devices) return Bad(where, "missing required field 'devices' (all or a list of indices)");
+  if (devices.IsScalar() && devices.Scalar() == "all") {
+    spec.all_devices = true;
+  } else if (devices.IsSequence()) {
+    for (const auto& item : devices) {
+      int index = -1;
+      try {
+        index = item.as<int>();
+      } catch (const YAML::Exception&) {
+        return Bad(where, StrCat("invalid device index '", item.Scalar(), "'"));
+      }
+      if (index < 0) return Bad(where, StrCat("invalid device index ", index));
+      spec.devices.push_back(index);
+    }
+  } else {
+    return Bad(where, "'devices' must be 'all' or a list of GPU indices");
+  }
+  const YAML::Node enabled = node["mig-enabled"];
+  if (!enabled) return Bad(where, "missing required field 'mig-enabled'");
+  try {
+    spec.mig_enabled = enabled.as<bool>();
+  } catch (const YAML::Exception&) {
+    return Bad(where, StrCat("'mig-enabled' must be true or false, not '", enabled.Scalar(), "'"));
+  }
+  if (const YAML::Node mig_devices = node["mig-devices"]) {
+    spec.has_mig_devices = true;
+    if (!mig_devices.IsMap() && !mig_devices.IsNull()) {
+      return Bad(where, "'mig-devices' must map profile names to counts");
+    }
+    if (mig_devices.IsMap()) {
+      for (const auto& kv : mig_devices) {
+        const std::string profile = kv.first.as<std::string>();
+        if (auto parsed = mig::ParseProfileName(profile); !parsed.ok()) {
+          return Bad(where, std::string(parsed.status().message()));
+        }
+        int count = -1;
+        try {
+          count = kv.second.as<int>();
+        } catch (const YAML::Exception&) {
+          return Bad(where, StrCat("count of '", profile, "' is not an integer"));
+        }
+        if (count < 0) return Bad(where, StrCat("count of '", profile, "' is negative"));
+        spec.mig_devices[profile] += count;
+      }
+    }
+  }
+  if (spec.mig_enabled && !spec.has_mig_devices) {
+    return Bad(where, "'mig-devices' is required when mig-enabled is true (use {} for none)");
+  }
+  if (!spec.mig_enabled && !spec.mig_devices.empty()) {
+    return Bad(where, "'mig-devices' must be empty when mig-enabled is false");
+  }
+  if (!spec.mig_devices.empty() && std::all_of(spec.mig_devices.begin(), spec.mig_devices.end(),
+                                               [](const auto& kv) { return kv.second == 0; })) {
+    return Bad(where, "'mig-devices' lists profiles but every count is 0");
+  }
+  return spec;
+}
+
+}  // namespace
+
+bool DeviceFilter::Matches(uint32_t device, uint32_t subsystem) const {
+  if (device_id != device) return false;
+  return !subsystem_id.has_value() || *subsystem_id == subsystem;
+}
+
+std::string DeviceFilter::ToString() const {
+  return subsystem_id ? StrCat(Hex(device_id), ":", Hex(*subsystem_id)) : Hex(device_id);
+}
+
+bool MigConfigSpec::Applies(int index, uint32_t pci_device_id, uint32_t pci_subsystem_id) const {
+  if (!device_filter.empty() &&
+      std::none_of(device_filter.begin(), device_filter.end(), [&](const DeviceFilter& f) {
+        return f.Matches(pci_device_id, pci_subsystem_id);
+      })) {
+    return false;
+  }
+  return all_devices || std::find(devices.begin(), devices.end(), index) != devices.end();
+}
+
+absl::StatusOr<MigConfigFile> ParseMigConfig(const std::string& yaml_text) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(StrCat("malformed MIG config: ", e.what()));
+  }
+  if (!root.IsMap()) return absl::InvalidArgumentError("MIG config must be a YAML mapping");
+  RETURN_IF_ERROR(CheckKeys(root, "MIG config", {"version", "mig-configs"}));
+  MigConfigFile file;
+  const YAML::Node version = root["version"];
+  if (!version) {
+    return absl::InvalidArgumentError("MIG config: unable to parse with missing 'version' field");
+  }
+  file.version = version.Scalar();
+  if (file.version != "v1") {
+    return absl::InvalidArgumentError(
+        StrCat("MIG config: unknown version '", file.version, "' (supported: v1)"));
+  }
+  const YAML::Node configs = root["mig-configs"];
+  if (!configs || !configs.IsMap() || configs.size() == 0) {
+    return absl::InvalidArgumentError("MIG config: 'mig-configs' must name at least one config");
+  }
+  for (const auto& kv : configs) {
+    const std::string name = kv.first.as<std::string>();
+    const std::string where = StrCat("mig-configs.", name);
+    if (!kv.second.IsSequence() || kv.second.size() == 0) {
+      return Bad(where, "must be a non-empty list of specs");
+    }
+    std::vector<MigConfigSpec> specs;
+    for (size_t i = 0; i < kv.second.size(); ++i) {
+      ASSIGN_OR_RETURN(MigConfigSpec spec, ParseSpec(kv.second[i], StrCat(where, "[", i, "]")));
+      specs.push_back(std::move(spec));
+    }
+    if (file.configs.count(name)) return Bad(where, "defined twice");
+    file.names.push_back(name);
+    file.configs[name] = std::move(specs);
+  }
+  return file;
+}
+
+absl::StatusOr<std::vector<MigConfigSpec>> SelectMigConfig(const MigConfigFile& file,
+                                                           const std::string& name) {
+  if (name.empty()) {
+    if (file.names.size() == 1) return file.configs.at(file.names[0]);
+    return absl::InvalidArgumentError(
+        StrCat("the config file holds ", file.names.size(),
+               " configs: select one (available: ", StrJoin(file.names, ", "), ")"));
+  }
+  auto it = file.configs.find(name);
+  if (it == file.configs.end()) {
+    return absl::NotFoundError(
+        StrCat("unknown MIG config '", name, "' (available: ", StrJoin(file.names, ", "), ")"));
+  }
+  return it->second;
+}
+
+std::string SerializeMigConfig(const MigConfigFile& file, bool json) {
+  if (json) {
+    nlohmann::ordered_json root;
+    root["version"] = file.version;
+    nlohmann::ordered_json configs = nlohmann::ordered_json::object();
+    for (const std::string& name : file.names) {
+      nlohmann::ordered_json specs = nlohmann::ordered_json::array();
+      for (const MigConfigSpec& spec : file.configs.at(name)) {
+        nlohmann::ordered_json s;
+        if (!spec.device_filter.empty()) {
+          nlohmann::ordered_json filters = nlohmann::ordered_json::array();
+          for (const auto& f : spec.device_filter) filters.push_back(f.ToString());
+          s["device-filter"] = filters;
+        }
+        if (spec.all_devices) {
+          s["devices"] = "all";
+        } else {
+          s["devices"] = spec.devices;
+        }
+        s["mig-enabled"] = spec.mig_enabled;
+        if (spec.mig_enabled) {
+          nlohmann::ordered_json devices = nlohmann::ordered_json::object();
+          for (const auto& [profile, count] : spec.mig_devices) devices[profile] = count;
+          s["mig-devices"] = devices;
+        }
+        specs.push_back(s);
+      }
+      configs[name] = specs;
+    }
+    root["mig-configs"] = configs;
+    return root.dump(2) + "\n";
+  }
+  YAML::Emitter out;
+  out << YAML::BeginMap << YAML::Key << "version" << YAML::Value << file.version;
+  out << YAML::Key << "mig-configs" << YAML::Value << YAML::BeginMap;
+  for (const std::string& name : file.names) {
+    out << YAML::Key << name << YAML::Value << YAML::BeginSeq;
+    for (const MigConfigSpec& spec : file.configs.at(name)) {
+      out << YAML::BeginMap;
+      if (!spec.device_filter.empty()) {
+        out << YAML::Key << "device-filter" << YAML::Value << YAML::Flow << YAML::BeginSeq;
+        for (const auto& f : spec.device_filter) out << YAML::DoubleQuoted << f.ToString();
+        out << YAML::EndSeq;
+      }
+      out << YAML::Key << "devices" << YAML::Value;
+      if (spec.all_devices) {
+        out << "all";
+      } else {
+        out << YAML::Flow << spec.devices;
+      }
+      out << YAML::Key << "mig-enabled" << YAML::Value << spec.mig_enabled;
+      if (spec.mig_enabled) {
+        out << YAML::Key << "mig-devices" << YAML::Value << YAML::BeginMap;
+        for (const auto& [profile, count] : spec.mig_devices) {
+          out << YAML::Key << YAML::DoubleQuoted << profile << YAML::Value << count;
+        }
+        out << YAML::EndMap;
+      }
+      out << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+  }
+  out << YAML::EndMap << YAML::EndMap;
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace prism::migparted
