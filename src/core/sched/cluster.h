@@ -1,0 +1,239 @@
+// src/core/sched/cluster.h: the cluster as the placement engine sees it:
+// nodes with CPU and memory, GPUs with mode, MIG layout and slices in use,
+// and a ledger of the pods placed, so a pod can be released.
+//
+// Pure and deterministic: no I/O, no clock. Thread-compatible: callers
+// serialize mutation (the engine, the simulator and the extender each own
+// one ClusterState).
+//
+// Apply() and Release() validate before they change anything: on error the
+// state is untouched. Every change bumps the node's version and is appended
+// to a change log that the engine's per-shape indexes catch up from.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+#include "core/mig/gpu_model.h"
+#include "core/mig/layout.h"
+#include "core/sched/decision.h"
+#include "core/sched/device_config.h"
+#include "core/sched/request.h"
+
+namespace prism::sched {
+
+// Most MIG instances one GPU can hold (8 memory slices).
+inline constexpr int kMaxMigInstances = 8;
+
+// ---------------------------------------------------------------------------
+// Inputs (what a cluster file or the extender's node annotations describe).
+
+struct MigInstanceSpec {
+  std::string profile;  // e.g. "2g.10gb".
+  int32_t start = 0;
+  bool in_use = false;  // Held by a workload Prism does not track: never moved.
+};
+
+struct GpuSpec {
+  std::string uuid;             // Empty: "<node>-gpu<index>".
+  std::string model;            // GPU type, e.g. "A100-PCIE-40GB", "T4".
+  int64_t memory_mib = 0;       // 0: from the MIG catalog (error for unknown models).
+  std::optional<GpuMode> mode;  // Unset: device config (nodeconfig), else hami-core.
+  bool healthy = true;
+  std::vector<MigInstanceSpec> instances;  // Existing MIG instances.
+  int32_t template_index = -1;  // Geometry the instances realise (template mode); -1: infer.
+};
+
+struct NodeSpec {
+  std::string name;
+  int64_t cpu_milli = 0;
+  int64_t memory_bytes = 0;
+  std::vector<GpuSpec> gpus;
+};
+
+// ---------------------------------------------------------------------------
+// State.
+
+enum class InstanceState : uint8_t {
+  kIdle = 0,      // Exists, unused: may be reused or destroyed.
+  kInUse = 1,     // Held by an untracked workload.
+  kAssigned = 2,  // Held by a pod in the ledger.
+};
+
+struct MigInstance {
+  int8_t profile = -1;  // Index into the model's profiles.
+  int8_t start = 0;
+  InstanceState state = InstanceState::kIdle;
+  int8_t entry = -1;  // Geometry entry it realises (template mode), -1 otherwise.
+  bool Busy() const { return state != InstanceState::kIdle; }
+};
+
+// A legacy geometry placed on an empty GPU of one model.
+struct PlacedGeometry {
+  struct Slot {
+    int8_t profile = -1;
+    int8_t start = 0;
+    int8_t entry = 0;        // Index into the geometry's entries.
+    int64_t memory_mib = 0;  // What the slot grants (HAMi's declared memory).
+    int32_t core_permille = 0;
+  };
+  std::vector<Slot> slots;  // HAMi's flattened order (entries in config order, `count` each).
+  mig::ProfileCounts counts;
+};
+
+// The geometries one model may take (one knownMigGeometries entry).
+struct TemplateSet {
+  const mig::GpuModel* model = nullptr;
+  std::vector<PlacedGeometry> geometries;
+};
+
+// Static facts of one GPU.
+struct GpuInfo {
+  std::string uuid;
+  std::string type;  // Model string as given (type filters match it).
+  int32_t node = -1;
+  int32_t index = 0;  // On its node.
+  GpuMode mode = GpuMode::kHamiCore;
+  bool healthy = true;
+  bool template_mode = false;                // MIG: geometries instead of free placement.
+  const mig::GpuModel* mig_model = nullptr;  // Set for every MIG-capable model.
+  int32_t template_set = -1;                 // Index into ClusterState::template_sets().
+  uint32_t allowed_profiles = 0;    // Placement mode: bit p set = profile p may be created.
+  int64_t memory_mib = 0;           // Total (after deviceMemoryScaling).
+  int32_t cores_total = kPermille;  // Per-mille (after deviceCoreScaling).
+  int32_t split_count = 10;         // Most tasks sharing the GPU.
+};
+
+// What is in use on one GPU. Trivially copyable: the engine evaluates on copies.
+struct GpuUsage {
+  int64_t memory_used_mib = 0;
+  int32_t cores_used = 0;  // Per-mille.
+  int16_t tasks = 0;       // Containers holding a share (HAMi's Used).
+  // MIG.
+  int8_t template_index = -1;  // Geometry currently realised (template mode), -1 none/custom.
+  uint8_t instance_count = 0;
+  std::array<MigInstance, kMaxMigInstances> instances{};
+  mig::Occupancy busy;  // Occupancy of the busy instances (what may never move).
+
+  bool HasBusyInstance() const { return busy.memory_mask != 0; }
+};
+
+struct NodeInfo {
+  std::string name;
+  int64_t cpu_milli = 0;
+  int64_t memory_bytes = 0;
+  int32_t first_gpu = 0;  // GPUs first_gpu .. first_gpu + gpu_count - 1.
+  int32_t gpu_count = 0;
+};
+
+struct NodeUsage {
+  int64_t cpu_used = 0;
+  int64_t memory_used = 0;
+  uint64_t version = 0;  // Bumped on every change.
+};
+
+// What a placed pod holds, so that Release() can give it back.
+struct PodCharge {
+  int32_t node = -1;
+  int64_t cpu_milli = 0;
+  int64_t memory_bytes = 0;
+  struct Gpu {
+    int32_t gpu = -1;
+    int64_t memory_mib = 0;
+    int32_t cores = 0;
+    int16_t tasks = 0;
+  };
+  std::vector<Gpu> gpus;
+  struct Instance {
+    int32_t gpu = -1;
+    int8_t start = 0;
+  };
+  std::vector<Instance> instances;
+  Decision decision;
+};
+
+class ClusterState {
+ public:
+  ClusterState() = default;
+
+  // Builds the state: resolves each GPU's mode, memory and MIG strategy from
+  // `config`, places template geometries, validates existing instances.
+  // Errors name the node and GPU (InvalidArgument).
+  static absl::StatusOr<ClusterState> Build(const std::vector<NodeSpec>& nodes,
+                                            const DeviceConfig& config);
+
+  int node_count() const { return static_cast<int>(nodes_.size()); }
+  int gpu_count() const { return static_cast<int>(gpus_.size()); }
+  const NodeInfo& node(int n) const { return nodes_[n]; }
+  const NodeUsage& node_usage(int n) const { return node_usage_[n]; }
+  const GpuInfo& gpu(int g) const { return gpus_[g]; }
+  const GpuUsage& gpu_usage(int g) const { return gpu_usage_[g]; }
+  const std::vector<TemplateSet>& template_sets() const { return template_sets_; }
+  const TemplateSet* template_set_of(int g) const {
+    return gpus_[g].template_set < 0 ? nullptr : &template_sets_[gpus_[g].template_set];
+  }
+  // Node index by name, or -1.
+  int FindNode(std::string_view name) const;
+  // Interned GPU type of `g` (equal strings share an id), for cheap type filters.
+  int gpu_type_id(int g) const { return gpu_type_ids_[g]; }
+  const std::vector<std::string>& gpu_types() const { return gpu_type_names_; }
+
+  // Charges `decision` for pod `key` (which must not be placed yet). Checks
+  // that it still fits: capacities, split counts, MIG layout legality, and
+  // that no busy instance is destroyed. FailedPrecondition when it no longer
+  // fits, AlreadyExists for a known key, InvalidArgument for a malformed one.
+  absl::Status Apply(std::string_view key, const Decision& decision);
+  // Gives back what pod `key` holds. In placement mode its MIG instances are
+  // destroyed; in template mode the geometry stays. NotFound for an unknown key.
+  absl::Status Release(std::string_view key);
+  const PodCharge* FindPod(std::string_view key) const;
+  int pod_count() const { return static_cast<int>(pods_.size()); }
+  // Every placed pod key, sorted.
+  std::vector<std::string> PodKeys() const;
+
+  // Change log: node ids in the order they changed. Positions are absolute;
+  // the log keeps at least the entries after `change_log_begin()`.
+  uint64_t change_log_end() const { return log_begin_ + log_.size(); }
+  uint64_t change_log_begin() const { return log_begin_; }
+  int change_at(uint64_t position) const { return log_[position - log_begin_]; }
+
+  // Approximate heap bytes held per node (state, GPUs, strings), for reports.
+  size_t MemoryBytes() const;
+
+ private:
+  void MarkChanged(int node);
+
+  std::vector<NodeInfo> nodes_;
+  std::vector<NodeUsage> node_usage_;
+  std::vector<GpuInfo> gpus_;
+  std::vector<GpuUsage> gpu_usage_;
+  std::vector<int32_t> gpu_type_ids_;
+  std::vector<std::string> gpu_type_names_;
+  std::vector<TemplateSet> template_sets_;
+  std::unordered_map<std::string, int> node_index_;
+  std::unordered_map<std::string, PodCharge> pods_;
+  std::vector<int32_t> log_;
+  uint64_t log_begin_ = 0;
+};
+
+// Helpers shared by the engine and the state.
+
+// Memory `request` needs on a device of `total_mib` (MiB; per-mille rounds up).
+int64_t DeviceMemoryNeed(const GpuRequest& request, int64_t total_mib);
+// Memory slices a MIG instance needs for a per-mille request on `model`.
+int MigMemorySlicesNeed(const GpuRequest& request, const mig::GpuModel& model);
+// Compute share of `profile` in per-mille of the whole GPU.
+int32_t MigProfileCorePermille(const mig::GpuModel& model, int profile);
+// Whether `type` (a GPU type string) contains `pattern`, ignoring case.
+bool TypeContains(std::string_view type, std::string_view pattern);
+
+}  // namespace prism::sched

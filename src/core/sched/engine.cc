@@ -1,0 +1,1660 @@
+#include "core/sched/engine.h"
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <list>
+#include <map>
+#include <unordered_map>
+
+#include "base/check.h"
+#include "base/status_macros.h"
+#include "base/strings.h"
+
+namespace prism::sched {
+namespace {
+
+constexpr double kInfeasible = -std::numeric_limits<double>::infinity();
+constexpr uint8_t kNoReason = 0xFF;
+// Absurdity limits for requests (beyond any real pod).
+constexpr int32_t kMaxGpusPerContainer = 128;
+constexpr int64_t kMaxGpuMemoryMib = int64_t{1} << 30;  // 1 PiB.
+constexpr int64_t kMaxCpuMilli = int64_t{1} << 40;
+constexpr int64_t kMaxMemoryBytes = int64_t{1} << 60;
+
+int CatalogIndex(const mig::GpuModel* model) {
+  if (model == nullptr) return -1;
+  const auto& catalog = mig::Catalog();
+  const std::ptrdiff_t i = model - catalog.data();
+  return (i >= 0 && static_cast<size_t>(i) < catalog.size()) ? static_cast<int>(i) : -1;
+}
+
+// Profiles of `model` that satisfy `req`, smallest first (memory slices, then
+// compute slices). Only plain profiles (no +me/-me/+gfx): a request never
+// needs media engines, and a +me instance would lock them for others.
+std::vector<int8_t> MigCandidates(const mig::GpuModel& model, const GpuRequest& req,
+                                  bool match_cores) {
+  std::vector<int8_t> out;
+  const int slices_needed = MigMemorySlicesNeed(req, model);
+  for (size_t p = 0; p < model.profiles.size(); ++p) {
+    const mig::GpuInstanceProfile& prof = model.profiles[p];
+    if (prof.name.attrs != mig::kAttrNone) continue;
+    if (req.memory_mib > 0 ? prof.memory_mib < req.memory_mib
+                           : prof.memory_slices < slices_needed) {
+      continue;
+    }
+    if (match_cores && MigProfileCorePermille(model, static_cast<int>(p)) < req.cores_permille) {
+      continue;
+    }
+    out.push_back(static_cast<int8_t>(p));
+  }
+  std::sort(out.begin(), out.end(), [&model](int8_t a, int8_t b) {
+    const auto& pa = model.profiles[a];
+    const auto& pb = model.profiles[b];
+    if (pa.memory_slices != pb.memory_slices) return pa.memory_slices < pb.memory_slices;
+    if (pa.compute_slices != pb.compute_slices) return pa.compute_slices < pb.compute_slices;
+    return a < b;
+  });
+  return out;
+}
+
+// Whether a template slot (entry of a geometry, or a plain instance) serves `req`.
+bool SlotFits(const mig::GpuModel& model, int profile, int64_t slot_memory_mib,
+              const GpuRequest& req, bool match_cores) {
+  const mig::GpuInstanceProfile& prof = model.profiles[profile];
+  if (req.memory_mib > 0) {
+    if (slot_memory_mib < req.memory_mib) return false;
+  } else if (prof.memory_slices < MigMemorySlicesNeed(req, model)) {
+    return false;
+  }
+  return !match_cores || MigProfileCorePermille(model, profile) >= req.cores_permille;
+}
+
+struct OccKey {
+  int32_t type = 0;
+  mig::Occupancy occ;
+  friend bool operator==(const OccKey&, const OccKey&) = default;
+};
+struct OccKeyHash {
+  size_t operator()(const OccKey& k) const {
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](uint64_t v) {
+      h ^= v;
+      h *= 1099511628211ull;
+    };
+    mix(static_cast<uint64_t>(k.type));
+    mix(k.occ.memory_mask);
+    mix(static_cast<uint64_t>(k.occ.compute_used));
+    mix(static_cast<uint64_t>(k.occ.media_extensions));
+    for (uint8_t c : k.occ.count) mix(c);
+    return static_cast<size_t>(h);
+  }
+};
+struct OccEntry {
+  std::array<int8_t, mig::kMaxProfiles> max_add{};
+  double free_space_utility = 0;
+  double workload_usable = 0;  // Sum over shapes of weight * usable units.
+};
+
+// A target-workload shape resolved against the cluster.
+struct ShapeData {
+  WorkloadShape shape;
+  double weight = 0;                                // Normalized.
+  std::vector<uint8_t> type_ok;                     // Per cluster GPU type id.
+  std::vector<std::vector<int8_t>> mig_candidates;  // Per catalog model.
+  std::vector<uint32_t> profile_fit;  // Per catalog model: plain profiles fitting (bit p).
+  // Per template set: per geometry, bit e = entry e fits; idle usable / capacity.
+  std::vector<std::vector<uint32_t>> entry_fit;
+  std::vector<int32_t> idle_usable;
+  std::vector<int32_t> idle_capacity;
+};
+
+// One pod resolved against the engine (policy, filters, MIG candidates).
+struct Resolved {
+  PodRequest pod;
+  int64_t cpu = 0;
+  int64_t memory = 0;
+  NodePolicy node_policy = NodePolicy::kPrism;
+  GpuPolicy gpu_policy = GpuPolicy::kFgd;
+  std::vector<int> order;        // Containers with GPUs: regular ones first, then init.
+  std::vector<uint8_t> type_ok;  // Per cluster GPU type id.
+  // [position in order][catalog model] -> candidate profiles.
+  std::vector<std::vector<std::vector<int8_t>>> mig_candidates;
+  bool wants_gpu = false;
+};
+
+struct DeviceRec {
+  int16_t container = 0;
+  int16_t gpu = 0;  // Local index on the node.
+  GpuMode mode = GpuMode::kHamiCore;
+  int64_t memory_mib = 0;
+  int32_t cores = 0;
+  int8_t profile = -1;
+  int8_t start = -1;
+};
+
+struct ScratchGpu {
+  GpuUsage u;
+  int64_t app_mem = 0;
+  int64_t init_mem = 0;
+  int32_t app_cores = 0;
+  int32_t init_cores = 0;
+  int16_t app_tasks = 0;
+  bool init_any = false;
+  uint8_t mine = 0;             // Bit s: the instance at start s is held by this pod.
+  uint8_t mine_app = 0;         // ... by a regular container.
+  bool container_used = false;  // Used by the container being placed.
+  bool switched = false;        // Template geometry replaced.
+  int8_t old_template = -1;
+  uint8_t n_destroyed = 0;
+  uint8_t n_created = 0;
+  std::array<MigPlacement, kMaxMigInstances * 2> destroyed{};
+  std::array<MigPlacement, kMaxMigInstances * 2> created{};
+};
+
+// A way to add one MIG instance to one GPU.
+struct MigOption {
+  bool ok = false;
+  int8_t profile = -1;
+  int8_t start = -1;
+  int8_t geometry = -1;  // >= 0: switch the (idle) GPU to this geometry first.
+  bool reuse = false;    // An existing idle instance is taken as is.
+  int ops = 0;
+  double usable_after = 0;  // Workload usable units after (higher is better).
+  double utility_after = 0;
+  int64_t waste = 0;
+  int64_t grant_memory = 0;
+  int32_t grant_cores = 0;
+  mig::Occupancy busy_after;
+};
+
+// Comparable GPU-level preference: larger is better.
+struct GpuPref {
+  double primary = 0;
+  double secondary = 0;
+  bool operator>(const GpuPref& o) const {
+    if (primary != o.primary) return primary > o.primary;
+    return secondary > o.secondary;
+  }
+  bool operator==(const GpuPref& o) const = default;
+};
+
+// Max segment tree over node scores; ties go to the lowest node index.
+class MaxTree {
+ public:
+  void Reset(const std::vector<double>* scores) {
+    scores_ = scores;
+    const size_t n = scores->size();
+    size_ = 1;
+    while (size_ < n) size_ <<= 1;
+    tree_.assign(2 * size_, -1);
+    for (size_t i = 0; i < n; ++i) tree_[size_ + i] = static_cast<int32_t>(i);
+    for (size_t i = size_ - 1; i >= 1; --i) tree_[i] = Better(tree_[2 * i], tree_[2 * i + 1]);
+  }
+  void Update(int node) {
+    size_t i = (size_ + static_cast<size_t>(node)) >> 1;
+    while (i >= 1) {
+      tree_[i] = Better(tree_[2 * i], tree_[2 * i + 1]);
+      i >>= 1;
+    }
+  }
+  int Best() const { return tree_.size() > 1 ? tree_[1] : -1; }
+  size_t MemoryBytes() const { return tree_.capacity() * sizeof(int32_t); }
+
+ private:
+  int32_t Better(int32_t a, int32_t b) const {
+    if (a < 0) return b;
+    if (b < 0) return a;
+    const double sa = (*scores_)[a];
+    const double sb = (*scores_)[b];
+    if (sb > sa) return b;
+    return a;  // Equal scores: a < b.
+  }
+  const std::vector<double>* scores_ = nullptr;
+  size_t size_ = 1;
+  std::vector<int32_t> tree_;
+};
+
+struct ShapeIndex {
+  Resolved rp;
+  std::vector<double> score;
+  std::vector<uint32_t> version;
+  MaxTree tree;
+  uint64_t synced = 0;
+  std::list<std::string>::iterator lru;
+};
+
+double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+class Engine::Impl {
+ public:
+  Impl(ClusterState cluster, DeviceConfig config, EngineOptions options)
+      : cluster_(std::move(cluster)), config_(std::move(config)), options_(std::move(options)) {
+    RebuildShapes();
+  }
+
+  ClusterState cluster_;
+  DeviceConfig config_;
+  EngineOptions options_;
+  TargetWorkload workload_;
+  std::vector<ShapeData> shapes_;
+  double shape_weight_total_ = 0;
+  std::unordered_map<OccKey, OccEntry, OccKeyHash> occ_cache_;
+  std::vector<std::pair<uint64_t, double>> frag_cache_;  // Per node: (version + 1, frag).
+  std::unordered_map<std::string, std::unique_ptr<ShapeIndex>> indexes_;
+  std::list<std::string> lru_;
+  // Scratch.
+  std::vector<ScratchGpu> scratch_;
+  std::vector<ScratchGpu> best_scratch_;
+  std::vector<DeviceRec> recs_;
+  std::vector<DeviceRec> best_recs_;
+  std::vector<uint8_t> reasons_;
+  std::vector<std::pair<GpuPref, int>> ranked_;
+  std::vector<const GpuUsage*> view_;
+  std::vector<const GpuUsage*> frag_view_;
+
+  // --- Setup --------------------------------------------------------------
+
+  void InvalidateCaches() {
+    indexes_.clear();
+    lru_.clear();
+    occ_cache_.clear();
+    frag_cache_.assign(cluster_.node_count(), {0, 0});
+  }
+
+  void RebuildShapes() {
+    shapes_.clear();
+    shape_weight_total_ = 0;
+    double total = 0;
+    for (const WorkloadShape& s : workload_.shapes) total += std::max(0.0, s.weight);
+    const auto& catalog = mig::Catalog();
+    for (const WorkloadShape& s : workload_.shapes) {
+      if (s.weight <= 0 || total <= 0) continue;
+      ShapeData d;
+      d.shape = s;
+      d.weight = s.weight / total;
+      shape_weight_total_ += d.weight;
+      for (const std::string& type : cluster_.gpu_types()) {
+        bool ok = s.types.empty();
+        for (const std::string& t : s.types) ok = ok || TypeContains(type, t);
+        d.type_ok.push_back(ok ? 1 : 0);
+      }
+      for (const mig::GpuModel& model : catalog) {
+        d.mig_candidates.push_back(MigCandidates(model, s.gpu, config_.mig_match_cores));
+        uint32_t fit = 0;
+        for (int8_t p : d.mig_candidates.back()) fit |= 1u << p;
+        d.profile_fit.push_back(fit);
+      }
+      for (const TemplateSet& ts : cluster_.template_sets()) {
+        std::vector<uint32_t> per_geometry;
+        int32_t best_usable = 0;
+        int32_t best_capacity = 0;
+        for (const PlacedGeometry& geo : ts.geometries) {
+          uint32_t mask = 0;
+          int32_t usable = 0;
+          int32_t capacity = 0;
+          for (const PlacedGeometry::Slot& slot : geo.slots) {
+            if (SlotFits(*ts.model, slot.profile, slot.memory_mib, s.gpu,
+                         config_.mig_match_cores)) {
+              mask |= 1u << slot.entry;
+              usable += MigProfileCorePermille(*ts.model, slot.profile);
+              ++capacity;
+            }
+          }
+          per_geometry.push_back(mask);
+          if (usable > best_usable || (usable == best_usable && capacity > best_capacity)) {
+            best_usable = usable;
+            best_capacity = capacity;
+          }
+        }
+        d.entry_fit.push_back(std::move(per_geometry));
+        d.idle_usable.push_back(std::min(best_usable, kPermille));
+        d.idle_capacity.push_back(best_capacity);
+      }
+      shapes_.push_back(std::move(d));
+    }
+    InvalidateCaches();
+  }
+
+  absl::Status Validate(const PodRequest& pod) const {
+    if (pod.containers.empty()) return absl::InvalidArgumentError("pod has no containers");
+    if (pod.modes == 0 || (pod.modes & ~kModeAny) != 0) {
+      return absl::InvalidArgumentError("pod accepts no GPU mode");
+    }
+    for (const ContainerRequest& c : pod.containers) {
+      const std::string who = StrCat("container ", c.name.empty() ? "(unnamed)" : c.name);
+      if (c.cpu_milli < 0 || c.cpu_milli > kMaxCpuMilli) {
+        return absl::InvalidArgumentError(
+            StrCat(who, ": CPU request ", c.cpu_milli, "m is negative or absurd"));
+      }
+      if (c.memory_bytes < 0 || c.memory_bytes > kMaxMemoryBytes) {
+        return absl::InvalidArgumentError(
+            StrCat(who, ": memory request ", c.memory_bytes, " bytes is negative or absurd"));
+      }
+      const GpuRequest& g = c.gpu;
+      if (g.count < 0 || g.count > kMaxGpusPerContainer) {
+        return absl::InvalidArgumentError(
+            StrCat(who, ": GPU count ", g.count, " is out of range 0..", kMaxGpusPerContainer));
+      }
+      if (g.count == 0) continue;
+      if (g.memory_mib < 0 || g.memory_mib > kMaxGpuMemoryMib) {
+        return absl::InvalidArgumentError(
+            StrCat(who, ": GPU memory ", g.memory_mib, " MiB is negative or absurd"));
+      }
+      if (g.memory_permille < 0 || g.memory_permille > kPermille) {
+        return absl::InvalidArgumentError(
+            StrCat(who, ": GPU memory share ", g.memory_permille, "/1000 is out of range"));
+      }
+      if (g.cores_permille < 0 || g.cores_permille > kPermille) {
+        return absl::InvalidArgumentError(
+            StrCat(who, ": GPU compute share ", g.cores_permille, "/1000 is out of range"));
+      }
+    }
+    if (!pod.node_policy.empty()) RETURN_IF_ERROR(ParseNodePolicy(pod.node_policy).status());
+    if (!pod.gpu_policy.empty()) RETURN_IF_ERROR(ParseGpuPolicy(pod.gpu_policy).status());
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<NodePolicy> DefaultNodePolicy() const {
+    if (!config_.default_node_policy.empty()) return ParseNodePolicy(config_.default_node_policy);
+    return options_.policy.node;
+  }
+
+  absl::StatusOr<Resolved> Resolve(const PodRequest& pod) const {
+    RETURN_IF_ERROR(Validate(pod));
+    Resolved rp;
+    rp.pod = pod;
+    rp.cpu = pod.EffectiveCpuMilli();
+    rp.memory = pod.EffectiveMemoryBytes();
+    if (!pod.node_policy.empty()) {
+      ASSIGN_OR_RETURN(rp.node_policy, ParseNodePolicy(pod.node_policy));
+    } else {
+      ASSIGN_OR_RETURN(rp.node_policy, DefaultNodePolicy());
+    }
+    if (!pod.gpu_policy.empty()) {
+      ASSIGN_OR_RETURN(rp.gpu_policy, ParseGpuPolicy(pod.gpu_policy));
+    } else if (!config_.default_gpu_policy.empty()) {
+      ASSIGN_OR_RETURN(rp.gpu_policy, ParseGpuPolicy(config_.default_gpu_policy));
+    } else {
+      rp.gpu_policy = options_.policy.GpuPolicyFor(rp.node_policy);
+    }
+    for (int pass = 0; pass < 2; ++pass) {
+      for (size_t i = 0; i < pod.containers.size(); ++i) {
+        const ContainerRequest& c = pod.containers[i];
+        if (c.gpu.count <= 0 || c.init != (pass == 1)) continue;
+        rp.order.push_back(static_cast<int>(i));
+      }
+    }
+    rp.wants_gpu = !rp.order.empty();
+    for (const std::string& type : cluster_.gpu_types()) {
+      bool ok = pod.use_types.empty();
+      for (const std::string& t : pod.use_types) ok = ok || TypeContains(type, t);
+      for (const std::string& t : pod.nouse_types) ok = ok && !TypeContains(type, t);
+      rp.type_ok.push_back(ok ? 1 : 0);
+    }
+    for (int ci : rp.order) {
+      std::vector<std::vector<int8_t>> per_model;
+      for (const mig::GpuModel& model : mig::Catalog()) {
+        per_model.push_back(MigCandidates(model, pod.containers[ci].gpu, config_.mig_match_cores));
+      }
+      rp.mig_candidates.push_back(std::move(per_model));
+    }
+    return rp;
+  }
+
+  // --- Per-GPU measures ----------------------------------------------------
+
+  const OccEntry& Occ(int type_id, const mig::GpuModel& model, const mig::Occupancy& occ) {
+    OccKey key{type_id, occ};
+    auto it = occ_cache_.find(key);
+    if (it != occ_cache_.end()) return it->second;
+    OccEntry e;
+    for (size_t p = 0; p < model.profiles.size(); ++p) {
+      e.max_add[p] = static_cast<int8_t>(mig::MaxAdditional(model, occ, static_cast<int>(p)));
+    }
+    e.free_space_utility = mig::FreeSpaceUtility(model, occ);
+    const int cat = CatalogIndex(&model);
+    const int32_t free =
+        (model.compute_slices - occ.compute_used) * kPermille / model.compute_slices;
+    for (const ShapeData& s : shapes_) {
+      if (s.shape.gpu_count == 0 || !s.type_ok[type_id]) continue;
+      for (int8_t p : s.mig_candidates[cat]) {
+        const int n = e.max_add[p];
+        if (n <= 0) continue;
+        e.workload_usable += s.weight * std::min(free, n * MigProfileCorePermille(model, p));
+        break;
+      }
+    }
+    return occ_cache_.emplace(key, e).first->second;
+  }
+
+  static int32_t FreeUnits(const GpuInfo& gi, const GpuUsage& u) {
+    if (!gi.healthy) return 0;
+    if (gi.mode == GpuMode::kMig) {
+      const int cs = gi.mig_model->compute_slices;
+      return (cs - u.busy.compute_used) * kPermille / cs;
+    }
+    if (u.tasks >= gi.split_count) return 0;
+    const int64_t mem_free = (gi.memory_mib - u.memory_used_mib) * kPermille / gi.memory_mib;
+    const int64_t core_free =
+        static_cast<int64_t>(gi.cores_total - u.cores_used) * kPermille / gi.cores_total;
+    return static_cast<int32_t>(std::max<int64_t>(0, std::min(mem_free, core_free)));
+  }
+
+  // Units of free GPU shape `s` could use on GPU `g`, and how many devices of it fit.
+  std::pair<int32_t, int32_t> UsableFor(const ShapeData& s, int g, const GpuUsage& u,
+                                        int32_t free) {
+    const GpuInfo& gi = cluster_.gpu(g);
+    if (free <= 0 || !s.type_ok[cluster_.gpu_type_id(g)]) return {0, 0};
+    const GpuRequest& r = s.shape.gpu;
+    if (gi.mode == GpuMode::kHamiCore) {
+      const int64_t need = DeviceMemoryNeed(r, gi.memory_mib);
+      if (u.memory_used_mib + need > gi.memory_mib) return {0, 0};
+      if (r.cores_permille > 0) {
+        if (u.cores_used + r.cores_permille > gi.cores_total) return {0, 0};
+      } else if (u.cores_used >= gi.cores_total) {
+        return {0, 0};
+      }
+      if (r.cores_permille >= kPermille && gi.cores_total == kPermille && u.tasks > 0) {
+        return {0, 0};
+      }
+      return {free, 1};
+    }
+    const mig::GpuModel& model = *gi.mig_model;
+    const int cat = CatalogIndex(&model);
+    if (!gi.template_mode) {
+      const OccEntry& e = Occ(cluster_.gpu_type_id(g), model, u.busy);
+      for (int8_t p : s.mig_candidates[cat]) {
+        if (!(gi.allowed_profiles & (1u << p))) continue;
+        const int n = e.max_add[p];
+        if (n <= 0) continue;
+        return {std::min(free, n * MigProfileCorePermille(model, p)), n};
+      }
+      return {0, 0};
+    }
+    if (!u.HasBusyInstance()) {
+      return {std::min(free, s.idle_usable[gi.template_set]), s.idle_capacity[gi.template_set]};
+    }
+    int32_t usable = 0;
+    int32_t capacity = 0;
+    for (int i = 0; i < u.instance_count; ++i) {
+      const MigInstance& inst = u.instances[i];
+      if (inst.Busy()) continue;
+      const bool fits = (u.template_index >= 0 && inst.entry >= 0)
+                            ? (s.entry_fit[gi.template_set][u.template_index] >> inst.entry) & 1
+                            : (s.profile_fit[cat] >> inst.profile) & 1;
+      if (!fits) continue;
+      usable += MigProfileCorePermille(model, inst.profile);
+      ++capacity;
+    }
+    return {std::min(free, usable), capacity};
+  }
+
+  // Sum over shapes of weight * (free - usable) for one GPU (node fit ignored).
+  double GpuFrag(int g, const GpuUsage& u) {
+    if (shapes_.empty()) return 0;
+    const int32_t free = FreeUnits(cluster_.gpu(g), u);
+    if (free <= 0) return 0;
+    double frag = 0;
+    for (const ShapeData& s : shapes_) {
+      if (s.shape.gpu_count == 0) {
+        frag += s.weight * free;
+        continue;
+      }
+      frag += s.weight * (free - UsableFor(s, g, u, free).first);
+    }
+    return frag;
+  }
+
+  // FGD fragmentation of a node (GPU per-mille units) given its GPUs' usage.
+  double NodeFrag(int node, int64_t cpu_used, int64_t mem_used,
+                  const std::vector<const GpuUsage*>& gpus) {
+    if (shapes_.empty()) return 0;
+    const NodeInfo& n = cluster_.node(node);
+    int32_t free[256];
+    const int count = std::min<int>(n.gpu_count, 256);
+    int64_t total_free = 0;
+    for (int l = 0; l < count; ++l) {
+      free[l] = FreeUnits(cluster_.gpu(n.first_gpu + l), *gpus[l]);
+      total_free += free[l];
+    }
+    if (total_free == 0) return 0;
+    const int64_t cpu_free = n.cpu_milli - cpu_used;
+    const int64_t mem_free = n.memory_bytes - mem_used;
+    double frag = 0;
+    for (const ShapeData& s : shapes_) {
+      if (s.shape.gpu_count == 0) {
+        frag += s.weight * static_cast<double>(total_free);
+        continue;
+      }
+      if (cpu_free < s.shape.cpu_milli || mem_free < s.shape.memory_bytes) {
+        frag += s.weight * static_cast<double>(total_free);
+        continue;
+      }
+      int64_t unusable = 0;
+      int32_t capacity = 0;
+      for (int l = 0; l < count; ++l) {
+        const auto [usable, cap] = UsableFor(s, n.first_gpu + l, *gpus[l], free[l]);
+        unusable += free[l] - usable;
+        capacity += cap;
+      }
+      frag += s.weight * static_cast<double>(capacity >= s.shape.gpu_count ? unusable : total_free);
+    }
+    return frag;
+  }
+
+  double CurrentNodeFrag(int node) {
+    if (frag_cache_.size() != static_cast<size_t>(cluster_.node_count())) {
+      frag_cache_.assign(cluster_.node_count(), {0, 0});
+    }
+    auto& [version, value] = frag_cache_[node];
+    const uint64_t now = cluster_.node_usage(node).version + 1;
+    if (version == now) return value;
+    const NodeInfo& n = cluster_.node(node);
+    frag_view_.resize(n.gpu_count);
+    for (int l = 0; l < n.gpu_count; ++l) frag_view_[l] = &cluster_.gpu_usage(n.first_gpu + l);
+    const NodeUsage& nu = cluster_.node_usage(node);
+    value = NodeFrag(node, nu.cpu_used, nu.memory_used, frag_view_);
+    version = now;
+    return value;
+  }
+
+  // --- Within-node placement ----------------------------------------------
+
+  uint8_t CommonGpuCheck(const Resolved& rp, int g, GpuMode mode) const {
+    const GpuInfo& gi = cluster_.gpu(g);
+    if (!gi.healthy) return static_cast<uint8_t>(Reason::kCardNotHealth);
+    if (!rp.type_ok[cluster_.gpu_type_id(g)] || !(rp.pod.modes & ModeBit(mode))) {
+      return static_cast<uint8_t>(Reason::kCardTypeMismatch);
+    }
+    if (!rp.pod.use_uuids.empty() && std::find(rp.pod.use_uuids.begin(), rp.pod.use_uuids.end(),
+                                               gi.uuid) == rp.pod.use_uuids.end()) {
+      return static_cast<uint8_t>(Reason::kCardUuidMismatch);
+    }
+    if (std::find(rp.pod.nouse_uuids.begin(), rp.pod.nouse_uuids.end(), gi.uuid) !=
+        rp.pod.nouse_uuids.end()) {
+      return static_cast<uint8_t>(Reason::kCardUuidMismatch);
+    }
+    return kNoReason;
+  }
+
+  // HAMi's per-device checks for a software slice; kNoReason when it fits.
+  uint8_t CheckSlice(const Resolved& rp, const ContainerRequest& c, int g,
+                     const ScratchGpu& s) const {
+    if (uint8_t r = CommonGpuCheck(rp, g, GpuMode::kHamiCore); r != kNoReason) return r;
+    const GpuInfo& gi = cluster_.gpu(g);
+    const GpuUsage& base = s.u;  // Other pods' usage (the pod's own is kept apart).
+    const GpuRequest& req = c.gpu;
+    const int64_t need = DeviceMemoryNeed(req, gi.memory_mib);
+    int64_t mem = 0;
+    int32_t cores = 0;
+    int tasks = 0;
+    if (c.init) {
+      mem = std::max(s.app_mem, std::max(s.init_mem, need));
+      cores = std::max(s.app_cores, std::max(s.init_cores, req.cores_permille));
+      tasks = std::max<int>(s.app_tasks, 1);
+    } else {
+      mem = std::max(s.app_mem + need, s.init_mem);
+      cores = std::max(s.app_cores + req.cores_permille, s.init_cores);
+      tasks = std::max<int>(s.app_tasks + 1, s.init_any ? 1 : 0);
+    }
+    if (base.tasks + tasks > gi.split_count) {
+      return static_cast<uint8_t>(Reason::kCardTimeSlicingExhausted);
+    }
+    if (base.memory_used_mib + mem > gi.memory_mib) {
+      return static_cast<uint8_t>(Reason::kCardInsufficientMemory);
+    }
+    if (base.cores_used + cores > gi.cores_total) {
+      return static_cast<uint8_t>(Reason::kCardInsufficientCore);
+    }
+    const bool exclusive = req.cores_permille >= kPermille && gi.cores_total == kPermille;
+    if (exclusive && (base.tasks > 0 || (!c.init && s.app_tasks > 0))) {
+      return static_cast<uint8_t>(Reason::kExclusiveDeviceAllocateConflict);
+    }
+    if (req.cores_permille == 0 &&
+        base.cores_used + std::max(s.app_cores, s.init_cores) >= gi.cores_total) {
+      return static_cast<uint8_t>(Reason::kCardComputeUnitsExhausted);
+    }
+    return kNoReason;
+  }
+
+  // The usage a GPU would show with the pod's slice contributions.
+  static GpuUsage SliceUsageAfter(const ScratchGpu& s) {
+    GpuUsage u = s.u;
+    u.memory_used_mib += std::max(s.app_mem, s.init_mem);
+    u.cores_used += std::max(s.app_cores, s.init_cores);
+    u.tasks = static_cast<int16_t>(u.tasks + std::max<int>(s.app_tasks, s.init_any ? 1 : 0));
+    return u;
+  }
+
+  GpuPref SlicePref(GpuPolicy policy, int g, const ScratchGpu& before, const ScratchGpu& after) {
+    const GpuInfo& gi = cluster_.gpu(g);
+    const GpuUsage ua = SliceUsageAfter(after);
+    const double load =
+        static_cast<double>(ua.tasks) / gi.split_count +
+        static_cast<double>(ua.cores_used) / gi.cores_total +
+        static_cast<double>(ua.memory_used_mib) / static_cast<double>(gi.memory_mib);
+    switch (policy) {
+      case GpuPolicy::kBinpack:
+        return {load, 0};
+      case GpuPolicy::kSpread:
+        return {-load, 0};
+      case GpuPolicy::kFgd: {
+        const GpuUsage ub = SliceUsageAfter(before);
+        return {-(GpuFrag(g, ua) - GpuFrag(g, ub)), load};
+      }
+    }
+    return {load, 0};
+  }
+
+  void AddSlice(ScratchGpu& s, const ContainerRequest& c, int64_t need) {
+    if (c.init) {
+      s.init_any = true;
+      s.init_mem = std::max(s.init_mem, need);
+      s.init_cores = std::max(s.init_cores, c.gpu.cores_permille);
+    } else {
+      s.app_mem += need;
+      s.app_cores += c.gpu.cores_permille;
+      ++s.app_tasks;
+    }
+  }
+
+  // Picks `count` distinct hami-core GPUs for container `ci`. Returns false,
+  // with per-GPU reasons, when too few fit.
+  bool PlaceSlices(const Resolved& rp, int ci, int node, bool* too_few) {
+    const ContainerRequest& c = rp.pod.containers[ci];
+    const NodeInfo& n = cluster_.node(node);
+    ranked_.clear();
+    for (int l = 0; l < n.gpu_count; ++l) {
+      const int g = n.first_gpu + l;
+      if (cluster_.gpu(g).mode != GpuMode::kHamiCore) continue;
+      ScratchGpu& s = scratch_[l];
+      if (s.container_used) continue;
+      const uint8_t r = CheckSlice(rp, c, g, s);
+      if (r != kNoReason) {
+        reasons_[l] = r;
+        continue;
+      }
+      reasons_[l] = kNoReason;
+      ScratchGpu after = s;
+      AddSlice(after, c, DeviceMemoryNeed(c.gpu, cluster_.gpu(g).memory_mib));
+      ranked_.emplace_back(SlicePref(rp.gpu_policy, g, s, after), l);
+    }
+    if (static_cast<int>(ranked_.size()) < c.gpu.count) {
+      if (!ranked_.empty()) *too_few = true;
+      return false;
+    }
+    std::stable_sort(ranked_.begin(), ranked_.end(),
+                     [](const auto& a, const auto& b) { return a.first > b.first; });
+    for (int k = 0; k < c.gpu.count; ++k) {
+      const int l = ranked_[k].second;
+      const GpuInfo& gi = cluster_.gpu(n.first_gpu + l);
+      const int64_t need = DeviceMemoryNeed(c.gpu, gi.memory_mib);
+      AddSlice(scratch_[l], c, need);
+      scratch_[l].container_used = true;
+      DeviceRec rec;
+      rec.container = static_cast<int16_t>(ci);
+      rec.gpu = static_cast<int16_t>(l);
+      rec.mode = GpuMode::kHamiCore;
+      rec.memory_mib = need;
+      rec.cores = c.gpu.cores_permille;
+      recs_.push_back(rec);
+    }
+    return true;
+  }
+
+  // Workload-usable units of a template-mode GPU state (see UsableFor).
+  double TemplateUsable(int g, const GpuUsage& u) {
+    if (shapes_.empty()) return 0;
+    const int32_t free = FreeUnits(cluster_.gpu(g), u);
+    double total = 0;
+    for (const ShapeData& s : shapes_) {
+      if (s.shape.gpu_count == 0) continue;
+      total += s.weight * UsableFor(s, g, u, free).first;
+    }
+    return total;
+  }
+
+  MigOption BestTemplateOption(const Resolved& rp, int oi, int g, const ScratchGpu& s,
+                               uint8_t* reason) {
+    const GpuInfo& gi = cluster_.gpu(g);
+    const mig::GpuModel& model = *gi.mig_model;
+    const TemplateSet& ts = cluster_.template_sets()[gi.template_set];
+    const GpuRequest& req = rp.pod.containers[rp.order[oi]].gpu;
+    const bool match_cores = config_.mig_match_cores;
+    MigOption best;
+    bool any_profile = false;
+    auto consider = [&](const GpuUsage& layout, int geometry, int ops) {
+      // One candidate per distinct (profile, entry): the lowest free start.
+      uint32_t seen = 0;
+      for (int i = 0; i < layout.instance_count; ++i) {
+        const MigInstance& inst = layout.instances[i];
+        if (inst.Busy()) continue;
+        const int tmpl = geometry >= 0 ? geometry : layout.template_index;
+        int64_t memory = model.profiles[inst.profile].memory_mib;
+        int32_t core = MigProfileCorePermille(model, inst.profile);
+        if (tmpl >= 0 && inst.entry >= 0) {
+          for (const auto& slot : ts.geometries[tmpl].slots) {
+            if (slot.entry == inst.entry) {
+              memory = slot.memory_mib;
+              core = slot.core_permille;
+              break;
+            }
+          }
+        }
+        if (!SlotFits(model, inst.profile, memory, req, match_cores)) continue;
+        any_profile = true;
+        const uint32_t bit = 1u << (inst.entry >= 0 ? inst.entry : 16 + inst.profile % 16);
+        if (seen & bit) continue;
+        seen |= bit;
+        GpuUsage after = layout;
+        after.instances[i].state = InstanceState::kAssigned;
+        mig::Occupancy busy = layout.busy;
+        mig::Add(model, &busy, inst.profile, inst.start);
+        after.busy = busy;
+        MigOption o;
+        o.ok = true;
+        o.profile = inst.profile;
+        o.start = inst.start;
+        o.geometry = static_cast<int8_t>(geometry);
+        o.reuse = true;
+        o.ops = ops;
+        o.usable_after = TemplateUsable(g, after);
+        o.waste = (req.memory_mib > 0 ? memory - req.memory_mib
+                                      : model.profiles[inst.profile].memory_mib);
+        o.grant_memory = memory;
+        o.grant_cores = core;
+        o.busy_after = busy;
+        bool better = !best.ok;
+        if (!better) {
+          if (o.usable_after != best.usable_after) {
+            better = o.usable_after > best.usable_after;
+          } else if (o.waste != best.waste) {
+            better = o.waste < best.waste;
+          } else if (o.ops != best.ops) {
+            better = o.ops < best.ops;
+          }
+        }
+        if (better) best = o;
+      }
+    };
+    if (s.u.HasBusyInstance() || s.switched) {
+      // Frozen: only the free slots of the current geometry.
+      consider(s.u, -1, 0);
+    } else {
+      if (s.u.instance_count > 0) consider(s.u, -1, 0);
+      for (size_t k = 0; k < ts.geometries.size(); ++k) {
+        if (static_cast<int>(k) == s.u.template_index && s.u.instance_count > 0) continue;
+        GpuUsage layout = s.u;
+        layout.instance_count = 0;
+        layout.instances = {};
+        for (const auto& slot : ts.geometries[k].slots) {
+          MigInstance& inst = layout.instances[layout.instance_count++];
+          inst.profile = slot.profile;
+          inst.start = slot.start;
+          inst.entry = slot.entry;
+        }
+        layout.template_index = static_cast<int8_t>(k);
+        consider(layout, static_cast<int>(k),
+                 s.u.instance_count + static_cast<int>(ts.geometries[k].slots.size()));
+      }
+    }
+    if (!best.ok) {
+      *reason = static_cast<uint8_t>(any_profile ? Reason::kCardMigTopologyInfeasible
+                                                 : NoProfileReason(model, req));
+    }
+    return best;
+  }
+
+  Reason NoProfileReason(const mig::GpuModel& model, const GpuRequest& req) const {
+    GpuRequest memory_only = req;
+    memory_only.cores_permille = 0;
+    if (MigCandidates(model, memory_only, false).empty()) return Reason::kCardInsufficientMemory;
+    if (!MigCandidates(model, req, config_.mig_match_cores).empty()) {
+      return Reason::kCardMigTopologyInfeasible;
+    }
+    return Reason::kCardInsufficientCore;
+  }
+
+  MigOption BestPlacementOption(const Resolved& rp, int oi, int g, const ScratchGpu& s,
+                                uint8_t* reason) {
+    const GpuInfo& gi = cluster_.gpu(g);
+    const mig::GpuModel& model = *gi.mig_model;
+    const int cat = CatalogIndex(&model);
+    const int type = cluster_.gpu_type_id(g);
+    MigOption best;
+    bool any_profile = false;
+    for (int8_t p : rp.mig_candidates[oi][cat]) {
+      if (!(gi.allowed_profiles & (1u << p))) continue;
+      any_profile = true;
+      for (int start : model.profiles[p].starts) {
+        if (!mig::CanAdd(model, s.u.busy, p, start)) continue;
+        mig::Occupancy after = s.u.busy;
+        mig::Add(model, &after, p, start);
+        const OccEntry& e = Occ(type, model, after);
+        MigOption o;
+        o.ok = true;
+        o.profile = p;
+        o.start = static_cast<int8_t>(start);
+        o.usable_after = e.workload_usable;
+        o.utility_after = e.free_space_utility;
+        o.busy_after = after;
+        const uint32_t mask = mig::PlacementMask(model, p, start);
+        o.ops = 1;
+        for (int i = 0; i < s.u.instance_count; ++i) {
+          const MigInstance& inst = s.u.instances[i];
+          if (inst.Busy()) continue;
+          if (inst.profile == p && inst.start == start) {
+            o.reuse = true;
+            o.ops = 0;
+            break;
+          }
+          if (mig::PlacementMask(model, inst.profile, inst.start) & mask) ++o.ops;
+        }
+        o.grant_memory = model.profiles[p].memory_mib;
+        o.grant_cores = MigProfileCorePermille(model, p);
+        bool better = !best.ok;
+        if (!better) {
+          if (o.usable_after != best.usable_after) {
+            better = o.usable_after > best.usable_after;
+          } else if (o.utility_after != best.utility_after) {
+            better = o.utility_after > best.utility_after;
+          } else if (o.ops != best.ops) {
+            better = o.ops < best.ops;
+          } else {
+            better = o.start > best.start;  // Pack high: keep slot 0 for 4g/7g.
+          }
+        }
+        if (better) best = o;
+      }
+      if (best.ok) break;  // The smallest profile that fits this GPU.
+    }
+    if (!best.ok) {
+      *reason = static_cast<uint8_t>(
+          any_profile ? Reason::kCardMigTopologyInfeasible
+                      : NoProfileReason(model, rp.pod.containers[rp.order[oi]].gpu));
+    }
+    return best;
+  }
+
+  GpuPref MigPref(GpuPolicy policy, int g, const ScratchGpu& s, const MigOption& o) {
+    const GpuInfo& gi = cluster_.gpu(g);
+    const mig::GpuModel& model = *gi.mig_model;
+    const double load =
+        static_cast<double>(o.busy_after.compute_used) / model.compute_slices +
+        static_cast<double>(std::popcount(o.busy_after.memory_mask)) / model.memory_slices;
+    switch (policy) {
+      case GpuPolicy::kBinpack:
+        return {load, o.usable_after};
+      case GpuPolicy::kSpread:
+        return {-load, o.usable_after};
+      case GpuPolicy::kFgd: {
+        if (shapes_.empty()) return {0, load};
+        // frag = W * free - usable (W: total weight, CPU-only shapes included).
+        const int cs = model.compute_slices;
+        const double free_before = (cs - s.u.busy.compute_used) * kPermille / cs;
+        const double free_after = (cs - o.busy_after.compute_used) * kPermille / cs;
+        double usable_before = 0;
+        if (gi.template_mode) {
+          usable_before = TemplateUsable(g, s.u);
+        } else {
+          usable_before = Occ(cluster_.gpu_type_id(g), model, s.u.busy).workload_usable;
+        }
+        const double delta =
+            shape_weight_total_ * (free_after - free_before) - (o.usable_after - usable_before);
+        return {-delta, load};
+      }
+    }
+    return {load, 0};
+  }
+
+  void ApplyMigOption(ScratchGpu& s, int g, const MigOption& o, bool init) {
+    const GpuInfo& gi = cluster_.gpu(g);
+    const mig::GpuModel& model = *gi.mig_model;
+    if (o.geometry >= 0) {
+      // Template switch on an idle GPU: every existing instance goes.
+      const PlacedGeometry& geo = cluster_.template_sets()[gi.template_set].geometries[o.geometry];
+      for (int i = 0; i < s.u.instance_count; ++i) {
+        s.destroyed[s.n_destroyed++] = {s.u.instances[i].profile, s.u.instances[i].start};
+      }
+      s.u.instance_count = 0;
+      s.u.instances = {};
+      for (const auto& slot : geo.slots) {
+        MigInstance& inst = s.u.instances[s.u.instance_count++];
+        inst.profile = slot.profile;
+        inst.start = slot.start;
+        inst.entry = slot.entry;
+        s.created[s.n_created++] = {slot.profile, slot.start};
+      }
+      s.old_template = s.u.template_index;
+      s.u.template_index = o.geometry;
+      s.switched = true;
+    } else if (!gi.template_mode && !o.reuse) {
+      const uint32_t mask = mig::PlacementMask(model, o.profile, o.start);
+      for (int i = 0; i < s.u.instance_count;) {
+        const MigInstance& inst = s.u.instances[i];
+        if (!inst.Busy() && (mig::PlacementMask(model, inst.profile, inst.start) & mask)) {
+          s.destroyed[s.n_destroyed++] = {inst.profile, inst.start};
+          for (int j = i + 1; j < s.u.instance_count; ++j) s.u.instances[j - 1] = s.u.instances[j];
+          s.u.instances[--s.u.instance_count] = MigInstance{};
+          continue;
+        }
+        ++i;
+      }
+      // Idle instances elsewhere may still block (compute or count limits):
+      // destroy them, highest start first, until the new one fits.
+      auto all = [&]() {
+        mig::Occupancy occ;
+        for (int i = 0; i < s.u.instance_count; ++i) {
+          mig::Add(model, &occ, s.u.instances[i].profile, s.u.instances[i].start);
+        }
+        return occ;
+      };
+      while (!mig::CanAdd(model, all(), o.profile, o.start)) {
+        int victim = -1;
+        for (int i = 0; i < s.u.instance_count; ++i) {
+          if (!s.u.instances[i].Busy() &&
+              (victim < 0 || s.u.instances[i].start > s.u.instances[victim].start)) {
+            victim = i;
+          }
+        }
+        PRISM_CHECK(victim >= 0);
+        s.destroyed[s.n_destroyed++] = {s.u.instances[victim].profile, s.u.instances[victim].start};
+        for (int j = victim + 1; j < s.u.instance_count; ++j) {
+          s.u.instances[j - 1] = s.u.instances[j];
+        }
+        s.u.instances[--s.u.instance_count] = MigInstance{};
+      }
+      MigInstance& inst = s.u.instances[s.u.instance_count++];
+      inst.profile = o.profile;
+      inst.start = o.start;
+      s.created[s.n_created++] = {o.profile, o.start};
+    }
+    for (int i = 0; i < s.u.instance_count; ++i) {
+      MigInstance& inst = s.u.instances[i];
+      if (inst.start == o.start && inst.profile == o.profile) {
+        PRISM_CHECK(!inst.Busy());
+        inst.state = InstanceState::kAssigned;
+        break;
+      }
+    }
+    mig::Add(model, &s.u.busy, o.profile, o.start);
+    s.u.memory_used_mib += o.grant_memory;
+    s.u.cores_used += o.grant_cores;
+    ++s.u.tasks;
+    s.mine |= static_cast<uint8_t>(1u << o.start);
+    if (!init) s.mine_app |= static_cast<uint8_t>(1u << o.start);
+  }
+
+  bool PlaceMig(const Resolved& rp, int oi, int node) {
+    const int ci = rp.order[oi];
+    const ContainerRequest& c = rp.pod.containers[ci];
+    const NodeInfo& n = cluster_.node(node);
+    int needed = c.gpu.count;
+    if (c.init) {
+      // Init containers run before the others: they may use the pod's instances.
+      for (int l = 0; l < n.gpu_count && needed > 0; ++l) {
+        ScratchGpu& s = scratch_[l];
+        if (!s.mine) continue;
+        const GpuInfo& gi = cluster_.gpu(n.first_gpu + l);
+        const mig::GpuModel& model = *gi.mig_model;
+        for (int i = 0; i < s.u.instance_count && needed > 0; ++i) {
+          const MigInstance& inst = s.u.instances[i];
+          if (!((s.mine >> inst.start) & 1)) continue;
+          const DeviceRec rec = MigRec(ci, l, n.first_gpu + l, s.u, inst);
+          if (!SlotFits(model, inst.profile, rec.memory_mib, c.gpu, config_.mig_match_cores)) {
+            continue;
+          }
+          bool taken = false;
+          for (const DeviceRec& r : recs_) {
+            taken = taken || (r.container == ci && r.gpu == l && r.start == inst.start);
+          }
+          if (taken) continue;
+          recs_.push_back(rec);
+          --needed;
+        }
+      }
+    }
+    for (int k = 0; k < needed; ++k) {
+      int best_l = -1;
+      MigOption best;
+      GpuPref best_pref;
+      for (int l = 0; l < n.gpu_count; ++l) {
+        const int g = n.first_gpu + l;
+        const GpuInfo& gi = cluster_.gpu(g);
+        if (gi.mode != GpuMode::kMig) continue;
+        if (uint8_t r = CommonGpuCheck(rp, g, GpuMode::kMig); r != kNoReason) {
+          reasons_[l] = r;
+          continue;
+        }
+        uint8_t reason = kNoReason;
+        const ScratchGpu& s = scratch_[l];
+        MigOption o = gi.template_mode ? BestTemplateOption(rp, oi, g, s, &reason)
+                                       : BestPlacementOption(rp, oi, g, s, &reason);
+        if (!o.ok) {
+          reasons_[l] = reason;
+          continue;
+        }
+        reasons_[l] = kNoReason;
+        const GpuPref pref = MigPref(rp.gpu_policy, g, s, o);
+        bool better = best_l < 0 || pref > best_pref;
+        if (!better && pref == best_pref) {
+          // Same GPU-level preference: the better within-GPU outcome, then fewer ops.
+          if (o.usable_after != best.usable_after) {
+            better = o.usable_after > best.usable_after;
+          } else if (o.ops != best.ops) {
+            better = o.ops < best.ops;
+          }
+        }
+        if (better) {
+          best_l = l;
+          best = o;
+          best_pref = pref;
+        }
+      }
+      if (best_l < 0) return false;
+      ScratchGpu& s = scratch_[best_l];
+      ApplyMigOption(s, n.first_gpu + best_l, best, c.init);
+      DeviceRec rec;
+      rec.container = static_cast<int16_t>(ci);
+      rec.gpu = static_cast<int16_t>(best_l);
+      rec.mode = GpuMode::kMig;
+      rec.memory_mib = best.grant_memory;
+      rec.cores = best.grant_cores;
+      rec.profile = best.profile;
+      rec.start = best.start;
+      recs_.push_back(rec);
+    }
+    return true;
+  }
+
+  DeviceRec MigRec(int ci, int l, int g, const GpuUsage& u, const MigInstance& inst) const {
+    const GpuInfo& gi = cluster_.gpu(g);
+    const mig::GpuModel& model = *gi.mig_model;
+    DeviceRec rec;
+    rec.container = static_cast<int16_t>(ci);
+    rec.gpu = static_cast<int16_t>(l);
+    rec.mode = GpuMode::kMig;
+    rec.profile = inst.profile;
+    rec.start = inst.start;
+    rec.memory_mib = model.profiles[inst.profile].memory_mib;
+    rec.cores = MigProfileCorePermille(model, inst.profile);
+    if (gi.template_mode && u.template_index >= 0 && inst.entry >= 0) {
+      for (const auto& slot :
+           cluster_.template_sets()[gi.template_set].geometries[u.template_index].slots) {
+        if (slot.entry == inst.entry) {
+          rec.memory_mib = slot.memory_mib;
+          rec.cores = slot.core_permille;
+          break;
+        }
+      }
+    }
+    return rec;
+  }
+
+  // --- Node scores ----------------------------------------------------------
+
+  double Utilization(int node, int64_t cpu_used, int64_t mem_used,
+                     const std::vector<const GpuUsage*>& gpus) const {
+    const NodeInfo& n = cluster_.node(node);
+    const PolicyOptions& p = options_.policy;
+    double sum = 0;
+    double weights = 0;
+    auto dim = [&](double weight, double used, double total) {
+      if (total <= 0 || weight <= 0) return;
+      sum += weight * used / total;
+      weights += weight;
+    };
+    dim(p.weight_cpu, static_cast<double>(cpu_used), static_cast<double>(n.cpu_milli));
+    dim(p.weight_memory, static_cast<double>(mem_used), static_cast<double>(n.memory_bytes));
+    double mem_u = 0, mem_t = 0, core_u = 0, core_t = 0;
+    for (int l = 0; l < n.gpu_count; ++l) {
+      const GpuInfo& gi = cluster_.gpu(n.first_gpu + l);
+      const GpuUsage& u = *gpus[l];
+      if (gi.mode == GpuMode::kMig) {
+        const mig::GpuModel& model = *gi.mig_model;
+        mem_u += static_cast<double>(std::popcount(u.busy.memory_mask)) / model.memory_slices *
+                 static_cast<double>(gi.memory_mib);
+        core_u += static_cast<double>(u.busy.compute_used) / model.compute_slices * kPermille;
+      } else {
+        mem_u += static_cast<double>(u.memory_used_mib);
+        core_u += u.cores_used;
+      }
+      mem_t += static_cast<double>(gi.memory_mib);
+      core_t += gi.cores_total;
+    }
+    dim(p.weight_gpu_memory, mem_u, mem_t);
+    dim(p.weight_gpu_cores, core_u, core_t);
+    return weights > 0 ? sum / weights : 0;
+  }
+
+  double NodeScore(const Resolved& rp, int node, const std::vector<const GpuUsage*>& after) {
+    const NodeInfo& n = cluster_.node(node);
+    const NodeUsage& nu = cluster_.node_usage(node);
+    const int64_t cpu_after = nu.cpu_used + rp.cpu;
+    const int64_t mem_after = nu.memory_used + rp.memory;
+    const PolicyOptions& p = options_.policy;
+    switch (rp.node_policy) {
+      case NodePolicy::kBinpack:
+        return Utilization(node, cpu_after, mem_after, after);
+      case NodePolicy::kSpread:
+        return 1.0 - Utilization(node, cpu_after, mem_after, after);
+      case NodePolicy::kBestFit: {
+        double gpu_free = 0;
+        for (int l = 0; l < n.gpu_count; ++l) {
+          gpu_free += FreeUnits(cluster_.gpu(n.first_gpu + l), *after[l]);
+        }
+        const double gpu_left = n.gpu_count > 0 ? gpu_free / (kPermille * n.gpu_count) : 0;
+        const double cpu_left =
+            n.cpu_milli > 0 ? static_cast<double>(n.cpu_milli - cpu_after) / n.cpu_milli : 0;
+        return -(p.bestfit_cpu_share * cpu_left + (1 - p.bestfit_cpu_share) * gpu_left);
+      }
+      case NodePolicy::kFgd: {
+        const double delta =
+            (NodeFrag(node, cpu_after, mem_after, after) - CurrentNodeFrag(node)) / kPermille;
+        if (p.fgd_quantize) return std::floor(100.0 * Sigmoid(-delta));
+        return -delta;
+      }
+      case NodePolicy::kPrism: {
+        const double delta =
+            (NodeFrag(node, cpu_after, mem_after, after) - CurrentNodeFrag(node)) / kPermille;
+        return -p.frag_weight * delta +
+               p.pack_weight * Utilization(node, cpu_after, mem_after, after);
+      }
+    }
+    return 0;
+  }
+
+  // --- Node evaluation -------------------------------------------------------
+
+  // Scores `rp` on `node`; fills recs_/scratch_ with the best variant's choice.
+  bool EvaluateNode(const Resolved& rp, int node, double* score, NodeFailure* failure) {
+    const NodeInfo& n = cluster_.node(node);
+    const NodeUsage& nu = cluster_.node_usage(node);
+    if (nu.cpu_used + rp.cpu > n.cpu_milli) {
+      if (failure) {
+        failure->node_level = true;
+        failure->node_reason = Reason::kNodeInsufficientCpu;
+      }
+      return false;
+    }
+    if (nu.memory_used + rp.memory > n.memory_bytes) {
+      if (failure) {
+        failure->node_level = true;
+        failure->node_reason = Reason::kNodeInsufficientMemory;
+      }
+      return false;
+    }
+    recs_.clear();
+    scratch_.resize(n.gpu_count);
+    view_.resize(n.gpu_count);
+    if (!rp.wants_gpu) {
+      for (int l = 0; l < n.gpu_count; ++l) view_[l] = &cluster_.gpu_usage(n.first_gpu + l);
+      *score = NodeScore(rp, node, view_);
+      best_scratch_.clear();
+      best_recs_.clear();
+      return true;
+    }
+    bool has_slice = false;
+    bool has_mig = false;
+    for (int l = 0; l < n.gpu_count; ++l) {
+      const GpuMode mode = cluster_.gpu(n.first_gpu + l).mode;
+      has_slice = has_slice || mode == GpuMode::kHamiCore;
+      has_mig = has_mig || mode == GpuMode::kMig;
+    }
+    const bool slice_ok = has_slice && (rp.pod.modes & kModeHamiCore);
+    const bool mig_ok = has_mig && (rp.pod.modes & kModeMig);
+    if (!slice_ok && !mig_ok) {
+      if (failure) {
+        failure->gpus = n.gpu_count;
+        if (n.gpu_count == 0) {
+          failure->node_level = true;
+          failure->node_reason = Reason::kNodeInsufficientDevice;
+        } else {
+          failure->gpu_counts[static_cast<int>(Reason::kCardTypeMismatch)] =
+              static_cast<int16_t>(n.gpu_count);
+        }
+      }
+      return false;
+    }
+    // Variants: containers prefer slices, or prefer MIG (when both are possible).
+    GpuMode prefs[2];
+    int variants = 0;
+    if (slice_ok) prefs[variants++] = GpuMode::kHamiCore;
+    if (mig_ok) prefs[variants++] = GpuMode::kMig;
+    bool found = false;
+    double best_score = kInfeasible;
+    bool recorded_failure = false;
+    for (int v = 0; v < variants; ++v) {
+      const GpuMode first = prefs[v];
+      for (int l = 0; l < n.gpu_count; ++l) {
+        ScratchGpu& s = scratch_[l];
+        s = ScratchGpu{};
+        s.u = cluster_.gpu_usage(n.first_gpu + l);
+      }
+      recs_.clear();
+      bool ok = true;
+      for (size_t oi = 0; oi < rp.order.size() && ok; ++oi) {
+        const int ci = rp.order[oi];
+        reasons_.assign(n.gpu_count, kNoReason);
+        for (int l = 0; l < n.gpu_count; ++l) {
+          scratch_[l].container_used = false;
+          if (!(rp.pod.modes & ModeBit(cluster_.gpu(n.first_gpu + l).mode))) {
+            reasons_[l] = static_cast<uint8_t>(Reason::kCardTypeMismatch);
+          }
+        }
+        bool too_few = false;
+        bool placed = false;
+        for (int attempt = 0; attempt < 2 && !placed; ++attempt) {
+          const GpuMode mode =
+              attempt == 0 ? first : (first == GpuMode::kMig ? GpuMode::kHamiCore : GpuMode::kMig);
+          if (mode == GpuMode::kHamiCore ? !slice_ok : !mig_ok) continue;
+          const size_t recs_before = recs_.size();
+          std::vector<ScratchGpu> saved;
+          if (attempt == 0 && variants > 1) saved = scratch_;
+          placed = mode == GpuMode::kHamiCore ? PlaceSlices(rp, ci, node, &too_few)
+                                              : PlaceMig(rp, static_cast<int>(oi), node);
+          if (!placed) {
+            recs_.resize(recs_before);
+            if (!saved.empty()) scratch_ = std::move(saved);
+          }
+        }
+        if (!placed) {
+          ok = false;
+          if (failure && !recorded_failure) {
+            recorded_failure = true;
+            failure->gpus = n.gpu_count;
+            failure->gpu_counts = {};
+            int rejected = 0;
+            for (int l = 0; l < n.gpu_count; ++l) {
+              if (reasons_[l] == kNoReason) continue;
+              ++failure->gpu_counts[reasons_[l]];
+              ++rejected;
+            }
+            failure->too_few_cards = too_few || rejected < n.gpu_count;
+            if (n.gpu_count == 0) {
+              failure->node_level = true;
+              failure->node_reason = Reason::kNodeInsufficientDevice;
+            }
+          }
+        }
+      }
+      if (!ok) continue;
+      for (int l = 0; l < n.gpu_count; ++l) {
+        // Slice contributions fold into the usage for scoring.
+        const ScratchGpu& s = scratch_[l];
+        if (s.app_tasks > 0 || s.init_any) scratch_[l].u = SliceUsageAfter(s);
+        view_[l] = &scratch_[l].u;
+      }
+      const double sc = NodeScore(rp, node, view_);
+      if (!found || sc > best_score) {
+        found = true;
+        best_score = sc;
+        best_scratch_ = scratch_;
+        best_recs_ = recs_;
+      }
+    }
+    if (!found) return false;
+    *score = best_score;
+    return true;
+  }
+
+  // Builds the decision from best_scratch_/best_recs_ of EvaluateNode.
+  Decision BuildDecision(const Resolved& rp, int node, double score) const {
+    const NodeInfo& n = cluster_.node(node);
+    Decision d;
+    d.node = node;
+    d.node_name = n.name;
+    d.score = score;
+    d.cpu_milli = rp.cpu;
+    d.memory_bytes = rp.memory;
+    d.containers.resize(rp.pod.containers.size());
+    for (size_t i = 0; i < rp.pod.containers.size(); ++i) {
+      d.containers[i].name = rp.pod.containers[i].name;
+      d.containers[i].init = rp.pod.containers[i].init;
+    }
+    for (const DeviceRec& r : best_recs_) {
+      const int g = n.first_gpu + r.gpu;
+      const GpuInfo& gi = cluster_.gpu(g);
+      DeviceAssignment a;
+      a.gpu = g;
+      a.gpu_index = gi.index;
+      a.uuid = gi.uuid;
+      a.mode = r.mode;
+      a.memory_mib = r.memory_mib;
+      a.cores_permille = r.cores;
+      if (r.mode == GpuMode::kMig) {
+        const mig::GpuModel& model = *gi.mig_model;
+        a.profile = r.profile;
+        a.profile_name = model.profiles[r.profile].Name();
+        a.start = r.start;
+        a.size = model.profiles[r.profile].memory_slices;
+        const GpuUsage& u = best_scratch_[r.gpu].u;
+        if (gi.template_mode && u.template_index >= 0) {
+          a.template_index = u.template_index;
+          const auto& slots =
+              cluster_.template_sets()[gi.template_set].geometries[u.template_index].slots;
+          for (size_t k = 0; k < slots.size(); ++k) {
+            if (slots[k].start == r.start && slots[k].profile == r.profile) {
+              a.template_slot = static_cast<int32_t>(k);
+            }
+          }
+        }
+      }
+      d.containers[r.container].devices.push_back(std::move(a));
+    }
+    for (int l = 0; l < n.gpu_count; ++l) {
+      const ScratchGpu& s = best_scratch_[l];
+      if (s.n_created == 0 && s.n_destroyed == 0) continue;
+      MigReconfiguration m;
+      m.gpu = n.first_gpu + l;
+      m.gpu_index = l;
+      m.template_index = s.switched ? s.u.template_index : -1;
+      m.destroy.assign(s.destroyed.begin(), s.destroyed.begin() + s.n_destroyed);
+      m.create.assign(s.created.begin(), s.created.begin() + s.n_created);
+      d.mig.push_back(std::move(m));
+    }
+    return d;
+  }
+
+  // --- Indexes -----------------------------------------------------------------
+
+  double ScoreOrInfeasible(const Resolved& rp, int node) {
+    double score = 0;
+    return EvaluateNode(rp, node, &score, nullptr) ? score : kInfeasible;
+  }
+
+  ShapeIndex* IndexFor(const Resolved& rp, const std::string& key) {
+    auto it = indexes_.find(key);
+    ShapeIndex* index = nullptr;
+    if (it == indexes_.end()) {
+      auto created = std::make_unique<ShapeIndex>();
+      index = created.get();
+      index->rp = rp;
+      lru_.push_front(key);
+      index->lru = lru_.begin();
+      indexes_.emplace(key, std::move(created));
+      FullRebuild(*index);
+      while (indexes_.size() > std::max<size_t>(1, options_.max_indexes)) {
+        const std::string victim = lru_.back();
+        lru_.pop_back();
+        indexes_.erase(victim);
+      }
+      return index;
+    }
+    index = it->second.get();
+    lru_.splice(lru_.begin(), lru_, index->lru);
+    CatchUp(*index);
+    return index;
+  }
+
+  void FullRebuild(ShapeIndex& index) {
+    const int nodes = cluster_.node_count();
+    index.score.resize(nodes);
+    index.version.resize(nodes);
+    for (int n = 0; n < nodes; ++n) {
+      index.score[n] = ScoreOrInfeasible(index.rp, n);
+      index.version[n] = static_cast<uint32_t>(cluster_.node_usage(n).version);
+    }
+    index.tree.Reset(&index.score);
+    index.synced = cluster_.change_log_end();
+  }
+
+  void CatchUp(ShapeIndex& index) {
+    const uint64_t end = cluster_.change_log_end();
+    if (index.synced < cluster_.change_log_begin() ||
+        end - index.synced > static_cast<uint64_t>(cluster_.node_count())) {
+      FullRebuild(index);
+      return;
+    }
+    for (uint64_t pos = index.synced; pos < end; ++pos) {
+      const int n = cluster_.change_at(pos);
+      const uint32_t v = static_cast<uint32_t>(cluster_.node_usage(n).version);
+      if (index.version[n] == v) continue;
+      index.version[n] = v;
+      index.score[n] = ScoreOrInfeasible(index.rp, n);
+      index.tree.Update(n);
+    }
+    index.synced = end;
+  }
+
+  // --- Entry points ---------------------------------------------------------------
+
+  void Explain(const Resolved& rp, const std::vector<int32_t>* nodes, ScheduleResult* result) {
+    auto one = [&](int node) {
+      NodeFailure f;
+      double score = 0;
+      if (!EvaluateNode(rp, node, &score, &f)) result->failures.emplace_back(node, f);
+    };
+    if (nodes == nullptr) {
+      for (int node = 0; node < cluster_.node_count(); ++node) one(node);
+    } else {
+      for (int32_t node : *nodes) one(node);
+    }
+  }
+
+  ScheduleResult Schedule(const PodRequest& pod, const std::vector<int32_t>* nodes, bool explain) {
+    ScheduleResult result;
+    auto rp = Resolve(pod);
+    if (!rp.ok()) {
+      result.status = rp.status();
+      return result;
+    }
+    result.nodes_considered =
+        nodes == nullptr ? cluster_.node_count() : static_cast<int32_t>(nodes->size());
+    int best = -1;
+    double best_score = kInfeasible;
+    if (options_.use_indexes) {
+      ShapeIndex* index = IndexFor(*rp, pod.ShapeKey());
+      if (nodes == nullptr) {
+        best = index->tree.Best();
+        if (best >= 0 && index->score[best] == kInfeasible) best = -1;
+        if (best >= 0) best_score = index->score[best];
+      } else {
+        for (int32_t n : *nodes) {
+          if (n < 0 || n >= cluster_.node_count()) continue;
+          const double s = index->score[n];
+          if (s == kInfeasible) continue;
+          if (best < 0 || s > best_score || (s == best_score && n < best)) {
+            best = n;
+            best_score = s;
+          }
+        }
+      }
+    } else {
+      auto consider = [&](int n) {
+        const double s = ScoreOrInfeasible(*rp, n);
+        if (s == kInfeasible) return;
+        if (best < 0 || s > best_score || (s == best_score && n < best)) {
+          best = n;
+          best_score = s;
+        }
+      };
+      if (nodes == nullptr) {
+        for (int n = 0; n < cluster_.node_count(); ++n) consider(n);
+      } else {
+        for (int32_t n : *nodes) {
+          if (n >= 0 && n < cluster_.node_count()) consider(n);
+        }
+      }
+    }
+    if (best < 0) {
+      if (explain) Explain(*rp, nodes, &result);
+      return result;
+    }
+    double score = 0;
+    const bool ok = EvaluateNode(*rp, best, &score, nullptr);
+    PRISM_CHECK(ok);
+    result.scheduled = true;
+    result.decision = BuildDecision(*rp, best, score);
+    return result;
+  }
+};
+
+// ---------------------------------------------------------------------------
+
+std::string ScheduleResult::Summary() const {
+  if (!status.ok()) return std::string(status.message());
+  if (scheduled) return StrCat("scheduled on ", decision.node_name);
+  std::map<std::string, int> counts;
+  for (const auto& [node, failure] : failures) ++counts[std::string(ReasonName(failure.Main()))];
+  std::vector<std::pair<std::string, int>> sorted(counts.begin(), counts.end());
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string out = StrCat("0/", nodes_considered, " nodes are available");
+  if (!sorted.empty()) {
+    out.append(": ");
+    out.append(StrJoin(
+        sorted, ", ", [](std::string* o, const auto& e) { StrAppend(o, e.second, " ", e.first); }));
+  }
+  return out;
+}
+
+Engine::Engine(ClusterState cluster, DeviceConfig config, EngineOptions options)
+    : impl_(std::make_unique<Impl>(std::move(cluster), std::move(config), std::move(options))) {}
+Engine::~Engine() = default;
+Engine::Engine(Engine&&) noexcept = default;
+Engine& Engine::operator=(Engine&&) noexcept = default;
+
+const ClusterState& Engine::cluster() const { return impl_->cluster_; }
+const DeviceConfig& Engine::config() const { return impl_->config_; }
+const EngineOptions& Engine::options() const { return impl_->options_; }
+
+void Engine::SetPolicy(const PolicyOptions& policy) {
+  impl_->options_.policy = policy;
+  impl_->InvalidateCaches();
+}
+
+void Engine::SetTargetWorkload(TargetWorkload workload) {
+  impl_->workload_ = std::move(workload);
+  impl_->RebuildShapes();
+}
+
+const TargetWorkload& Engine::target_workload() const { return impl_->workload_; }
+
+absl::Status Engine::Validate(const PodRequest& pod) const { return impl_->Resolve(pod).status(); }
+
+ScheduleResult Engine::Schedule(const PodRequest& pod, bool explain) {
+  return impl_->Schedule(pod, nullptr, explain);
+}
+
+ScheduleResult Engine::ScheduleAmong(const PodRequest& pod, const std::vector<int32_t>& nodes,
+                                     bool explain) {
+  return impl_->Schedule(pod, &nodes, explain);
+}
+
+ScheduleResult Engine::Place(const PodRequest& pod, bool explain) {
+  ScheduleResult result = Schedule(pod, explain);
+  if (!result.scheduled) return result;
+  absl::Status s = Apply(pod.Key(), result.decision);
+  if (!s.ok()) {
+    result.scheduled = false;
+    result.status = s;
+  }
+  return result;
+}
+
+absl::StatusOr<std::vector<NodeVerdict>> Engine::Filter(const PodRequest& pod,
+                                                        const std::vector<int32_t>& nodes) {
+  auto rp = impl_->Resolve(pod);
+  if (!rp.ok()) return rp.status();
+  for (int32_t n : nodes) {
+    if (n < 0 || n >= impl_->cluster_.node_count()) {
+      return absl::InvalidArgumentError(StrCat("unknown node id ", n));
+    }
+  }
+  std::vector<NodeVerdict> out;
+  out.reserve(nodes.size());
+  ShapeIndex* index = nullptr;
+  if (impl_->options_.use_indexes) index = impl_->IndexFor(*rp, pod.ShapeKey());
+  for (int32_t n : nodes) {
+    NodeVerdict v;
+    v.node = n;
+    double score = kInfeasible;
+    if (index != nullptr) {
+      score = index->score[n];
+    } else {
+      score = impl_->ScoreOrInfeasible(*rp, n);
+    }
+    if (score != kInfeasible) {
+      v.feasible = true;
+      v.score = score;
+    } else {
+      double ignored = 0;
+      impl_->EvaluateNode(*rp, n, &ignored, &v.failure);
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<int> Engine::NormalizedScores(const std::vector<NodeVerdict>& verdicts) {
+  double lo = std::numeric_limits<double>::infinity();
+  double hi = -std::numeric_limits<double>::infinity();
+  for (const NodeVerdict& v : verdicts) {
+    if (!v.feasible) continue;
+    lo = std::min(lo, v.score);
+    hi = std::max(hi, v.score);
+  }
+  std::vector<int> out;
+  out.reserve(verdicts.size());
+  for (const NodeVerdict& v : verdicts) {
+    if (!v.feasible) {
+      out.push_back(0);
+    } else if (hi - lo <= 1e-12) {
+      out.push_back(10);
+    } else {
+      out.push_back(static_cast<int>(std::lround(10.0 * (v.score - lo) / (hi - lo))));
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<Decision> Engine::Decide(const PodRequest& pod, int32_t node) {
+  ASSIGN_OR_RETURN(Resolved rp, impl_->Resolve(pod));
+  if (node < 0 || node >= impl_->cluster_.node_count()) {
+    return absl::InvalidArgumentError(StrCat("unknown node id ", node));
+  }
+  double score = 0;
+  NodeFailure failure;
+  if (!impl_->EvaluateNode(rp, node, &score, &failure)) {
+    return absl::ResourceExhaustedError(StrCat("pod ", pod.Key(), " does not fit on node ",
+                                               impl_->cluster_.node(node).name, ": ",
+                                               failure.ToString()));
+  }
+  return impl_->BuildDecision(rp, node, score);
+}
+
+absl::Status Engine::Apply(std::string_view key, const Decision& decision) {
+  return impl_->cluster_.Apply(key, decision);
+}
+
+absl::Status Engine::Release(std::string_view key) { return impl_->cluster_.Release(key); }
+
+double Engine::NodeFragmentation(int32_t node) { return impl_->CurrentNodeFrag(node) / kPermille; }
+
+double Engine::ClusterFragmentation() {
+  double total = 0;
+  for (int n = 0; n < impl_->cluster_.node_count(); ++n) total += impl_->CurrentNodeFrag(n);
+  return total / kPermille;
+}
+
+size_t Engine::CacheMemoryBytes() const {
+  size_t bytes = impl_->frag_cache_.capacity() * sizeof(std::pair<uint64_t, double>);
+  bytes += impl_->occ_cache_.size() * (sizeof(OccKey) + sizeof(OccEntry) + 2 * sizeof(void*));
+  for (const auto& [key, index] : impl_->indexes_) {
+    bytes += sizeof(ShapeIndex) + key.capacity() + index->score.capacity() * sizeof(double) +
+             index->version.capacity() * sizeof(uint32_t) + index->tree.MemoryBytes();
+  }
+  return bytes;
+}
+
+size_t Engine::index_count() const { return impl_->indexes_.size(); }
+
+}  // namespace prism::sched

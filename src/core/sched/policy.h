@@ -1,0 +1,96 @@
+// src/core/sched/policy.h: scoring policies, their knobs, and the target
+// workload that fragmentation-aware scoring measures against.
+//
+// Pure value types and parsing of policy names. Thread-compatible.
+//
+// Node policies (which node wins; higher score is better, ties go to the
+// lowest node index, i.e. the smallest node name):
+//   binpack  utilization after placement, weighted over GPU memory, GPU
+//            compute, CPU and host memory (HAMi's default node policy, but
+//            with the request included and CPU/memory counted).
+//   spread   1 - that utilization.
+//   bestfit  least capacity left: -(cpu_share * CPU left + (1 - cpu_share) *
+//            GPU left), each as a fraction of the node (FGD paper's Best-fit).
+//   fgd      -(fragmentation after - before), FGD (ATC '23): the expected free
+//            GPU a random pod of the target workload could not use. With
+//            `fgd_quantize` the score is the paper's int(100 * sigmoid(-delta)).
+//   prism    -frag_weight * fgd delta + pack_weight * binpack utilization:
+//            FGD with an explicit packing tie-break.
+// GPU policies (which GPUs of the chosen node; HAMi's gpu-scheduler-policy):
+//   binpack  the most used GPU that fits;  spread  the least used;
+//   fgd      the GPU whose fragmentation grows least (then binpack).
+// Inside one MIG GPU the start / geometry is always chosen to keep the most
+// usable free space (target workload first, then free-space utility).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+#include "core/sched/request.h"
+
+namespace prism::sched {
+
+enum class NodePolicy : uint8_t { kBinpack, kSpread, kBestFit, kFgd, kPrism };
+enum class GpuPolicy : uint8_t { kBinpack, kSpread, kFgd };
+
+std::string_view NodePolicyName(NodePolicy policy);
+std::string_view GpuPolicyName(GpuPolicy policy);
+// "binpack", "spread", "bestfit" (or "best-fit"), "fgd", "prism"; case-insensitive.
+absl::StatusOr<NodePolicy> ParseNodePolicy(std::string_view name);
+// "binpack", "spread", "fgd", or a HAMi chain such as "binpack,numa": the
+// first of binpack/spread/fgd wins; HAMi's topology-aware, numa and mutex are
+// accepted but have no effect (Prism has no topology data); a chain of only
+// those means spread, as in HAMi. Anything else is InvalidArgument.
+absl::StatusOr<GpuPolicy> ParseGpuPolicy(std::string_view name);
+
+struct PolicyOptions {
+  NodePolicy node = NodePolicy::kPrism;
+  // GPU policy when the pod names none. Unset: follows the node policy
+  // (fgd/prism -> fgd, spread -> spread, binpack/bestfit -> binpack).
+  bool gpu_from_node = true;
+  GpuPolicy gpu = GpuPolicy::kFgd;
+
+  // Utilization weights (binpack, spread, prism's packing term).
+  double weight_gpu_memory = 1.0;
+  double weight_gpu_cores = 1.0;
+  double weight_cpu = 1.0;
+  double weight_memory = 1.0;
+  // prism: score = -frag_weight * delta_frag (GPUs) + pack_weight * utilization.
+  double frag_weight = 1.0;
+  double pack_weight = 0.01;
+  // fgd: quantize as the paper does (int(100 * sigmoid(-delta))).
+  bool fgd_quantize = false;
+  // bestfit: weight of CPU left (the rest is GPU left).
+  double bestfit_cpu_share = 0.5;
+
+  GpuPolicy GpuPolicyFor(NodePolicy node_policy) const;
+};
+
+// A typical pod of the workload to come, for fragmentation scoring.
+struct WorkloadShape {
+  int64_t cpu_milli = 0;
+  int64_t memory_bytes = 0;
+  int32_t gpu_count = 0;           // 0: needs no GPU.
+  GpuRequest gpu;                  // Per device (gpu.count is ignored).
+  std::vector<std::string> types;  // Allowed GPU types (substrings); empty: any.
+  double weight = 1.0;
+};
+
+struct TargetWorkload {
+  std::vector<WorkloadShape> shapes;  // Weights need not sum to 1.
+
+  // The most frequent shapes of `pods` (by effective CPU, host memory, GPU
+  // count, per-device share and type filter), enough to cover `coverage` of
+  // them, at most `max_shapes`, weighted by frequency. FGD's "typical pods".
+  static TargetWorkload FromPods(const std::vector<PodRequest>& pods, double coverage = 0.95,
+                                 size_t max_shapes = 64);
+};
+
+// The shape of one pod (what FromPods counts).
+WorkloadShape ShapeOfPod(const PodRequest& pod);
+
+}  // namespace prism::sched
