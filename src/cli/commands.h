@@ -12,4 +12,7 @@ namespace prism::cli {
 // `prism version`.
 void AddVersionCommand(CLI::App& app, int* exit_code);
 
+// `prism mig apply|assert|export|status|demo` (mig-parted compatible).
+void AddMigCommand(CLI::App& app, int* exit_code);
+
 }  // namespace prism::cli
