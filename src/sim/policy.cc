@@ -1,0 +1,56 @@
+#include "sim/policy.h"
+
+#include "base/strings.h"
+#include "sim/builtin_policies.h"
+
+namespace prism::sim {
+namespace {
+
+struct Entry {
+  std::string_view name;
+  std::string_view description;
+};
+
+constexpr Entry kPolicies[] = {
+    {"random", "uniformly random feasible node and GPU (FGD paper baseline)"},
+    {"best-fit", "least CPU + GPU left after placement, tightest GPU (FGD paper baseline)"},
+    {"fgd", "fragmentation gradient descent (Weng et al., USENIX ATC '23)"},
+    {"hami-legacy", "HAMi <= v2.9 MIG: first-fit geometry templates, node binpack, GPU spread"},
+    {"hami-legacy-binpack", "hami-legacy with GPU binpack instead of spread"},
+    {"hami-v2.10", "HAMi v2.10 MIG: smallest profile, 1g/3g high-first placement, GPU spread"},
+    {"hami-v2.10-binpack", "hami-v2.10 with GPU binpack instead of spread"},
+};
+
+}  // namespace
+
+std::vector<std::string> MigPolicyNames() {
+  return {"hami-legacy", "hami-legacy-binpack", "hami-v2.10", "hami-v2.10-binpack"};
+}
+
+std::vector<std::string> BuiltinPolicyNames() {
+  std::vector<std::string> out;
+  for (const Entry& e : kPolicies) out.emplace_back(e.name);
+  return out;
+}
+
+std::string_view BuiltinPolicyDescription(std::string_view name) {
+  for (const Entry& e : kPolicies) {
+    if (e.name == name) return e.description;
+  }
+  return {};
+}
+
+absl::StatusOr<std::unique_ptr<Policy>> MakeBuiltinPolicy(std::string_view name,
+                                                          const PolicyOptions& options) {
+  if (name == "random") return MakeRandomPolicy();
+  if (name == "best-fit") return MakeBestFitPolicy();
+  if (name == "fgd") return MakeFgdPolicy(options);
+  if (name == "hami-legacy") return MakeHamiLegacyPolicy(false);
+  if (name == "hami-legacy-binpack") return MakeHamiLegacyPolicy(true);
+  if (name == "hami-v2.10") return MakeHamiV210Policy(false);
+  if (name == "hami-v2.10-binpack") return MakeHamiV210Policy(true);
+  return absl::InvalidArgumentError(
+      StrCat("unknown policy '", name, "' (known: ", StrJoin(BuiltinPolicyNames(), ", "), ")"));
+}
+
+}  // namespace prism::sim
