@@ -1349,12 +1349,12 @@ class Engine::Impl {
       }
       d.containers[r.container].devices.push_back(std::move(a));
     }
-    for (int l = 0; l < n.gpu_count; ++l) {
+    for (size_t l = 0; l < best_scratch_.size(); ++l) {
       const ScratchGpu& s = best_scratch_[l];
       if (s.n_created == 0 && s.n_destroyed == 0) continue;
       MigReconfiguration m;
-      m.gpu = n.first_gpu + l;
-      m.gpu_index = l;
+      m.gpu = n.first_gpu + static_cast<int32_t>(l);
+      m.gpu_index = static_cast<int32_t>(l);
       m.template_index = s.switched ? s.u.template_index : -1;
       m.destroy.assign(s.destroyed.begin(), s.destroyed.begin() + s.n_destroyed);
       m.create.assign(s.created.begin(), s.created.begin() + s.n_created);

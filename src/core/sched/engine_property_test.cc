@@ -1,0 +1,390 @@
+// Property test: random clusters and random pods, placed and released in
+// random order. Every state is checked by a validator that recomputes usage
+// from the decisions alone (not from the engine's accounting): no GPU, node
+// CPU or memory overcommitted, every MIG layout legal, no instance in use
+// moved or destroyed, every device as large as asked. An engine with shape
+// indexes must decide exactly as one that scores every node every time.
+#include <iostream>
+#include <map>
+#include <random>
+#include <set>
+
+#include "gtest/gtest.h"
+
+#include "core/mig/layout.h"
+#include "core/sched/engine.h"
+#include "core/sched/test_util.h"
+
+namespace prism::sched {
+namespace {
+
+using namespace ::prism::sched::testing;  // NOLINT: test builders.
+
+struct World {
+  std::vector<NodeSpec> nodes;
+  DeviceConfig config;
+};
+
+World RandomWorld(std::mt19937& rng) {
+  World w;
+  w.config = HamiDefaultConfig();
+  w.config.device_split_count = 1 + static_cast<int>(rng() % 6);
+  std::uniform_int_distribution<int> node_count(1, 7);
+  const int n = node_count(rng);
+  for (int i = 0; i < n; ++i) {
+    NodeSpec node;
+    node.name = "node-" + std::to_string(i);
+    node.cpu_milli = 1000 * (4 + static_cast<int64_t>(rng() % 60));
+    node.memory_bytes = kGiB * (8 + static_cast<int64_t>(rng() % 200));
+    const int gpus = static_cast<int>(rng() % 5);
+    for (int g = 0; g < gpus; ++g) {
+      GpuSpec spec;
+      switch (rng() % 6) {
+        case 0:
+          spec = Gpu("T4", GpuMode::kHamiCore, 15360);
+          break;
+        case 1:
+          spec = Gpu("V100M32", GpuMode::kHamiCore, 32768);
+          break;
+        case 2:
+          spec = Gpu("A100-PCIE-40GB", GpuMode::kMig);  // Template mode.
+          break;
+        case 3:
+          spec = Gpu("A30", GpuMode::kMig);  // Template mode, 4 slices.
+          break;
+        case 4:
+          spec = Gpu("H100-SXM5-80GB", GpuMode::kMig);  // Placement mode.
+          break;
+        default:
+          spec = Gpu("A100-SXM4-80GB", GpuMode::kHamiCore);
+          break;
+      }
+      spec.uuid = node.name + "-gpu-" + std::to_string(g);
+      spec.healthy = rng() % 15 != 0;
+      if (spec.mode == GpuMode::kMig && spec.model == "H100-SXM5-80GB" && rng() % 2) {
+        // Existing instances, some in use.
+        if (rng() % 2) {
+          spec.instances.push_back({"3g.40gb", 4, rng() % 2 == 0});
+          spec.instances.push_back({"1g.10gb", 0, rng() % 2 == 0});
+        } else {
+          spec.instances.push_back({"2g.20gb", 2, true});
+        }
+      }
+      if (spec.mode == GpuMode::kMig && spec.model == "A100-PCIE-40GB" && rng() % 3 == 0) {
+        spec.instances = {{"3g.20gb", 0, true}, {"3g.20gb", 4, false}};
+      }
+      node.gpus.push_back(spec);
+    }
+    w.nodes.push_back(node);
+  }
+  return w;
+}
+
+PodRequest RandomPod(std::mt19937& rng, int id) {
+  PodRequest p;
+  p.namespace_name = "ns";
+  p.name = "pod-" + std::to_string(id);
+  const int containers = 1 + static_cast<int>(rng() % 3);
+  for (int c = 0; c < containers; ++c) {
+    ContainerRequest cr;
+    cr.name = "c" + std::to_string(c);
+    cr.init = c == 0 && containers > 1 && rng() % 2;
+    cr.cpu_milli = 100 * static_cast<int64_t>(rng() % 80);
+    cr.memory_bytes = (kGiB / 4) * static_cast<int64_t>(rng() % 64);
+    if (rng() % 4 != 0) {
+      cr.gpu.count = 1 + static_cast<int>(rng() % 3);
+      switch (rng() % 4) {
+        case 0:
+          cr.gpu.memory_mib = 1000 * (1 + static_cast<int64_t>(rng() % 40));
+          break;
+        case 1:
+          cr.gpu.memory_permille = 50 * (1 + static_cast<int>(rng() % 20));
+          break;
+        case 2:
+          cr.gpu.memory_permille = 1000;
+          break;
+        default:
+          cr.gpu.memory_mib = 500 * (1 + static_cast<int64_t>(rng() % 20));
+          break;
+      }
+      const int cores = static_cast<int>(rng() % 5);
+      cr.gpu.cores_permille = cores == 4 ? 1000 : cores * 150;
+    }
+    p.containers.push_back(cr);
+  }
+  switch (rng() % 5) {
+    case 0:
+      p.modes = kModeMig;
+      break;
+    case 1:
+      p.modes = kModeHamiCore;
+      break;
+    default:
+      break;
+  }
+  if (rng() % 8 == 0) p.use_types = {"a100"};
+  if (rng() % 8 == 0) p.nouse_types = {"t4"};
+  if (rng() % 10 == 0) p.use_uuids = {"node-0-gpu-0", "node-1-gpu-1"};
+  static const char* kNodePolicies[] = {"", "binpack", "spread", "fgd", "prism", "bestfit"};
+  static const char* kGpuPolicies[] = {"", "binpack", "spread", "fgd"};
+  p.node_policy = kNodePolicies[rng() % 6];
+  p.gpu_policy = kGpuPolicies[rng() % 4];
+  return p;
+}
+
+// Independent accounting from the decisions and the original specs.
+class Validator {
+ public:
+  explicit Validator(const World& w) : world_(w) {
+    for (const NodeSpec& n : w.nodes) {
+      for (const GpuSpec& g : n.gpus) {
+        for (const MigInstanceSpec& i : g.instances) {
+          if (i.in_use) in_use_.insert({g.uuid, i.start});
+        }
+      }
+    }
+  }
+
+  void Add(const std::string& key, const PodRequest& pod, const Decision& d) {
+    pods_[key] = {pod, d};
+  }
+  void Remove(const std::string& key) { pods_.erase(key); }
+
+  // Checks the decision itself against the pod (before it is applied).
+  void CheckDecision(const PodRequest& pod, const Decision& d, const ClusterState& state) {
+    ASSERT_EQ(d.containers.size(), pod.containers.size());
+    for (size_t c = 0; c < pod.containers.size(); ++c) {
+      const GpuRequest& req = pod.containers[c].gpu;
+      const auto& devices = d.containers[c].devices;
+      ASSERT_EQ(static_cast<int>(devices.size()), req.count) << pod.Key() << " container " << c;
+      std::set<int> slice_gpus;
+      for (const DeviceAssignment& dev : devices) {
+        const GpuInfo& gi = state.gpu(dev.gpu);
+        ASSERT_EQ(gi.node, d.node);
+        ASSERT_TRUE(gi.healthy);
+        ASSERT_TRUE(pod.modes & ModeBit(dev.mode));
+        ASSERT_EQ(dev.mode, gi.mode);
+        for (const std::string& t : pod.use_types) ASSERT_TRUE(TypeContains(gi.type, t));
+        for (const std::string& t : pod.nouse_types) ASSERT_FALSE(TypeContains(gi.type, t));
+        if (!pod.use_uuids.empty()) {
+          ASSERT_TRUE(std::count(pod.use_uuids.begin(), pod.use_uuids.end(), gi.uuid));
+        }
+        if (dev.mode == GpuMode::kHamiCore) {
+          ASSERT_TRUE(slice_gpus.insert(dev.gpu).second) << "same GPU twice in a container";
+          const int64_t need = req.memory_mib > 0
+                                   ? req.memory_mib
+                                   : (gi.memory_mib * req.memory_permille + 999) / 1000;
+          ASSERT_EQ(dev.memory_mib, need);
+          ASSERT_EQ(dev.cores_permille, req.cores_permille);
+        } else {
+          const mig::GpuModel& model = *gi.mig_model;
+          const auto& prof = model.profiles[dev.profile];
+          ASSERT_EQ(prof.Name(), dev.profile_name);
+          if (req.memory_mib > 0) {
+            ASSERT_GE(dev.memory_mib, req.memory_mib);
+          } else {
+            ASSERT_GE(prof.memory_slices * 1000, req.memory_permille * model.memory_slices);
+          }
+          ASSERT_GE(prof.compute_slices * 1000, req.cores_permille * model.compute_slices);
+        }
+      }
+    }
+    for (const MigReconfiguration& r : d.mig) {
+      const GpuInfo& gi = state.gpu(r.gpu);
+      for (const MigPlacement& p : r.destroy) {
+        ASSERT_FALSE(in_use_.count({gi.uuid, p.start})) << "destroys an instance in use";
+        for (const auto& [key, entry] : pods_) {
+          for (const auto& c : entry.second.containers) {
+            for (const auto& dev : c.devices) {
+              ASSERT_FALSE(dev.IsMig() && dev.gpu == r.gpu && dev.start == p.start)
+                  << "destroys " << key << "'s instance";
+            }
+          }
+        }
+      }
+    }
+  }
+
+  void CheckState(const ClusterState& state) {
+    std::map<int, int64_t> cpu, mem;
+    struct Slice {
+      int64_t mem = 0;
+      int64_t cores = 0;
+      int tasks = 0;
+      std::set<std::string> exclusive_pods;
+      std::set<std::string> pods;
+    };
+    std::map<int, Slice> slices;
+    std::map<std::pair<int, int>, std::string> mig_owner;  // (gpu, start) -> pod.
+    for (const auto& [key, entry] : pods_) {
+      const auto& [pod, d] = entry;
+      cpu[d.node] += pod.EffectiveCpuMilli();
+      mem[d.node] += pod.EffectiveMemoryBytes();
+      std::map<int, Slice> pod_app, pod_init;
+      for (size_t c = 0; c < pod.containers.size(); ++c) {
+        for (const DeviceAssignment& dev : d.containers[c].devices) {
+          if (dev.IsMig()) {
+            auto [it, inserted] = mig_owner.emplace(std::make_pair(dev.gpu, dev.start), key);
+            ASSERT_TRUE(inserted || it->second == key)
+                << "MIG instance shared by " << it->second << " and " << key;
+            continue;
+          }
+          Slice& s = pod.containers[c].init ? pod_init[dev.gpu] : pod_app[dev.gpu];
+          if (pod.containers[c].init) {
+            s.mem = std::max(s.mem, dev.memory_mib);
+            s.cores = std::max<int64_t>(s.cores, dev.cores_permille);
+            s.tasks = 1;
+          } else {
+            s.mem += dev.memory_mib;
+            s.cores += dev.cores_permille;
+            ++s.tasks;
+          }
+          if (dev.cores_permille >= 1000 && state.gpu(dev.gpu).cores_total == 1000) {
+            s.exclusive_pods.insert(key);
+          }
+        }
+      }
+      std::set<int> gpus;
+      for (auto& [g, s] : pod_app) gpus.insert(g);
+      for (auto& [g, s] : pod_init) gpus.insert(g);
+      for (int g : gpus) {
+        Slice& total = slices[g];
+        total.mem += std::max(pod_app[g].mem, pod_init[g].mem);
+        total.cores += std::max(pod_app[g].cores, pod_init[g].cores);
+        total.tasks += std::max(pod_app[g].tasks, pod_init[g].tasks);
+        total.pods.insert(key);
+        for (const auto& e : pod_app[g].exclusive_pods) total.exclusive_pods.insert(e);
+        for (const auto& e : pod_init[g].exclusive_pods) total.exclusive_pods.insert(e);
+      }
+    }
+    for (int n = 0; n < state.node_count(); ++n) {
+      ASSERT_LE(cpu[n], state.node(n).cpu_milli) << "CPU overcommitted on " << state.node(n).name;
+      ASSERT_LE(mem[n], state.node(n).memory_bytes) << "memory overcommitted";
+    }
+    for (const auto& [g, s] : slices) {
+      const GpuInfo& gi = state.gpu(g);
+      ASSERT_LE(s.mem, gi.memory_mib) << "GPU memory overcommitted on " << gi.uuid;
+      ASSERT_LE(s.cores, gi.cores_total) << "GPU compute overcommitted on " << gi.uuid;
+      ASSERT_LE(s.tasks, gi.split_count) << "split count exceeded on " << gi.uuid;
+      if (!s.exclusive_pods.empty()) {
+        ASSERT_EQ(s.pods.size(), 1u) << "exclusive GPU shared on " << gi.uuid;
+      }
+    }
+    for (int g = 0; g < state.gpu_count(); ++g) {
+      const GpuInfo& gi = state.gpu(g);
+      if (gi.mode != GpuMode::kMig) continue;
+      const GpuUsage& u = state.gpu_usage(g);
+      mig::Layout layout;
+      std::set<int> starts;
+      for (int i = 0; i < u.instance_count; ++i) {
+        layout.push_back(mig::Instance{u.instances[i].profile, u.instances[i].start});
+        starts.insert(u.instances[i].start);
+      }
+      ASSERT_TRUE(mig::ValidateLayout(*gi.mig_model, layout).ok())
+          << gi.uuid << ": " << mig::LayoutToString(*gi.mig_model, layout);
+      for (const auto& [uuid, start] : in_use_) {
+        if (uuid == gi.uuid) {
+          ASSERT_TRUE(starts.count(start)) << "in-use instance gone on " << uuid;
+        }
+      }
+      for (const auto& [where, key] : mig_owner) {
+        if (where.first == g) {
+          ASSERT_TRUE(starts.count(where.second)) << key << "'s instance gone";
+        }
+      }
+    }
+  }
+
+ private:
+  const World& world_;
+  std::set<std::pair<std::string, int>> in_use_;
+  std::map<std::string, std::pair<PodRequest, Decision>> pods_;
+};
+
+void ExpectSameDecision(const ScheduleResult& a, const ScheduleResult& b) {
+  ASSERT_EQ(a.status.ok(), b.status.ok());
+  ASSERT_EQ(a.scheduled, b.scheduled);
+  if (!a.scheduled) return;
+  ASSERT_EQ(a.decision.node, b.decision.node);
+  ASSERT_EQ(a.decision.score, b.decision.score);
+  ASSERT_EQ(a.decision.containers.size(), b.decision.containers.size());
+  for (size_t c = 0; c < a.decision.containers.size(); ++c) {
+    const auto& da = a.decision.containers[c].devices;
+    const auto& db = b.decision.containers[c].devices;
+    ASSERT_EQ(da.size(), db.size());
+    for (size_t i = 0; i < da.size(); ++i) {
+      ASSERT_EQ(da[i].gpu, db[i].gpu);
+      ASSERT_EQ(da[i].start, db[i].start);
+      ASSERT_EQ(da[i].memory_mib, db[i].memory_mib);
+    }
+  }
+}
+
+TEST(EnginePropertyTest, RandomClustersNeverOvercommitAndIndexesAgree) {
+  int placed = 0;
+  int refused = 0;
+  for (uint32_t seed = 1; seed <= 150; ++seed) {
+    std::mt19937 rng(seed);
+    const World world = RandomWorld(rng);
+    auto state = ClusterState::Build(world.nodes, world.config);
+    ASSERT_TRUE(state.ok()) << state.status();
+    EngineOptions indexed;
+    indexed.max_indexes = 4;  // Exercise eviction too.
+    EngineOptions plain;
+    plain.use_indexes = false;
+    Engine a(*state, world.config, indexed);
+    Engine b(*state, world.config, plain);
+    if (seed % 2 == 0) {
+      std::vector<PodRequest> sample;
+      std::mt19937 wrng(seed * 7);
+      for (int i = 0; i < 20; ++i) sample.push_back(RandomPod(wrng, i));
+      a.SetTargetWorkload(TargetWorkload::FromPods(sample));
+      b.SetTargetWorkload(TargetWorkload::FromPods(sample));
+    }
+    Validator validator(world);
+    std::vector<std::string> live;
+    for (int op = 0; op < 60; ++op) {
+      if (!live.empty() && rng() % 4 == 0) {
+        const size_t i = rng() % live.size();
+        ASSERT_TRUE(a.Release(live[i]).ok());
+        ASSERT_TRUE(b.Release(live[i]).ok());
+        validator.Remove(live[i]);
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+        continue;
+      }
+      const PodRequest pod = RandomPod(rng, op);
+      ScheduleResult ra = a.Schedule(pod, /*explain=*/false);
+      ScheduleResult rb = b.Schedule(pod, /*explain=*/false);
+      ASSERT_NO_FATAL_FAILURE(ExpectSameDecision(ra, rb)) << "seed " << seed << " op " << op;
+      ASSERT_TRUE(ra.status.ok()) << ra.status;
+      if (!ra.scheduled) {
+        ++refused;
+        continue;
+      }
+      ASSERT_NO_FATAL_FAILURE(validator.CheckDecision(pod, ra.decision, a.cluster()))
+          << "seed " << seed << " op " << op;
+      absl::Status applied = a.Apply(pod.Key(), ra.decision);
+      if (!applied.ok()) {
+        for (const auto& c : ra.decision.containers) {
+          for (const auto& d : c.devices) {
+            std::cerr << c.name << (c.init ? "(init)" : "") << " gpu " << d.gpu << " mode "
+                      << static_cast<int>(d.mode) << " start " << d.start << "\n";
+          }
+        }
+        for (const auto& m : ra.decision.mig) std::cerr << "mig gpu " << m.gpu << "\n";
+      }
+      ASSERT_TRUE(applied.ok()) << applied << " seed " << seed << " op " << op;
+      ASSERT_TRUE(b.Apply(pod.Key(), rb.decision).ok());
+      validator.Add(pod.Key(), pod, ra.decision);
+      live.push_back(pod.Key());
+      ++placed;
+      ASSERT_NO_FATAL_FAILURE(validator.CheckState(a.cluster())) << "seed " << seed << " op " << op;
+    }
+  }
+  // The generator must exercise both outcomes.
+  EXPECT_GT(placed, 1000);
+  EXPECT_GT(refused, 200);
+}
+
+}  // namespace
+}  // namespace prism::sched
