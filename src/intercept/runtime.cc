@@ -1,0 +1,308 @@
+#include "intercept/runtime.h"
+
+#include <dlfcn.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <new>
+
+#include "intercept/hooks.h"
+#include "intercept/liveness.h"
+#include "intercept/log.h"
+#include "intercept/sm_limiter.h"
+
+namespace prism::vgpu {
+
+RealCuda g_cuda = {};
+RealNvml g_nvml = {};
+Config g_config;
+
+namespace {
+
+constexpr int kMaxOrdinals = 64;
+// g_ordinal_entry holds entry + 1, so that zero-initialized storage means "not mapped yet".
+constexpr int16_t kEntryUnknown = 0;
+constexpr int16_t kEntryFailed = -1;
+
+const HookEntry kHookEntries[] = {
+#define CU_HOOK(name, params, args, base, version, variant) \
+  {#name,                                                   \
+   reinterpret_cast<void*>(&::name),                        \
+   reinterpret_cast<void* const*>(&g_cuda.name),            \
+   #base,                                                   \
+   version,                                                 \
+   Variant::variant},
+#define NVML_HOOK(name, params, args)            \
+  {#name,                                        \
+   reinterpret_cast<void*>(&::name),             \
+   reinterpret_cast<void* const*>(&g_nvml.name), \
+   nullptr,                                      \
+   0,                                            \
+   Variant::kLegacy},
+#include "intercept/symbols.def"
+};
+
+// Initialization states of the lazily built parts.
+enum InitState : int { kUninitialized = 0, kReady = 1, kUnavailable = 2 };
+
+pthread_mutex_t g_init_mutex = PTHREAD_MUTEX_INITIALIZER;
+std::atomic<int> g_config_state{kUninitialized};
+std::atomic<int> g_driver_state{kUninitialized};
+std::atomic<int> g_nvml_state{kUninitialized};
+std::atomic<int> g_accounting_state{kUninitialized};
+std::atomic<bool> g_shutting_down{false};
+thread_local bool t_loading = false;  // Re-entrancy guard while dlopen runs our hooks.
+
+void* g_driver_handle = nullptr;
+void* g_nvml_handle = nullptr;
+
+alignas(Region) unsigned char g_region_storage[sizeof(Region)];
+Region* g_region = nullptr;
+int g_slot = -1;
+pid_t g_slot_pid = 0;
+uint64_t g_slot_start_time = 0;
+
+std::atomic<int16_t> g_ordinal_entry[kMaxOrdinals];
+pthread_mutex_t g_tables_mutex = PTHREAD_MUTEX_INITIALIZER;
+alignas(AllocTable) unsigned char g_table_storage[sizeof(AllocTable)];
+AllocTable* g_table = nullptr;
+bool g_atfork_registered = false;
+
+void ResetOrdinalMap() {
+  for (auto& entry : g_ordinal_entry) entry.store(kEntryUnknown, std::memory_order_relaxed);
+}
+
+void ForkPrepare() { pthread_mutex_lock(&g_tables_mutex); }
+void ForkParent() { pthread_mutex_unlock(&g_tables_mutex); }
+void ForkChild() {
+  // The child has one thread and its own PID: it gets its own slot on first use and owns none of
+  // its parent's allocations (CUDA does not carry contexts across fork).
+  pthread_mutex_init(&g_tables_mutex, nullptr);
+  pthread_mutex_init(&g_init_mutex, nullptr);
+  if (g_table != nullptr) g_table->Clear();
+  g_slot = -1;
+  g_slot_pid = 0;
+  g_slot_start_time = 0;
+  if (g_accounting_state.load() == kReady) g_accounting_state.store(kUninitialized);
+  ResetOrdinalMap();
+  SmLimiterAfterFork();
+}
+
+void ResolveCuda(void* handle) {
+#define CU_HOOK(name, params, args, base, version, variant) \
+  g_cuda.name = reinterpret_cast<decltype(g_cuda.name)>(RealDlsym(handle, #name));
+#define CU_REAL(name, params) \
+  g_cuda.name = reinterpret_cast<decltype(g_cuda.name)>(RealDlsym(handle, #name));
+#include "intercept/symbols.def"
+}
+
+void ResolveNvml(void* handle) {
+#define NVML_HOOK(name, params, args) \
+  g_nvml.name = reinterpret_cast<decltype(g_nvml.name)>(RealDlsym(handle, #name));
+#define NVML_REAL(name, params) \
+  g_nvml.name = reinterpret_cast<decltype(g_nvml.name)>(RealDlsym(handle, #name));
+#include "intercept/symbols.def"
+}
+
+__attribute__((destructor)) void ReleaseSlotAtExit() {
+  g_shutting_down.store(true);
+  if (g_accounting_state.load() != kReady || g_region == nullptr || g_slot < 0) return;
+  if (getpid() != g_slot_pid) return;
+  g_region->ReleaseSlot(g_slot, g_slot_pid, g_slot_start_time);
+}
+
+}  // namespace
+
+const HookEntry* HookEntries(size_t* count) {
+  *count = sizeof(kHookEntries) / sizeof(kHookEntries[0]);
+  return kHookEntries;
+}
+
+const HookEntry* FindHook(const char* name) {
+  for (const HookEntry& entry : kHookEntries) {
+    if (strcmp(entry.name, name) == 0) return &entry;
+  }
+  return nullptr;
+}
+
+const Config& EnsureConfig() {
+  if (g_config_state.load(std::memory_order_acquire) == kReady) return g_config;
+  pthread_mutex_lock(&g_init_mutex);
+  if (g_config_state.load(std::memory_order_relaxed) != kReady) {
+    LoadConfig(&g_config);
+    g_config_state.store(kReady, std::memory_order_release);
+  }
+  pthread_mutex_unlock(&g_init_mutex);
+  return g_config;
+}
+
+bool EnsureDriver() {
+  const int state = g_driver_state.load(std::memory_order_acquire);
+  if (state != kUninitialized) return state == kReady;
+  if (t_loading) return false;
+  EnsureConfig();
+  pthread_mutex_lock(&g_init_mutex);
+  if (g_driver_state.load(std::memory_order_relaxed) == kUninitialized) {
+    t_loading = true;
+    const char* path = g_config.real_libcuda[0] != '\0' ? g_config.real_libcuda : "libcuda.so.1";
+    g_driver_handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (g_driver_handle == nullptr) {
+      PRISM_VGPU_LOG(kError, "cannot load the CUDA driver %s: %s", path, dlerror());
+      g_driver_state.store(kUnavailable, std::memory_order_release);
+    } else {
+      ResolveCuda(g_driver_handle);
+      g_driver_state.store(kReady, std::memory_order_release);
+      PRISM_VGPU_LOG(kDebug, "loaded the CUDA driver %s", path);
+    }
+    t_loading = false;
+  }
+  pthread_mutex_unlock(&g_init_mutex);
+  return g_driver_state.load(std::memory_order_acquire) == kReady;
+}
+
+bool EnsureNvml(bool init) {
+  int state = g_nvml_state.load(std::memory_order_acquire);
+  if (state == kUninitialized && !t_loading) {
+    EnsureConfig();
+    pthread_mutex_lock(&g_init_mutex);
+    if (g_nvml_state.load(std::memory_order_relaxed) == kUninitialized) {
+      t_loading = true;
+      const char* path = g_config.real_nvml[0] != '\0' ? g_config.real_nvml : "libnvidia-ml.so.1";
+      g_nvml_handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+      if (g_nvml_handle == nullptr) {
+        PRISM_VGPU_LOG(kInfo, "cannot load NVML %s: %s", path, dlerror());
+        g_nvml_state.store(kUnavailable, std::memory_order_release);
+      } else {
+        ResolveNvml(g_nvml_handle);
+        g_nvml_state.store(kReady, std::memory_order_release);
+      }
+      t_loading = false;
+    }
+    pthread_mutex_unlock(&g_init_mutex);
+    state = g_nvml_state.load(std::memory_order_acquire);
+  }
+  if (state != kReady) return false;
+  // nvmlInit is reference counted and cheap once initialized; the watcher calls it once.
+  if (init && (g_nvml.nvmlInit_v2 == nullptr || g_nvml.nvmlInit_v2() != NVML_SUCCESS)) return false;
+  return true;
+}
+
+bool ControlEnabled() {
+  EnsureConfig();
+  return !g_config.disabled && !g_shutting_down.load(std::memory_order_relaxed);
+}
+
+Region* EnsureAccounting() {
+  const int state = g_accounting_state.load(std::memory_order_acquire);
+  if (state == kReady) return g_region;
+  if (state == kUnavailable || !ControlEnabled()) return nullptr;
+  pthread_mutex_lock(&g_init_mutex);
+  if (g_accounting_state.load(std::memory_order_relaxed) == kUninitialized) {
+    if (!g_atfork_registered) {
+      pthread_atfork(ForkPrepare, ForkParent, ForkChild);
+      g_atfork_registered = true;
+    }
+    if (g_table == nullptr) g_table = new (g_table_storage) AllocTable();
+    if (g_region == nullptr) {
+      g_region = new (g_region_storage) Region();
+      int sys_errno = 0;
+      const RegionError error = g_region->OpenFile(g_config.region_path, &sys_errno);
+      if (error != RegionError::kNone) {
+        PRISM_VGPU_LOG(kError, "shared region %s: %s (%s); limits now apply to this process alone",
+                       g_config.region_path, RegionErrorName(error), strerror(sys_errno));
+        if (g_region->OpenAnonymous(&sys_errno) != RegionError::kNone) {
+          PRISM_VGPU_LOG(kError, "cannot map a private region (%s); memory is not limited",
+                         strerror(sys_errno));
+        }
+      }
+      g_region->set_stall_in_lock_ms_for_test(g_config.test_lock_stall_ms);
+    }
+    if (g_region->is_open()) {
+      g_slot_pid = getpid();
+      g_slot_start_time = ProcessStartTime(g_slot_pid);
+      g_slot = g_region->AcquireSlot(g_slot_pid, g_slot_start_time);
+      if (g_slot < 0) {
+        PRISM_VGPU_LOG(kError,
+                       "all %d process slots of %s belong to live processes; memory of "
+                       "this process is not limited",
+                       kMaxSlots, g_config.region_path);
+      } else {
+        const pid_t outer = OutermostPid();
+        if (outer > 0) g_region->slot(g_slot).host_pid.store(outer);
+      }
+    }
+    g_accounting_state.store(g_slot >= 0 ? kReady : kUnavailable, std::memory_order_release);
+  }
+  pthread_mutex_unlock(&g_init_mutex);
+  return g_accounting_state.load(std::memory_order_acquire) == kReady ? g_region : nullptr;
+}
+
+int SelfSlot() { return g_slot; }
+
+int DeviceEntryForOrdinal(int ordinal) {
+  if (ordinal < 0 || ordinal >= kMaxOrdinals) return -1;
+  const int16_t known = g_ordinal_entry[ordinal].load(std::memory_order_acquire);
+  if (known == kEntryFailed) return -1;
+  if (known != kEntryUnknown) return known - 1;
+  Region* region = EnsureAccounting();
+  if (region == nullptr) return -1;
+  CUuuid uuid;
+  CUresult rc = CUDA_ERROR_NOT_FOUND;
+  if (g_cuda.cuDeviceGetUuid_v2 != nullptr) rc = g_cuda.cuDeviceGetUuid_v2(&uuid, ordinal);
+  if (rc != CUDA_SUCCESS && g_cuda.cuDeviceGetUuid != nullptr) {
+    rc = g_cuda.cuDeviceGetUuid(&uuid, ordinal);
+  }
+  if (rc != CUDA_SUCCESS) return -1;  // Not cached: the driver may not be initialized yet.
+  int sm_count = 0;
+  if (g_cuda.cuDeviceGetAttribute != nullptr) {
+    g_cuda.cuDeviceGetAttribute(&sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ordinal);
+  }
+  const uint64_t memory_limit = MemoryLimitForOrdinal(ordinal);
+  const uint32_t sm_limit = SmLimitForOrdinal(ordinal);
+  const uint32_t policy = static_cast<uint32_t>(g_config.policy);
+  bool mismatch = false;
+  const int entry =
+      region->ClaimDevice(reinterpret_cast<const uint8_t*>(uuid.bytes), memory_limit, sm_limit,
+                          policy, static_cast<uint32_t>(sm_count), &mismatch);
+  if (entry < 0) {
+    PRISM_VGPU_LOG(kError, "the region's device table (%d GPUs) is full; device %d is not limited",
+                   kMaxDevices, ordinal);
+    g_ordinal_entry[ordinal].store(kEntryFailed, std::memory_order_release);
+    return -1;
+  }
+  const RegionDevice& device = region->device(entry);
+  if (mismatch) {
+    PRISM_VGPU_LOG(kWarning,
+                   "device %d: this process asks for memory limit %llu, SM limit %u, policy %u, "
+                   "but the region was created with %llu, %u, %u; the region's limits apply",
+                   ordinal, static_cast<unsigned long long>(memory_limit), sm_limit, policy,
+                   static_cast<unsigned long long>(device.memory_limit), device.sm_limit_percent,
+                   device.policy);
+  }
+  g_ordinal_entry[ordinal].store(static_cast<int16_t>(entry + 1), std::memory_order_release);
+  PRISM_VGPU_LOG(kInfo, "device %d -> region entry %d (memory limit %llu, SM limit %u%%)", ordinal,
+                 entry, static_cast<unsigned long long>(device.memory_limit),
+                 device.sm_limit_percent);
+  SmLimiterDeviceMapped(entry);
+  return entry;
+}
+
+int CurrentDeviceEntry() {
+  if (g_cuda.cuCtxGetDevice == nullptr) return -1;
+  CUdevice device = -1;
+  if (g_cuda.cuCtxGetDevice(&device) != CUDA_SUCCESS) return -1;
+  return DeviceEntryForOrdinal(device);
+}
+
+int OrdinalForEntry(int entry) {
+  for (int i = 0; i < kMaxOrdinals; ++i) {
+    if (g_ordinal_entry[i].load(std::memory_order_relaxed) == entry + 1) return i;
+  }
+  return -1;
+}
+
+AllocTable& Allocations() { return *g_table; }
+void LockTables() { pthread_mutex_lock(&g_tables_mutex); }
+void UnlockTables() { pthread_mutex_unlock(&g_tables_mutex); }
+
+}  // namespace prism::vgpu
