@@ -1,0 +1,365 @@
+#include "config/annotations.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "base/status_macros.h"
+#include "base/strings.h"
+
+namespace prism::config {
+namespace {
+
+using nlohmann::json;
+using sched::ClusterState;
+using sched::Decision;
+using sched::DeviceAssignment;
+using sched::GpuMode;
+
+// HAMi's CORES field is a percent.
+int32_t CorePercent(int32_t permille) { return (permille + 9) / 10; }
+
+json Placement(const mig::GpuModel& model, const sched::MigPlacement& p) {
+  return json{{"profile", model.profiles[p.profile].Name()},
+              {"start", p.start},
+              {"size", model.profiles[p.profile].memory_slices}};
+}
+
+int FindGpu(const ClusterState& state, int node, const std::string& uuid) {
+  const sched::NodeInfo& n = state.node(node);
+  for (int l = 0; l < n.gpu_count; ++l) {
+    if (state.gpu(n.first_gpu + l).uuid == uuid) return n.first_gpu + l;
+  }
+  return -1;
+}
+
+// Adds the reconfigurations `d`'s MIG devices need on `state`.
+absl::Status CompleteMigChanges(const ClusterState& state, Decision& d) {
+  std::map<int, sched::MigReconfiguration> changes;
+  for (const sched::MigReconfiguration& r : d.mig) changes[r.gpu] = r;
+  for (const auto& c : d.containers) {
+    for (const DeviceAssignment& dev : c.devices) {
+      if (!dev.IsMig()) continue;
+      const sched::GpuInfo& gi = state.gpu(dev.gpu);
+      const sched::GpuUsage& u = state.gpu_usage(dev.gpu);
+      bool exists = false;
+      for (int i = 0; i < u.instance_count; ++i) {
+        exists =
+            exists || (u.instances[i].start == dev.start && u.instances[i].profile == dev.profile);
+      }
+      auto it = changes.find(dev.gpu);
+      if (gi.template_mode && dev.template_index >= 0 && dev.template_index != u.template_index) {
+        if (it == changes.end()) {
+          sched::MigReconfiguration r;
+          r.gpu = dev.gpu;
+          r.gpu_index = gi.index;
+          r.template_index = dev.template_index;
+          for (int i = 0; i < u.instance_count; ++i) {
+            r.destroy.push_back({u.instances[i].profile, u.instances[i].start});
+          }
+          const auto& slots =
+              state.template_sets()[gi.template_set].geometries[dev.template_index].slots;
+          for (const auto& s : slots) r.create.push_back({s.profile, s.start});
+          changes[dev.gpu] = r;
+        }
+        continue;
+      }
+      if (exists) continue;
+      if (it != changes.end() && it->second.template_index >= 0) continue;
+      sched::MigReconfiguration& r = changes[dev.gpu];
+      r.gpu = dev.gpu;
+      r.gpu_index = gi.index;
+      const sched::MigPlacement want{dev.profile, dev.start};
+      if (std::find(r.create.begin(), r.create.end(), want) != r.create.end()) continue;
+      const uint32_t mask = mig::PlacementMask(*gi.mig_model, dev.profile, dev.start);
+      for (int i = 0; i < u.instance_count; ++i) {
+        const sched::MigInstance& inst = u.instances[i];
+        if (mig::PlacementMask(*gi.mig_model, inst.profile, inst.start) & mask) {
+          const sched::MigPlacement p{inst.profile, inst.start};
+          if (std::find(r.destroy.begin(), r.destroy.end(), p) == r.destroy.end()) {
+            r.destroy.push_back(p);
+          }
+        }
+      }
+      r.create.push_back(want);
+    }
+  }
+  d.mig.clear();
+  for (auto& [gpu, r] : changes) d.mig.push_back(std::move(r));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> ProfileIndex(const sched::GpuInfo& gi, const std::string& name) {
+  const int p = gi.mig_model->FindProfile(name);
+  if (p < 0) {
+    return absl::InvalidArgumentError(
+        StrCat("MIG profile '", name, "' does not exist on ", gi.mig_model->name));
+  }
+  return p;
+}
+
+absl::StatusOr<Decision> DecodePrism(const std::string& text, const sched::PodRequest& pod,
+                                     const ClusterState& state) {
+  const json j = json::parse(text, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(StrCat(kPrismAllocationAnnotation, " is not a JSON object"));
+  }
+  try {
+    Decision d;
+    d.node_name = j.at("node").get<std::string>();
+    d.node = state.FindNode(d.node_name);
+    if (d.node < 0) return absl::InvalidArgumentError(StrCat("unknown node ", d.node_name));
+    d.cpu_milli = pod.EffectiveCpuMilli();
+    d.memory_bytes = pod.EffectiveMemoryBytes();
+    const json& containers = j.at("containers");
+    if (!containers.is_array() || containers.size() != pod.containers.size()) {
+      return absl::InvalidArgumentError(StrCat(kPrismAllocationAnnotation, " lists ",
+                                               containers.size(), " containers, the pod has ",
+                                               pod.containers.size()));
+    }
+    for (size_t c = 0; c < containers.size(); ++c) {
+      sched::ContainerAssignment ca;
+      ca.name = pod.containers[c].name;
+      ca.init = pod.containers[c].init;
+      for (const json& dj : containers[c].at("devices")) {
+        DeviceAssignment dev;
+        dev.uuid = dj.at("uuid").get<std::string>();
+        dev.gpu = FindGpu(state, d.node, dev.uuid);
+        if (dev.gpu < 0) {
+          return absl::InvalidArgumentError(StrCat("GPU ", dev.uuid, " is not on ", d.node_name));
+        }
+        const sched::GpuInfo& gi = state.gpu(dev.gpu);
+        dev.gpu_index = gi.index;
+        dev.mode = dj.at("mode").get<std::string>() == "mig" ? GpuMode::kMig : GpuMode::kHamiCore;
+        dev.memory_mib = dj.at("memoryMiB").get<int64_t>();
+        dev.cores_permille = static_cast<int32_t>(std::lround(dj.at("cores").get<double>() * 10));
+        if (dev.IsMig()) {
+          if (gi.mode != GpuMode::kMig) {
+            return absl::InvalidArgumentError(StrCat("GPU ", dev.uuid, " is not in mig mode"));
+          }
+          ASSIGN_OR_RETURN(dev.profile, ProfileIndex(gi, dj.at("profile").get<std::string>()));
+          dev.profile_name = gi.mig_model->profiles[dev.profile].Name();
+          dev.start = dj.at("placement").at("start").get<int32_t>();
+          dev.size = gi.mig_model->profiles[dev.profile].memory_slices;
+          if (!gi.mig_model->profiles[dev.profile].IsLegalStart(dev.start)) {
+            return absl::InvalidArgumentError(
+                StrCat(dev.profile_name, " cannot start at ", dev.start));
+          }
+          if (dj.contains("template")) dev.template_index = dj.at("template").get<int32_t>();
+          if (dj.contains("slot")) dev.template_slot = dj.at("slot").get<int32_t>();
+          if (dev.template_index >= 0 &&
+              (!gi.template_mode ||
+               dev.template_index >=
+                   static_cast<int>(state.template_sets()[gi.template_set].geometries.size()))) {
+            return absl::InvalidArgumentError(
+                StrCat("unknown geometry ", dev.template_index, " for ", dev.uuid));
+          }
+        }
+        ca.devices.push_back(std::move(dev));
+      }
+      d.containers.push_back(std::move(ca));
+    }
+    RETURN_IF_ERROR(CompleteMigChanges(state, d));
+    return d;
+  } catch (const json::exception& e) {
+    return absl::InvalidArgumentError(StrCat(kPrismAllocationAnnotation, ": ", e.what()));
+  }
+}
+
+absl::StatusOr<Decision> DecodeHami(const std::map<std::string, std::string>& annotations,
+                                    const sched::PodRequest& pod, const ClusterState& state) {
+  auto node_it = annotations.find(kHamiNodeAnnotation);
+  auto dev_it = annotations.find(kHamiDevicesAllocatedAnnotation);
+  if (node_it == annotations.end() || dev_it == annotations.end()) {
+    return absl::NotFoundError("pod carries no scheduling decision");
+  }
+  Decision d;
+  d.node_name = node_it->second;
+  d.node = state.FindNode(d.node_name);
+  if (d.node < 0) return absl::InvalidArgumentError(StrCat("unknown node ", d.node_name));
+  d.cpu_milli = pod.EffectiveCpuMilli();
+  d.memory_bytes = pod.EffectiveMemoryBytes();
+  std::vector<std::string_view> containers = StrSplit(dev_it->second, ';');
+  // The grammar ends every container with ';': drop the empty tail.
+  if (!containers.empty() && containers.back().empty()) containers.pop_back();
+  if (containers.size() != pod.containers.size()) {
+    return absl::InvalidArgumentError(StrCat(kHamiDevicesAllocatedAnnotation, " has ",
+                                             containers.size(), " containers, the pod ",
+                                             pod.containers.size()));
+  }
+  // v2.10 MIG reservations by (container, device).
+  std::map<std::pair<int, int>, json> mig;
+  if (auto it = annotations.find(kHamiMigAllocationsAnnotation); it != annotations.end()) {
+    const json j = json::parse(it->second, nullptr, false);
+    if (j.is_discarded() || !j.is_array()) {
+      return absl::InvalidArgumentError(
+          StrCat(kHamiMigAllocationsAnnotation, " is not a JSON list"));
+    }
+    for (const json& e : j) {
+      if (!e.is_object() || !e.contains("containerIndex") || !e.contains("deviceIndex")) {
+        return absl::InvalidArgumentError(StrCat(kHamiMigAllocationsAnnotation, ": bad entry"));
+      }
+      mig[{e["containerIndex"].get<int>(), e["deviceIndex"].get<int>()}] = e;
+    }
+  }
+  try {
+    for (size_t c = 0; c < containers.size(); ++c) {
+      sched::ContainerAssignment ca;
+      ca.name = pod.containers[c].name;
+      ca.init = pod.containers[c].init;
+      int index = 0;
+      for (std::string_view device : StrSplit(containers[c], ':', true)) {
+        std::vector<std::string_view> f = StrSplit(device, ',');
+        if (f.size() != 4) {
+          return absl::InvalidArgumentError(
+              StrCat("bad device '", device, "' in ", kHamiDevicesAllocatedAnnotation));
+        }
+        std::string uuid(f[0]);
+        int tmpl = -1;
+        int slot = -1;
+        if (const size_t open = uuid.find('['); open != std::string::npos) {
+          const size_t dash = uuid.find('-', open);
+          const size_t close = uuid.find(']', open);
+          if (dash == std::string::npos || close == std::string::npos || dash > close) {
+            return absl::InvalidArgumentError(StrCat("bad MIG slot in '", uuid, "'"));
+          }
+          tmpl = std::stoi(uuid.substr(open + 1, dash - open - 1));
+          slot = std::stoi(uuid.substr(dash + 1, close - dash - 1));
+          uuid.resize(open);
+        }
+        DeviceAssignment dev;
+        dev.uuid = uuid;
+        dev.gpu = FindGpu(state, d.node, uuid);
+        if (dev.gpu < 0) {
+          return absl::InvalidArgumentError(StrCat("GPU ", uuid, " is not on ", d.node_name));
+        }
+        const sched::GpuInfo& gi = state.gpu(dev.gpu);
+        dev.gpu_index = gi.index;
+        dev.memory_mib = std::stoll(std::string(f[2]));
+        dev.cores_permille = std::stoi(std::string(f[3])) * 10;
+        dev.mode = gi.mode;
+        if (gi.mode == GpuMode::kMig) {
+          if (tmpl >= 0) {
+            if (!gi.template_mode) {
+              return absl::InvalidArgumentError(StrCat(uuid, " is not in template mode"));
+            }
+            const auto& geos = state.template_sets()[gi.template_set].geometries;
+            if (tmpl >= static_cast<int>(geos.size()) || slot < 0 ||
+                slot >= static_cast<int>(geos[tmpl].slots.size())) {
+              return absl::InvalidArgumentError(StrCat("unknown MIG slot [", tmpl, "-", slot, "]"));
+            }
+            dev.template_index = tmpl;
+            dev.template_slot = slot;
+            dev.profile = geos[tmpl].slots[slot].profile;
+            dev.start = geos[tmpl].slots[slot].start;
+          } else {
+            auto m = mig.find({static_cast<int>(c), index});
+            if (m == mig.end()) {
+              return absl::InvalidArgumentError(
+                  StrCat("MIG device ", uuid, " has no entry in ", kHamiMigAllocationsAnnotation));
+            }
+            ASSIGN_OR_RETURN(dev.profile,
+                             ProfileIndex(gi, m->second.at("profile").get<std::string>()));
+            dev.start = m->second.at("placement").at("start").get<int32_t>();
+          }
+          dev.profile_name = gi.mig_model->profiles[dev.profile].Name();
+          dev.size = gi.mig_model->profiles[dev.profile].memory_slices;
+        }
+        ca.devices.push_back(std::move(dev));
+        ++index;
+      }
+      d.containers.push_back(std::move(ca));
+    }
+  } catch (const std::exception& e) {
+    return absl::InvalidArgumentError(StrCat(kHamiDevicesAllocatedAnnotation, ": ", e.what()));
+  }
+  RETURN_IF_ERROR(CompleteMigChanges(state, d));
+  return d;
+}
+
+}  // namespace
+
+json DecisionToJson(const Decision& decision, const ClusterState& state) {
+  json containers = json::array();
+  for (const auto& c : decision.containers) {
+    json devices = json::array();
+    for (const DeviceAssignment& d : c.devices) {
+      json dj{{"uuid", d.uuid},
+              {"index", d.gpu_index},
+              {"mode", std::string(sched::GpuModeName(d.mode))},
+              {"memoryMiB", d.memory_mib},
+              {"cores", d.cores_permille % 10 == 0 ? json(d.cores_permille / 10)
+                                                   : json(d.cores_permille / 10.0)}};
+      if (d.IsMig()) {
+        dj["profile"] = d.profile_name;
+        dj["placement"] = json{{"start", d.start}, {"size", d.size}};
+        if (d.template_index >= 0) {
+          dj["template"] = d.template_index;
+          dj["slot"] = d.template_slot;
+        }
+      }
+      devices.push_back(std::move(dj));
+    }
+    json cj{{"name", c.name}, {"devices", std::move(devices)}};
+    if (c.init) cj["init"] = true;
+    containers.push_back(std::move(cj));
+  }
+  json out{{"node", decision.node_name}, {"containers", std::move(containers)}};
+  if (!decision.mig.empty()) {
+    json changes = json::array();
+    for (const sched::MigReconfiguration& r : decision.mig) {
+      const sched::GpuInfo& gi = state.gpu(r.gpu);
+      json destroy = json::array();
+      json create = json::array();
+      for (const auto& p : r.destroy) destroy.push_back(Placement(*gi.mig_model, p));
+      for (const auto& p : r.create) create.push_back(Placement(*gi.mig_model, p));
+      json cj{{"uuid", gi.uuid}, {"index", gi.index}, {"destroy", destroy}, {"create", create}};
+      if (r.template_index >= 0) cj["template"] = r.template_index;
+      changes.push_back(std::move(cj));
+    }
+    out["migChanges"] = std::move(changes);
+  }
+  return out;
+}
+
+std::map<std::string, std::string> EncodeDecisionAnnotations(const Decision& decision,
+                                                             const ClusterState& state) {
+  std::map<std::string, std::string> out;
+  out[kHamiNodeAnnotation] = decision.node_name;
+  std::string devices;
+  json mig = json::array();
+  for (size_t c = 0; c < decision.containers.size(); ++c) {
+    const auto& container = decision.containers[c];
+    for (size_t i = 0; i < container.devices.size(); ++i) {
+      const DeviceAssignment& d = container.devices[i];
+      devices.append(d.uuid);
+      if (d.IsMig() && d.template_index >= 0) {
+        StrAppend(&devices, "[", d.template_index, "-", d.template_slot, "]");
+      }
+      StrAppend(&devices, ",NVIDIA,", d.memory_mib, ",", CorePercent(d.cores_permille), ":");
+      if (d.IsMig() && d.template_index < 0) {
+        mig.push_back(json{{"containerIndex", c},
+                           {"deviceIndex", i},
+                           {"gpuUUID", d.uuid},
+                           {"profile", d.profile_name},
+                           {"placement", json{{"start", d.start}, {"size", d.size}}}});
+      }
+    }
+    devices.push_back(';');
+  }
+  out[kHamiDevicesAllocatedAnnotation] = devices;
+  out[kHamiDevicesToAllocateAnnotation] = devices;
+  if (!mig.empty()) out[kHamiMigAllocationsAnnotation] = mig.dump();
+  out[kPrismAllocationAnnotation] = DecisionToJson(decision, state).dump();
+  return out;
+}
+
+absl::StatusOr<Decision> DecodeDecisionAnnotations(
+    const std::map<std::string, std::string>& annotations, const sched::PodRequest& pod,
+    const ClusterState& state) {
+  if (auto it = annotations.find(kPrismAllocationAnnotation); it != annotations.end()) {
+    return DecodePrism(it->second, pod, state);
+  }
+  return DecodeHami(annotations, pod, state);
+}
+
+}  // namespace prism::config

@@ -1,0 +1,162 @@
+#include "config/pod_request.h"
+
+#include <limits>
+
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "config/quantity.h"
+#include "core/sched/policy.h"
+
+namespace prism::config {
+namespace {
+
+// limits first (HAMi reads extended resources from limits), then requests.
+const std::string* Find(const ContainerManifest& c, const std::string& name, bool limits_first) {
+  const auto& first = limits_first ? c.limits : c.requests;
+  const auto& second = limits_first ? c.requests : c.limits;
+  if (auto it = first.find(name); it != first.end()) return &it->second;
+  if (auto it = second.find(name); it != second.end()) return &it->second;
+  return nullptr;
+}
+
+absl::StatusOr<int64_t> WholeNumber(const std::string& text, const std::string& where) {
+  auto milli = ParseQuantityMilli(text);
+  if (!milli.ok()) return Annotate(milli.status(), where);
+  if (*milli % 1000 != 0) {
+    return absl::InvalidArgumentError(StrCat(where, ": '", text, "' is not a whole number"));
+  }
+  return *milli / 1000;
+}
+
+std::vector<std::string> CommaList(const std::string& text) {
+  std::vector<std::string> out;
+  for (std::string_view part : StrSplit(text, ',', true)) {
+    const std::string_view p = StripWhitespace(part);
+    if (!p.empty()) out.emplace_back(p);
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<sched::PodRequest> BuildPodRequest(const PodManifest& pod,
+                                                  const sched::DeviceConfig& config) {
+  sched::PodRequest req;
+  req.namespace_name = pod.namespace_name;
+  req.name = pod.name;
+  req.uid = pod.uid;
+  if (pod.name.empty()) return absl::InvalidArgumentError("pod has no metadata.name");
+  if (pod.containers.empty()) {
+    return absl::InvalidArgumentError(StrCat("pod ", pod.Key(), " has no containers"));
+  }
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const ContainerManifest& c : pod.containers) {
+      if (c.init != (pass == 0)) continue;
+      const std::string who = StrCat("pod ", pod.Key(), " container ", c.name);
+      sched::ContainerRequest cr;
+      cr.name = c.name;
+      cr.init = c.init;
+      // Kubernetes: a missing request defaults to the limit.
+      if (const std::string* cpu = Find(c, "cpu", false)) {
+        auto v = ParseQuantityMilli(*cpu);
+        if (!v.ok()) return Annotate(v.status(), StrCat(who, ": cpu"));
+        cr.cpu_milli = *v;
+      }
+      if (const std::string* mem = Find(c, "memory", false)) {
+        auto v = ParseQuantity(*mem);
+        if (!v.ok()) return Annotate(v.status(), StrCat(who, ": memory"));
+        cr.memory_bytes = *v;
+      }
+      const std::string* count = Find(c, config.resource_count_name, true);
+      const std::string* memory = Find(c, config.resource_memory_name, true);
+      const std::string* percent = Find(c, config.resource_memory_percentage_name, true);
+      const std::string* cores = Find(c, config.resource_core_name, true);
+      int64_t gpus = 0;
+      if (count != nullptr) {
+        ASSIGN_OR_RETURN(gpus, WholeNumber(*count, StrCat(who, ": ", config.resource_count_name)));
+      } else if (memory != nullptr || percent != nullptr || cores != nullptr) {
+        gpus = config.default_gpu_num;  // HAMi's webhook injects nvidia.com/gpu.
+      }
+      if (gpus > 0) {
+        if (gpus > 1024) {
+          return absl::InvalidArgumentError(
+              StrCat(who, ": ", config.resource_count_name, " ", gpus, " is absurd"));
+        }
+        cr.gpu.count = static_cast<int32_t>(gpus);
+        bool memory_given = false;
+        if (memory != nullptr) {
+          ASSIGN_OR_RETURN(int64_t mib,
+                           WholeNumber(*memory, StrCat(who, ": ", config.resource_memory_name)));
+          if (mib > (int64_t{1} << 40) / std::max(config.memory_factor, 1)) {
+            return absl::InvalidArgumentError(
+                StrCat(who, ": ", config.resource_memory_name, " ", mib, " MiB is absurd"));
+          }
+          cr.gpu.memory_mib = mib * config.memory_factor;
+          memory_given = mib > 0;
+        }
+        int64_t pct = -1;
+        if (percent != nullptr) {
+          ASSIGN_OR_RETURN(
+              pct,
+              WholeNumber(*percent, StrCat(who, ": ", config.resource_memory_percentage_name)));
+          if (pct > 100) {
+            return absl::InvalidArgumentError(StrCat(
+                who, ": ", config.resource_memory_percentage_name, " must be 0..100, got ", pct));
+          }
+          if (!memory_given) cr.gpu.memory_permille = static_cast<int32_t>(pct * 10);
+        }
+        if (!memory_given && pct <= 0) {
+          if (config.default_memory_mib > 0) {
+            cr.gpu.memory_mib = config.default_memory_mib;
+          } else {
+            cr.gpu.memory_permille = sched::kPermille;  // The whole GPU.
+          }
+        }
+        if (cores != nullptr) {
+          ASSIGN_OR_RETURN(int64_t pc,
+                           WholeNumber(*cores, StrCat(who, ": ", config.resource_core_name)));
+          cr.gpu.cores_permille = static_cast<int32_t>(std::min<int64_t>(pc, 100) * 10);
+        } else if (!memory_given && (pct < 0 || pct == 100)) {
+          cr.gpu.cores_permille = sched::kPermille;  // A whole card: exclusive (HAMi's webhook).
+        } else {
+          cr.gpu.cores_permille = std::min(config.default_cores, 100) * 10;
+        }
+      }
+      req.containers.push_back(std::move(cr));
+    }
+  }
+  auto annotation = [&pod](const char* key) -> const std::string* {
+    auto it = pod.annotations.find(key);
+    return it == pod.annotations.end() ? nullptr : &it->second;
+  };
+  if (const std::string* mode = annotation(kVgpuModeAnnotation)) {
+    // HAMi tests the GPU's mode as a substring of the annotation.
+    const std::string v = AsciiLower(*mode);
+    sched::ModeMask modes = 0;
+    if (v.find("mig") != std::string::npos) modes |= sched::kModeMig;
+    if (v.find("hami-core") != std::string::npos) modes |= sched::kModeHamiCore;
+    if (modes == 0) {
+      return absl::InvalidArgumentError(
+          StrCat("pod ", pod.Key(), ": ", kVgpuModeAnnotation, " '", *mode,
+                 "' names no supported mode (mig, hami-core, or both)"));
+    }
+    req.modes = modes;
+  }
+  if (const std::string* v = annotation(kUseGpuTypeAnnotation)) req.use_types = CommaList(*v);
+  if (const std::string* v = annotation(kNoUseGpuTypeAnnotation)) req.nouse_types = CommaList(*v);
+  if (const std::string* v = annotation(kUseGpuUuidAnnotation)) req.use_uuids = CommaList(*v);
+  if (const std::string* v = annotation(kNoUseGpuUuidAnnotation)) req.nouse_uuids = CommaList(*v);
+  if (const std::string* v = annotation(kNodePolicyAnnotation)) {
+    req.node_policy = *v;
+    RETURN_IF_ERROR(Annotate(sched::ParseNodePolicy(*v).status(),
+                             StrCat("pod ", pod.Key(), ": ", kNodePolicyAnnotation)));
+  }
+  if (const std::string* v = annotation(kGpuPolicyAnnotation)) {
+    req.gpu_policy = *v;
+    RETURN_IF_ERROR(Annotate(sched::ParseGpuPolicy(*v).status(),
+                             StrCat("pod ", pod.Key(), ": ", kGpuPolicyAnnotation)));
+  }
+  return req;
+}
+
+}  // namespace prism::config

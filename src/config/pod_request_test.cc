@@ -1,0 +1,202 @@
+#include "config/pod_request.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "config/device_config_yaml.h"
+#include "config/pod_yaml.h"
+
+namespace prism::config {
+namespace {
+
+using ::testing::HasSubstr;
+
+absl::StatusOr<sched::PodRequest> Build(const std::string& yaml,
+                                        const sched::DeviceConfig& config = {}) {
+  auto pods = ParsePodYaml(yaml, "test.yaml");
+  if (!pods.ok()) return pods.status();
+  return BuildPodRequest(pods->front(), config);
+}
+
+constexpr char kSeedPod[] = R"(
+apiVersion: v1
+kind: Pod
+metadata:
+  name: gpu-pod1
+  annotations:
+    nvidia.com/vgpu-mode: "mig"
+spec:
+  containers:
+    - name: ubuntu-container1
+      image: ubuntu:20.04
+      resources:
+        limits:
+          nvidia.com/gpu: 2
+          nvidia.com/gpumem: 8000
+)";
+
+TEST(PodRequestTest, SeedPod) {
+  auto req = Build(kSeedPod);
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_EQ(req->Key(), "default/gpu-pod1");
+  EXPECT_EQ(req->modes, sched::kModeMig);
+  ASSERT_EQ(req->containers.size(), 1u);
+  EXPECT_EQ(req->containers[0].gpu.count, 2);
+  EXPECT_EQ(req->containers[0].gpu.memory_mib, 8000);
+  EXPECT_EQ(req->containers[0].gpu.cores_permille, 0);
+}
+
+PodManifest Manifest(std::map<std::string, std::string> limits) {
+  PodManifest p;
+  p.name = "p";
+  ContainerManifest c;
+  c.name = "main";
+  c.limits = std::move(limits);
+  p.containers.push_back(c);
+  return p;
+}
+
+TEST(PodRequestTest, HamiDefaults) {
+  sched::DeviceConfig config;
+  // A whole GPU: all memory and exclusive cores (HAMi's webhook).
+  auto whole = BuildPodRequest(Manifest({{"nvidia.com/gpu", "1"}}), config);
+  ASSERT_TRUE(whole.ok());
+  EXPECT_EQ(whole->containers[0].gpu.memory_permille, 1000);
+  EXPECT_EQ(whole->containers[0].gpu.cores_permille, 1000);
+  // Memory alone: one GPU (defaultGPUNum), no core share.
+  auto mem = BuildPodRequest(Manifest({{"nvidia.com/gpumem", "3000"}}), config);
+  ASSERT_TRUE(mem.ok());
+  EXPECT_EQ(mem->containers[0].gpu.count, 1);
+  EXPECT_EQ(mem->containers[0].gpu.memory_mib, 3000);
+  EXPECT_EQ(mem->containers[0].gpu.cores_permille, 0);
+  // Percentage and clamped cores.
+  auto pct = BuildPodRequest(Manifest({{"nvidia.com/gpu", "1"},
+                                       {"nvidia.com/gpumem-percentage", "25"},
+                                       {"nvidia.com/gpucores", "150"}}),
+                             config);
+  ASSERT_TRUE(pct.ok());
+  EXPECT_EQ(pct->containers[0].gpu.memory_permille, 250);
+  EXPECT_EQ(pct->containers[0].gpu.cores_permille, 1000);
+  // memoryFactor and defaultMemory.
+  config.memory_factor = 2;
+  config.default_memory_mib = 1024;
+  auto factor =
+      BuildPodRequest(Manifest({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "100"}}), config);
+  EXPECT_EQ(factor->containers[0].gpu.memory_mib, 200);
+  auto deflt =
+      BuildPodRequest(Manifest({{"nvidia.com/gpu", "1"}, {"nvidia.com/gpucores", "20"}}), config);
+  EXPECT_EQ(deflt->containers[0].gpu.memory_mib, 1024);
+  EXPECT_EQ(deflt->containers[0].gpu.cores_permille, 200);
+}
+
+TEST(PodRequestTest, CustomResourceNames) {
+  sched::DeviceConfig config;
+  config.resource_count_name = "example.com/vgpu";
+  auto req =
+      BuildPodRequest(Manifest({{"example.com/vgpu", "3"}, {"nvidia.com/gpu", "1"}}), config);
+  ASSERT_TRUE(req.ok());
+  EXPECT_EQ(req->containers[0].gpu.count, 3);
+}
+
+TEST(PodRequestTest, CpuMemoryAndInitContainers) {
+  auto req = Build(R"(
+kind: Pod
+metadata: {name: p, namespace: ml}
+spec:
+  containers:
+    - name: main
+      resources:
+        requests: {cpu: 1500m, memory: 2Gi}
+        limits: {cpu: "4", nvidia.com/gpu: 1, nvidia.com/gpumem: 1000}
+  initContainers:
+    - name: setup
+      resources:
+        limits: {cpu: "3", memory: 1Gi}
+)");
+  ASSERT_TRUE(req.ok()) << req.status();
+  ASSERT_EQ(req->containers.size(), 2u);
+  EXPECT_TRUE(req->containers[0].init);           // Init containers first.
+  EXPECT_EQ(req->containers[0].cpu_milli, 3000);  // Request defaults to the limit.
+  EXPECT_EQ(req->containers[1].cpu_milli, 1500);
+  EXPECT_EQ(req->containers[1].memory_bytes, int64_t{2} << 30);
+  EXPECT_EQ(req->EffectiveCpuMilli(), 3000);
+}
+
+TEST(PodRequestTest, Annotations) {
+  PodManifest p = Manifest({{"nvidia.com/gpu", "1"}});
+  p.annotations = {{"nvidia.com/vgpu-mode", "hami-core,mig"},
+                   {"nvidia.com/use-gputype", "A100, H100"},
+                   {"nvidia.com/nouse-gpuuuid", "GPU-1"},
+                   {"hami.io/node-scheduler-policy", "spread"},
+                   {"hami.io/gpu-scheduler-policy", "binpack"}};
+  auto req = BuildPodRequest(p, {});
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_EQ(req->modes, sched::kModeAny);
+  EXPECT_EQ(req->use_types, (std::vector<std::string>{"A100", "H100"}));
+  EXPECT_EQ(req->nouse_uuids, (std::vector<std::string>{"GPU-1"}));
+  EXPECT_EQ(req->node_policy, "spread");
+  p.annotations = {{"nvidia.com/vgpu-mode", "mps"}};
+  EXPECT_THAT(std::string(BuildPodRequest(p, {}).status().message()), HasSubstr("vgpu-mode"));
+  p.annotations = {{"hami.io/node-scheduler-policy", "fastest"}};
+  EXPECT_THAT(std::string(BuildPodRequest(p, {}).status().message()), HasSubstr("fastest"));
+}
+
+TEST(PodRequestTest, BadInputIsAClearError) {
+  EXPECT_THAT(
+      std::string(BuildPodRequest(Manifest({{"nvidia.com/gpu", "two"}}), {}).status().message()),
+      HasSubstr("container main: nvidia.com/gpu: invalid quantity 'two'"));
+  EXPECT_THAT(
+      std::string(BuildPodRequest(Manifest({{"nvidia.com/gpu", "1.5"}}), {}).status().message()),
+      HasSubstr("not a whole number"));
+  EXPECT_THAT(
+      std::string(BuildPodRequest(Manifest({{"nvidia.com/gpu", "-1"}}), {}).status().message()),
+      HasSubstr("negative"));
+  EXPECT_THAT(std::string(BuildPodRequest(Manifest({{"nvidia.com/gpu", "1"},
+                                                    {"nvidia.com/gpumem-percentage", "120"}}),
+                                          {})
+                              .status()
+                              .message()),
+              HasSubstr("0..100"));
+  EXPECT_THAT(std::string(BuildPodRequest(Manifest({{"cpu", "lots"}}), {}).status().message()),
+              HasSubstr("cpu"));
+  EXPECT_THAT(
+      std::string(BuildPodRequest(Manifest({{"nvidia.com/gpu", "100000"}}), {}).status().message()),
+      HasSubstr("absurd"));
+}
+
+TEST(PodYamlTest, RejectsWhatIsNotAPod) {
+  EXPECT_THAT(
+      std::string(
+          ParsePodYaml("kind: Deployment\nmetadata: {name: d}\n", "d.yaml").status().message()),
+      HasSubstr("d.yaml: is a Deployment, not a Pod"));
+  EXPECT_THAT(std::string(ParsePodYaml("name: x\n", "x.yaml").status().message()),
+              HasSubstr("no kind"));
+  EXPECT_THAT(std::string(ParsePodYaml("- 1\n- 2\n", "l.yaml").status().message()),
+              HasSubstr("not a Pod"));
+  EXPECT_THAT(
+      std::string(
+          ParsePodYaml("kind: Pod\nmetadata: {name: p}\nspec: {}\n", "e.yaml").status().message()),
+      HasSubstr("spec.containers is empty"));
+  EXPECT_FALSE(ParsePodYaml("kind: Pod\n  bad: [", "b.yaml").ok());
+}
+
+TEST(PodYamlTest, MultipleDocumentsAndLists) {
+  constexpr char kTwo[] = R"(
+kind: Pod
+metadata: {name: a}
+spec: {containers: [{name: c}]}
+---
+kind: List
+items:
+  - kind: Pod
+    metadata: {name: b}
+    spec: {containers: [{name: c}]}
+)";
+  auto pods = ParsePodYaml(kTwo, "two.yaml");
+  ASSERT_TRUE(pods.ok()) << pods.status();
+  ASSERT_EQ(pods->size(), 2u);
+  EXPECT_EQ((*pods)[1].name, "b");
+}
+
+}  // namespace
+}  // namespace prism::config
