@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   prism::cli::AddVersionCommand(app, &exit_code);
   prism::cli::AddMigCommand(app, &exit_code);
+  prism::cli::AddSimCommand(app, &exit_code);
   // Component commands (each adds one line here).
 
   try {

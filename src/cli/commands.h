@@ -15,4 +15,7 @@ void AddVersionCommand(CLI::App& app, int* exit_code);
 // `prism mig apply|assert|export|status|demo` (mig-parted compatible).
 void AddMigCommand(CLI::App& app, int* exit_code);
 
+// `prism sim`: trace simulator and packing benchmark (docs/simulator.md).
+void AddSimCommand(CLI::App& app, int* exit_code);
+
 }  // namespace prism::cli

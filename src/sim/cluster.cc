@@ -16,12 +16,6 @@ std::string InstanceName(const mig::GpuModel& model, const mig::Instance& inst) 
   return StrCat(model.profiles[inst.profile].Name(), "@", inst.start);
 }
 
-int64_t FullMemoryMib(const mig::GpuModel& model) {
-  int64_t full = 0;
-  for (const auto& p : model.profiles) full = std::max(full, p.memory_mib);
-  return full;
-}
-
 }  // namespace
 
 absl::StatusOr<Cluster> Cluster::FromTrace(const std::vector<TraceNode>& trace_nodes) {
@@ -116,16 +110,15 @@ std::string_view MigMappingName(MigMapping mapping) {
   return "unknown";
 }
 
-int64_t SharedMemoryMib(const mig::GpuModel& model, int gpu_milli) {
-  const int64_t full = FullMemoryMib(model);
-  return (full * gpu_milli + kMilliPerGpu - 1) / kMilliPerGpu;
+int MemorySlicesNeeded(const mig::GpuModel& model, int gpu_milli) {
+  return (model.memory_slices * gpu_milli + kMilliPerGpu - 1) / kMilliPerGpu;
 }
 
 bool ProfileServes(const mig::GpuModel& model, int profile, int gpu_milli, MigMapping mapping) {
   const mig::GpuInstanceProfile& p = model.profiles[profile];
   switch (mapping) {
     case MigMapping::kMemory:
-      return p.memory_mib >= SharedMemoryMib(model, gpu_milli);
+      return p.memory_slices >= MemorySlicesNeeded(model, gpu_milli);
     case MigMapping::kCompute: {
       const int64_t slices =
           (int64_t{model.compute_slices} * gpu_milli + kMilliPerGpu - 1) / kMilliPerGpu;

@@ -75,18 +75,21 @@ class Cluster {
 
 // How a GPU share maps to a MIG instance (docs/simulator.md, "MIG benchmark").
 enum class MigMapping {
-  // Memory: the instance needs >= milli/1000 of the full-GPU instance's memory
-  // (HAMi's nvidia.com/gpumem semantics; compute is not requested).
+  // Memory: the instance needs >= milli/1000 of the GPU's memory slices, rounded
+  // up (a share asks for GPU memory, as HAMi's nvidia.com/gpumem does; compute
+  // is not requested). On A100/H100: 1g.10gb serves <= 125 milli, 1g.20gb and
+  // 2g.20gb <= 250, 3g.40gb and 4g.40gb <= 500, 7g.80gb <= 1000.
   kMemory,
-  // Compute: the instance needs >= ceil(milli * compute_slices / 1000) slices.
+  // Compute: the instance needs >= ceil(milli * compute_slices / 1000) compute
+  // slices (memory is not requested).
   kCompute,
 };
 std::string_view MigMappingName(MigMapping mapping);
 
 // Whether instance profile `profile` of `model` serves a share of `gpu_milli`.
 bool ProfileServes(const mig::GpuModel& model, int profile, int gpu_milli, MigMapping mapping);
-// The memory (MiB) a share needs under kMemory: ceil(milli * full / 1000).
-int64_t SharedMemoryMib(const mig::GpuModel& model, int gpu_milli);
+// Memory slices a share needs under kMemory: ceil(milli * memory_slices / 1000).
+int MemorySlicesNeeded(const mig::GpuModel& model, int gpu_milli);
 
 struct PodRequest {
   std::string name;

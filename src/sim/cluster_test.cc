@@ -143,16 +143,18 @@ TEST(ClusterStateTest, RejectsIllegalLayoutsAndTooSmallInstances) {
 
 TEST(MigMappingTest, MapsSharesToProfilesByMemoryOrCompute) {
   const mig::GpuModel& m = A100();
-  // 3g.40gb holds 40192 of the 80896 MiB of 7g.80gb: up to 496 milli.
-  EXPECT_TRUE(ProfileServes(m, Profile(m, "3g.40gb"), 496, MigMapping::kMemory));
-  EXPECT_FALSE(ProfileServes(m, Profile(m, "3g.40gb"), 497, MigMapping::kMemory));
-  EXPECT_TRUE(ProfileServes(m, Profile(m, "1g.20gb"), 230, MigMapping::kMemory));
+  // 3g.40gb holds 4 of the 8 memory slices: up to 500 milli.
+  EXPECT_TRUE(ProfileServes(m, Profile(m, "3g.40gb"), 500, MigMapping::kMemory));
+  EXPECT_FALSE(ProfileServes(m, Profile(m, "3g.40gb"), 501, MigMapping::kMemory));
+  EXPECT_TRUE(ProfileServes(m, Profile(m, "1g.20gb"), 250, MigMapping::kMemory));
+  EXPECT_FALSE(ProfileServes(m, Profile(m, "1g.10gb"), 126, MigMapping::kMemory));
   EXPECT_TRUE(ProfileServes(m, Profile(m, "7g.80gb"), 1000, MigMapping::kMemory));
   EXPECT_FALSE(ProfileServes(m, Profile(m, "4g.40gb"), 1000, MigMapping::kMemory));
   // Compute: ceil(470 * 7 / 1000) = 4 slices.
   EXPECT_TRUE(ProfileServes(m, Profile(m, "4g.40gb"), 470, MigMapping::kCompute));
   EXPECT_FALSE(ProfileServes(m, Profile(m, "3g.40gb"), 470, MigMapping::kCompute));
-  EXPECT_EQ(SharedMemoryMib(m, 1000), 80896);
+  EXPECT_EQ(MemorySlicesNeeded(m, 1000), 8);
+  EXPECT_EQ(MemorySlicesNeeded(m, 470), 4);
 }
 
 }  // namespace

@@ -8,6 +8,9 @@
 // without GPUs are not HAMi's: kube-scheduler's defaults place them
 // (LeastAllocated + BalancedAllocation).
 //
+// Memory is compared in memory slices (MigMapping::kMemory), so that every
+// policy agrees on which instance serves a share.
+//
 // hami-legacy (v2.4-v2.9, `knownMigGeometries`): an idle GPU takes the first
 //   geometry (in config order) with a template whose memory >= the request and
 //   the pod gets the first such slot; a GPU with an instance in use keeps its
@@ -122,7 +125,7 @@ class HamiMigPolicy : public Policy {
   std::optional<Placement> Place(const ClusterState& state, const PodRequest& pod) override {
     const Cluster& cluster = state.cluster();
     if (pod.gpu_count == 0) return PlaceWithoutGpu(state, pod);
-    const int64_t memory = SharedMemoryMib(*model_, pod.gpu_milli);
+    const int memory = MemorySlicesNeeded(*model_, pod.gpu_milli);
     int best_node = -1;
     double best_score = 0;
     for (int n = 0; n < cluster.node_count(); ++n) {
@@ -168,7 +171,7 @@ class HamiMigPolicy : public Policy {
  protected:
   virtual absl::Status BeginModel() = 0;
   // How the pod's instance would be found or made on a GPU with `layout`.
-  virtual std::optional<MigAssignment> FitGpu(const mig::Layout& layout, int64_t memory) const = 0;
+  virtual std::optional<MigAssignment> FitGpu(const mig::Layout& layout, int memory) const = 0;
 
   const mig::GpuModel* model_ = nullptr;
 
@@ -244,7 +247,7 @@ class HamiLegacyPolicy : public HamiMigPolicy {
     return absl::OkStatus();
   }
 
-  std::optional<MigAssignment> FitGpu(const mig::Layout& layout, int64_t memory) const override {
+  std::optional<MigAssignment> FitGpu(const mig::Layout& layout, int memory) const override {
     const bool in_use =
         std::any_of(layout.begin(), layout.end(), [](const mig::Instance& i) { return i.busy; });
     const int current = GeometryOf(layout);
@@ -275,7 +278,7 @@ class HamiLegacyPolicy : public HamiMigPolicy {
   }
 
  private:
-  int64_t Memory(const Slot& s) const { return model_->profiles[s.profile].memory_mib; }
+  int Memory(const Slot& s) const { return model_->profiles[s.profile].memory_slices; }
   static MigAssignment Use(const Slot& s) {
     MigAssignment a;
     a.use = mig::Instance{s.profile, s.start};
@@ -329,7 +332,7 @@ class HamiV210Policy : public HamiMigPolicy {
     return absl::OkStatus();
   }
 
-  std::optional<MigAssignment> FitGpu(const mig::Layout& layout, int64_t memory) const override {
+  std::optional<MigAssignment> FitGpu(const mig::Layout& layout, int memory) const override {
     mig::Layout busy;
     for (const mig::Instance& i : layout) {
       if (i.busy) busy.push_back(i);
@@ -338,7 +341,7 @@ class HamiV210Policy : public HamiMigPolicy {
     if (!occ.ok()) return std::nullopt;
     for (int p : allowed_) {
       const auto& profile = model_->profiles[p];
-      if (profile.memory_mib < memory) continue;
+      if (profile.memory_slices < memory) continue;
       std::vector<int> starts = profile.starts;
       if (profile.compute_slices == 1 || profile.compute_slices == 3) {
         std::reverse(starts.begin(), starts.end());

@@ -113,7 +113,7 @@ TEST(HamiLegacyTest, FirstFitGeometriesFreezeWhileInUse) {
   Workload w = TestWorkload(c, {});
   auto p = Start("hami-legacy", c, w);
   EXPECT_TRUE(p->keeps_idle_instances());
-  // 100 milli needs 8,090 MiB: the first geometry (7 x 1g.10gb) has a slot.
+  // 100 milli needs 1 memory slice: the first geometry (7 x 1g.10gb) has a slot.
   PodRequest small = Pod("a", 1, 100);
   auto first = p->Place(s, small);
   ASSERT_TRUE(first.has_value());
@@ -121,7 +121,7 @@ TEST(HamiLegacyTest, FirstFitGeometriesFreezeWhileInUse) {
   EXPECT_EQ(first->mig[0].gpu, 0);
   EXPECT_EQ(first->mig[0].create.size(), 7u);
   ASSERT_TRUE(s.Place(small, *first).ok());
-  // 400 milli (32,359 MiB) fits no slot of GPU 0's frozen geometry: GPU 1 takes
+  // 400 milli (4 slices) fits no slot of GPU 0's frozen geometry: GPU 1 takes
   // the first geometry with a big enough template, 2 x 3g.40gb.
   PodRequest medium = Pod("b", 1, 400);
   auto second = p->Place(s, medium);
@@ -151,7 +151,7 @@ TEST(HamiV210Test, SmallestProfileHighStartFor1gAnd3g) {
   EXPECT_EQ(a->mig[0].use.profile, Profile(A100(), "1g.10gb"));
   EXPECT_EQ(a->mig[0].use.start, 6);
   ASSERT_TRUE(s.Place(Pod("a", 1, 100), *a).ok());
-  // 230 milli needs 18,607 MiB: 2g.20gb (1g.20gb is not allowlisted), low start.
+  // 230 milli needs 2 memory slices: 2g.20gb (1g.20gb is not allowlisted), low start.
   auto b = p->Place(s, Pod("b", 1, 230));
   EXPECT_EQ(b->mig[0].use.profile, Profile(A100(), "2g.20gb"));
   EXPECT_EQ(b->mig[0].use.start, 0);

@@ -1,0 +1,449 @@
+// `prism sim`: the trace simulator and packing benchmark (docs/simulator.md).
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/commands.h"
+
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "core/mig/gpu_model.h"
+#include "sim/policy.h"
+#include "sim/report.h"
+#include "sim/simulator.h"
+#include "sim/trace.h"
+#include "sim/workload.h"
+
+namespace prism::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using sim::Series;
+
+constexpr std::string_view kNodeFileName = "openb_node_list_gpu_node.csv";
+
+struct SimFlags {
+  std::vector<std::string> policies;
+  std::vector<std::string> traces = {"default"};
+  std::string trace_dir;
+  std::string nodes_file;
+  std::string seeds = "42-51";
+  double tune = 1.3;
+  std::string csv;
+  std::string plot = "prism-sim.svg";
+  bool no_plot = false;
+  std::vector<int> at = {90, 95, 100, 110, 130};
+  int jobs = 1;
+  std::string progress = "auto";
+  // MIG.
+  std::string mig_model;
+  bool mig = false;
+  std::string mig_mapping = "memory";
+  int mig_min_gpus = 1;
+  // Departures.
+  bool departures = false;
+  double load = 1.0;
+  double arrivals_per_pod = 4.0;
+  bool native_times = false;
+  bool include_unscheduled = false;
+};
+
+struct TraceInput {
+  std::string name;  // "default", "gpushare40", or the file stem.
+  std::vector<sim::TracePod> pods;
+};
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(StrCat("cannot read ", path));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& text) {
+  std::vector<uint64_t> seeds;
+  for (std::string_view part : StrSplit(text, ',', /*skip_empty=*/true)) {
+    part = StripWhitespace(part);
+    const size_t dash = part.find('-');
+    auto number = [&](std::string_view s) -> absl::StatusOr<uint64_t> {
+      uint64_t v = 0;
+      auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+      if (ec != std::errc() || ptr != s.data() + s.size() || s.empty()) {
+        return absl::InvalidArgumentError(
+            StrCat("--seeds: '", part, "' is not a seed or range (e.g. 42-51 or 1,7,9)"));
+      }
+      return v;
+    };
+    if (dash == std::string_view::npos) {
+      ASSIGN_OR_RETURN(uint64_t v, number(part));
+      seeds.push_back(v);
+    } else {
+      ASSIGN_OR_RETURN(uint64_t lo, number(part.substr(0, dash)));
+      ASSIGN_OR_RETURN(uint64_t hi, number(part.substr(dash + 1)));
+      if (hi < lo || hi - lo > 10000) {
+        return absl::InvalidArgumentError(StrCat("--seeds: bad range '", part, "'"));
+      }
+      for (uint64_t s = lo; s <= hi; ++s) seeds.push_back(s);
+    }
+  }
+  if (seeds.empty()) return absl::InvalidArgumentError("--seeds: no seed given");
+  return seeds;
+}
+
+// A trace name resolves to `openb_pod_list_<name>.csv` in --trace-dir; a path
+// to a .csv file is read as is; "paper" means the paper's 17 variants.
+absl::StatusOr<std::vector<TraceInput>> LoadTraces(const SimFlags& f) {
+  std::vector<std::string> names;
+  for (const std::string& t : f.traces) {
+    if (t == "paper" || t == "all") {
+      for (const std::string& v : sim::PaperTraceVariants()) names.push_back(v);
+    } else {
+      names.push_back(t);
+    }
+  }
+  std::vector<TraceInput> out;
+  for (const std::string& name : names) {
+    TraceInput input;
+    const bool is_path = name.size() > 4 && name.ends_with(".csv");
+    if (!is_path && name == "default" && f.trace_dir.empty()) {
+      input.name = "default";
+      input.pods = sim::EmbeddedDefaultTrace().pods;
+      out.push_back(std::move(input));
+      continue;
+    }
+    std::string path = name;
+    if (!is_path) {
+      if (f.trace_dir.empty()) {
+        return absl::InvalidArgumentError(
+            StrCat("trace '", name,
+                   "' is not shipped with Prism; pass --trace-dir with the "
+                   "directory of openb_pod_list_",
+                   name,
+                   ".csv (alibaba/clusterdata, "
+                   "cluster-trace-gpu-v2023/csv) or a path to a .csv file"));
+      }
+      path = (fs::path(f.trace_dir) / StrCat("openb_pod_list_", name, ".csv")).string();
+      input.name = name;
+    } else {
+      std::string stem = fs::path(path).stem().string();
+      if (stem.starts_with("openb_pod_list_")) stem = stem.substr(15);
+      input.name = stem;
+    }
+    ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+    ASSIGN_OR_RETURN(input.pods, sim::ParsePodCsv(text, path));
+    out.push_back(std::move(input));
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<sim::TraceNode>> LoadNodes(const SimFlags& f) {
+  std::string path = f.nodes_file;
+  if (path.empty() && !f.trace_dir.empty()) {
+    path = (fs::path(f.trace_dir) / kNodeFileName).string();
+  }
+  if (path.empty()) return sim::EmbeddedDefaultTrace().nodes;
+  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  return sim::ParseNodeCsv(text, path);
+}
+
+// One line on stderr per finished run, or a live line on a terminal.
+class Progress {
+ public:
+  Progress(std::string mode, size_t runs) : runs_(runs) {
+    live_ = mode == "on" || (mode == "auto" && isatty(STDERR_FILENO));
+    quiet_ = mode == "off";
+  }
+
+  void Update(const std::string& label, int64_t done, int64_t total) {
+    if (!live_) return;
+    std::lock_guard<std::mutex> lock(mu_);
+    std::fprintf(stderr, "\r[%zu/%zu runs] %-40s %3lld%%", finished_, runs_, label.c_str(),
+                 static_cast<long long>(total > 0 ? done * 100 / total : 100));
+    std::fflush(stderr);
+  }
+
+  void Finished(const std::string& label, const sim::RunResult& r) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ++finished_;
+    if (quiet_) return;
+    if (live_) {
+      std::fprintf(stderr, "\r%-80s\r", "");
+      if (finished_ == runs_) std::fflush(stderr);
+      return;
+    }
+    std::fprintf(stderr, "[%zu/%zu] %s: %lld pods, %lld failed, %.2f s\n", finished_, runs_,
+                 label.c_str(), static_cast<long long>(r.pods), static_cast<long long>(r.failed),
+                 r.seconds);
+  }
+
+ private:
+  size_t runs_;
+  size_t finished_ = 0;
+  bool live_ = false;
+  bool quiet_ = false;
+  std::mutex mu_;
+};
+
+absl::Status WriteFile(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return absl::PermissionDeniedError(StrCat("cannot write ", path));
+  out << content;
+  out.close();
+  if (!out) return absl::DataLossError(StrCat("writing ", path, " failed"));
+  return absl::OkStatus();
+}
+
+std::string PlotPath(const std::string& base, const std::string& trace, bool several) {
+  if (!several) return base;
+  fs::path p(base);
+  return (p.parent_path() / StrCat(p.stem().string(), "-", trace, p.extension().string())).string();
+}
+
+absl::Status RunSim(const SimFlags& f) {
+  ASSIGN_OR_RETURN(std::vector<uint64_t> seeds, ParseSeeds(f.seeds));
+  if (f.tune <= 0 || !std::isfinite(f.tune)) {
+    return absl::InvalidArgumentError("--tune must be a positive number");
+  }
+  sim::MigMapping mapping = sim::MigMapping::kMemory;
+  if (f.mig_mapping == "compute") {
+    mapping = sim::MigMapping::kCompute;
+  } else if (f.mig_mapping != "memory") {
+    return absl::InvalidArgumentError(
+        StrCat("--mig-mapping: expected memory or compute, got '", f.mig_mapping, "'"));
+  }
+  ASSIGN_OR_RETURN(std::vector<sim::TraceNode> nodes, LoadNodes(f));
+  const mig::GpuModel* mig_model = nullptr;
+  if (f.mig) {
+    const std::string model_name = f.mig_model.empty() ? "A100-SXM4-80GB" : f.mig_model;
+    mig_model = mig::FindModel(model_name);
+    if (mig_model == nullptr) {
+      return absl::InvalidArgumentError(StrCat("--mig: unknown MIG GPU model '", model_name,
+                                               "' (known: ", mig::ModelList(), ")"));
+    }
+    std::erase_if(nodes,
+                  [&](const sim::TraceNode& n) { return n.gpus > 0 && n.gpus < f.mig_min_gpus; });
+  }
+  ASSIGN_OR_RETURN(sim::Cluster cluster, sim::Cluster::FromTrace(nodes));
+  if (mig_model != nullptr) cluster.EnableMig(mig_model, 1);
+  ASSIGN_OR_RETURN(std::vector<TraceInput> traces, LoadTraces(f));
+
+  std::vector<std::string> policies = f.policies;
+  if (policies.empty()) {
+    policies = f.mig ? std::vector<std::string>{"hami-legacy", "hami-v2.10"}
+                     : std::vector<std::string>{"random", "best-fit", "fgd"};
+  }
+  for (const std::string& p : policies) {
+    RETURN_IF_ERROR(sim::MakeBuiltinPolicy(p).status());
+  }
+
+  struct Job {
+    size_t trace;
+    size_t policy;
+    uint64_t seed;
+  };
+  std::vector<Job> jobs;
+  for (size_t t = 0; t < traces.size(); ++t) {
+    for (size_t p = 0; p < policies.size(); ++p) {
+      for (uint64_t s : seeds) jobs.push_back({t, p, s});
+    }
+  }
+  std::fprintf(
+      stderr, "prism sim: %zu trace(s) x %zu policies x %zu seeds on %d nodes, %d GPUs%s%s\n",
+      traces.size(), policies.size(), seeds.size(), cluster.node_count(), cluster.total_gpus(),
+      mig_model != nullptr
+          ? StrCat(" (MIG ", mig_model->name, ", ", sim::MigMappingName(mapping), " mapping)")
+                .c_str()
+          : "",
+      f.departures ? ", with departures" : "");
+  std::vector<sim::RunResult> results(jobs.size());
+  std::vector<absl::Status> errors(jobs.size());
+  Progress progress(f.progress, jobs.size());
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < jobs.size(); i = next++) {
+      const Job& job = jobs[i];
+      const std::string label =
+          StrCat(policies[job.policy], " ", traces[job.trace].name, " seed ", job.seed);
+      absl::StatusOr<sim::Workload> workload;
+      if (f.departures) {
+        sim::ChurnOptions o;
+        o.seed = job.seed;
+        o.load = f.load;
+        o.arrivals_per_trace_pod = f.arrivals_per_pod;
+        o.native_times = f.native_times;
+        o.skip_never_scheduled = !f.include_unscheduled;
+        workload = sim::BuildChurnWorkload(cluster, traces[job.trace].pods, o);
+      } else {
+        workload = sim::BuildInflatedWorkload(cluster, traces[job.trace].pods, {job.seed, f.tune});
+      }
+      if (!workload.ok()) {
+        errors[i] = Annotate(workload.status(), traces[job.trace].name);
+        continue;
+      }
+      auto policy = sim::MakeBuiltinPolicy(policies[job.policy]);
+      if (!policy.ok()) {
+        errors[i] = policy.status();
+        continue;
+      }
+      sim::RunOptions options;
+      options.mig_mapping = mapping;
+      options.max_arrived_pct = std::max(130, static_cast<int>(std::ceil(f.tune * 100)));
+      options.progress = [&](int64_t done, int64_t total) { progress.Update(label, done, total); };
+      auto r = sim::Simulate(cluster, *workload, **policy, options);
+      if (!r.ok()) {
+        errors[i] = Annotate(r.status(), label);
+        continue;
+      }
+      results[i] = *std::move(r);
+      progress.Finished(label, results[i]);
+    }
+  };
+  const int threads = std::clamp(f.jobs, 1, 256);
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+  for (const absl::Status& s : errors) RETURN_IF_ERROR(s);
+
+  std::vector<Series> series;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Job& job = jobs[i];
+    const std::string& trace = traces[job.trace].name;
+    const std::string& policy = policies[job.policy];
+    auto it = std::find_if(series.begin(), series.end(),
+                           [&](const Series& s) { return s.trace == trace && s.policy == policy; });
+    if (it == series.end()) {
+      series.push_back(Series{trace, policy, {}});
+      it = series.end() - 1;
+    }
+    it->runs.push_back(std::move(results[i]));
+  }
+
+  const bool several = traces.size() > 1;
+  if (f.departures) {
+    std::fputs(sim::FormatChurnTable(series, mig_model != nullptr).c_str(), stdout);
+  } else {
+    sim::TableOptions table;
+    table.arrived_pcts = f.at;
+    table.show_mig = mig_model != nullptr;
+    table.show_published = mig_model == nullptr;
+    std::fputs(sim::FormatTable(series, table).c_str(), stdout);
+    if (several) {
+      std::fputs(sim::FormatVariantTable(series, 100).c_str(), stdout);
+      std::fputs("\n", stdout);
+      std::fputs(sim::FormatVariantTable(series, 130).c_str(), stdout);
+    }
+  }
+  if (!f.csv.empty()) {
+    RETURN_IF_ERROR(WriteFile(f.csv, f.departures ? sim::FormatChurnCsv(series, several)
+                                                  : sim::FormatCsv(series, several)));
+    std::fprintf(stderr, "wrote %s\n", f.csv.c_str());
+  }
+  if (!f.no_plot && !f.plot.empty()) {
+    for (const TraceInput& t : traces) {
+      std::vector<Series> mine;
+      for (const Series& s : series) {
+        if (s.trace == t.name) mine.push_back(s);
+      }
+      std::string title =
+          StrCat("Trace ", t.name, ": ", cluster.total_gpus(), " GPUs",
+                 mig_model != nullptr ? StrCat(" (MIG ", mig_model->name, ")") : std::string(),
+                 ", mean of ", seeds.size(), " seed(s)");
+      const std::string path = PlotPath(f.plot, t.name, several);
+      RETURN_IF_ERROR(WriteFile(
+          path, f.departures ? sim::SvgChurnPlot(mine, title) : sim::SvgPlot(mine, title)));
+      std::fprintf(stderr, "wrote %s\n", path.c_str());
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::string PolicyHelp() {
+  std::string out = "Policies (comma-separated):";
+  for (const std::string& name : sim::BuiltinPolicyNames()) {
+    StrAppend(&out, "\n  ", name, ": ", sim::BuiltinPolicyDescription(name));
+  }
+  return out;
+}
+
+}  // namespace
+
+void AddSimCommand(CLI::App& app, int* exit_code) {
+  auto flags = std::make_shared<SimFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "sim",
+      "Replay a GPU trace against a simulated cluster and compare placement policies "
+      "(FGD paper's method; no GPU or cluster needed)");
+  cmd->footer(PolicyHelp() +
+              "\n\nWith no options: random, best-fit and fgd on the shipped default trace "
+              "(1,213 nodes, 6,212 GPUs), seeds 42-51; writes prism-sim.svg. See "
+              "docs/simulator.md.");
+  cmd->add_option("--policy,-p", flags->policies, "Policies to compare")->delimiter(',');
+  cmd->add_option("--trace,-t", flags->traces,
+                  "Pod lists: a variant name (default, gpushare40, ...; 'paper' = the paper's "
+                  "17) looked up in --trace-dir, or a path to a .csv")
+      ->delimiter(',');
+  cmd->add_option("--trace-dir", flags->trace_dir,
+                  "Directory with openb_node_list_gpu_node.csv and openb_pod_list_*.csv");
+  cmd->add_option("--nodes", flags->nodes_file,
+                  "Node list CSV (sn,cpu_milli,memory_mib,gpu,model)");
+  cmd->add_option("--seeds", flags->seeds, "Seeds: a range (42-51) or a list (1,5,9)")
+      ->capture_default_str();
+  cmd->add_option("--tune", flags->tune, "Inflate the workload to this share of GPU capacity")
+      ->capture_default_str();
+  cmd->add_option("--csv", flags->csv, "Write policy,seed,arrived_pct,alloc_pct rows here");
+  cmd->add_option("--plot", flags->plot, "SVG plot of allocation vs arrived demand")
+      ->capture_default_str();
+  cmd->add_flag("--no-plot", flags->no_plot, "Do not write the plot");
+  cmd->add_option("--at", flags->at, "Arrived demand (%) columns of the table")->delimiter(',');
+  cmd->add_option("--jobs,-j", flags->jobs, "Runs in parallel")->capture_default_str();
+  cmd->add_option("--progress", flags->progress, "auto, on or off")
+      ->check(CLI::IsMember({"auto", "on", "off"}))
+      ->capture_default_str();
+  CLI::Option* mig = cmd->add_option("--mig", flags->mig_model,
+                                     "MIG benchmark: every GPU becomes a MIG GPU of this model "
+                                     "(default A100-SXM4-80GB)")
+                         ->expected(0, 1);
+  cmd->add_option("--mig-mapping", flags->mig_mapping,
+                  "How a GPU share maps to a MIG instance: memory or compute")
+      ->capture_default_str();
+  cmd->add_option("--mig-min-gpus", flags->mig_min_gpus,
+                  "MIG benchmark: drop GPU nodes with fewer GPUs (8 = the 8-GPU nodes only)")
+      ->capture_default_str();
+  cmd->add_flag("--departures", flags->departures,
+                "Pods leave after their trace lifetime; Poisson arrivals at --load");
+  cmd->add_option("--load", flags->load, "With departures: offered GPU load / capacity")
+      ->capture_default_str();
+  cmd->add_option("--arrivals-per-pod", flags->arrivals_per_pod,
+                  "With departures: arrivals per trace pod")
+      ->capture_default_str();
+  cmd->add_flag("--native-times", flags->native_times,
+                "With departures: replay the trace's own creation/deletion times");
+  cmd->add_flag("--include-unscheduled", flags->include_unscheduled,
+                "With departures: keep pods the trace never scheduled");
+  cmd->callback([flags, mig, exit_code] {
+    flags->mig = mig->count() > 0;
+    absl::Status s = RunSim(*flags);
+    if (!s.ok()) {
+      std::fprintf(stderr, "prism sim: %s\n", std::string(s.message()).c_str());
+      *exit_code = 1;
+      return;
+    }
+    *exit_code = 0;
+  });
+}
+
+}  // namespace prism::cli

@@ -1,0 +1,517 @@
+#include "sim/report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <set>
+
+#include "base/strings.h"
+
+namespace prism::sim {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+std::string Fmt(const char* format, ...) __attribute__((format(printf, 1, 2)));
+std::string Fmt(const char* format, ...) {
+  char buf[256];
+  va_list args;
+  va_start(args, format);
+  std::vsnprintf(buf, sizeof(buf), format, args);
+  va_end(args);
+  return buf;
+}
+
+std::string Num(double v, int decimals = 2) {
+  if (std::isnan(v)) return "-";
+  return Fmt("%.*f", decimals, v);
+}
+
+std::string Pad(std::string s, size_t width) {
+  // Pads by code points so that "µ" counts as one column.
+  size_t cols = 0;
+  for (unsigned char c : s) cols += (c & 0xC0) != 0x80;
+  if (cols < width) s.append(width - cols, ' ');
+  return s;
+}
+
+std::string Escape(std::string_view text) {
+  std::string out;
+  for (char c : text) {
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
+    }
+  }
+  return out;
+}
+
+template <typename F>
+double Mean(const std::vector<RunResult>& runs, F value) {
+  double sum = 0;
+  int n = 0;
+  for (const RunResult& r : runs) {
+    const double v = value(r);
+    if (std::isnan(v)) continue;
+    sum += v;
+    ++n;
+  }
+  return n > 0 ? sum / n : kNaN;
+}
+
+double CurveAt(const RunResult& r, int pct) {
+  if (pct < 0 || pct >= static_cast<int>(r.curve.size())) return kNaN;
+  return r.curve[pct];
+}
+
+std::string SeedRange(const std::vector<RunResult>& runs) {
+  if (runs.empty()) return "-";
+  uint64_t lo = runs.front().seed, hi = runs.front().seed;
+  for (const RunResult& r : runs) {
+    lo = std::min(lo, r.seed);
+    hi = std::max(hi, r.seed);
+  }
+  if (hi - lo + 1 == runs.size()) return lo == hi ? StrCat(lo) : StrCat(lo, "-", hi);
+  return StrJoin(runs, ",", [](std::string* out, const RunResult& r) { StrAppend(out, r.seed); });
+}
+
+// Published means (percent) at 100 % and 130 % arrived, seeds 42-51, from the
+// FGD artifact's analysis_allo_discrete.csv (Apache-2.0,
+// hkust-adsl/kubernetes-scheduler-simulator @ 8f3d641).
+struct Published {
+  const char* trace;
+  double random100, random130, bestfit100, bestfit130, fgd100, fgd130;
+};
+constexpr Published kPublished[] = {
+    {"default", 86.30, 87.47, 92.86, 93.08, 95.23, 95.39},
+    {"cpu050", 89.02, 91.24, 93.56, 93.79, 95.00, 95.21},
+    {"cpu100", 87.44, 89.11, 93.26, 93.44, 95.21, 95.35},
+    {"cpu200", 83.03, 83.77, 92.15, 92.40, 94.82, 95.05},
+    {"cpu250", 80.00, 80.42, 91.21, 91.45, 93.20, 93.41},
+    {"gpushare40", 84.86, 86.00, 91.44, 91.69, 93.96, 94.15},
+    {"gpushare60", 82.81, 83.65, 89.06, 89.36, 91.25, 91.40},
+    {"gpushare80", 80.62, 81.22, 86.66, 87.01, 89.08, 89.30},
+    {"gpushare100", 78.90, 79.44, 84.62, 85.01, 86.64, 86.90},
+    {"gpuspec10", 86.26, 87.43, 93.10, 93.30, 94.66, 94.95},
+    {"gpuspec20", 85.90, 87.24, 88.46, 93.30, 94.66, 94.84},
+    {"gpuspec25", 85.42, 86.94, 85.67, 93.23, 93.91, 94.74},
+    {"gpuspec33", 83.87, 86.46, 80.39, 93.09, 87.84, 94.55},
+    {"multigpu20", 86.92, 88.69, 93.73, 93.93, 95.53, 95.65},
+    {"multigpu30", 86.63, 89.27, 94.57, 94.72, 96.36, 96.46},
+    {"multigpu40", 85.38, 90.09, 95.10, 95.23, 96.91, 96.99},
+    {"multigpu50", 81.28, 90.27, 95.62, 95.74, 97.09, 97.18},
+};
+
+const std::vector<std::string>& Palette() {
+  static const std::vector<std::string> colors = {"#d62728", "#1f77b4", "#2ca02c", "#9467bd",
+                                                  "#ff7f0e", "#8c564b", "#e377c2", "#17becf",
+                                                  "#7f7f7f", "#bcbd22"};
+  return colors;
+}
+
+// Groups series by trace, keeping first-seen order.
+std::vector<std::vector<const Series*>> ByTrace(const std::vector<Series>& series) {
+  std::vector<std::vector<const Series*>> groups;
+  std::map<std::string, size_t> index;
+  for (const Series& s : series) {
+    auto [it, inserted] = index.emplace(s.trace, groups.size());
+    if (inserted) groups.emplace_back();
+    groups[it->second].push_back(&s);
+  }
+  return groups;
+}
+
+struct Panel {
+  double x0, y0, width, height;  // Pixel box of the plot area.
+  double xmin, xmax, ymin, ymax;
+  double xstep, ystep;
+
+  double X(double v) const { return x0 + (v - xmin) / (xmax - xmin) * width; }
+  double Y(double v) const { return y0 + height - (v - ymin) / (ymax - ymin) * height; }
+};
+
+void DrawAxes(std::string* svg, const Panel& p, std::string_view xlabel, std::string_view ylabel,
+              std::string_view title) {
+  StrAppend(svg, Fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
+                     "stroke=\"#444\"/>\n",
+                     p.x0, p.y0, p.width, p.height));
+  for (double v = p.xmin; v <= p.xmax + 1e-9; v += p.xstep) {
+    const double x = p.X(v);
+    StrAppend(svg, Fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n",
+                       x, p.y0, x, p.y0 + p.height));
+    StrAppend(svg, Fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n", x,
+                       p.y0 + p.height + 16, v));
+  }
+  for (double v = p.ymin; v <= p.ymax + 1e-9; v += p.ystep) {
+    const double y = p.Y(v);
+    StrAppend(svg, Fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>\n",
+                       p.x0, y, p.x0 + p.width, y));
+    StrAppend(svg, Fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n", p.x0 - 6,
+                       y + 4, v));
+  }
+  StrAppend(svg,
+            Fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">", p.x0 + p.width / 2,
+                p.y0 + p.height + 36),
+            Escape(xlabel), "</text>\n");
+  StrAppend(svg,
+            Fmt("<text transform=\"translate(%.1f,%.1f) rotate(-90)\" text-anchor=\"middle\">",
+                p.x0 - 42, p.y0 + p.height / 2),
+            Escape(ylabel), "</text>\n");
+  StrAppend(svg,
+            Fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-weight=\"bold\">",
+                p.x0 + p.width / 2, p.y0 - 8),
+            Escape(title), "</text>\n");
+}
+
+void DrawLine(std::string* svg, const Panel& p, const std::vector<double>& xs,
+              const std::vector<double>& ys, const std::string& color) {
+  std::string points;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    if (std::isnan(ys[i]) || xs[i] < p.xmin || xs[i] > p.xmax) continue;
+    const double y = std::clamp(ys[i], p.ymin, p.ymax);
+    StrAppend(&points, Fmt("%.1f,%.1f ", p.X(xs[i]), p.Y(y)));
+  }
+  StrAppend(svg, "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"", color, "\" points=\"",
+            points, "\"/>\n");
+}
+
+std::string Svg(const std::vector<const Series*>& lines, std::string_view title,
+                const std::vector<double>& xs, const std::vector<std::vector<double>>& ys,
+                std::string_view xlabel, double zoom_from) {
+  const double width = 980, height = 470;
+  std::string svg =
+      Fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
+          "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" "
+          "fill=\"white\"/>\n",
+          width, height);
+  StrAppend(&svg,
+            "<text x=\"490\" y=\"22\" text-anchor=\"middle\" font-size=\"15\" "
+            "font-weight=\"bold\">",
+            Escape(title), "</text>\n");
+  const double xmax = xs.empty() ? 1 : xs.back();
+  Panel full{70, 60, 370, 320, 0, xmax, 0, 100, xmax > 100 ? 10.0 : 10.0, 10};
+  // Zoom: the saturated region, y fitted to the lines there.
+  double lo = 100, hi = 0;
+  for (const auto& y : ys) {
+    for (size_t i = 0; i < xs.size(); ++i) {
+      if (xs[i] < zoom_from || std::isnan(y[i])) continue;
+      lo = std::min(lo, y[i]);
+      hi = std::max(hi, y[i]);
+    }
+  }
+  if (lo > hi) lo = 0, hi = 100;
+  double ystep = (hi - lo) > 12 ? 5 : (hi - lo) > 5 ? 2 : 1;
+  const double ymin = std::max(0.0, std::floor(lo / ystep) * ystep - ystep);
+  const double ymax = std::min(100.0, std::ceil(hi / ystep) * ystep + ystep);
+  Panel zoom{540, 60, 370, 320, zoom_from, xmax, ymin, ymax, 5, ystep};
+  DrawAxes(&svg, full, xlabel, "allocated GPU (% of capacity)", "full range");
+  DrawAxes(&svg, zoom, xlabel, "allocated GPU (% of capacity)", "saturated region");
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const std::string& color = Palette()[i % Palette().size()];
+    DrawLine(&svg, full, xs, ys[i], color);
+    DrawLine(&svg, zoom, xs, ys[i], color);
+    const double ly = 78 + 18 * static_cast<double>(i);
+    StrAppend(&svg,
+              Fmt("<line x1=\"80\" y1=\"%.1f\" x2=\"104\" y2=\"%.1f\" stroke-width=\"3\" "
+                  "stroke=\"%s\"/>\n<text x=\"110\" y=\"%.1f\">",
+                  ly, ly, color.c_str(), ly + 4),
+              Escape(lines[i]->policy), "</text>\n");
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+}  // namespace
+
+double Series::MeanAt(int pct) const {
+  return Mean(runs, [&](const RunResult& r) { return CurveAt(r, pct); });
+}
+
+double Series::MinAt(int pct) const {
+  double v = kNaN;
+  for (const RunResult& r : runs) {
+    const double c = CurveAt(r, pct);
+    if (!std::isnan(c) && (std::isnan(v) || c < v)) v = c;
+  }
+  return v;
+}
+
+double Series::MaxAt(int pct) const {
+  double v = kNaN;
+  for (const RunResult& r : runs) {
+    const double c = CurveAt(r, pct);
+    if (!std::isnan(c) && (std::isnan(v) || c > v)) v = c;
+  }
+  return v;
+}
+
+std::vector<double> Series::MeanCurve() const {
+  size_t n = 0;
+  for (const RunResult& r : runs) n = std::max(n, r.curve.size());
+  std::vector<double> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = MeanAt(static_cast<int>(i));
+  return out;
+}
+
+double Series::MeanChurn(double ChurnSummary::*field) const {
+  return Mean(runs, [&](const RunResult& r) { return r.churn.*field; });
+}
+
+double Series::MicrosPerPod() const {
+  return Mean(runs, [](const RunResult& r) {
+    return r.pods > 0 ? r.seconds * 1e6 / static_cast<double>(r.pods) : kNaN;
+  });
+}
+
+std::optional<double> PublishedAllocation(std::string_view trace, std::string_view policy,
+                                          int arrived_pct) {
+  if (arrived_pct != 100 && arrived_pct != 130) return std::nullopt;
+  const bool at100 = arrived_pct == 100;
+  for (const Published& p : kPublished) {
+    if (trace != p.trace) continue;
+    if (policy == "random") return at100 ? p.random100 : p.random130;
+    if (policy == "best-fit") return at100 ? p.bestfit100 : p.bestfit130;
+    if (policy == "fgd") return at100 ? p.fgd100 : p.fgd130;
+  }
+  return std::nullopt;
+}
+
+const std::vector<std::string>& PaperTraceVariants() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const Published& p : kPublished) out.emplace_back(p.trace);
+    return out;
+  }();
+  return names;
+}
+
+std::string FormatTable(const std::vector<Series>& series, const TableOptions& options) {
+  std::string out;
+  for (const auto& group : ByTrace(series)) {
+    const Series& first = *group.front();
+    const RunResult* sample = first.runs.empty() ? nullptr : &first.runs.front();
+    StrAppend(&out, "Trace ", first.trace, ": ", first.runs.size(), " run(s) per policy (seeds ",
+              SeedRange(first.runs), ")");
+    if (sample != nullptr) StrAppend(&out, ", ", sample->pods, " pods per run");
+    StrAppend(&out,
+              "\nAllocated GPU, % of capacity, at arrived GPU demand (% of capacity); "
+              "mean over seeds\n");
+    std::string header = Pad("policy", 20);
+    for (int pct : options.arrived_pcts) header += Pad(StrCat("@", pct), 8);
+    bool any_published = false;
+    for (const Series* s : group) {
+      any_published |= PublishedAllocation(s->trace, s->policy, 100).has_value();
+    }
+    const bool published = options.show_published && any_published;
+    if (published) header += Pad("paper@100", 11) + Pad("paper@130", 11);
+    header += Pad("range@130", 13) + Pad("failed", 9) + Pad("µs/pod", 9);
+    if (options.show_mig) header += Pad("GI-create", 11) + Pad("GI-destroy", 12) + "moved";
+    out += header + "\n";
+    for (const Series* s : group) {
+      std::string row = Pad(s->policy, 20);
+      for (int pct : options.arrived_pcts) row += Pad(Num(s->MeanAt(pct)), 8);
+      if (published) {
+        auto p100 = PublishedAllocation(s->trace, s->policy, 100);
+        auto p130 = PublishedAllocation(s->trace, s->policy, 130);
+        row += Pad(p100 ? Num(*p100) : "", 11) + Pad(p130 ? Num(*p130) : "", 11);
+      }
+      row += Pad(StrCat(Num(s->MinAt(130)), "-", Num(s->MaxAt(130))), 13);
+      row += Pad(Num(Mean(s->runs, [](const RunResult& r) { return double(r.failed); }), 0), 9);
+      row += Pad(Num(s->MicrosPerPod(), 1), 9);
+      if (options.show_mig) {
+        row += Pad(
+            Num(Mean(s->runs, [](const RunResult& r) { return double(r.mig.instances_created); }),
+                0),
+            11);
+        row += Pad(
+            Num(Mean(s->runs, [](const RunResult& r) { return double(r.mig.instances_destroyed); }),
+                0),
+            12);
+        int64_t moved = 0;
+        for (const RunResult& r : s->runs) moved += r.mig.busy_instances_moved;
+        row += StrCat(moved);
+      }
+      int64_t rejected = 0;
+      for (const RunResult& r : s->runs) rejected += r.rejected_placements;
+      if (rejected > 0) StrAppend(&row, "  (", rejected, " placements rejected!)");
+      out += row + "\n";
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+std::string FormatChurnTable(const std::vector<Series>& series, bool show_mig) {
+  std::string out = "Runs with departures: steady state after a 20 % warm-up; means over seeds\n" +
+                    Pad("trace", 14) + Pad("policy", 20) + Pad("alloc%", 9) + Pad("peak%", 9) +
+                    Pad("blocked-GPU%", 14) + Pad("blocked-pods", 14) + Pad("µs/pod", 9);
+  if (show_mig) out += Pad("GI-create/1k", 14) + Pad("GI-destroy/1k", 15) + "moved";
+  out += "\n";
+  for (const Series& s : series) {
+    std::string row =
+        Pad(s.trace, 14) + Pad(s.policy, 20) +
+        Pad(Num(s.MeanChurn(&ChurnSummary::mean_alloc_pct)), 9) +
+        Pad(Num(s.MeanChurn(&ChurnSummary::peak_alloc_pct)), 9) +
+        Pad(Num(s.MeanChurn(&ChurnSummary::blocked_demand_pct)), 14) +
+        Pad(Num(Mean(s.runs,
+                     [](const RunResult& r) { return static_cast<double>(r.churn.blocked_pods); }),
+                0),
+            14) +
+        Pad(Num(s.MicrosPerPod(), 1), 9);
+    if (show_mig) {
+      auto per_k = [](int64_t count, int64_t pods) {
+        return pods > 0 ? static_cast<double>(count) * 1000 / static_cast<double>(pods) : kNaN;
+      };
+      row +=
+          Pad(Num(Mean(s.runs,
+                       [&](const RunResult& r) { return per_k(r.mig.instances_created, r.pods); }),
+                  1),
+              14);
+      row += Pad(
+          Num(Mean(s.runs,
+                   [&](const RunResult& r) { return per_k(r.mig.instances_destroyed, r.pods); }),
+              1),
+          15);
+      int64_t moved = 0;
+      for (const RunResult& r : s.runs) moved += r.mig.busy_instances_moved;
+      row += StrCat(moved);
+    }
+    out += row + "\n";
+  }
+  return out;
+}
+
+std::string FormatVariantTable(const std::vector<Series>& series, int arrived_pct) {
+  std::vector<std::string> policies;
+  std::set<std::string> seen;
+  for (const Series& s : series) {
+    if (seen.insert(s.policy).second) policies.push_back(s.policy);
+  }
+  std::string out = StrCat("Allocated GPU (%) at ", arrived_pct,
+                           " % arrived, mean over seeds; (paper) = published mean\n");
+  std::string header = Pad("trace", 14);
+  for (const std::string& p : policies) header += Pad(p, 20);
+  if (policies.size() > 1) header += StrCat("unallocated: ", policies.back(), " vs best other");
+  out += header + "\n";
+  for (const auto& group : ByTrace(series)) {
+    std::string row = Pad(group.front()->trace, 14);
+    double last = kNaN, best_other = kNaN;
+    for (size_t i = 0; i < policies.size(); ++i) {
+      const Series* s = nullptr;
+      for (const Series* g : group) {
+        if (g->policy == policies[i]) s = g;
+      }
+      std::string cell = "-";
+      if (s != nullptr) {
+        const double v = s->MeanAt(arrived_pct);
+        cell = Num(v);
+        if (auto p = PublishedAllocation(s->trace, s->policy, arrived_pct)) {
+          StrAppend(&cell, " (", Num(*p), ")");
+        }
+        if (i + 1 == policies.size()) {
+          last = v;
+        } else if (std::isnan(best_other) || v > best_other) {
+          best_other = v;
+        }
+      }
+      row += Pad(cell, 20);
+    }
+    if (policies.size() > 1 && !std::isnan(last) && !std::isnan(best_other) && best_other < 100) {
+      const double reduction = (last - best_other) / (100 - best_other) * 100;
+      row += Fmt("%+.1f %% (%s)", -reduction, reduction >= 0 ? "fewer" : "more");
+    }
+    out += row + "\n";
+  }
+  return out;
+}
+
+std::string FormatCsv(const std::vector<Series>& series, bool with_trace) {
+  std::string out = with_trace ? "trace,policy,seed,arrived_pct,alloc_pct\n"
+                               : "policy,seed,arrived_pct,alloc_pct\n";
+  for (const Series& s : series) {
+    for (const RunResult& r : s.runs) {
+      for (size_t pct = 0; pct < r.curve.size(); ++pct) {
+        if (std::isnan(r.curve[pct])) continue;
+        if (with_trace) StrAppend(&out, s.trace, ",");
+        StrAppend(&out, s.policy, ",", r.seed, ",", pct, ",", Num(r.curve[pct], 4), "\n");
+      }
+    }
+  }
+  return out;
+}
+
+std::string FormatChurnCsv(const std::vector<Series>& series, bool with_trace) {
+  std::string out = with_trace ? "trace,policy,seed,window_pct,alloc_pct\n"
+                               : "policy,seed,window_pct,alloc_pct\n";
+  for (const Series& s : series) {
+    for (const RunResult& r : s.runs) {
+      const auto& samples = r.churn.alloc_over_time;
+      for (size_t i = 0; i < samples.size(); ++i) {
+        if (with_trace) StrAppend(&out, s.trace, ",");
+        StrAppend(
+            &out, s.policy, ",", r.seed, ",",
+            Num((static_cast<double>(i) + 0.5) * 100 / static_cast<double>(samples.size()), 1), ",",
+            Num(samples[i], 4), "\n");
+      }
+    }
+  }
+  return out;
+}
+
+std::string SvgPlot(const std::vector<Series>& series, std::string_view title) {
+  std::vector<const Series*> lines;
+  std::vector<std::vector<double>> ys;
+  size_t n = 0;
+  for (const Series& s : series) {
+    lines.push_back(&s);
+    ys.push_back(s.MeanCurve());
+    n = std::max(n, ys.back().size());
+  }
+  std::vector<double> xs(n);
+  for (size_t i = 0; i < n; ++i) xs[i] = static_cast<double>(i);
+  for (auto& y : ys) y.resize(n, kNaN);
+  return Svg(lines, title, xs, ys, "arrived GPU demand (% of capacity)",
+             n > 100 ? 80.0 : std::max(0.0, static_cast<double>(n) - 30));
+}
+
+std::string SvgChurnPlot(const std::vector<Series>& series, std::string_view title) {
+  std::vector<const Series*> lines;
+  std::vector<std::vector<double>> ys;
+  size_t n = 0;
+  for (const Series& s : series) {
+    size_t m = 0;
+    for (const RunResult& r : s.runs) m = std::max(m, r.churn.alloc_over_time.size());
+    std::vector<double> mean(m);
+    for (size_t i = 0; i < m; ++i) {
+      mean[i] = Mean(s.runs, [&](const RunResult& r) {
+        return i < r.churn.alloc_over_time.size() ? r.churn.alloc_over_time[i] : kNaN;
+      });
+    }
+    n = std::max(n, m);
+    lines.push_back(&s);
+    ys.push_back(std::move(mean));
+  }
+  std::vector<double> xs(n);
+  for (size_t i = 0; i < n; ++i) {
+    xs[i] = (static_cast<double>(i) + 0.5) * 100 / static_cast<double>(std::max<size_t>(n, 1));
+  }
+  for (auto& y : ys) y.resize(n, kNaN);
+  return Svg(lines, title, xs, ys, "measurement window (%)", 0);
+}
+
+}  // namespace prism::sim
