@@ -1,0 +1,177 @@
+// Unit tests of the interception library's small parts: the allocation table, the environment
+// contract, liveness and UUID spelling.
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <random>
+#include <unordered_map>
+
+#include "gtest/gtest.h"
+
+#include "intercept/alloc_table.h"
+#include "intercept/config.h"
+#include "intercept/liveness.h"
+#include "intercept/uuid.h"
+
+namespace prism::vgpu {
+namespace {
+
+TEST(AllocTableTest, InsertFindRemove) {
+  AllocTable table;
+  AllocRecord r;
+  r.key = 0x7f0000200000;
+  r.bytes = 4096;
+  r.device = 1;
+  r.kind = AllocKind::kLinear;
+  ASSERT_TRUE(table.Insert(r));
+  ASSERT_NE(table.Find(r.key, AllocKind::kLinear), nullptr);
+  EXPECT_EQ(table.Find(r.key, AllocKind::kLinear)->bytes, 4096u);
+  EXPECT_EQ(table.Find(r.key, AllocKind::kArray), nullptr);  // Kinds are separate namespaces.
+  AllocRecord out;
+  EXPECT_TRUE(table.Remove(r.key, AllocKind::kLinear, &out));
+  EXPECT_EQ(out.device, 1);
+  EXPECT_FALSE(table.Remove(r.key, AllocKind::kLinear, &out));
+  EXPECT_EQ(table.size(), 0u);
+}
+
+// Random operations against std::unordered_map: growth and backward-shift deletion keep every
+// entry reachable.
+TEST(AllocTableTest, MatchesAReferenceMapUnderRandomOperations) {
+  AllocTable table;
+  std::unordered_map<uint64_t, uint64_t> reference;
+  std::mt19937_64 rng(42);
+  for (int i = 0; i < 200000; ++i) {
+    // Keys clustered like device pointers (2 MiB aligned, few distinct high bits).
+    const uint64_t key = 0x7f0000000000ULL + (rng() % 5000) * (2 << 20);
+    if (rng() % 3 == 0) {
+      AllocRecord out;
+      const bool found = table.Remove(key, AllocKind::kPool, &out);
+      ASSERT_EQ(found, reference.count(key) == 1) << "seed 42, step " << i;
+      if (found) {
+        EXPECT_EQ(out.bytes, reference[key]);
+        reference.erase(key);
+      }
+    } else {
+      AllocRecord r;
+      r.key = key;
+      r.bytes = rng();
+      r.kind = AllocKind::kPool;
+      ASSERT_TRUE(table.Insert(r));
+      reference[key] = r.bytes;
+    }
+    ASSERT_EQ(table.size(), reference.size());
+  }
+  for (const auto& [key, bytes] : reference) {
+    const AllocRecord* r = table.Find(key, AllocKind::kPool);
+    ASSERT_NE(r, nullptr);
+    EXPECT_EQ(r->bytes, bytes);
+  }
+  table.Clear();
+  EXPECT_EQ(table.size(), 0u);
+}
+
+class EnvTest : public ::testing::Test {
+ protected:
+  void TearDown() override {
+    for (const char* name :
+         {"CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT_1", "CUDA_DEVICE_SM_LIMIT",
+          "CUDA_DEVICE_SM_LIMIT_2", "CUDA_DISABLE_CONTROL", "GPU_CORE_UTILIZATION_POLICY",
+          "CUDA_DEVICE_MEMORY_SHARED_CACHE", "LIBCUDA_LOG_LEVEL"}) {
+      unsetenv(name);
+    }
+  }
+};
+
+TEST_F(EnvTest, PerDeviceMemoryLimitWinsOverTheGlobalOne) {
+  setenv("CUDA_DEVICE_MEMORY_LIMIT", "4g", 1);
+  setenv("CUDA_DEVICE_MEMORY_LIMIT_1", "1024m", 1);
+  EXPECT_EQ(MemoryLimitForOrdinal(0), uint64_t{4} << 30);
+  EXPECT_EQ(MemoryLimitForOrdinal(1), uint64_t{1} << 30);
+  EXPECT_EQ(MemoryLimitForOrdinal(2), uint64_t{4} << 30);
+}
+
+TEST_F(EnvTest, MalformedMemoryLimitMeansNoLimit) {
+  setenv("CUDA_DEVICE_MEMORY_LIMIT", "lots", 1);
+  EXPECT_EQ(MemoryLimitForOrdinal(0), 0u);
+}
+
+TEST_F(EnvTest, SmLimitOfHundredOrGarbageMeansNone) {
+  setenv("CUDA_DEVICE_SM_LIMIT", "100", 1);
+  EXPECT_EQ(SmLimitForOrdinal(0), 0u);
+  setenv("CUDA_DEVICE_SM_LIMIT", "30", 1);
+  setenv("CUDA_DEVICE_SM_LIMIT_2", "150", 1);
+  EXPECT_EQ(SmLimitForOrdinal(0), 30u);
+  EXPECT_EQ(SmLimitForOrdinal(2), 0u);
+}
+
+TEST_F(EnvTest, ProcessSettings) {
+  setenv("CUDA_DISABLE_CONTROL", "TRUE", 1);
+  setenv("GPU_CORE_UTILIZATION_POLICY", "Force", 1);
+  setenv("CUDA_DEVICE_SM_LIMIT", "30", 1);
+  setenv("CUDA_DEVICE_MEMORY_SHARED_CACHE", "/tmp/x.cache", 1);
+  setenv("LIBCUDA_LOG_LEVEL", "0", 1);
+  Config config;
+  LoadConfig(&config);
+  EXPECT_TRUE(config.disabled);
+  EXPECT_EQ(config.policy, quota::UtilizationPolicy::kForce);
+  EXPECT_TRUE(config.sm_limit_configured);
+  EXPECT_STREQ(config.region_path, "/tmp/x.cache");
+  EXPECT_EQ(config.log_level, 0);
+}
+
+TEST_F(EnvTest, DefaultsWithoutEnvironment) {
+  Config config;
+  LoadConfig(&config);
+  EXPECT_FALSE(config.disabled);
+  EXPECT_FALSE(config.sm_limit_configured);
+  EXPECT_STREQ(config.region_path, kDefaultRegionPath);
+  EXPECT_EQ(config.policy, quota::UtilizationPolicy::kDefault);
+}
+
+TEST_F(EnvTest, DisablePolicyTurnsSmLimitingOff) {
+  setenv("CUDA_DEVICE_SM_LIMIT", "30", 1);
+  setenv("GPU_CORE_UTILIZATION_POLICY", "disable", 1);
+  Config config;
+  LoadConfig(&config);
+  EXPECT_FALSE(config.sm_limit_configured);
+}
+
+TEST(LivenessTest, SelfIsAliveWithItsStartTime) {
+  const uint64_t start = ProcessStartTime(getpid());
+  EXPECT_GT(start, 0u);
+  EXPECT_TRUE(IsProcessAlive(getpid(), start));
+  EXPECT_FALSE(IsProcessAlive(getpid(), start + 1));  // A reused PID.
+}
+
+TEST(LivenessTest, ExitedAndZombieChildrenAreDead) {
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) _exit(0);
+  // Until reaped, the child is a zombie: its memory is gone, so it counts as dead already.
+  for (int i = 0; i < 1000 && IsProcessAlive(child, 0); ++i) usleep(1000);
+  EXPECT_FALSE(IsProcessAlive(child, 0));
+  waitpid(child, nullptr, 0);
+  EXPECT_FALSE(IsProcessAlive(child, 0));
+  EXPECT_EQ(ProcessStartTime(child), 0u);
+}
+
+TEST(UuidTest, FormatsAndParsesNvmlSpelling) {
+  const uint8_t bytes[16] = {0x50, 0x52, 0x49, 0x53, 0x4d, 0x2d, 0x46, 0x41,
+                             0x4b, 0x45, 0x2d, 0x47, 0x50, 0x55, 0x00, 0xab};
+  char text[64];
+  FormatNvmlUuid(bytes, text);
+  EXPECT_STREQ(text, "GPU-50524953-4d2d-4641-4b45-2d47505500ab");
+  uint8_t parsed[16];
+  ASSERT_TRUE(ParseNvmlUuid(text, parsed));
+  EXPECT_EQ(memcmp(parsed, bytes, 16), 0);
+  ASSERT_TRUE(ParseNvmlUuid("MIG-50524953-4D2D-4641-4B45-2D47505500AB", parsed));
+  EXPECT_EQ(memcmp(parsed, bytes, 16), 0);
+  EXPECT_FALSE(ParseNvmlUuid("GPU-1234", parsed));
+  EXPECT_FALSE(ParseNvmlUuid("GPU-50524953-4d2d-4641-4b45-2d47505500abcd", parsed));
+  EXPECT_FALSE(ParseNvmlUuid("GPU-5052494d-2d46-414b-452d-47505500zzab", parsed));
+}
+
+}  // namespace
+}  // namespace prism::vgpu
