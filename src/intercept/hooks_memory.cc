@@ -209,6 +209,17 @@ void RefreshAllPools(Region* region) {
   for (int i = 0; i < n; ++i) ApplyPoolDelta(region, changes[i].entry, changes[i].delta);
 }
 
+// Bytes a pool already holds beyond its live allocations (charged, reusable without growth).
+uint64_t PoolRetained(uint64_t pool) {
+  TablesLock lock;
+  for (const PoolRecord& record : g_pools) {
+    if (record.pool == pool && pool != 0) {
+      return record.charged > record.live ? record.charged - record.live : 0;
+    }
+  }
+  return 0;
+}
+
 template <typename Call>
 CUresult AllocateFromPool(CUdeviceptr* dptr, size_t size, uint64_t explicit_pool, const char* what,
                           Call call) {
@@ -216,29 +227,44 @@ CUresult AllocateFromPool(CUdeviceptr* dptr, size_t size, uint64_t explicit_pool
   if (region == nullptr || size == 0 || dptr == nullptr) return call();
   const uint64_t charge = quota::ChargeForLinearAllocation(size);
   int entry = CurrentDeviceEntry();
+  // Which pool will serve it: the explicit one, or the device's current pool.
+  uint64_t pool = explicit_pool;
+  const int ordinal = entry >= 0 ? OrdinalForEntry(entry) : -1;
+  if (pool == 0 && ordinal >= 0 && g_cuda.cuDeviceGetMemPool != nullptr) {
+    CUmemoryPool handle = nullptr;
+    if (g_cuda.cuDeviceGetMemPool(&handle, ordinal) == CUDA_SUCCESS) {
+      pool = reinterpret_cast<uint64_t>(handle);
+    }
+  }
+  // Memory the pool retains from earlier frees is charged already: reserve only the growth the
+  // request may need, so reusing a pool never fails for memory the container already holds.
+  const uint64_t retained = PoolRetained(pool);
+  const uint64_t reserved = charge > retained ? charge - retained : 0;
   const bool reserved_first = entry >= 0;
-  if (reserved_first && !Reserve(region, entry, charge, what)) return CUDA_ERROR_OUT_OF_MEMORY;
+  if (reserved_first && reserved > 0 && !Reserve(region, entry, reserved, what)) {
+    return CUDA_ERROR_OUT_OF_MEMORY;
+  }
   const CUresult rc = call();
   if (rc != CUDA_SUCCESS) {
-    if (reserved_first) region->Release(SelfSlot(), entry, charge);
+    if (reserved_first) region->Release(SelfSlot(), entry, reserved);
     return rc;
   }
   const int pointer_entry = EntryOfPointer(*dptr);
+  uint64_t held = reserved_first ? reserved : 0;  // What this call has charged so far.
   if (!reserved_first) {
     if (pointer_entry < 0) return CUDA_SUCCESS;  // Unknown device: cannot charge.
     entry = pointer_entry;
-    ApplyPoolDelta(region, entry, static_cast<int64_t>(charge));
   } else if (pointer_entry >= 0 && pointer_entry != entry) {
     // The stream belongs to another device than the current context: move the charge.
-    region->Release(SelfSlot(), entry, charge);
-    ApplyPoolDelta(region, pointer_entry, static_cast<int64_t>(charge));
+    region->Release(SelfSlot(), entry, held);
+    held = 0;
     entry = pointer_entry;
   }
-  uint64_t pool = explicit_pool;
-  if (pool == 0 && g_cuda.cuPointerGetAttribute != nullptr) {
+  if (g_cuda.cuPointerGetAttribute != nullptr) {
     CUmemoryPool handle = nullptr;
     if (g_cuda.cuPointerGetAttribute(&handle, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, *dptr) ==
-        CUDA_SUCCESS) {
+            CUDA_SUCCESS &&
+        handle != nullptr) {
       pool = reinterpret_cast<uint64_t>(handle);
     }
   }
@@ -248,12 +274,13 @@ CUresult AllocateFromPool(CUdeviceptr* dptr, size_t size, uint64_t explicit_pool
     TablesLock lock;
     PoolRecord* record = pool != 0 ? PoolFor(pool, entry) : nullptr;
     if (record != nullptr) {
-      // The request is charged already; the pool's record takes it over.
+      // The record takes over what was charged; a refresh settles it at max(reserved, live).
       record->live += charge;
-      record->charged += charge;
+      record->charged += held;
       delta = RefreshPoolLocked(*record);
     } else {
       pool = 0;  // Untracked pool (table full or unknown): charge per allocation.
+      delta = static_cast<int64_t>(charge) - static_cast<int64_t>(held);
     }
     AllocRecord alloc;
     alloc.key = *dptr;

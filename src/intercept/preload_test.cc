@@ -1,0 +1,453 @@
+// Multi-process tests of libprism-vgpu: real child processes (prism_vgpu_probe) run against the
+// fake libcuda.so.1 / libnvidia-ml.so.1 with the library in LD_PRELOAD, as in a container.
+//
+// Paths come from the build (compile definitions). In sanitizer builds the children are sanitized
+// executables too, so the sanitizer runtime is preloaded first (PRISM_SANITIZER_PRELOAD).
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <random>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+#include "intercept/testing/race_shared.h"
+#include "intercept/testing/spawn.h"
+
+namespace prism::vgpu {
+namespace {
+
+using testing::Child;
+using testing::Env;
+using testing::ExitInfo;
+using testing::Field;
+using testing::RunChild;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+
+std::string U(uint64_t v) { return std::to_string(v); }
+
+class PreloadTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char dir[] = "/tmp/prism-preload-test-XXXXXX";
+    ASSERT_NE(mkdtemp(dir), nullptr);
+    dir_ = dir;
+  }
+  void TearDown() override {
+    const std::string cmd = "rm -rf " + dir_;
+    ASSERT_EQ(system(cmd.c_str()), 0);
+  }
+
+  // A container: its own region file; all containers of a test share one fake GPU.
+  Env ContainerEnv(const std::string& region = "region", bool preload = true,
+                   const std::string& libdir = PRISM_FAKE_GPU_DIR) const {
+    Env env;
+    for (const char* name :
+         {"CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT", "CUDA_DISABLE_CONTROL",
+          "GPU_CORE_UTILIZATION_POLICY", "LIBCUDA_LOG_LEVEL", "CUDA_VISIBLE_DEVICES",
+          "PRISM_VGPU_REAL_LIBCUDA", "PRISM_VGPU_REAL_NVML", "PRISM_FAKE_CUDA_FAIL",
+          "PRISM_FAKE_NVML_PID_OFFSET", "PRISM_FAKE_CUDA_PROCADDR_ALIASES", "LD_PRELOAD"}) {
+      env.Unset(name);
+    }
+    env.Set("LD_LIBRARY_PATH", libdir);
+    env.Set("PRISM_FAKE_GPU_STATE", dir_ + "/gpu.state");
+    env.Set("CUDA_DEVICE_MEMORY_SHARED_CACHE", dir_ + "/" + region);
+    // The fakes keep driver objects for the process's lifetime, as a driver does.
+    env.Set("ASAN_OPTIONS", "detect_leaks=0");
+    if (preload) {
+      const std::string sanitizer = PRISM_SANITIZER_PRELOAD;
+      env.Set("LD_PRELOAD", (sanitizer.empty() ? "" : sanitizer + ":") + PRISM_VGPU_LIB);
+    }
+    return env;
+  }
+
+  static std::vector<std::string> Argv(const std::vector<std::string>& args, bool linked = false) {
+    std::vector<std::string> argv = {linked ? PRISM_VGPU_PROBE_LINKED : PRISM_VGPU_PROBE};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return argv;
+  }
+
+  static ExitInfo Probe(const Env& env, const std::vector<std::string>& args, bool linked = false) {
+    return RunChild(Argv(args, linked), env);
+  }
+
+  std::string dir_;
+};
+
+// Every lookup path an application can take reaches the wrappers.
+TEST_F(PreloadTest, MemoryLimitHoldsOnEveryLookupPath) {
+  for (const std::string via : {"linked", "dlsym", "procaddr:12000", "procaddr:13000",
+                                "procaddr:13000:ptds", "procaddr1:11040"}) {
+    SCOPED_TRACE(via);
+    Env env = ContainerEnv("region-" + via);
+    env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+    std::vector<std::string> args = {"init", "alloc", "600m",  "alloc", "600m",
+                                     "free", "0",     "alloc", "600m",  "meminfo"};
+    if (via != "linked") args.insert(args.begin(), "--via=" + via);
+    const ExitInfo r = Probe(env, args, via == "linked");
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("alloc ok id=0\nalloc err=2\nfree ok\nalloc ok id=1\n"), std::string::npos)
+        << r.out << r.err;
+    EXPECT_EQ(Field(r.out, "meminfo", "total"), U(kGiB));
+    EXPECT_EQ(Field(r.out, "meminfo", "free"), U(kGiB - 600 * kMiB));
+  }
+}
+
+TEST_F(PreloadTest, WithoutTheLibraryNothingIsLimited) {
+  Env env = ContainerEnv("region", /*preload=*/false);
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  const ExitInfo r = Probe(env, {"init", "alloc", "600m", "alloc", "600m"});
+  EXPECT_NE(r.out.find("alloc ok id=0\nalloc ok id=1\n"), std::string::npos) << r.out;
+}
+
+TEST_F(PreloadTest, DisableControlPassesEverythingThrough) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  env.Set("CUDA_DISABLE_CONTROL", "true");
+  const ExitInfo r = Probe(env, {"init", "alloc", "600m", "alloc", "600m", "meminfo"});
+  EXPECT_NE(r.out.find("alloc ok id=0\nalloc ok id=1\n"), std::string::npos) << r.out << r.err;
+  EXPECT_EQ(Field(r.out, "meminfo", "total"), U(143771 * kMiB));
+}
+
+TEST_F(PreloadTest, QueriesReportTheLimitAndTheContainersUse) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "4g");
+  const ExitInfo r = Probe(env, {"init", "alloc", "1g", "meminfo", "totalmem", "nvmlmem"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Field(r.out, "meminfo", "total"), U(4 * kGiB));
+  EXPECT_EQ(Field(r.out, "meminfo", "free"), U(3 * kGiB));
+  EXPECT_EQ(Field(r.out, "totalmem", "bytes"), U(4 * kGiB));
+  EXPECT_EQ(Field(r.out, "nvmlmem", "total"), U(4 * kGiB));
+  EXPECT_EQ(Field(r.out, "nvmlmem", "used"), U(1 * kGiB));
+  EXPECT_EQ(Field(r.out, "nvmlmem", "free"), U(3 * kGiB));
+  EXPECT_EQ(Field(r.out, "nvmlmem", "v2total"), U(4 * kGiB));
+  EXPECT_EQ(Field(r.out, "nvmlmem", "v2used"), U(1 * kGiB));
+}
+
+TEST_F(PreloadTest, LimitAbovePhysicalReportsPhysicalAndNoLimitIsNeverZero) {
+  Env env = ContainerEnv();
+  env.Set("PRISM_FAKE_GPU_MEMORY", "8g");
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "100g");
+  ExitInfo r = Probe(env, {"init", "meminfo", "totalmem"});
+  EXPECT_EQ(Field(r.out, "meminfo", "total"), U(8 * kGiB));
+  EXPECT_EQ(Field(r.out, "totalmem", "bytes"), U(8 * kGiB));
+  Env unlimited = ContainerEnv("other-region");
+  r = Probe(unlimited, {"init", "meminfo", "totalmem", "nvmlmem"});
+  EXPECT_EQ(Field(r.out, "totalmem", "bytes"), U(8 * kGiB));  // HAMi-core reported 0 here.
+  EXPECT_EQ(Field(r.out, "nvmlmem", "total"), U(8 * kGiB));
+}
+
+TEST_F(PreloadTest, PerDeviceLimitsFollowTheOrdinal) {
+  Env env = ContainerEnv();
+  env.Set("PRISM_FAKE_GPU_COUNT", "2");
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "4g");
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT_1", "1g");
+  ExitInfo r = Probe(env, {"--device=1", "init", "meminfo", "alloc", "600m", "alloc", "600m"});
+  EXPECT_EQ(Field(r.out, "meminfo", "total"), U(1 * kGiB)) << r.out << r.err;
+  EXPECT_NE(r.out.find("alloc ok id=0\nalloc err=2\n"), std::string::npos) << r.out;
+  r = Probe(env, {"--device=0", "init", "meminfo", "alloc", "600m", "alloc", "600m"});
+  EXPECT_EQ(Field(r.out, "meminfo", "total"), U(4 * kGiB));
+  EXPECT_NE(r.out.find("alloc ok id=0\nalloc ok id=1\n"), std::string::npos) << r.out;
+}
+
+// Every allocation family is charged: each takes 40 MiB of a 64 MiB limit, so a second 40 MiB
+// plain allocation must be refused until it is freed.
+TEST_F(PreloadTest, EveryAllocationFamilyIsCharged) {
+  struct Family {
+    std::vector<std::string> alloc;
+    std::vector<std::string> release;
+  };
+  const std::vector<Family> families = {
+      {{"alloc", "40m"}, {"free", "0"}},
+      {{"managed", "40m"}, {"free", "0"}},
+      {{"pitch", "4000", "10240"}, {"free", "0"}},  // Rows padded to 4096 bytes: 40 MiB.
+      {{"async", "40m"}, {"freeasync", "0", "sync"}},
+      {{"poolalloc", "40m"}, {"freeasync", "0", "trim"}},
+      {{"vmm", "40m"}, {"vmmfree", "0"}},
+      {{"array", "2048", "5120"}, {"arrayfree", "0"}},  // float: 2048 * 4 * 5120 = 40 MiB.
+      {{"array3d", "1024", "1024", "10"}, {"arrayfree", "0"}},
+  };
+  int n = 0;
+  for (const Family& family : families) {
+    SCOPED_TRACE(family.alloc[0]);
+    Env env = ContainerEnv("region-" + std::to_string(n++));
+    env.Set("CUDA_DEVICE_MEMORY_LIMIT", "64m");
+    std::vector<std::string> args = {"init"};
+    args.insert(args.end(), family.alloc.begin(), family.alloc.end());
+    args.insert(args.end(), {"meminfo", "alloc", "40m"});
+    args.insert(args.end(), family.release.begin(), family.release.end());
+    args.insert(args.end(), {"meminfo", "alloc", "40m"});
+    const ExitInfo r = Probe(env, args);
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+    const std::string first = family.alloc[0];
+    EXPECT_NE(r.out.find(first + " ok id=0\n"), std::string::npos) << r.out << r.err;
+    EXPECT_EQ(Field(r.out, "meminfo", "free"), U(24 * kMiB)) << r.out;
+    EXPECT_NE(r.out.find("alloc err=2\n"), std::string::npos) << r.out << r.err;
+    // After the release the whole limit is free again and the allocation fits.
+    const size_t second_info = r.out.rfind("meminfo");
+    EXPECT_EQ(Field(r.out.substr(second_info), "meminfo", "free"), U(64 * kMiB)) << r.out;
+    EXPECT_EQ(r.out.substr(r.out.rfind("alloc ")).rfind("alloc ok", 0), 0u) << r.out;
+  }
+}
+
+// A pool keeps freed memory reserved: it stays charged (it is still taken on the GPU) but can be
+// reused without being charged twice, and is returned when the pool gives it back.
+TEST_F(PreloadTest, PoolRetentionIsChargedOnceAndReleasedAtSync) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "64m");
+  const ExitInfo r = Probe(env, {"init", "async", "40m", "freeasync", "0", "meminfo", "async",
+                                 "40m", "freeasync", "1", "sync", "meminfo"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Field(r.out, "meminfo", "free"), U(24 * kMiB)) << r.out;
+  EXPECT_NE(r.out.find("async ok id=1"), std::string::npos) << r.out << r.err;
+  EXPECT_EQ(Field(r.out.substr(r.out.rfind("meminfo")), "meminfo", "free"), U(64 * kMiB));
+}
+
+TEST_F(PreloadTest, FailedDriverCallsLeakNothing) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  env.Set("PRISM_FAKE_CUDA_FAIL", "cuMemAlloc_v2:1:999,cuMemCreate:*:2,cuArrayCreate_v2:1:1");
+  const ExitInfo r = Probe(env, {"init", "alloc", "600m", "vmm", "600m", "array", "1024", "1024",
+                                 "meminfo", "alloc", "1g"});
+  EXPECT_NE(r.out.find("alloc err=999\nvmm err=2\narray err=1\n"), std::string::npos) << r.out;
+  EXPECT_EQ(Field(r.out, "meminfo", "free"), U(kGiB));
+  EXPECT_NE(r.out.find("alloc ok id=0"), std::string::npos) << r.out;
+}
+
+TEST_F(PreloadTest, PhysicalOutOfMemoryRollsBackTheReservation) {
+  Env env = ContainerEnv();
+  env.Set("PRISM_FAKE_GPU_MEMORY", "1g");
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "4g");
+  const ExitInfo r = Probe(env, {"init", "fill", "256m", "free", "all", "fill", "256m"});
+  EXPECT_EQ(Field(r.out, "fill", "count"), "4") << r.out;
+  EXPECT_EQ(Field(r.out.substr(r.out.rfind("fill")), "fill", "count"), "4") << r.out;
+}
+
+TEST_F(PreloadTest, ProcessesOfAContainerShareTheLimitAndDeadOnesAreReclaimed) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  std::unique_ptr<Child> holder = Child::Start(Argv({"init", "alloc", "600m", "wait"}), env);
+  ASSERT_TRUE(holder->WaitForLine("waiting", 30000));
+  ExitInfo r = Probe(env, {"init", "alloc", "600m", "meminfo", "nvmlmem"});
+  EXPECT_NE(r.out.find("alloc err=2"), std::string::npos) << r.out;
+  EXPECT_EQ(Field(r.out, "meminfo", "free"), U(kGiB - 600 * kMiB));
+  EXPECT_EQ(Field(r.out, "nvmlmem", "used"), U(600 * kMiB));
+  holder->Kill(SIGKILL);
+  holder->Wait();
+  r = Probe(env, {"init", "alloc", "600m", "alloc", "400m"});
+  EXPECT_NE(r.out.find("alloc ok id=0\nalloc ok id=1\n"), std::string::npos) << r.out << r.err;
+}
+
+TEST_F(PreloadTest, OtherContainersAreNotCharged) {
+  Env a = ContainerEnv("region-a");
+  a.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  Env b = ContainerEnv("region-b");
+  b.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  std::unique_ptr<Child> holder = Child::Start(Argv({"init", "alloc", "600m", "wait"}), a);
+  ASSERT_TRUE(holder->WaitForLine("waiting", 30000));
+  const ExitInfo r = Probe(b, {"init", "alloc", "600m"});
+  EXPECT_NE(r.out.find("alloc ok"), std::string::npos) << r.out;
+  holder->Wait();
+}
+
+// Regression for core#273: N processes allocate 600 MiB against a 1 GiB limit at the same
+// instant, round after round; never may two hold one at once, and one must always win.
+void RunRace(const std::string& dir, const Env& env, int processes, int rounds) {
+  const std::string path = dir + "/race-" + std::to_string(processes);
+  const int fd = open(path.c_str(), O_RDWR | O_CREAT, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, sizeof(testing::RaceShared)), 0);
+  void* memory =
+      mmap(nullptr, sizeof(testing::RaceShared), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  close(fd);
+  ASSERT_NE(memory, MAP_FAILED);
+  auto* shared = static_cast<testing::RaceShared*>(memory);
+  pthread_barrierattr_t attr;
+  pthread_barrierattr_init(&attr);
+  pthread_barrierattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  pthread_barrier_init(&shared->barrier, &attr, static_cast<unsigned>(processes));
+  std::vector<std::unique_ptr<Child>> children;
+  for (int i = 0; i < processes; ++i) {
+    children.push_back(Child::Start(
+        {PRISM_VGPU_PROBE, "init", "race", path, std::to_string(rounds), "600m"}, env));
+  }
+  int wins = 0;
+  for (auto& child : children) {
+    const ExitInfo r = child->Wait(120000);
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    wins += atoi(Field(r.out, "race", "wins").c_str());
+  }
+  EXPECT_EQ(shared->max_live.load(), 1) << "two processes held 600 MiB of a 1 GiB limit at once";
+  EXPECT_EQ(wins, rounds);
+  for (int round = 0; round < rounds; ++round) {
+    ASSERT_EQ(shared->successes[round].load(), 1) << "round " << round;
+  }
+  munmap(memory, sizeof(testing::RaceShared));
+}
+
+TEST_F(PreloadTest, RacingProcessesNeverExceedTheLimit) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  env.Set("PRISM_FAKE_CUDA_ALLOC_DELAY_US", "200");  // Widen the window between check and alloc.
+  RunRace(dir_, env, 2, 300);
+  RunRace(dir_, env, 8, 100);
+  RunRace(dir_, env, 32, 20);
+}
+
+// Regression for hami#2500: a process SIGKILLed while it holds the region lock (halfway through
+// an update) must not wedge the container, and its bytes must come back.
+TEST_F(PreloadTest, ProcessKilledHoldingTheLockDoesNotWedgeOthers) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  Env staller = env;
+  staller.Set("PRISM_VGPU_TEST_LOCK_STALL_MS", "600000");
+  std::unique_ptr<Child> victim = Child::Start(Argv({"init", "alloc", "600m"}), staller);
+  ASSERT_TRUE(victim->WaitForLine("stalling", 30000));
+  victim->Kill(SIGKILL);
+  victim->Wait();
+  const ExitInfo r = Probe(env, {"init", "alloc", "1g", "meminfo"});
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("alloc ok id=0"), std::string::npos) << r.out << r.err;
+  EXPECT_EQ(Field(r.out, "meminfo", "free"), "0");
+  EXPECT_NE(r.err.find("region lock owner died"), std::string::npos) << r.err;
+}
+
+// Processes allocating and freeing at random are SIGKILLed at random instants (inside or outside
+// the lock, mid-allocation or idle); afterwards the container's whole limit is available again.
+TEST_F(PreloadTest, SurvivesKillsAtRandomInstants) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  env.Set("PRISM_FAKE_CUDA_ALLOC_DELAY_US", "50");
+  env.Set("LIBCUDA_LOG_LEVEL", "0");
+  std::mt19937 rng(20261129);
+  std::vector<std::unique_ptr<Child>> live;
+  int spawned = 0, killed = 0;
+  auto spawn = [&] {
+    live.push_back(
+        Child::Start(Argv({"init", "churn", "30", "200m", std::to_string(spawned++)}), env));
+  };
+  for (int i = 0; i < 6; ++i) spawn();
+  for (int step = 0; step < 40; ++step) {
+    usleep(20000 + rng() % 80000);
+    const size_t victim = rng() % live.size();
+    live[victim]->Kill(SIGKILL);
+    live[victim]->Wait();
+    live.erase(live.begin() + static_cast<long>(victim));
+    ++killed;
+    spawn();
+  }
+  for (auto& child : live) {
+    child->Kill(SIGKILL);
+    child->Wait();
+  }
+  EXPECT_EQ(killed, 40);
+  // Every byte of every killed process is reclaimed: 16 x 64 MiB fit exactly, a 17th does not.
+  const ExitInfo r = Probe(env, {"init", "fill", "64m", "meminfo"});
+  EXPECT_EQ(Field(r.out, "fill", "count"), "16") << r.out << r.err;
+  EXPECT_EQ(Field(r.out, "meminfo", "free"), "0");
+}
+
+TEST_F(PreloadTest, ProcAddressHonoursVersionsAndStreamFlavour) {
+  Env env = ContainerEnv();
+  for (const std::string aliases : {"0", "1"}) {
+    SCOPED_TRACE("aliases " + aliases);
+    env.Set("PRISM_FAKE_CUDA_PROCADDR_ALIASES", aliases);
+    // CUDA 13 callers get cuCtxSynchronize_v2, an ABI the library does not wrap: pass through.
+    ExitInfo r = Probe(env, {"init", "ctxsync-at", "13000"});
+    EXPECT_EQ(Field(r.out, "ctxsync-at", "wrapped"), "0") << r.out << r.err;
+    EXPECT_EQ(Field(r.out, "ctxsync-at", "v2"), "1");
+    // CUDA 12 callers get the version-1 form, which is wrapped.
+    r = Probe(env, {"init", "ctxsync-at", "12000"});
+    EXPECT_EQ(Field(r.out, "ctxsync-at", "wrapped"), "1") << r.out << r.err;
+    EXPECT_EQ(Field(r.out, "ctxsync-at", "v1"), "1");
+    // Per-thread default stream callers reach the _ptsz entry point, through the wrapper.
+    r = Probe(env, {"--via=procaddr:13000:ptds", "init", "ptds-launch"});
+    EXPECT_EQ(Field(r.out, "ptds-launch", "ptsz"), "1") << r.out << r.err;
+    EXPECT_EQ(Field(r.out, "ptds-launch", "legacy"), "0");
+    r = Probe(env, {"--via=procaddr:13000", "init", "ptds-launch"});
+    EXPECT_EQ(Field(r.out, "ptds-launch", "ptsz"), "0");
+    EXPECT_EQ(Field(r.out, "ptds-launch", "legacy"), "1");
+    // And memory limits hold through aliases too.
+    Env limited = env;
+    limited.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+    r = Probe(limited, {"--via=procaddr:13000:ptds", "init", "alloc", "600m", "alloc", "600m",
+                        "async", "600m"});
+    EXPECT_NE(r.out.find("alloc ok id=0\nalloc err=2\nasync err=2\n"), std::string::npos)
+        << r.out << r.err;
+  }
+}
+
+TEST_F(PreloadTest, UntouchedCallsPassThrough) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  for (const std::string via : {"dlsym", "procaddr:13000"}) {
+    const ExitInfo r = Probe(env, {"--via=" + via, "init", "counts", "cuInit", "cuDriverGetVersion",
+                                   "cuDeviceGetCount", "cuDevicePrimaryCtxRetain"});
+    EXPECT_EQ(Field(r.out, "init", "driver"), "13000") << r.out << r.err;
+    EXPECT_EQ(Field(r.out, "counts", "cuInit"), "1") << via;
+    EXPECT_EQ(Field(r.out, "counts", "cuDriverGetVersion"), "1");
+    EXPECT_EQ(Field(r.out, "counts", "cuDevicePrimaryCtxRetain"), "1");
+  }
+}
+
+TEST_F(PreloadTest, SymbolsTheDriverLacksAreNotOffered) {
+  Env env = ContainerEnv("region", true, PRISM_FAKE_GPU_LEGACY_DIR ":" PRISM_FAKE_GPU_DIR);
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "64m");
+  // cuLaunchKernelEx (CUDA 11.8) is wrapped, but this CUDA 11.4 driver lacks it: dlsym says NULL.
+  ExitInfo r = Probe(env, {"init", "launchex", "alloc", "40m", "alloc", "40m"});
+  EXPECT_EQ(Field(r.out, "init", "driver"), "11040") << r.out << r.err;
+  EXPECT_EQ(Field(r.out, "launchex", "err"), "500");
+  EXPECT_NE(r.out.find("alloc ok id=0\nalloc err=2\n"), std::string::npos) << r.out;
+  // No cuGetProcAddress_v2 either: a CUDA 12 style caller cannot even start.
+  r = Probe(env, {"--via=procaddr:12000", "init"});
+  EXPECT_EQ(r.exit_code, 2);
+  // The CUDA 11.3 entry point works and hands out wrappers.
+  r = Probe(env, {"--via=procaddr1:11040", "init", "alloc", "40m", "alloc", "40m"});
+  EXPECT_NE(r.out.find("alloc ok id=0\nalloc err=2\n"), std::string::npos) << r.out << r.err;
+  // Arrays without cuArrayGetMemoryRequirements are charged by estimate.
+  r = Probe(env, {"init", "array", "2048", "5120", "alloc", "40m"});
+  EXPECT_NE(r.out.find("array ok id=0\nalloc err=2\n"), std::string::npos) << r.out << r.err;
+}
+
+TEST_F(PreloadTest, ExportsOnlyTheWrappersAndDependsOnlyOnLibc) {
+  Env env;
+  env.Unset("LD_PRELOAD");
+  ExitInfo r =
+      RunChild({"/bin/sh", "-c", std::string("nm -D --defined-only ") + PRISM_VGPU_LIB}, env);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::set<std::string> exported;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    exported.insert(line.substr(line.rfind(' ') + 1));
+  }
+  std::set<std::string> expected = {"dlsym"};
+#define CU_HOOK(name, params, args, base, version, variant) expected.insert(#name);
+#define NVML_HOOK(name, params, args) expected.insert(#name);
+#include "intercept/symbols.def"
+  EXPECT_EQ(exported, expected);
+  r = RunChild({"/bin/sh", "-c", std::string("readelf -d ") + PRISM_VGPU_LIB}, env);
+  std::istringstream dyn(r.out);
+  for (std::string line; std::getline(dyn, line);) {
+    if (line.find("(NEEDED)") == std::string::npos) continue;
+    const std::string lib = line.substr(line.find('[') + 1, line.find(']') - line.find('[') - 1);
+    const bool allowed =
+        lib == "libc.so.6" || lib.rfind("ld-linux", 0) == 0 || lib == "libdl.so.2" ||
+        lib == "libpthread.so.0" ||
+        (PRISM_SANITIZED && (lib.rfind("libasan", 0) == 0 || lib.rfind("libubsan", 0) == 0));
+    EXPECT_TRUE(allowed) << "libprism-vgpu.so depends on " << lib;
+  }
+}
+
+}  // namespace
+}  // namespace prism::vgpu
