@@ -18,4 +18,7 @@ void AddMigCommand(CLI::App& app, int* exit_code);
 // `prism sim`: trace simulator and packing benchmark (docs/simulator.md).
 void AddSimCommand(CLI::App& app, int* exit_code);
 
+// `prism plan`: dry-run placement of pods on a cluster file (docs/scheduling.md).
+void AddPlanCommand(CLI::App& app, int* exit_code);
+
 }  // namespace prism::cli

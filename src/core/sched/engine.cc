@@ -133,6 +133,7 @@ struct DeviceRec {
   int32_t cores = 0;
   int8_t profile = -1;
   int8_t start = -1;
+  int32_t waste = 0;  // MIG: granted compute units beyond what was asked (per-mille).
 };
 
 struct ScratchGpu {
@@ -721,74 +722,110 @@ class Engine::Impl {
     return total;
   }
 
+  // Compute units (per-mille of the GPU) a request really needs of a MIG GPU.
+  static int32_t RequestedUnits(const GpuInfo& gi, const GpuRequest& req) {
+    const int64_t need = DeviceMemoryNeed(req, gi.memory_mib);
+    const int64_t memory_units = (need * kPermille + gi.memory_mib - 1) / gi.memory_mib;
+    return static_cast<int32_t>(
+        std::min<int64_t>(kPermille, std::max<int64_t>(memory_units, req.cores_permille)));
+  }
+
+  // Fragmentation of one MIG GPU in per-mille units: free compute the target
+  // workload could not use (sum of weights x free - usable).
+  double MigFrag(int32_t free, double usable) const { return shape_weight_total_ * free - usable; }
+
+  // The grant of an instance (template slots may declare their own memory/core).
+  std::pair<int64_t, int32_t> Grant(const GpuInfo& gi, const GpuUsage& layout,
+                                    const MigInstance& inst, int tmpl) const {
+    const mig::GpuModel& model = *gi.mig_model;
+    if (tmpl >= 0 && inst.entry >= 0) {
+      for (const auto& slot : cluster_.template_sets()[gi.template_set].geometries[tmpl].slots) {
+        if (slot.entry == inst.entry) return {slot.memory_mib, slot.core_permille};
+      }
+    }
+    (void)layout;
+    return {model.profiles[inst.profile].memory_mib, MigProfileCorePermille(model, inst.profile)};
+  }
+
+  // Template mode. Frozen GPU (an instance in use): the smallest free slot
+  // that fits. Idle GPU: any geometry; each is judged by placing all of the
+  // container's `remaining` instances that fit it, so that a pod asking for
+  // two 8000 MiB instances takes {1g.5gb, 3x 2g.10gb} (the seed's example)
+  // rather than two 3g.20gb.
   MigOption BestTemplateOption(const Resolved& rp, int oi, int g, const ScratchGpu& s,
-                               uint8_t* reason) {
+                               int remaining, uint8_t* reason) {
     const GpuInfo& gi = cluster_.gpu(g);
     const mig::GpuModel& model = *gi.mig_model;
     const TemplateSet& ts = cluster_.template_sets()[gi.template_set];
     const GpuRequest& req = rp.pod.containers[rp.order[oi]].gpu;
     const bool match_cores = config_.mig_match_cores;
+    const int32_t requested = RequestedUnits(gi, req);
     MigOption best;
+    double best_cost = 0;
     bool any_profile = false;
-    auto consider = [&](const GpuUsage& layout, int geometry, int ops) {
-      // One candidate per distinct (profile, entry): the lowest free start.
-      uint32_t seen = 0;
+    // Plans `want` instances on `layout` (smallest fitting slots first).
+    auto consider = [&](const GpuUsage& layout, int geometry, int ops, int want) {
+      const int tmpl = geometry >= 0 ? geometry : layout.template_index;
+      struct Cand {
+        int index;
+        int64_t memory;
+        int32_t core;
+      };
+      std::vector<Cand> fits;
       for (int i = 0; i < layout.instance_count; ++i) {
         const MigInstance& inst = layout.instances[i];
         if (inst.Busy()) continue;
-        const int tmpl = geometry >= 0 ? geometry : layout.template_index;
-        int64_t memory = model.profiles[inst.profile].memory_mib;
-        int32_t core = MigProfileCorePermille(model, inst.profile);
-        if (tmpl >= 0 && inst.entry >= 0) {
-          for (const auto& slot : ts.geometries[tmpl].slots) {
-            if (slot.entry == inst.entry) {
-              memory = slot.memory_mib;
-              core = slot.core_permille;
-              break;
-            }
-          }
-        }
+        const auto [memory, core] = Grant(gi, layout, inst, tmpl);
         if (!SlotFits(model, inst.profile, memory, req, match_cores)) continue;
-        any_profile = true;
-        const uint32_t bit = 1u << (inst.entry >= 0 ? inst.entry : 16 + inst.profile % 16);
-        if (seen & bit) continue;
-        seen |= bit;
-        GpuUsage after = layout;
-        after.instances[i].state = InstanceState::kAssigned;
-        mig::Occupancy busy = layout.busy;
-        mig::Add(model, &busy, inst.profile, inst.start);
-        after.busy = busy;
-        MigOption o;
-        o.ok = true;
-        o.profile = inst.profile;
-        o.start = inst.start;
-        o.geometry = static_cast<int8_t>(geometry);
-        o.reuse = true;
-        o.ops = ops;
-        o.usable_after = TemplateUsable(g, after);
-        o.waste = (req.memory_mib > 0 ? memory - req.memory_mib
-                                      : model.profiles[inst.profile].memory_mib);
-        o.grant_memory = memory;
-        o.grant_cores = core;
-        o.busy_after = busy;
-        bool better = !best.ok;
-        if (!better) {
-          if (o.usable_after != best.usable_after) {
-            better = o.usable_after > best.usable_after;
-          } else if (o.waste != best.waste) {
-            better = o.waste < best.waste;
-          } else if (o.ops != best.ops) {
-            better = o.ops < best.ops;
-          }
-        }
-        if (better) best = o;
+        fits.push_back({i, memory, core});
       }
+      if (fits.empty()) return;
+      any_profile = true;
+      std::stable_sort(fits.begin(), fits.end(), [&](const Cand& a, const Cand& b) {
+        const auto& pa = model.profiles[layout.instances[a.index].profile];
+        const auto& pb = model.profiles[layout.instances[b.index].profile];
+        if (pa.compute_slices != pb.compute_slices) return pa.compute_slices < pb.compute_slices;
+        return a.memory < b.memory;
+      });
+      GpuUsage after = layout;
+      mig::Occupancy busy = layout.busy;
+      double waste = 0;
+      const int take = std::min<int>(want, static_cast<int>(fits.size()));
+      for (int k = 0; k < take; ++k) {
+        MigInstance& inst = after.instances[fits[k].index];
+        inst.state = InstanceState::kAssigned;
+        mig::Add(model, &busy, inst.profile, inst.start);
+        waste += std::max(0, fits[k].core - requested);
+      }
+      after.busy = busy;
+      const double cost = MigFrag(FreeUnits(gi, after), TemplateUsable(g, after)) + waste;
+      const MigInstance& first = layout.instances[fits[0].index];
+      bool better = !best.ok || cost < best_cost - 1e-9;
+      if (!better && cost <= best_cost + 1e-9) better = ops < best.ops;
+      if (!better) return;
+      best = MigOption{};
+      best.ok = true;
+      best.profile = first.profile;
+      best.start = first.start;
+      best.geometry = static_cast<int8_t>(geometry);
+      best.reuse = true;
+      best.ops = ops;
+      best.grant_memory = fits[0].memory;
+      best.grant_cores = fits[0].core;
+      best.waste = std::max(0, fits[0].core - requested);
+      mig::Occupancy one = layout.busy;
+      mig::Add(model, &one, first.profile, first.start);
+      best.busy_after = one;
+      GpuUsage single = layout;
+      single.instances[fits[0].index].state = InstanceState::kAssigned;
+      single.busy = one;
+      best.usable_after = TemplateUsable(g, single);
+      best_cost = cost;
     };
     if (s.u.HasBusyInstance() || s.switched) {
-      // Frozen: only the free slots of the current geometry.
-      consider(s.u, -1, 0);
+      consider(s.u, -1, 0, 1);  // Frozen: only the free slots of the current geometry.
     } else {
-      if (s.u.instance_count > 0) consider(s.u, -1, 0);
+      if (s.u.instance_count > 0) consider(s.u, -1, 0, remaining);
       for (size_t k = 0; k < ts.geometries.size(); ++k) {
         if (static_cast<int>(k) == s.u.template_index && s.u.instance_count > 0) continue;
         GpuUsage layout = s.u;
@@ -802,7 +839,7 @@ class Engine::Impl {
         }
         layout.template_index = static_cast<int8_t>(k);
         consider(layout, static_cast<int>(k),
-                 s.u.instance_count + static_cast<int>(ts.geometries[k].slots.size()));
+                 s.u.instance_count + static_cast<int>(ts.geometries[k].slots.size()), remaining);
       }
     }
     if (!best.ok) {
@@ -822,12 +859,17 @@ class Engine::Impl {
     return Reason::kCardInsufficientCore;
   }
 
+  // Placement mode: the smallest allowed profile that fits this GPU, at the
+  // start that leaves the most usable free space (then free-space utility,
+  // fewer operations, higher start).
   MigOption BestPlacementOption(const Resolved& rp, int oi, int g, const ScratchGpu& s,
                                 uint8_t* reason) {
     const GpuInfo& gi = cluster_.gpu(g);
     const mig::GpuModel& model = *gi.mig_model;
     const int cat = CatalogIndex(&model);
     const int type = cluster_.gpu_type_id(g);
+    const GpuRequest& req = rp.pod.containers[rp.order[oi]].gpu;
+    const int32_t requested = RequestedUnits(gi, req);
     MigOption best;
     bool any_profile = false;
     for (int8_t p : rp.mig_candidates[oi][cat]) {
@@ -859,6 +901,7 @@ class Engine::Impl {
         }
         o.grant_memory = model.profiles[p].memory_mib;
         o.grant_cores = MigProfileCorePermille(model, p);
+        o.waste = std::max(0, o.grant_cores - requested);
         bool better = !best.ok;
         if (!better) {
           if (o.usable_after != best.usable_after) {
@@ -876,9 +919,8 @@ class Engine::Impl {
       if (best.ok) break;  // The smallest profile that fits this GPU.
     }
     if (!best.ok) {
-      *reason = static_cast<uint8_t>(
-          any_profile ? Reason::kCardMigTopologyInfeasible
-                      : NoProfileReason(model, rp.pod.containers[rp.order[oi]].gpu));
+      *reason = static_cast<uint8_t>(any_profile ? Reason::kCardMigTopologyInfeasible
+                                                 : NoProfileReason(model, req));
     }
     return best;
   }
@@ -891,23 +933,22 @@ class Engine::Impl {
         static_cast<double>(std::popcount(o.busy_after.memory_mask)) / model.memory_slices;
     switch (policy) {
       case GpuPolicy::kBinpack:
-        return {load, o.usable_after};
+        return {load, -static_cast<double>(o.waste)};
       case GpuPolicy::kSpread:
-        return {-load, o.usable_after};
+        return {-load, -static_cast<double>(o.waste)};
       case GpuPolicy::kFgd: {
-        if (shapes_.empty()) return {0, load};
-        // frag = W * free - usable (W: total weight, CPU-only shapes included).
+        // Fragmentation growth, counting the instance's internal waste.
         const int cs = model.compute_slices;
-        const double free_before = (cs - s.u.busy.compute_used) * kPermille / cs;
-        const double free_after = (cs - o.busy_after.compute_used) * kPermille / cs;
+        const int32_t free_before = (cs - s.u.busy.compute_used) * kPermille / cs;
+        const int32_t free_after = (cs - o.busy_after.compute_used) * kPermille / cs;
         double usable_before = 0;
-        if (gi.template_mode) {
-          usable_before = TemplateUsable(g, s.u);
-        } else {
-          usable_before = Occ(cluster_.gpu_type_id(g), model, s.u.busy).workload_usable;
+        if (!shapes_.empty()) {
+          usable_before = gi.template_mode
+                              ? TemplateUsable(g, s.u)
+                              : Occ(cluster_.gpu_type_id(g), model, s.u.busy).workload_usable;
         }
         const double delta =
-            shape_weight_total_ * (free_after - free_before) - (o.usable_after - usable_before);
+            MigFrag(free_after, o.usable_after) - MigFrag(free_before, usable_before) + o.waste;
         return {-delta, load};
       }
     }
@@ -1035,7 +1076,7 @@ class Engine::Impl {
         }
         uint8_t reason = kNoReason;
         const ScratchGpu& s = scratch_[l];
-        MigOption o = gi.template_mode ? BestTemplateOption(rp, oi, g, s, &reason)
+        MigOption o = gi.template_mode ? BestTemplateOption(rp, oi, g, s, needed - k, &reason)
                                        : BestPlacementOption(rp, oi, g, s, &reason);
         if (!o.ok) {
           reasons_[l] = reason;
@@ -1069,6 +1110,7 @@ class Engine::Impl {
       rec.cores = best.grant_cores;
       rec.profile = best.profile;
       rec.start = best.start;
+      rec.waste = static_cast<int32_t>(best.waste);
       recs_.push_back(rec);
     }
     return true;
@@ -1134,7 +1176,10 @@ class Engine::Impl {
     return weights > 0 ? sum / weights : 0;
   }
 
-  double NodeScore(const Resolved& rp, int node, const std::vector<const GpuUsage*>& after) {
+  // `waste`: internal waste of the pod's MIG grants (per-mille units), which
+  // fragmentation-aware policies count as fragmentation created.
+  double NodeScore(const Resolved& rp, int node, const std::vector<const GpuUsage*>& after,
+                   double waste) {
     const NodeInfo& n = cluster_.node(node);
     const NodeUsage& nu = cluster_.node_usage(node);
     const int64_t cpu_after = nu.cpu_used + rp.cpu;
@@ -1157,13 +1202,15 @@ class Engine::Impl {
       }
       case NodePolicy::kFgd: {
         const double delta =
-            (NodeFrag(node, cpu_after, mem_after, after) - CurrentNodeFrag(node)) / kPermille;
+            (NodeFrag(node, cpu_after, mem_after, after) - CurrentNodeFrag(node) + waste) /
+            kPermille;
         if (p.fgd_quantize) return std::floor(100.0 * Sigmoid(-delta));
         return -delta;
       }
       case NodePolicy::kPrism: {
         const double delta =
-            (NodeFrag(node, cpu_after, mem_after, after) - CurrentNodeFrag(node)) / kPermille;
+            (NodeFrag(node, cpu_after, mem_after, after) - CurrentNodeFrag(node) + waste) /
+            kPermille;
         return -p.frag_weight * delta +
                p.pack_weight * Utilization(node, cpu_after, mem_after, after);
       }
@@ -1196,7 +1243,7 @@ class Engine::Impl {
     view_.resize(n.gpu_count);
     if (!rp.wants_gpu) {
       for (int l = 0; l < n.gpu_count; ++l) view_[l] = &cluster_.gpu_usage(n.first_gpu + l);
-      *score = NodeScore(rp, node, view_);
+      *score = NodeScore(rp, node, view_, 0);
       best_scratch_.clear();
       best_recs_.clear();
       return true;
@@ -1292,7 +1339,9 @@ class Engine::Impl {
         if (s.app_tasks > 0 || s.init_any) scratch_[l].u = SliceUsageAfter(s);
         view_[l] = &scratch_[l].u;
       }
-      const double sc = NodeScore(rp, node, view_);
+      double waste = 0;
+      for (const DeviceRec& r : recs_) waste += r.waste;
+      const double sc = NodeScore(rp, node, view_, waste);
       if (!found || sc > best_score) {
         found = true;
         best_score = sc;

@@ -1,0 +1,287 @@
+// `prism plan`: a dry run of the placement engine. Pods are placed in the
+// order given, each seeing the ones before; running pods from the cluster
+// file are placed first, on their own nodes.
+//
+// Exit status: 0 when every input was read (unschedulable pods included),
+// 1 when some pod's request was invalid (reported per pod), 2 when a file
+// could not be read or parsed.
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "cli/commands.h"
+#include "nlohmann/json.hpp"
+
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "config/annotations.h"
+#include "config/cluster_yaml.h"
+#include "config/device_config_yaml.h"
+#include "config/pod_request.h"
+#include "config/pod_yaml.h"
+#include "core/sched/engine.h"
+
+namespace prism::cli {
+namespace {
+
+using nlohmann::json;
+
+struct PlanFlags {
+  std::string cluster_file;
+  std::string device_config_file;
+  std::vector<std::string> pod_files;
+  std::string format = "json";
+  std::string policy;
+  std::string gpu_policy;
+  bool no_workload = false;
+};
+
+absl::StatusOr<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(StrCat("cannot read ", path));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct PlannedPod {
+  std::string key;
+  std::string error;  // Invalid request.
+  sched::ScheduleResult result;
+  std::map<std::string, std::string> annotations;
+};
+
+std::string CoresText(int32_t permille) {
+  return permille % 10 == 0 ? StrCat(permille / 10, "%") : StrCat(permille / 10.0, "%");
+}
+
+void PrintText(const std::vector<PlannedPod>& pods, sched::Engine& engine, std::ostream& out) {
+  const sched::ClusterState& state = engine.cluster();
+  int placed = 0;
+  for (const PlannedPod& p : pods) {
+    if (!p.error.empty()) {
+      out << p.key << ": invalid: " << p.error << "\n";
+      continue;
+    }
+    const sched::ScheduleResult& r = p.result;
+    if (!r.scheduled) {
+      out << p.key << ": unschedulable: " << r.Summary() << "\n";
+      for (const auto& [node, failure] : r.failures) {
+        out << "    " << state.node(node).name << ": " << failure.ToString() << "\n";
+      }
+      continue;
+    }
+    ++placed;
+    const sched::Decision& d = r.decision;
+    out << p.key << " -> " << d.node_name << " (score " << d.score << ")\n";
+    for (const auto& c : d.containers) {
+      if (c.devices.empty()) continue;
+      out << "    " << (c.init ? "init container " : "container ") << c.name << ":";
+      for (const auto& dev : c.devices) {
+        out << "\n      GPU " << dev.gpu_index << " (" << dev.uuid << ") ";
+        if (dev.IsMig()) {
+          out << "mig " << dev.profile_name << "@" << dev.start;
+          if (dev.template_index >= 0) {
+            out << " [geometry " << dev.template_index << " slot " << dev.template_slot << "]";
+          }
+          out << ", " << dev.memory_mib << " MiB, " << CoresText(dev.cores_permille);
+        } else {
+          out << "slice " << dev.memory_mib << " MiB, " << CoresText(dev.cores_permille);
+        }
+      }
+      out << "\n";
+    }
+    for (const auto& m : d.mig) {
+      const mig::GpuModel& model = *state.gpu(m.gpu).mig_model;
+      auto list = [&model](const std::vector<sched::MigPlacement>& v) {
+        if (v.empty()) return std::string("-");
+        return StrJoin(v, " ", [&model](std::string* o, const sched::MigPlacement& x) {
+          StrAppend(o, model.profiles[x.profile].Name(), "@", x.start);
+        });
+      };
+      out << "    MIG GPU " << m.gpu_index;
+      if (m.template_index >= 0) out << ": apply geometry " << m.template_index;
+      out << ": destroy " << list(m.destroy) << "; create " << list(m.create) << "\n";
+    }
+  }
+  out << placed << " of " << pods.size() << " pods placed; cluster fragmentation "
+      << engine.ClusterFragmentation() << " GPUs\n";
+}
+
+void PrintJson(const std::vector<PlannedPod>& pods, const sched::Engine& engine,
+               std::ostream& out) {
+  json all = json::array();
+  for (const PlannedPod& p : pods) {
+    json j{{"pod", p.key}};
+    if (!p.error.empty()) {
+      j["error"] = p.error;
+    } else if (!p.result.scheduled) {
+      j["unschedulable"] = true;
+      j["reason"] = p.result.Summary();
+      json nodes = json::object();
+      for (const auto& [node, failure] : p.result.failures) {
+        nodes[engine.cluster().node(node).name] = failure.ToString();
+      }
+      j["nodes"] = nodes;
+    } else {
+      json d = config::DecisionToJson(p.result.decision, engine.cluster());
+      j["node"] = d["node"];
+      j["score"] = p.result.decision.score;
+      j["containers"] = d["containers"];
+      if (d.contains("migChanges")) j["migChanges"] = d["migChanges"];
+      j["annotations"] = p.annotations;
+    }
+    all.push_back(std::move(j));
+  }
+  out << all.dump(2) << "\n";
+}
+
+int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
+  auto fail = [&err](const absl::Status& s) {
+    err << "prism plan: " << s.message() << "\n";
+    return 2;
+  };
+  if (flags.format != "json" && flags.format != "text") {
+    return fail(absl::InvalidArgumentError("--format must be json or text"));
+  }
+  // Device config.
+  sched::DeviceConfig device_config;
+  {
+    std::string text(config::DefaultDeviceConfigYaml());
+    std::string where = "built-in HAMi v2.9 default device config";
+    if (!flags.device_config_file.empty()) {
+      auto read = ReadFile(flags.device_config_file);
+      if (!read.ok()) return fail(read.status());
+      text = *read;
+      where = flags.device_config_file;
+    }
+    auto parsed = config::ParseDeviceConfigYaml(text);
+    if (!parsed.ok()) return fail(Annotate(parsed.status(), where));
+    for (const std::string& w : parsed->warnings) err << "warning: " << where << ": " << w << "\n";
+    device_config = parsed->config;
+  }
+  // Cluster.
+  auto cluster_text = ReadFile(flags.cluster_file);
+  if (!cluster_text.ok()) return fail(cluster_text.status());
+  auto cluster = config::ParseClusterYaml(*cluster_text);
+  if (!cluster.ok()) return fail(Annotate(cluster.status(), flags.cluster_file));
+  for (const std::string& w : cluster->warnings) {
+    err << "warning: " << flags.cluster_file << ": " << w << "\n";
+  }
+  auto state = sched::ClusterState::Build(cluster->nodes, device_config);
+  if (!state.ok()) return fail(Annotate(state.status(), flags.cluster_file));
+  // Pods.
+  std::vector<config::PodManifest> manifests;
+  for (const std::string& file : flags.pod_files) {
+    auto text = ReadFile(file);
+    if (!text.ok()) return fail(text.status());
+    auto pods = config::ParsePodYaml(*text, file);
+    if (!pods.ok()) return fail(pods.status());
+    for (auto& p : *pods) manifests.push_back(std::move(p));
+  }
+  sched::EngineOptions options;
+  if (!flags.policy.empty()) {
+    auto policy = sched::ParseNodePolicy(flags.policy);
+    if (!policy.ok()) return fail(Annotate(policy.status(), "--policy"));
+    options.policy.node = *policy;
+    device_config.default_node_policy.clear();
+  }
+  if (!flags.gpu_policy.empty()) {
+    auto policy = sched::ParseGpuPolicy(flags.gpu_policy);
+    if (!policy.ok()) return fail(Annotate(policy.status(), "--gpu-policy"));
+    options.policy.gpu_from_node = false;
+    options.policy.gpu = *policy;
+    device_config.default_gpu_policy.clear();
+  }
+  std::vector<PlannedPod> planned(manifests.size());
+  std::vector<sched::PodRequest> requests(manifests.size());
+  std::vector<sched::PodRequest> workload_sample;
+  for (size_t i = 0; i < manifests.size(); ++i) {
+    planned[i].key = manifests[i].Key();
+    auto req = config::BuildPodRequest(manifests[i], device_config);
+    if (!req.ok()) {
+      planned[i].error = std::string(req.status().message());
+      continue;
+    }
+    requests[i] = std::move(*req);
+    workload_sample.push_back(requests[i]);
+  }
+  std::vector<sched::PodRequest> running;
+  for (const config::PodManifest& m : cluster->running) {
+    auto req = config::BuildPodRequest(m, device_config);
+    if (!req.ok()) return fail(Annotate(req.status(), StrCat("running pod ", m.Key())));
+    running.push_back(*req);
+    workload_sample.push_back(*req);
+  }
+  sched::Engine engine(std::move(*state), device_config, options);
+  // Fragmentation is measured against the pods this plan sees (FGD's "typical pods").
+  if (!flags.no_workload)
+    engine.SetTargetWorkload(sched::TargetWorkload::FromPods(workload_sample));
+  for (size_t i = 0; i < running.size(); ++i) {
+    const config::PodManifest& m = cluster->running[i];
+    const int node = engine.cluster().FindNode(m.node_name);
+    if (node < 0) {
+      return fail(absl::InvalidArgumentError(
+          StrCat("running pod ", m.Key(), ": unknown node ", m.node_name)));
+    }
+    auto decision = config::DecodeDecisionAnnotations(m.annotations, running[i], engine.cluster());
+    if (decision.ok() && decision->node != node) {
+      return fail(absl::InvalidArgumentError(
+          StrCat("running pod ", m.Key(), ": annotations place it on ", decision->node_name,
+                 ", spec.nodeName is ", m.node_name)));
+    }
+    if (!decision.ok() && decision.status().code() != absl::StatusCode::kNotFound) {
+      return fail(Annotate(decision.status(), StrCat("running pod ", m.Key())));
+    }
+    if (!decision.ok()) decision = engine.Decide(running[i], node);
+    if (!decision.ok()) return fail(Annotate(decision.status(), StrCat("running pod ", m.Key())));
+    if (absl::Status s = engine.Apply(running[i].Key(), *decision); !s.ok()) {
+      return fail(Annotate(s, StrCat("running pod ", m.Key())));
+    }
+  }
+  int invalid = 0;
+  for (size_t i = 0; i < manifests.size(); ++i) {
+    if (!planned[i].error.empty()) {
+      ++invalid;
+      continue;
+    }
+    planned[i].result = engine.Place(requests[i], /*explain=*/true);
+    if (!planned[i].result.status.ok()) {
+      planned[i].error = std::string(planned[i].result.status.message());
+      ++invalid;
+      continue;
+    }
+    if (planned[i].result.scheduled) {
+      planned[i].annotations =
+          config::EncodeDecisionAnnotations(planned[i].result.decision, engine.cluster());
+    }
+  }
+  if (flags.format == "text") {
+    PrintText(planned, engine, out);
+  } else {
+    PrintJson(planned, engine, out);
+  }
+  return invalid > 0 ? 1 : 0;
+}
+
+}  // namespace
+
+void AddPlanCommand(CLI::App& app, int* exit_code) {
+  auto flags = std::make_shared<PlanFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "plan", "Dry run: place pods on a cluster described in YAML and print the decisions");
+  cmd->add_option("--cluster", flags->cluster_file, "Cluster file (nodes, GPUs, running pods)")
+      ->required();
+  cmd->add_option("--device-config", flags->device_config_file,
+                  "HAMi device-config.yaml (default: HAMi v2.9's chart defaults, built in)");
+  cmd->add_option("--format", flags->format, "json or text")->capture_default_str();
+  cmd->add_option("--policy", flags->policy,
+                  "Node policy: prism (default), fgd, binpack, spread, bestfit");
+  cmd->add_option("--gpu-policy", flags->gpu_policy, "GPU policy: fgd, binpack, spread");
+  cmd->add_flag("--no-workload", flags->no_workload,
+                "Do not measure fragmentation against the plan's own pods");
+  cmd->add_option("pods", flags->pod_files, "Pod YAML files, placed in order")->required();
+  cmd->callback([flags, exit_code] { *exit_code = RunPlan(*flags, std::cout, std::cerr); });
+}
+
+}  // namespace prism::cli

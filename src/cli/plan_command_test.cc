@@ -1,0 +1,152 @@
+// Runs the real `prism plan` on the files in examples/plan and on bad input.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "nlohmann/json.hpp"
+
+namespace prism::cli {
+namespace {
+
+using ::testing::HasSubstr;
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code;
+  std::string out;
+  std::string err;
+};
+
+class PlanCommandTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "prism-plan-XXXXXX").string();
+    dir_ = ::mkdtemp(tmpl.data());
+    const char* src = std::getenv("PRISM_SOURCE_DIR");
+    examples_ = std::string(src ? src : ".") + "/examples/plan";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string Write(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ + "/" + name) << text;
+    return dir_ + "/" + name;
+  }
+  std::string Read(const std::string& name) {
+    std::stringstream s;
+    s << std::ifstream(dir_ + "/" + name).rdbuf();
+    return s.str();
+  }
+  Result Run(const std::string& args) {
+    const std::string cmd =
+        std::string(PRISM_BINARY) + " plan " + args + " >" + dir_ + "/out 2>" + dir_ + "/err";
+    const int status = std::system(cmd.c_str());
+    return Result{WEXITSTATUS(status), Read("out"), Read("err")};
+  }
+  std::string Example(const std::string& name) { return examples_ + "/" + name; }
+
+  std::string dir_;
+  std::string examples_;
+};
+
+TEST_F(PlanCommandTest, SeedExampleWithHamiDefaults) {
+  Result r = Run("--cluster " + Example("seed-cluster.yaml") + " " + Example("seed-pod.yaml"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 1u);
+  EXPECT_EQ(j[0]["pod"], "default/gpu-pod1");
+  EXPECT_EQ(j[0]["node"], "a100-node");
+  const auto& devices = j[0]["containers"][0]["devices"];
+  ASSERT_EQ(devices.size(), 2u);
+  for (const auto& d : devices) {
+    EXPECT_EQ(d["profile"], "2g.10gb");
+    EXPECT_EQ(d["template"], 1);
+    EXPECT_EQ(d["memoryMiB"], 10240);
+  }
+  EXPECT_EQ(j[0]["migChanges"][0]["template"], 1);
+  EXPECT_EQ(j[0]["migChanges"][0]["create"].size(), 4u);
+  EXPECT_THAT(j[0]["annotations"]["hami.io/vgpu-devices-allocated"].get<std::string>(),
+              HasSubstr("GPU-a100-0[1-"));
+}
+
+TEST_F(PlanCommandTest, MixedPodsInOrderAsJsonAndText) {
+  const std::string args = "--cluster " + Example("cluster.yaml") + " --device-config " +
+                           Example("device-config.yaml") + " " + Example("seed-pod.yaml") + " " +
+                           Example("pods.yaml");
+  Result r = Run(args);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 6u);
+  std::map<std::string, nlohmann::json> by_pod;
+  for (const auto& p : j) by_pod[p["pod"].get<std::string>()] = p;
+  EXPECT_EQ(by_pod["default/gpu-pod1"]["node"], "node-a");
+  // hami-core only, two distinct T4s, a quarter each.
+  const auto& pct = by_pod["default/train-pct"];
+  EXPECT_EQ(pct["node"], "node-b");
+  ASSERT_EQ(pct["containers"][0]["devices"].size(), 2u);
+  EXPECT_NE(pct["containers"][0]["devices"][0]["uuid"], pct["containers"][0]["devices"][1]["uuid"]);
+  EXPECT_EQ(pct["containers"][0]["devices"][0]["memoryMiB"], 3840);
+  // H100 only: the init container shares the main container's instance.
+  const auto& h100 = by_pod["default/h100-job"];
+  EXPECT_EQ(h100["node"], "node-c");
+  EXPECT_EQ(h100["containers"][1]["devices"][0]["profile"], "3g.40gb");
+  EXPECT_EQ(h100["containers"][0]["init"], true);
+  EXPECT_TRUE(by_pod["default/too-big"]["unschedulable"].get<bool>());
+  EXPECT_THAT(by_pod["default/too-big"]["reason"].get<std::string>(),
+              HasSubstr("0/3 nodes are available: 3 Insufficient cpu"));
+
+  Result text = Run("--format text " + args);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr("default/gpu-pod1 -> node-a"));
+  EXPECT_THAT(text.out, HasSubstr("mig 2g.10gb@"));
+  EXPECT_THAT(text.out, HasSubstr("default/too-big: unschedulable: 0/3 nodes are available"));
+  EXPECT_THAT(text.out, HasSubstr("5 of 6 pods placed"));
+}
+
+TEST_F(PlanCommandTest, BadInput) {
+  const std::string cluster = "--cluster " + Example("cluster.yaml") + " ";
+  Result deployment = Run(cluster + Write("d.yaml", "kind: Deployment\nmetadata: {name: x}\n"));
+  EXPECT_EQ(deployment.exit_code, 2);
+  EXPECT_THAT(deployment.err, HasSubstr("is a Deployment, not a Pod"));
+
+  Result quantity = Run(cluster + Write("q.yaml", R"(
+kind: Pod
+metadata: {name: q}
+spec:
+  containers:
+    - name: c
+      resources: {limits: {nvidia.com/gpumem: 12XB}}
+)"));
+  EXPECT_EQ(quantity.exit_code, 1);
+  EXPECT_THAT(quantity.out, HasSubstr("invalid quantity '12XB'"));
+
+  Result missing = Run("--cluster " + dir_ + "/nope.yaml " + Example("seed-pod.yaml"));
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_THAT(missing.err, HasSubstr("cannot read"));
+
+  Result bad_cluster =
+      Run("--cluster " + Write("c.yaml", "nodes:\n  - {name: a, cpu: x, memory: 1Gi}\n") + " " +
+          Example("seed-pod.yaml"));
+  EXPECT_EQ(bad_cluster.exit_code, 2);
+  EXPECT_THAT(bad_cluster.err, HasSubstr("nodes[0].cpu"));
+
+  Result mode = Run("--cluster " +
+                    Write("m.yaml",
+                          "nodes:\n  - {name: a, cpu: 1, memory: 1Gi, gpus: [{model: T4, "
+                          "memory: 16Gi, mode: warp}]}\n") +
+                    " " + Example("seed-pod.yaml"));
+  EXPECT_EQ(mode.exit_code, 2);
+  EXPECT_THAT(mode.err, HasSubstr("unknown mode 'warp'"));
+
+  Result policy = Run("--policy fastest " + cluster + Example("seed-pod.yaml"));
+  EXPECT_EQ(policy.exit_code, 2);
+  EXPECT_THAT(policy.err, HasSubstr("--policy"));
+}
+
+}  // namespace
+}  // namespace prism::cli
