@@ -449,5 +449,77 @@ TEST_F(PreloadTest, ExportsOnlyTheWrappersAndDependsOnlyOnLibc) {
   }
 }
 
+// ---- SM limiter
+// ---------------------------------------------------------------------------------- The probe
+// launches 1-wave kernels of 2 ms back to back (launch, synchronize) on the fake GPU, which runs
+// the kernels of all processes one after another and reports each process's busy fraction through
+// NVML. A container's share is its launch rate over the rate of an unlimited process running alone.
+
+double TailRate(const ExitInfo& r) { return atof(Field(r.out, "spin", "tail_rate").c_str()); }
+
+class SmLimitTest : public PreloadTest {
+ protected:
+  void SetUp() override {
+    PreloadTest::SetUp();
+    const ExitInfo solo = Probe(ContainerEnv("solo"), {"init", "spin", "1.5", "2000000"});
+    solo_rate_ = TailRate(solo);
+    ASSERT_GT(solo_rate_, 100.0) << solo.out << solo.err;
+  }
+  double solo_rate_ = 0;
+};
+
+TEST_F(SmLimitTest, ForcePolicyHoldsALoneContainerAtItsShare) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_SM_LIMIT", "30");
+  env.Set("GPU_CORE_UTILIZATION_POLICY", "force");
+  const ExitInfo r = Probe(env, {"init", "spin", "3", "2000000"});
+  EXPECT_NEAR(TailRate(r) / solo_rate_, 0.30, 0.07) << r.out << r.err;
+}
+
+TEST_F(SmLimitTest, DefaultPolicyDoesNotThrottleALoneContainer) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_SM_LIMIT", "30");
+  const ExitInfo r = Probe(env, {"init", "spin", "1.5", "2000000"});
+  EXPECT_GT(TailRate(r) / solo_rate_, 0.9) << r.out << r.err;
+}
+
+// Regression for core#314 (caps 30 and 70 barely separated two tenants on a large GPU): two
+// containers sharing the 132-SM GPU each get their own share.
+TEST_F(SmLimitTest, TwoContainersGetTheirOwnShares) {
+  Env a = ContainerEnv("region-a");
+  a.Set("CUDA_DEVICE_SM_LIMIT", "30");
+  Env b = ContainerEnv("region-b");
+  b.Set("CUDA_DEVICE_SM_LIMIT", "70");
+  std::unique_ptr<Child> first = Child::Start(Argv({"init", "spin", "4", "2000000"}), a);
+  std::unique_ptr<Child> second = Child::Start(Argv({"init", "spin", "4", "2000000"}), b);
+  const ExitInfo ra = first->Wait();
+  const ExitInfo rb = second->Wait();
+  EXPECT_NEAR(TailRate(ra) / solo_rate_, 0.30, 0.08) << ra.out << ra.err;
+  EXPECT_NEAR(TailRate(rb) / solo_rate_, 0.70, 0.08) << rb.out << rb.err;
+}
+
+// Inside a PID namespace NVML reports host PIDs; the library finds its own among the GPU's
+// processes and still attributes utilization to the right container.
+TEST_F(SmLimitTest, WorksWhenNvmlReportsOtherPids) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_SM_LIMIT", "30");
+  env.Set("GPU_CORE_UTILIZATION_POLICY", "force");
+  env.Set("PRISM_FAKE_NVML_PID_OFFSET", "1000000");
+  const ExitInfo r = Probe(env, {"init", "spin", "3", "2000000"});
+  EXPECT_NEAR(TailRate(r) / solo_rate_, 0.30, 0.07) << r.out << r.err;
+}
+
+TEST_F(SmLimitTest, WithoutNvmlMemoryLimitsStillHoldAndTheGapIsReported) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_SM_LIMIT", "30");
+  env.Set("GPU_CORE_UTILIZATION_POLICY", "force");
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  env.Set("PRISM_VGPU_REAL_NVML", "/nonexistent/libnvidia-ml.so.1");
+  const ExitInfo r =
+      Probe(env, {"init", "spin", "0.5", "2000000", "alloc", "600m", "alloc", "600m"});
+  EXPECT_NE(r.out.find("alloc ok id=0\nalloc err=2\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("SM limit is not enforced"), std::string::npos) << r.err;
+}
+
 }  // namespace
 }  // namespace prism::vgpu

@@ -484,17 +484,25 @@ int Run(std::vector<std::string>& args) {
       CUfunction f = Function("prism_spin");
       void* params[] = {&iters};
       const double start = Now();
-      long launches = 0;
-      while (Now() - start < seconds) {
+      double second_half_start = 0;
+      long launches = 0, second_half = 0;
+      for (double now = start; now - start < seconds; now = Now()) {
         rc = CALL(cuLaunchKernel, f, blocks, 1, 1, threads, 1, 1, 0, nullptr, params, nullptr);
         if (rc != CUDA_SUCCESS) break;
         rc = CALL(cuCtxSynchronize);
         if (rc != CUDA_SUCCESS) break;
         ++launches;
+        if (now - start >= seconds / 2) {
+          if (second_half == 0) second_half_start = now;
+          ++second_half;
+        }
       }
-      const double elapsed = Now() - start;
-      printf("spin launches=%ld seconds=%.3f rate=%.3f err=%d\n", launches, elapsed,
-             launches / elapsed, rc);
+      const double end = Now();
+      const double elapsed = end - start;
+      // The second half's rate excludes the limiter's learning interval at the start.
+      printf("spin launches=%ld seconds=%.3f rate=%.3f tail_rate=%.3f err=%d\n", launches, elapsed,
+             launches / elapsed, second_half > 0 ? second_half / (end - second_half_start) : 0.0,
+             rc);
     } else if (cmd == "launches") {
       const long count = atol(Arg(args, i));
       CUfunction f = Function("prism_empty");
