@@ -101,7 +101,7 @@ absl::StatusOr<Decision> DecodePrism(const std::string& text, const sched::PodRe
                                      const ClusterState& state) {
   const json j = json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) {
-    return absl::InvalidArgumentError(StrCat(kPrismAllocationAnnotation, " is not a JSON object"));
+    return absl::InvalidArgumentError(StrCat(kPrismDecisionAnnotation, " is not a JSON object"));
   }
   try {
     Decision d;
@@ -112,7 +112,7 @@ absl::StatusOr<Decision> DecodePrism(const std::string& text, const sched::PodRe
     d.memory_bytes = pod.EffectiveMemoryBytes();
     const json& containers = j.at("containers");
     if (!containers.is_array() || containers.size() != pod.containers.size()) {
-      return absl::InvalidArgumentError(StrCat(kPrismAllocationAnnotation, " lists ",
+      return absl::InvalidArgumentError(StrCat(kPrismDecisionAnnotation, " lists ",
                                                containers.size(), " containers, the pod has ",
                                                pod.containers.size()));
     }
@@ -161,7 +161,7 @@ absl::StatusOr<Decision> DecodePrism(const std::string& text, const sched::PodRe
     RETURN_IF_ERROR(CompleteMigChanges(state, d));
     return d;
   } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(StrCat(kPrismAllocationAnnotation, ": ", e.what()));
+    return absl::InvalidArgumentError(StrCat(kPrismDecisionAnnotation, ": ", e.what()));
   }
 }
 
@@ -349,14 +349,14 @@ std::map<std::string, std::string> EncodeDecisionAnnotations(const Decision& dec
   out[kHamiDevicesAllocatedAnnotation] = devices;
   out[kHamiDevicesToAllocateAnnotation] = devices;
   if (!mig.empty()) out[kHamiMigAllocationsAnnotation] = mig.dump();
-  out[kPrismAllocationAnnotation] = DecisionToJson(decision, state).dump();
+  out[kPrismDecisionAnnotation] = DecisionToJson(decision, state).dump();
   return out;
 }
 
 absl::StatusOr<Decision> DecodeDecisionAnnotations(
     const std::map<std::string, std::string>& annotations, const sched::PodRequest& pod,
     const ClusterState& state) {
-  if (auto it = annotations.find(kPrismAllocationAnnotation); it != annotations.end()) {
+  if (auto it = annotations.find(kPrismDecisionAnnotation); it != annotations.end()) {
     return DecodePrism(it->second, pod, state);
   }
   return DecodeHami(annotations, pod, state);

@@ -7,8 +7,8 @@
 //                                       template-mode MIG device is "UUID[t-s]"
 //                                       (HAMi <= v2.9: geometry t, slot s)
 //   hami.io/vgpu-mig-allocations        HAMi v2.10 JSON, placement-mode MIG devices
-//   prism.io/allocation                 Prism's complete decision (JSON, below)
-// Decoding prefers prism.io/allocation and falls back to the HAMi keys, so
+//   prism.io/decision                 Prism's complete decision (JSON, below)
+// Decoding prefers prism.io/decision and falls back to the HAMi keys, so
 // state can be rebuilt from pods placed by Prism or by HAMi.
 // Thread-safe; the state is only read.
 #pragma once
@@ -29,9 +29,9 @@ inline constexpr char kHamiNodeAnnotation[] = "hami.io/vgpu-node";
 inline constexpr char kHamiDevicesAllocatedAnnotation[] = "hami.io/vgpu-devices-allocated";
 inline constexpr char kHamiDevicesToAllocateAnnotation[] = "hami.io/vgpu-devices-to-allocate";
 inline constexpr char kHamiMigAllocationsAnnotation[] = "hami.io/vgpu-mig-allocations";
-inline constexpr char kPrismAllocationAnnotation[] = "prism.io/allocation";
+inline constexpr char kPrismDecisionAnnotation[] = "prism.io/decision";
 
-// The decision as JSON (the value of prism.io/allocation; also `prism plan`'s output).
+// The decision as JSON (the value of prism.io/decision; also `prism plan`'s output).
 nlohmann::json DecisionToJson(const sched::Decision& decision, const sched::ClusterState& state);
 
 // Every annotation above.

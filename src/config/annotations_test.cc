@@ -33,7 +33,7 @@ TEST(AnnotationsTest, SeedDecisionInHamiLegacyGrammar) {
   auto decoded = DecodeDecisionAnnotations(annotations, pod, engine.cluster());
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   ASSERT_TRUE(engine.Apply("default/gpu-pod1", *decoded).ok());
-  annotations.erase("prism.io/allocation");
+  annotations.erase("prism.io/decision");
   sched::Engine fresh = MakeEngine({Node("node-a", 32, 128, {gpu})}, config);
   auto from_hami = DecodeDecisionAnnotations(annotations, pod, fresh.cluster());
   ASSERT_TRUE(from_hami.ok()) << from_hami.status();
@@ -82,11 +82,10 @@ TEST(AnnotationsTest, MalformedAnnotationsAreErrors) {
   EXPECT_EQ(DecodeDecisionAnnotations({}, pod, engine.cluster()).status().code(),
             absl::StatusCode::kNotFound);
   EXPECT_FALSE(
-      DecodeDecisionAnnotations({{"prism.io/allocation", "{not json"}}, pod, engine.cluster())
+      DecodeDecisionAnnotations({{"prism.io/decision", "{not json"}}, pod, engine.cluster()).ok());
+  EXPECT_FALSE(
+      DecodeDecisionAnnotations({{"prism.io/decision", R"({"node":"zz"})"}}, pod, engine.cluster())
           .ok());
-  EXPECT_FALSE(DecodeDecisionAnnotations({{"prism.io/allocation", R"({"node":"zz"})"}}, pod,
-                                         engine.cluster())
-                   .ok());
   EXPECT_FALSE(DecodeDecisionAnnotations(
                    {{"hami.io/vgpu-node", "n"}, {"hami.io/vgpu-devices-allocated", "x,y:;"}}, pod,
                    engine.cluster())
