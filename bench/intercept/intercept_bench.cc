@@ -166,13 +166,13 @@ class RatioReporter : public benchmark::ConsoleReporter {
   void ReportRuns(const std::vector<Run>& runs) override {
     for (const Run& run : runs) {
       if (run.run_type == Run::RT_Iteration && !run.error_occurred) {
-        times_[run.benchmark_name()] = run.GetAdjustedRealTime();
+        times_[run.benchmark_name()] = run.GetAdjustedCPUTime();
       }
     }
     ConsoleReporter::ReportRuns(runs);
   }
   void PrintRatios() const {
-    printf("\nOverhead against the fake driver (ratio = intercepted / native):\n");
+    printf("\nOverhead against the fake driver (CPU time; ratio = intercepted / native):\n");
     for (const char* op : {"BM_LaunchKernel", "BM_MemAllocFree"}) {
       const auto native = times_.find(std::string(op) + "/native");
       if (native == times_.end()) continue;
