@@ -103,7 +103,9 @@ DlNvml::DlNvml(void* handle, std::unique_ptr<Symbols> symbols)
 
 DlNvml::~DlNvml() {
   sym_->nvmlShutdown();
-  ::dlclose(handle_);
+  // The library stays loaded: NVML keeps process-wide state, and unloading
+  // would strand whatever it allocated (LeakSanitizer reports it as leaked).
+  (void)handle_;
 }
 
 std::string DlNvml::DriverVersion() {
