@@ -125,7 +125,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(ClusterConfig config,
   transport_options.user_agent = options.user_agent;
   auto transport = HttpTransport::Create(std::move(transport_options));
   if (!transport.ok()) {
-    return Annotate(transport.status(), StrCat("Kubernetes config from ", config.source));
+    return WithContext(transport.status(), StrCat("Kubernetes config from ", config.source));
   }
   return std::unique_ptr<Client>(
       new Client(std::move(config), std::move(options), std::move(*transport)));
@@ -177,13 +177,13 @@ absl::StatusOr<HttpResponse> Client::Send(HttpRequest request, std::string_view 
   if (request.timeout == absl::Seconds(30)) request.timeout = options_.request_timeout;
   for (int attempt = 1;; ++attempt) {
     WaitForRateLimit();
-    RETURN_IF_ERROR(Annotate(AddAuth(&request), context));
+    RETURN_IF_ERROR(WithContext(AddAuth(&request), context));
     ++requests_;
     absl::StatusOr<HttpResponse> response = transport_->Do(request);
     std::optional<absl::Duration> wait;
     absl::Status error;
     if (!response.ok()) {
-      error = Annotate(response.status(), context);
+      error = WithContext(response.status(), context);
       bool retry =
           RequestWasNotSent(response.status()) ||
           (idempotent && (response.status().code() == absl::StatusCode::kUnavailable ||
@@ -314,7 +314,7 @@ absl::Status Client::Watch(const Resource& resource, std::string_view ns,
 
   for (int attempt = 0;; ++attempt) {
     WaitForRateLimit();
-    RETURN_IF_ERROR(Annotate(AddAuth(&request), context));
+    RETURN_IF_ERROR(WithContext(AddAuth(&request), context));
     ++requests_;
     ++watches_;
     std::string buffer;
@@ -375,7 +375,7 @@ absl::Status Client::Watch(const Resource& resource, std::string_view ns,
     absl::StatusOr<HttpResponse> response = transport_->Stream(request, on_data, canceller);
     if (!stream_error.ok()) return stream_error;
     if (handler_stopped) return absl::OkStatus();
-    if (!response.ok()) return Annotate(response.status(), context);
+    if (!response.ok()) return WithContext(response.status(), context);
     if (response->status == 401 && tokens_.Rotates() && attempt == 0) {
       tokens_.Invalidate();
       ++token_refreshes_;
@@ -483,7 +483,8 @@ absl::StatusOr<Json> Client::MutateWithRetry(const Resource& resource, std::stri
     if (written.ok() || !IsConflict(written.status())) return written;
     last_conflict = written.status();
   }
-  return Annotate(last_conflict, StrCat("gave up after ", max_attempts, " conflicting attempts"));
+  return WithContext(last_conflict,
+                     StrCat("gave up after ", max_attempts, " conflicting attempts"));
 }
 
 absl::Status Client::Bind(std::string_view ns, std::string_view pod_name, std::string_view pod_uid,

@@ -130,6 +130,15 @@ absl::Status StatusFromHttp(int http_status, std::string_view body, std::string_
   return Build(http_status, "", Excerpt(body), context);
 }
 
+absl::Status WithContext(const absl::Status& status, std::string_view context) {
+  if (status.ok()) return status;
+  absl::Status out(status.code(), StrCat(context, ": ", status.message()));
+  status.ForEachPayload([&out](absl::string_view type_url, const absl::Cord& payload) {
+    out.SetPayload(type_url, payload);
+  });
+  return out;
+}
+
 int HttpStatusOf(const absl::Status& status) {
   auto payload = status.GetPayload(kHttpStatusPayload);
   if (!payload.has_value()) return 0;

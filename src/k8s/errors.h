@@ -29,6 +29,10 @@ absl::Status StatusFromHttp(int http_status, std::string_view body, std::string_
 absl::Status StatusFromStatusObject(int code, std::string_view reason, std::string_view message,
                                     std::string_view context);
 
+// `status` with "context: " prepended to its message, keeping its code and payloads (the HTTP
+// status and reason below), unlike prism::Annotate.
+absl::Status WithContext(const absl::Status& status, std::string_view context);
+
 // The HTTP status attached by StatusFromHttp, or 0.
 int HttpStatusOf(const absl::Status& status);
 // The Kubernetes reason (`Conflict`, `AlreadyExists`, `Expired`, `NotFound`...), or "".

@@ -59,7 +59,7 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
 
   absl::StatusOr<Json> lease = client_->Get(kLeases, config_.lease_namespace, config_.lease_name);
   if (!lease.ok()) {
-    if (!absl::IsNotFound(lease.status())) return Annotate(lease.status(), context);
+    if (!absl::IsNotFound(lease.status())) return WithContext(lease.status(), context);
     Json object = {
         {"apiVersion", kLeases.api_version},
         {"kind", kLeases.kind},
@@ -68,7 +68,7 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
     absl::StatusOr<Json> created = client_->Create(kLeases, config_.lease_namespace, object);
     if (!created.ok()) {
       if (absl::IsAlreadyExists(created.status())) return false;  // Another candidate was faster.
-      return Annotate(created.status(), context);
+      return WithContext(created.status(), context);
     }
     absl::MutexLock lock(&mu_);
     SetObserved(desired, now);
@@ -77,7 +77,7 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
   }
 
   absl::StatusOr<LeaseSpec> current = LeaseSpecFromJson(*lease);
-  if (!current.ok()) return Annotate(current.status(), context);
+  if (!current.ok()) return WithContext(current.status(), context);
   {
     absl::MutexLock lock(&mu_);
     if (!observed_.has_value() || !(*observed_ == *current)) SetObserved(*current, now);
@@ -99,7 +99,7 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
   absl::StatusOr<Json> written = client_->Update(kLeases, config_.lease_namespace, updated);
   if (!written.ok()) {
     if (IsConflict(written.status())) return false;  // Someone wrote first; re-read next time.
-    return Annotate(written.status(), context);
+    return WithContext(written.status(), context);
   }
   absl::MutexLock lock(&mu_);
   SetObserved(desired, now);
@@ -115,9 +115,9 @@ absl::Status LeaderElector::Release() {
   const std::string context =
       StrCat("release lease ", ObjectKey(config_.lease_namespace, config_.lease_name));
   absl::StatusOr<Json> lease = client_->Get(kLeases, config_.lease_namespace, config_.lease_name);
-  if (!lease.ok()) return Annotate(lease.status(), context);
+  if (!lease.ok()) return WithContext(lease.status(), context);
   absl::StatusOr<LeaseSpec> current = LeaseSpecFromJson(*lease);
-  if (!current.ok()) return Annotate(current.status(), context);
+  if (!current.ok()) return WithContext(current.status(), context);
   if (current->holder_identity != config_.identity) {
     absl::MutexLock lock(&mu_);
     leader_ = false;
@@ -134,7 +134,7 @@ absl::Status LeaderElector::Release() {
   absl::StatusOr<Json> written = client_->Update(kLeases, config_.lease_namespace, updated);
   absl::MutexLock lock(&mu_);
   leader_ = false;
-  if (!written.ok()) return Annotate(written.status(), context);
+  if (!written.ok()) return WithContext(written.status(), context);
   SetObserved(released, now);
   return absl::OkStatus();
 }

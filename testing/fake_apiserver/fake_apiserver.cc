@@ -651,6 +651,9 @@ absl::Status FakeApiServer::Impl::Start() {
   server_->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   server_->set_keep_alive_max_count(100000);
   server_->set_keep_alive_timeout(2);
+  // Responses go out as several writes; without this, Nagle's algorithm and delayed ACKs add
+  // 40 ms to many exchanges.
+  server_->set_tcp_nodelay(true);
   server_->set_payload_max_length(64 << 20);
   auto handler = [this](const httplib::Request& req, httplib::Response& res) { Handle(req, res); };
   server_->Get(".*", handler);
@@ -668,6 +671,13 @@ absl::Status FakeApiServer::Impl::Start() {
         StrCat("fake API server cannot bind ", options_.host, ":", options_.port));
   }
   listen_thread_ = std::thread([this] { server_->listen_after_bind(); });
+  // httplib's stop() does nothing until the listen loop runs, so Stop() right after Start()
+  // would hang without this wait.
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!server_->is_running()) {
+    if (absl::Now() > deadline) return absl::InternalError("fake API server did not start");
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   return absl::OkStatus();
 }
 
