@@ -452,38 +452,36 @@ TEST_F(PreloadTest, ExportsOnlyTheWrappersAndDependsOnlyOnLibc) {
   }
 }
 
-// ---- SM limiter
-// ---------------------------------------------------------------------------------- The probe
-// launches 1-wave kernels of 2 ms back to back (launch, synchronize) on the fake GPU, which runs
-// the kernels of all processes one after another and reports each process's busy fraction through
-// NVML. A container's share is its launch rate over the rate of an unlimited process running alone.
+// ---- SM limiter -------------------------------------------------------------------------------
+// The probe launches 1-wave kernels of 2 ms back to back (launch, synchronize) on the fake GPU,
+// which runs the kernels of all processes one after another and reports each process's busy
+// fraction through NVML. A container's share of the GPU's time is its launch rate times 2 ms
+// (measured over the second half of the run, after the limiter's learning interval). This does not
+// depend on how fast the test machine is: CPU contention slows an unlimited loop, not the
+// limiter's clock.
 
-double TailRate(const ExitInfo& r) { return atof(Field(r.out, "spin", "tail_rate").c_str()); }
+constexpr double kKernelSeconds = 0.002;
 
-class SmLimitTest : public PreloadTest {
- protected:
-  void SetUp() override {
-    PreloadTest::SetUp();
-    const ExitInfo solo = Probe(ContainerEnv("solo"), {"init", "spin", "1.5", "2000000"});
-    solo_rate_ = TailRate(solo);
-    ASSERT_GT(solo_rate_, 100.0) << solo.out << solo.err;
-  }
-  double solo_rate_ = 0;
-};
+double Share(const ExitInfo& r) {
+  return atof(Field(r.out, "spin", "tail_rate").c_str()) * kKernelSeconds;
+}
+
+using SmLimitTest = PreloadTest;
 
 TEST_F(SmLimitTest, ForcePolicyHoldsALoneContainerAtItsShare) {
   Env env = ContainerEnv();
   env.Set("CUDA_DEVICE_SM_LIMIT", "30");
   env.Set("GPU_CORE_UTILIZATION_POLICY", "force");
   const ExitInfo r = Probe(env, {"init", "spin", "3", "2000000"});
-  EXPECT_NEAR(TailRate(r) / solo_rate_, 0.30, 0.07) << r.out << r.err;
+  EXPECT_NEAR(Share(r), 0.30, 0.05) << r.out << r.err;
 }
 
 TEST_F(SmLimitTest, DefaultPolicyDoesNotThrottleALoneContainer) {
   Env env = ContainerEnv();
   env.Set("CUDA_DEVICE_SM_LIMIT", "30");
   const ExitInfo r = Probe(env, {"init", "spin", "1.5", "2000000"});
-  EXPECT_GT(TailRate(r) / solo_rate_, 0.9) << r.out << r.err;
+  // Unthrottled it runs as fast as the machine lets it: far above the 30 % it would be held to.
+  EXPECT_GT(Share(r), 0.5) << r.out << r.err;
 }
 
 // Regression for core#314 (caps 30 and 70 barely separated two tenants on a large GPU): two
@@ -497,8 +495,8 @@ TEST_F(SmLimitTest, TwoContainersGetTheirOwnShares) {
   std::unique_ptr<Child> second = Child::Start(Argv({"init", "spin", "4", "2000000"}), b);
   const ExitInfo ra = first->Wait();
   const ExitInfo rb = second->Wait();
-  EXPECT_NEAR(TailRate(ra) / solo_rate_, 0.30, 0.08) << ra.out << ra.err;
-  EXPECT_NEAR(TailRate(rb) / solo_rate_, 0.70, 0.08) << rb.out << rb.err;
+  EXPECT_NEAR(Share(ra), 0.30, 0.06) << ra.out << ra.err;
+  EXPECT_NEAR(Share(rb), 0.70, 0.08) << rb.out << rb.err;
 }
 
 // Inside a PID namespace NVML reports host PIDs; the library finds its own among the GPU's
@@ -509,7 +507,7 @@ TEST_F(SmLimitTest, WorksWhenNvmlReportsOtherPids) {
   env.Set("GPU_CORE_UTILIZATION_POLICY", "force");
   env.Set("PRISM_FAKE_NVML_PID_OFFSET", "1000000");
   const ExitInfo r = Probe(env, {"init", "spin", "3", "2000000"});
-  EXPECT_NEAR(TailRate(r) / solo_rate_, 0.30, 0.07) << r.out << r.err;
+  EXPECT_NEAR(Share(r), 0.30, 0.05) << r.out << r.err;
 }
 
 TEST_F(SmLimitTest, WithoutNvmlMemoryLimitsStillHoldAndTheGapIsReported) {
