@@ -26,7 +26,7 @@ absl::StatusOr<std::vector<sched::GpuSpec>> ParseGpu(const YAML::Node& g, const 
   for (auto it = g.begin(); it != g.end(); ++it) {
     const std::string key = it->first.Scalar();
     const std::string kpath = StrCat(path, ".", key);
-    const YAML::Node& v = it->second;
+    const YAML::Node v = it->second;
     if (key == "model" || key == "type") {
       ASSIGN_OR_RETURN(spec.model, ReadString(v, kpath));
     } else if (key == "mode") {
@@ -55,7 +55,7 @@ absl::StatusOr<std::vector<sched::GpuSpec>> ParseGpu(const YAML::Node& g, const 
       if (!v.IsSequence()) return absl::InvalidArgumentError(StrCat(kpath, ": expected a list"));
       for (size_t i = 0; i < v.size(); ++i) {
         const std::string ipath = StrCat(kpath, "[", i, "]");
-        const YAML::Node& inst = v[i];
+        const YAML::Node inst = v[i];
         if (!inst.IsMap()) return absl::InvalidArgumentError(StrCat(ipath, ": expected a map"));
         sched::MigInstanceSpec is;
         bool has_profile = false;
@@ -108,7 +108,7 @@ absl::StatusOr<sched::NodeSpec> ParseNode(const YAML::Node& n, const std::string
   for (auto it = n.begin(); it != n.end(); ++it) {
     const std::string key = it->first.Scalar();
     const std::string kpath = StrCat(path, ".", key);
-    const YAML::Node& v = it->second;
+    const YAML::Node v = it->second;
     if (key == "name") {
       ASSIGN_OR_RETURN(spec.name, ReadString(v, kpath));
     } else if (key == "cpu") {
@@ -155,7 +155,7 @@ absl::StatusOr<ClusterFile> ParseClusterYaml(std::string_view text) {
     std::set<std::string> names;
     for (auto it = root.begin(); it != root.end(); ++it) {
       const std::string key = it->first.Scalar();
-      const YAML::Node& v = it->second;
+      const YAML::Node v = it->second;
       if (key == "nodes") {
         has_nodes = true;
         if (!v.IsSequence()) return absl::InvalidArgumentError("nodes: expected a list");

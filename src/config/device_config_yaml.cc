@@ -33,28 +33,28 @@ absl::Status ParseGeometries(const YAML::Node& list, DeviceConfig& config) {
   }
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string path = StrCat("nvidia.knownMigGeometries[", i, "]");
-    const YAML::Node& item = list[i];
+    const YAML::Node item = list[i];
     if (!item.IsMap()) return absl::InvalidArgumentError(StrCat(path, ": expected a map"));
     sched::KnownMigGeometries known;
     ASSIGN_OR_RETURN(known.models, ReadStringList(item["models"], StrCat(path, ".models")));
     if (known.models.empty()) {
       return absl::InvalidArgumentError(StrCat(path, ".models: must name at least one model"));
     }
-    const YAML::Node& geometries = item["allowedGeometries"];
+    const YAML::Node geometries = item["allowedGeometries"];
     if (!geometries.IsSequence() || geometries.size() == 0) {
       return absl::InvalidArgumentError(
           StrCat(path, ".allowedGeometries: expected a non-empty list of geometries"));
     }
     for (size_t g = 0; g < geometries.size(); ++g) {
       const std::string gpath = StrCat(path, ".allowedGeometries[", g, "]");
-      const YAML::Node& geometry = geometries[g];
+      const YAML::Node geometry = geometries[g];
       if (!geometry.IsSequence() || geometry.size() == 0) {
         return absl::InvalidArgumentError(StrCat(gpath, ": expected a non-empty list of entries"));
       }
       sched::MigGeometry out;
       for (size_t e = 0; e < geometry.size(); ++e) {
         const std::string epath = StrCat(gpath, "[", e, "]");
-        const YAML::Node& entry = geometry[e];
+        const YAML::Node entry = geometry[e];
         if (!entry.IsMap()) return absl::InvalidArgumentError(StrCat(epath, ": expected a map"));
         sched::MigTemplateEntry te;
         for (auto it = entry.begin(); it != entry.end(); ++it) {
@@ -112,7 +112,7 @@ absl::Status ParseNodeConfigs(const YAML::Node& list, DeviceConfig& config,
   std::set<std::string> names;
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string path = StrCat("nvidia.nodeconfig[", i, "]");
-    const YAML::Node& item = list[i];
+    const YAML::Node item = list[i];
     if (!item.IsMap()) return absl::InvalidArgumentError(StrCat(path, ": expected a map"));
     sched::NodeDeviceConfig nc;
     for (auto it = item.begin(); it != item.end(); ++it) {
@@ -135,7 +135,7 @@ absl::Status ParseNodeConfigs(const YAML::Node& list, DeviceConfig& config,
         ASSIGN_OR_RETURN(std::string s, ReadString(it->second, kpath));
         ASSIGN_OR_RETURN(nc.mig_strategy, ParseMigStrategy(s, kpath));
       } else if (lower == "gpus") {
-        const YAML::Node& gpus = it->second;
+        const YAML::Node gpus = it->second;
         if (!gpus.IsSequence())
           return absl::InvalidArgumentError(StrCat(kpath, ": expected a list"));
         for (size_t g = 0; g < gpus.size(); ++g) {
@@ -177,7 +177,7 @@ absl::Status ParseNvidia(const YAML::Node& nvidia, DeviceConfig& config,
   for (auto it = nvidia.begin(); it != nvidia.end(); ++it) {
     const std::string key = it->first.Scalar();
     const std::string path = StrCat("nvidia.", key);
-    const YAML::Node& v = it->second;
+    const YAML::Node v = it->second;
     if (key == "resourceCountName") {
       ASSIGN_OR_RETURN(config.resource_count_name, ReadString(v, path));
     } else if (key == "resourceMemoryName") {
@@ -237,7 +237,7 @@ absl::Status ParsePrism(const YAML::Node& prism, DeviceConfig& config,
   for (auto it = prism.begin(); it != prism.end(); ++it) {
     const std::string key = it->first.Scalar();
     const std::string path = StrCat("prism.", key);
-    const YAML::Node& v = it->second;
+    const YAML::Node v = it->second;
     if (key == "migStrategy") {
       ASSIGN_OR_RETURN(std::string s, ReadString(v, path));
       ASSIGN_OR_RETURN(config.mig_strategy, ParseMigStrategy(s, path));
@@ -262,7 +262,7 @@ absl::StatusOr<ParsedDeviceConfig> ParseDocument(const YAML::Node& root, int dep
   }
   // A whole ConfigMap: parse its device-config.yaml.
   if (root["kind"] && root["kind"].IsScalar() && root["kind"].Scalar() == "ConfigMap") {
-    const YAML::Node& data = root["data"];
+    const YAML::Node data = root["data"];
     if (depth > 0 || !data || !data["device-config.yaml"]) {
       return absl::InvalidArgumentError("ConfigMap has no data.device-config.yaml");
     }

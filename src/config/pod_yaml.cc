@@ -25,7 +25,7 @@ absl::Status Containers(const YAML::Node& list, bool init, const std::string& pa
   if (!list.IsSequence()) return absl::InvalidArgumentError(StrCat(path, ": expected a list"));
   for (size_t i = 0; i < list.size(); ++i) {
     const std::string cpath = StrCat(path, "[", i, "]");
-    const YAML::Node& c = list[i];
+    const YAML::Node c = list[i];
     if (!c.IsMap()) return absl::InvalidArgumentError(StrCat(cpath, ": expected a map"));
     ContainerManifest cm;
     cm.init = init;
@@ -34,7 +34,7 @@ absl::Status Containers(const YAML::Node& list, bool init, const std::string& pa
     } else {
       cm.name = StrCat(init ? "init-" : "container-", i);
     }
-    const YAML::Node& res = c["resources"];
+    const YAML::Node res = c["resources"];
     if (res && !res.IsNull()) {
       if (!res.IsMap())
         return absl::InvalidArgumentError(StrCat(cpath, ".resources: expected a map"));
@@ -49,7 +49,7 @@ absl::Status Containers(const YAML::Node& list, bool init, const std::string& pa
 
 absl::Status Collect(const YAML::Node& doc, std::string_view where, std::vector<PodManifest>& out) {
   if (doc.IsMap() && doc["kind"] && doc["kind"].IsScalar() && doc["kind"].Scalar() == "List") {
-    const YAML::Node& items = doc["items"];
+    const YAML::Node items = doc["items"];
     if (!items || !items.IsSequence()) {
       return absl::InvalidArgumentError(StrCat(where, ": List has no items"));
     }
@@ -69,7 +69,7 @@ absl::Status Collect(const YAML::Node& doc, std::string_view where, std::vector<
 absl::StatusOr<PodManifest> ParsePodNode(const YAML::Node& node, std::string_view where) {
   try {
     if (!node.IsMap()) return absl::InvalidArgumentError(StrCat(where, ": not a Pod manifest"));
-    const YAML::Node& kind = node["kind"];
+    const YAML::Node kind = node["kind"];
     if (!kind || !kind.IsScalar()) {
       return absl::InvalidArgumentError(StrCat(where, ": no kind (expected kind: Pod)"));
     }
@@ -78,7 +78,7 @@ absl::StatusOr<PodManifest> ParsePodNode(const YAML::Node& node, std::string_vie
           StrCat(where, ": is a ", kind.Scalar(), ", not a Pod (use the pod template's Pod)"));
     }
     PodManifest pod;
-    const YAML::Node& meta = node["metadata"];
+    const YAML::Node meta = node["metadata"];
     if (!meta || !meta.IsMap()) return absl::InvalidArgumentError(StrCat(where, ": no metadata"));
     if (!meta["name"]) return absl::InvalidArgumentError(StrCat(where, ": no metadata.name"));
     ASSIGN_OR_RETURN(pod.name, ReadString(meta["name"], StrCat(where, ": metadata.name")));
@@ -92,7 +92,7 @@ absl::StatusOr<PodManifest> ParsePodNode(const YAML::Node& node, std::string_vie
     ASSIGN_OR_RETURN(pod.annotations,
                      StringMap(meta["annotations"], StrCat(where, ": metadata.annotations")));
     ASSIGN_OR_RETURN(pod.labels, StringMap(meta["labels"], StrCat(where, ": metadata.labels")));
-    const YAML::Node& spec = node["spec"];
+    const YAML::Node spec = node["spec"];
     if (!spec || !spec.IsMap()) return absl::InvalidArgumentError(StrCat(where, ": no spec"));
     if (spec["nodeName"]) {
       ASSIGN_OR_RETURN(pod.node_name,
