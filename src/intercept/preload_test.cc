@@ -249,6 +249,36 @@ TEST_F(PreloadTest, ProcessesOfAContainerShareTheLimitAndDeadOnesAreReclaimed) {
   EXPECT_NE(r.out.find("alloc ok id=0\nalloc ok id=1\n"), std::string::npos) << r.out << r.err;
 }
 
+// A forked child is a process of its own: it shares the container's limit, owns none of its
+// parent's allocations, and returns its own when it exits.
+TEST_F(PreloadTest, ForkedChildGetsItsOwnSlot) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  const ExitInfo r = Probe(env, {"init", "alloc", "600m", "forkchild", "600m", "forkchild", "300m",
+                                 "meminfo", "free", "0", "meminfo"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("forkchild child alloc=2\nforkchild exit=0\nforkchild child alloc=0\n"
+                       "forkchild exit=0\n"),
+            std::string::npos)
+      << r.out << r.err;
+  EXPECT_EQ(Field(r.out, "meminfo", "free"), U(kGiB - 600 * kMiB));  // The child's 300m is back.
+  EXPECT_EQ(Field(r.out.substr(r.out.rfind("meminfo")), "meminfo", "free"), U(kGiB));
+}
+
+// Regression for core#187: cuCtxGetDevice fails (worker threads without a current context) yet
+// the driver allocates: the charge follows the pointer's device, and VMM uses the allocation's
+// own location, so nothing escapes the limit.
+TEST_F(PreloadTest, AllocationsAreChargedWhenTheContextDeviceIsUnknown) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  env.Set("PRISM_FAKE_CUDA_FAIL", "cuCtxGetDevice:*:201");
+  const ExitInfo r = Probe(
+      env, {"init", "alloc", "600m", "alloc", "600m", "vmm", "600m", "free", "0", "vmm", "600m"});
+  EXPECT_NE(r.out.find("alloc ok id=0\nalloc err=2\nvmm err=2\nfree ok\nvmm ok id=0\n"),
+            std::string::npos)
+      << r.out << r.err;
+}
+
 TEST_F(PreloadTest, OtherContainersAreNotCharged) {
   Env a = ContainerEnv("region-a");
   a.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -37,7 +38,7 @@ constexpr char kUsage[] =
     "  spin SECONDS ITERS [BLOCKS THREADS] | launches COUNT | launchex | ptds-launch |\n"
     "  ctxsync-at VERSION | counts SYM... | race FILE ROUNDS BYTES | churn SECONDS MAXBYTES SEED "
     "|\n"
-    "  sleep MS | wait\n";
+    "  forkchild BYTES | sleep MS | wait\n";
 
 #define PROBE_FUNCTIONS(X)                                                                        \
   X(cuInit, cuInit, cuInit, 2000, (unsigned int))                                                 \
@@ -561,6 +562,21 @@ int Run(std::vector<std::string>& args) {
       const unsigned long long max_bytes = Bytes(Arg(args, i));
       const unsigned seed = static_cast<unsigned>(atoi(Arg(args, i)));
       Churn(seconds, max_bytes, seed);
+    } else if (cmd == "forkchild") {
+      // A forked child allocates on its own (CUDA contexts do not survive fork; the fake's do).
+      const unsigned long long bytes = Bytes(Arg(args, i));
+      fflush(stdout);
+      const pid_t child = fork();
+      if (child == 0) {
+        CUdeviceptr ptr = 0;
+        const CUresult child_rc = CALL(cuMemAlloc, &ptr, bytes);
+        printf("forkchild child alloc=%d\n", child_rc);
+        fflush(stdout);
+        exit(0);  // Runs the library's exit handler: the child's slot is released.
+      }
+      int status = 0;
+      waitpid(child, &status, 0);
+      printf("forkchild exit=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     } else if (cmd == "sleep") {
       usleep(static_cast<useconds_t>(atoi(Arg(args, i)) * 1000));
     } else if (cmd == "wait") {
