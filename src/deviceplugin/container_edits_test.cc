@@ -1,0 +1,103 @@
+#include "deviceplugin/container_edits.h"
+
+#include <map>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace prism::deviceplugin {
+namespace {
+
+std::map<std::string, std::string> Env(const ContainerEdits& e) {
+  std::map<std::string, std::string> m;
+  for (const auto& [k, v] : e.env) m[k] = v;
+  return m;
+}
+
+RealizedDevice Slice(int index, int64_t memory, int32_t cores) {
+  RealizedDevice d;
+  d.gpu_index = index;
+  d.gpu_uuid = "GPU-" + std::to_string(index);
+  d.gpu_memory_mib = 40960;
+  d.memory_mib = memory;
+  d.cores_permille = cores;
+  return d;
+}
+
+RealizedDevice Mig(int index, const std::string& uuid) {
+  RealizedDevice d;
+  d.gpu_index = index;
+  d.gpu_uuid = "GPU-" + std::to_string(index);
+  d.mode = sched::GpuMode::kMig;
+  d.mig_uuid = uuid;
+  d.profile = "3g.20gb";
+  d.start = 4;
+  return d;
+}
+
+VgpuOptions Options() {
+  VgpuOptions o;
+  o.library_host_path = "/opt/prism/libprism-vgpu.so";
+  o.host_dir = "/var/lib/prism/vgpu";
+  return o;
+}
+
+TEST(ContainerEditsTest, SlicesGetPerDeviceLimitsRegionAndPreload) {
+  const ContainerEdits e =
+      BuildContainerEdits({Slice(0, 10240, 300), Slice(1, 20480, 300)}, {"uid", "main"}, Options());
+  auto env = Env(e);
+  EXPECT_EQ(env["NVIDIA_VISIBLE_DEVICES"], "GPU-0,GPU-1");
+  EXPECT_EQ(env["CUDA_DEVICE_MEMORY_LIMIT_0"], "10240m");
+  EXPECT_EQ(env["CUDA_DEVICE_MEMORY_LIMIT_1"], "20480m");
+  EXPECT_EQ(env["CUDA_DEVICE_SM_LIMIT_0"], "30");
+  EXPECT_EQ(env["CUDA_DEVICE_SM_LIMIT"], "30");
+  EXPECT_EQ(env["CUDA_DEVICE_MEMORY_SHARED_CACHE"], kVgpuRegionFile);
+  EXPECT_EQ(env.count("LD_PRELOAD"), 0u);
+  ASSERT_EQ(e.mounts.size(), 3u);
+  EXPECT_EQ(e.mounts[0],
+            (MountEdit{"/var/lib/prism/vgpu/containers/uid_main", kVgpuContainerRunDir, false}));
+  EXPECT_EQ(e.mounts[1], (MountEdit{"/opt/prism/libprism-vgpu.so", kVgpuContainerLibrary, true}));
+  EXPECT_EQ(e.mounts[2], (MountEdit{"/var/lib/prism/vgpu/ld.so.preload", kLdSoPreload, true}));
+}
+
+TEST(ContainerEditsTest, DifferentSmSharesHaveNoGlobalLimit) {
+  auto env =
+      Env(BuildContainerEdits({Slice(0, 1024, 250), Slice(1, 1024, 500)}, {"u", "c"}, Options()));
+  EXPECT_EQ(env["CUDA_DEVICE_SM_LIMIT_0"], "25");
+  EXPECT_EQ(env["CUDA_DEVICE_SM_LIMIT_1"], "50");
+  EXPECT_EQ(env.count("CUDA_DEVICE_SM_LIMIT"), 0u);
+}
+
+TEST(ContainerEditsTest, EnvPreloadAndDisabledControl) {
+  VgpuOptions o = Options();
+  o.preload = PreloadMode::kEnv;
+  auto e = BuildContainerEdits({Slice(0, 1024, 0)}, {"u", "c"}, o);
+  EXPECT_EQ(Env(e)["LD_PRELOAD"], kVgpuContainerLibrary);
+  EXPECT_EQ(e.mounts.size(), 2u);
+  e = BuildContainerEdits({Slice(0, 1024, 0)}, {"u", "c", /*disable_control=*/true}, Options());
+  EXPECT_EQ(e.mounts.size(), 1u);  // Only the region directory; no library.
+  EXPECT_EQ(Env(e)["CUDA_DEVICE_MEMORY_LIMIT_0"], "1024m");
+}
+
+TEST(ContainerEditsTest, WholeGpusAndMigGetNoLimits) {
+  auto e = BuildContainerEdits({Slice(0, 40960, 1000), Mig(1, "MIG-abc")}, {"u", "c"}, Options());
+  auto env = Env(e);
+  EXPECT_EQ(env["NVIDIA_VISIBLE_DEVICES"], "GPU-0,MIG-abc");
+  EXPECT_EQ(env.size(), 1u);
+  EXPECT_TRUE(e.mounts.empty());
+}
+
+TEST(ContainerEditsTest, FailureHidesEveryGpu) {
+  auto env = Env(BuildFailureEdits("MIG instance 3g.20gb@4 on GPU 0 is held by pod x"));
+  EXPECT_EQ(env["NVIDIA_VISIBLE_DEVICES"], "void");
+  EXPECT_EQ(env["PRISM_ALLOCATION_ERROR"], "MIG instance 3g.20gb@4 on GPU 0 is held by pod x");
+}
+
+TEST(ContainerEditsTest, SmPercentRoundsUp) {
+  EXPECT_EQ(SmLimitPercent(1), 1);
+  EXPECT_EQ(SmLimitPercent(305), 31);
+  EXPECT_EQ(SmLimitPercent(1000), 100);
+}
+
+}  // namespace
+}  // namespace prism::deviceplugin

@@ -1,0 +1,70 @@
+// src/deviceplugin/inventory.h: the node's GPUs as the node agent publishes them.
+//
+// The agent reads each GPU through NVML (model, memory, MIG capability, mode and current
+// instances) and publishes the result in the node annotation `prism.io/gpu-inventory`
+// (docs/annotations.md, "Node GPU inventory"), patched only when it changes. The scheduler
+// decodes it with DecodeInventory and ToGpuSpecs. Encoding is canonical (sorted keys, GPUs by
+// index, instances by start), so equal inventories give equal text.
+// ReadInventory does NVML I/O; everything else is pure. Thread-compatible.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+#include "core/sched/cluster.h"
+#include "core/sched/request.h"
+#include "nvml/nvml.h"
+
+namespace prism::deviceplugin {
+
+inline constexpr char kInventoryAnnotation[] = "prism.io/gpu-inventory";
+inline constexpr int kInventoryVersion = 1;
+
+struct InventoryInstance {
+  std::string profile;  // e.g. "3g.20gb".
+  int start = 0;        // Memory slice.
+  // Processes run on it and no Prism pod holds it: the scheduler must never move it.
+  bool in_use = false;
+  friend bool operator==(const InventoryInstance&, const InventoryInstance&) = default;
+};
+
+struct InventoryGpu {
+  int index = 0;
+  std::string uuid;
+  // The catalog name for MIG models Prism knows ("A100-SXM4-40GB"), else the NVML product name.
+  std::string model;
+  std::string product;  // nvmlDeviceGetName, e.g. "NVIDIA A100-SXM4-40GB".
+  int64_t memory_mib = 0;
+  sched::GpuMode mode = sched::GpuMode::kHamiCore;  // kMig exactly when MIG mode is on.
+  bool healthy = true;
+  bool mig_capable = false;
+  bool mig_pending = false;                  // The MIG mode after the next reset differs.
+  std::vector<std::string> mig_profiles;     // GPU-instance profiles the GPU offers.
+  std::vector<InventoryInstance> instances;  // Existing MIG instances, by start.
+  friend bool operator==(const InventoryGpu&, const InventoryGpu&) = default;
+};
+
+struct NodeInventory {
+  std::vector<InventoryGpu> gpus;  // By index.
+  int split_count = 10;            // Device IDs advertised per GPU.
+  // Non-empty while the agent refuses allocations (fails closed), with the reason.
+  std::string fault;
+  friend bool operator==(const NodeInventory&, const NodeInventory&) = default;
+};
+
+// Reads every GPU. Instances are `in_use` when a process runs on them; the caller clears that
+// for instances Prism pods hold. Health is left true (the caller knows better).
+absl::StatusOr<NodeInventory> ReadInventory(nvml::Nvml& nvml, int split_count);
+
+std::string EncodeInventory(const NodeInventory& inventory);
+// InvalidArgument naming the field for malformed text or an unsupported version.
+absl::StatusOr<NodeInventory> DecodeInventory(std::string_view text);
+
+// The GPUs as the placement engine's input (sched::NodeSpec::gpus).
+std::vector<sched::GpuSpec> ToGpuSpecs(const NodeInventory& inventory);
+
+}  // namespace prism::deviceplugin

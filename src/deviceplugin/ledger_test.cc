@@ -1,0 +1,68 @@
+#include "deviceplugin/ledger.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "deviceplugin/test_util.h"
+
+namespace prism::deviceplugin {
+namespace {
+
+using ::testing::ElementsAre;
+
+TEST(LedgerTest, PersistsAndContinuesTheSequenceAfterARestart) {
+  const auto dir = testing::TestDir();
+  {
+    Ledger ledger(dir.string(), "run1");
+    ASSERT_TRUE(ledger.Load().ok());
+    auto a = ledger.Add({"g::0"}, 1000);
+    auto b = ledger.Add({"g::1", "g::2"}, 1001);
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a->id, "run1-1");
+    EXPECT_EQ(b->seq, 2u);
+    AllocationRecord r = *b;
+    r.pod_uid = "uid";
+    r.pod_namespace = "ns";
+    r.pod_name = "p";
+    r.container = "main";
+    r.state = AllocationState::kFailed;
+    r.error = "boom";
+    ASSERT_TRUE(ledger.Put(r).ok());
+    ASSERT_TRUE(ledger.Remove(a->id).ok());
+  }
+  Ledger ledger(dir.string(), "run2");
+  ASSERT_TRUE(ledger.Load().ok());
+  auto all = ledger.All();
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(all[0].id, "run1-2");
+  EXPECT_THAT(all[0].device_ids, ElementsAre("g::1", "g::2"));
+  EXPECT_EQ(all[0].PodKey(), "ns/p");
+  EXPECT_EQ(all[0].container, "main");
+  EXPECT_EQ(all[0].state, AllocationState::kFailed);
+  EXPECT_EQ(all[0].error, "boom");
+  auto c = ledger.Add({"g::3"}, 2000);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->id, "run2-3");
+}
+
+TEST(LedgerTest, SkipsUnreadableRecordsAndWorksInMemory) {
+  const auto dir = testing::TestDir();
+  std::filesystem::create_directories(dir / "allocations");
+  testing::WriteFile(dir / "allocations" / "bad.json", "{nope");
+  Ledger ledger(dir.string(), "r");
+  EXPECT_TRUE(ledger.Load().ok());
+  EXPECT_EQ(ledger.size(), 0u);
+  Ledger memory("", "m");
+  ASSERT_TRUE(memory.Load().ok());
+  ASSERT_TRUE(memory.Add({"g::0"}, 1).ok());
+  EXPECT_EQ(memory.size(), 1u);
+}
+
+TEST(LedgerTest, Base36) {
+  EXPECT_EQ(Base36(0), "0");
+  EXPECT_EQ(Base36(35), "z");
+  EXPECT_EQ(Base36(36), "10");
+}
+
+}  // namespace
+}  // namespace prism::deviceplugin

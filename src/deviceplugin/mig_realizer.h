@@ -1,0 +1,149 @@
+// src/deviceplugin/mig_realizer.h: makes MIG decisions true on the GPUs, one instance at a time.
+//
+// The scheduler decides a profile and placement per MIG device; Ensure() makes exactly that GPU
+// instance (and one compute instance spanning it) exist and records which pod container holds
+// it. Rules (issue 6, docs/device-plugin.md):
+//   - an instance is reused if it is already at that place with that profile and nobody else
+//     holds it;
+//   - idle instances in the way (overlapping memory slices) are destroyed first; an instance
+//     that a live pod holds, or on which processes run, is never touched: Aborted (a conflict
+//     that may clear, e.g. when the holder finishes terminating);
+//   - what a failed Ensure created is destroyed again (rollback), so nothing leaks;
+//   - ReleasePod() hands a pod's instances back; idle instances beyond `max_idle_per_gpu` are
+//     destroyed, oldest first, except on GPUs whose geometry is kept (HAMi template mode);
+//   - Adopt mode (agent restart) accepts an instance with processes for its recorded owner and
+//     re-creates a missing one.
+// Each call reads the GPU's live state from NVML first, so instances created or destroyed
+// behind the agent's back are seen. Not thread-safe (Nvml is not): one caller at a time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+#include "core/mig/gpu_model.h"
+#include "nvml/nvml.h"
+
+namespace prism::deviceplugin {
+
+struct InstanceOwner {
+  std::string pod_uid;
+  std::string container;
+  friend bool operator==(const InstanceOwner&, const InstanceOwner&) = default;
+};
+
+struct MigInstanceRef {
+  int gpu_index = 0;
+  std::string gpu_uuid;
+  int64_t gpu_memory_mib = 0;
+  std::string profile;
+  int start = 0;
+  int gpu_instance_id = -1;
+  int compute_instance_id = -1;
+  std::string mig_uuid;
+  bool created = false;  // Ensure created it (rather than reusing one).
+};
+
+struct MigCounters {
+  int64_t gpu_instances_created = 0;
+  int64_t gpu_instances_destroyed = 0;
+  int64_t compute_instances_created = 0;
+  int64_t compute_instances_destroyed = 0;
+};
+
+struct MigRealizerOptions {
+  // Idle instances kept per GPU for reuse (0: destroy as soon as no pod holds them).
+  int max_idle_per_gpu = 1;
+};
+
+enum class EnsureMode {
+  kAllocate,  // A new placement: refuse an unheld instance with processes.
+  kAdopt,     // Restart: the recorded owner's processes may run on it; re-create if missing.
+};
+
+class MigRealizer {
+ public:
+  MigRealizer(nvml::Nvml* nvml, MigRealizerOptions options);
+
+  // GPUs (by index) whose whole geometry is kept (template mode): never trimmed.
+  void SetTemplateGpus(std::set<int> gpus) { template_gpus_ = std::move(gpus); }
+  // Whether the pod that holds an instance is still live; a non-live holder is released when
+  // its instance is needed. Default: every holder is live.
+  void SetOwnerLiveness(std::function<bool(const std::string& pod_uid)> live) {
+    owner_live_ = std::move(live);
+  }
+
+  // Makes `profile`@`start` exist on GPU `gpu_index`, held by `owner`.
+  absl::StatusOr<MigInstanceRef> Ensure(int gpu_index, std::string_view profile, int start,
+                                        const InstanceOwner& owner,
+                                        EnsureMode mode = EnsureMode::kAllocate);
+  // Template mode: first makes the GPU's instances exactly `geometry` ((profile, start) pairs,
+  // destroying and creating whole layouts only when no instance is held or busy), then Ensure.
+  absl::StatusOr<MigInstanceRef> EnsureInGeometry(
+      int gpu_index, const std::vector<std::pair<std::string, int>>& geometry,
+      std::string_view profile, int start, const InstanceOwner& owner);
+
+  // Undoes one Ensure of a container whose later devices failed: destroys the instance if that
+  // Ensure created it (and nothing runs on it), else only drops the hold.
+  absl::Status Undo(const MigInstanceRef& ref);
+  // Releases every instance `pod_uid` holds, then trims the idle pool.
+  absl::Status ReleasePod(const std::string& pod_uid);
+  // Destroys idle instances beyond the bound (oldest first; never one with processes).
+  absl::Status TrimIdle();
+  // Drops holders for which `keep` is false (e.g. pods that vanished while the agent was down).
+  void ForgetOwners(const std::function<bool(const InstanceOwner&)>& keep);
+
+  // (gpu index, start) -> holder, for every held instance.
+  std::map<std::pair<int, int>, InstanceOwner> Held() const;
+  const MigCounters& counters() const { return counters_; }
+
+ private:
+  struct Holder {
+    InstanceOwner owner;
+    int profile_id = -1;
+    int gpu_instance_id = -1;
+  };
+  struct GpuContext {
+    nvml::GpuInfo info;
+    mig::GpuModel model;
+    std::vector<nvml::GpuInstanceInfo> instances;
+    std::vector<nvml::ProcessInfo> processes;
+  };
+
+  absl::StatusOr<GpuContext> Read(int gpu_index);
+  // Drops holders whose instance no longer exists as recorded.
+  void SyncHolders(const GpuContext& gpu);
+  bool Busy(const GpuContext& gpu, int gpu_instance_id) const;
+  // FailedPrecondition if the instance may not be destroyed or taken by `owner`.
+  absl::Status CheckFree(const GpuContext& gpu, const nvml::GpuInstanceInfo& gi,
+                         const InstanceOwner* owner, bool allow_busy);
+  absl::Status Destroy(int gpu_index, const nvml::GpuInstanceInfo& gi);
+  // Creates GI + full CI; rolls the GI back if the CI fails.
+  absl::StatusOr<nvml::GpuInstanceInfo> Create(const GpuContext& gpu,
+                                               const mig::GpuInstanceProfile& profile, int start);
+  absl::StatusOr<MigInstanceRef> Take(const GpuContext& gpu, const nvml::GpuInstanceInfo& gi,
+                                      const InstanceOwner& owner);
+  std::string Describe(const GpuContext& gpu, const nvml::GpuInstanceInfo& gi) const;
+
+  nvml::Nvml* const nvml_;
+  const MigRealizerOptions options_;
+  std::set<int> template_gpus_;
+  std::function<bool(const std::string&)> owner_live_;
+  std::vector<nvml::GpuInfo> gpus_;
+  std::map<int, mig::GpuModel> models_;
+  std::map<std::pair<int, int>, Holder> holders_;  // (gpu, start).
+  // (gpu, start) -> release sequence, for oldest-first trimming.
+  std::map<std::pair<int, int>, uint64_t> released_;
+  uint64_t release_seq_ = 0;
+  MigCounters counters_;
+};
+
+}  // namespace prism::deviceplugin

@@ -1,0 +1,1173 @@
+#include "deviceplugin/node_agent.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+
+#include "yaml-cpp/yaml.h"
+
+#include "base/log.h"
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "config/annotations.h"
+#include "config/pod_request.h"
+#include "config/pod_yaml.h"
+#include "deviceplugin/attribution.h"
+#include "deviceplugin/cdi_spec.h"
+#include "deviceplugin/device_ids.h"
+#include "k8s/event_recorder.h"
+#include "k8s/informer.h"
+#include "k8s/objects.h"
+#include "k8s/resource.h"
+#include "kubelet/kubelet_client.h"
+
+namespace prism::deviceplugin {
+namespace {
+
+namespace fs = std::filesystem;
+using k8s::Json;
+constexpr char kLog[] = "device-plugin";
+
+int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
+
+bool Terminal(const Json& pod) {
+  const std::string phase = k8s::PodPhase(pod);
+  return phase == "Succeeded" || phase == "Failed";
+}
+
+bool Deleting(const Json& pod) {
+  return k8s::Find(pod, {"metadata", "deletionTimestamp"}) != nullptr;
+}
+
+// The whole-number quantity of `resource` a container asks for (limits first, as the kubelet's
+// extended resources must have limit == request).
+int64_t ResourceCount(const Json& container, const std::string& resource) {
+  for (const char* field : {"limits", "requests"}) {
+    const Json* q = k8s::Find(container, {"resources", field, resource});
+    if (q == nullptr) continue;
+    if (q->is_number_integer()) return q->get<int64_t>();
+    if (q->is_string()) {
+      try {
+        return std::stoll(q->get<std::string>());
+      } catch (const std::exception&) {
+        return 0;
+      }
+    }
+  }
+  return 0;
+}
+
+bool RestartableInit(const Json& container) {
+  const Json* policy = k8s::Find(container, {"restartPolicy"});
+  return policy != nullptr && policy->is_string() && policy->get<std::string>() == "Always";
+}
+
+std::string ContainerEnv(const Json& pod, const std::string& container, const std::string& key) {
+  for (const char* list : {"initContainers", "containers"}) {
+    const Json* cs = k8s::Find(pod, {"spec", list});
+    if (cs == nullptr || !cs->is_array()) continue;
+    for (const Json& c : *cs) {
+      if (k8s::GetString(c, {"name"}) != container) continue;
+      const Json* env = k8s::Find(c, {"env"});
+      if (env == nullptr || !env->is_array()) return "";
+      for (const Json& e : *env) {
+        if (k8s::GetString(e, {"name"}) == key) return k8s::GetString(e, {"value"});
+      }
+    }
+  }
+  return "";
+}
+
+// A realization error worth retrying: an instance still held or in use (its holder may be
+// terminating) or a GPU that did not answer.
+bool Retryable(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kAborted || s.code() == absl::StatusCode::kUnavailable;
+}
+
+std::string FailureClass(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kNotFound:
+      return "no_decision";
+    case absl::StatusCode::kInvalidArgument:
+      return "invalid_decision";
+    case absl::StatusCode::kAborted:
+      return "conflict";
+    default:
+      return "nvml";
+  }
+}
+
+Json DeviceJson(const RealizedDevice& d) {
+  Json j{{"index", d.gpu_index},
+         {"uuid", d.gpu_uuid},
+         {"mode", std::string(sched::GpuModeName(d.mode))}};
+  if (d.IsMig()) {
+    j["profile"] = d.profile;
+    j["start"] = d.start;
+    j["gi"] = d.gpu_instance_id;
+    j["ci"] = d.compute_instance_id;
+    j["migUuid"] = d.mig_uuid;
+  } else {
+    j["memoryMiB"] = d.memory_mib;
+    j["cores"] =
+        d.cores_permille % 10 == 0 ? Json(d.cores_permille / 10) : Json(d.cores_permille / 10.0);
+  }
+  return j;
+}
+
+}  // namespace
+
+NodeAgent::NodeAgent(NodeAgentOptions options, nvml::Nvml* nvml, k8s::Client* client,
+                     MetricsRegistry* metrics)
+    : options_(std::move(options)),
+      nvml_(nvml),
+      client_(client),
+      metrics_(metrics),
+      ledger_(options_.state_dir, Base36(static_cast<uint64_t>(NowMs()))),
+      realizer_(nvml, options_.mig) {
+  using Type = MetricsRegistry::Type;
+  const std::vector<double> latency{0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005,
+                                    0.01,   0.025,   0.05,   0.1,   0.25,   0.5,
+                                    1,      2.5,     5,      10,    30};
+  metrics_->Declare("prism_device_plugin_allocate_requests_total", Type::kCounter,
+                    "Allocate calls by result");
+  metrics_->Declare("prism_device_plugin_allocate_duration_seconds", Type::kHistogram,
+                    "Time to answer Allocate", latency);
+  metrics_->Declare("prism_device_plugin_resolve_duration_seconds", Type::kHistogram,
+                    "From Allocate to the allocation's CDI spec being written", latency);
+  metrics_->Declare("prism_device_plugin_allocation_failures_total", Type::kCounter,
+                    "Allocations that failed, by reason");
+  metrics_->Declare("prism_device_plugin_mig_instances_created_total", Type::kCounter,
+                    "MIG GPU instances created");
+  metrics_->Declare("prism_device_plugin_mig_instances_destroyed_total", Type::kCounter,
+                    "MIG GPU instances destroyed");
+  metrics_->Declare("prism_device_plugin_mig_instances_held", Type::kGauge,
+                    "MIG instances held by live pods");
+  metrics_->Declare("prism_device_plugin_allocations", Type::kGauge,
+                    "Allocations in the ledger, by state");
+  metrics_->Declare("prism_device_plugin_gpus", Type::kGauge, "GPUs by health");
+  metrics_->Declare("prism_device_plugin_fail_closed", Type::kGauge,
+                    "1 while the agent refuses allocations");
+  realizer_.SetOwnerLiveness([this](const std::string& uid) { return PodLive(uid); });
+}
+
+NodeAgent::~NodeAgent() { Stop(); }
+
+// --- Start / stop ---------------------------------------------------------------------------
+
+absl::Status NodeAgent::Start() {
+  pod_resources_ = std::make_unique<kubelet::PodResourcesClient>(options_.pod_resources_socket);
+  RETURN_IF_ERROR(ledger_.Load());
+  RETURN_IF_ERROR(RefreshInventory(/*publish=*/false));
+  {
+    std::set<int> template_gpus;
+    for (int g = 0; g < node_state_->gpu_count(); ++g) {
+      if (node_state_->gpu(g).template_mode) template_gpus.insert(node_state_->gpu(g).index);
+    }
+    realizer_.SetTemplateGpus(std::move(template_gpus));
+  }
+  if (!options_.vgpu.library_host_path.empty()) {
+    std::error_code ec;
+    fs::create_directories(options_.vgpu.host_dir, ec);
+    std::ofstream(PreloadFile(options_.vgpu)) << kVgpuContainerLibrary << "\n";
+  }
+
+  k8s::InformerOptions informer_options;
+  informer_options.field_selector = StrCat("spec.nodeName=", options_.node_name);
+  informer_ = std::make_unique<k8s::Informer>(client_, k8s::kPods, informer_options);
+  informer_->AddHandler(k8s::ResourceEventHandler{
+      [this](const Json& pod) { Post([this, pod] { OnPodEvent(pod, false); }); },
+      [this](const Json&, const Json& pod) { Post([this, pod] { OnPodEvent(pod, false); }); },
+      [this](const Json& pod) { Post([this, pod] { OnPodEvent(pod, true); }); }});
+  informer_->Start();
+  if (!informer_->WaitForSync(options_.informer_sync_timeout)) {
+    return absl::UnavailableError(StrCat("the pod informer did not sync within ",
+                                         absl::FormatDuration(options_.informer_sync_timeout), ": ",
+                                         informer_->LastError().message()));
+  }
+  k8s::EventRecorderOptions event_options;
+  event_options.component = "prism-device-plugin";
+  event_options.host = options_.node_name;
+  events_ = std::make_unique<k8s::EventRecorder>(client_, event_options);
+
+  Adopt();
+
+  patcher_ = std::thread([this] { PatchLoop(); });
+  worker_ = std::thread([this] { WorkerLoop(); });
+  Post([this] { (void)RefreshInventory(true); });
+  // Periodic work re-posts itself.
+  auto every = [this](absl::Duration period, std::function<void()> fn) {
+    auto loop = std::make_shared<std::function<void()>>();
+    *loop = [this, period, fn, weak = std::weak_ptr<std::function<void()>>(loop)] {
+      fn();
+      if (auto self = weak.lock()) Post(*self, period);
+    };
+    periodic_.push_back(loop);
+    Post(*loop, period);
+  };
+  every(options_.health_interval, [this] { CheckHealth(); });
+  every(options_.inventory_interval, [this] { (void)RefreshInventory(true); });
+  every(options_.reconcile_interval, [this] { Reconcile(); });
+  LogInfo(kLog, "node agent for ", options_.node_name, " started: ", inventory_.gpus.size(),
+          " GPUs, ", ledger_.size(), " allocations in the ledger");
+  return absl::OkStatus();
+}
+
+void NodeAgent::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  if (informer_) informer_->Stop();
+  {
+    absl::MutexLock lock(&queue_mu_);
+    worker_stop_ = true;
+  }
+  if (worker_.joinable()) worker_.join();
+  {
+    absl::MutexLock lock(&patch_mu_);
+    patch_stop_ = true;
+  }
+  if (patcher_.joinable()) patcher_.join();
+  if (events_) events_->Stop();
+  periodic_.clear();
+}
+
+bool NodeAgent::stopping() const {
+  absl::MutexLock lock(&mu_);
+  return stopping_;
+}
+
+// --- Worker and patch queues ----------------------------------------------------------------
+
+void NodeAgent::Post(std::function<void()> task, absl::Duration delay) {
+  absl::MutexLock lock(&queue_mu_);
+  queue_.emplace(absl::Now() + delay, std::move(task));
+}
+
+void NodeAgent::WorkerLoop() {
+  for (;;) {
+    std::function<void()> task;
+    {
+      absl::MutexLock lock(&queue_mu_);
+      for (;;) {
+        if (worker_stop_) return;
+        const absl::Time now = absl::Now();
+        if (!queue_.empty() && queue_.begin()->first <= now) break;
+        const absl::Time wake = queue_.empty()
+                                    ? now + absl::Seconds(1)
+                                    : std::min(queue_.begin()->first, now + absl::Seconds(1));
+        queue_mu_.AwaitWithDeadline(
+            absl::Condition(
+                +[](NodeAgent* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->queue_mu_) {
+                  return self->worker_stop_ ||
+                         (!self->queue_.empty() && self->queue_.begin()->first <= absl::Now());
+                },
+                this),
+            wake);
+      }
+      task = std::move(queue_.begin()->second);
+      queue_.erase(queue_.begin());
+      worker_busy_ = true;
+    }
+    task();
+    absl::MutexLock lock(&queue_mu_);
+    worker_busy_ = false;
+  }
+}
+
+void NodeAgent::PatchLoop() {
+  absl::Duration backoff = absl::Milliseconds(100);
+  for (;;) {
+    PatchTarget target;
+    std::string key;
+    {
+      absl::MutexLock lock(&patch_mu_);
+      patch_mu_.Await(absl::Condition(
+          +[](NodeAgent* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->patch_mu_) {
+            return self->patch_stop_ || !self->patches_.empty();
+          },
+          this));
+      if (patch_stop_) return;
+      key = patches_.begin()->first;
+      target = patches_.begin()->second;
+      patches_.erase(patches_.begin());
+      ++patch_in_flight_;
+    }
+    Json patch{{"metadata", {{"annotations", {{target.annotation, target.value}}}}}};
+    absl::StatusOr<Json> result =
+        target.node ? client_->Patch(k8s::kNodes, "", target.name, k8s::PatchType::kMerge, patch)
+                    : client_->Patch(k8s::kPods, target.namespace_name, target.name,
+                                     k8s::PatchType::kMerge, patch);
+    absl::MutexLock lock(&patch_mu_);
+    --patch_in_flight_;
+    if (result.ok() || result.status().code() == absl::StatusCode::kNotFound) {
+      backoff = absl::Milliseconds(100);
+      continue;
+    }
+    LogWarning(kLog, "patching ", key, ": ", result.status().message());
+    patches_.emplace(key, target);  // Unless a newer value arrived meanwhile.
+    patch_mu_.AwaitWithTimeout(absl::Condition(&patch_stop_), backoff);
+    backoff = std::min(backoff * 2, absl::Seconds(10));
+  }
+}
+
+bool NodeAgent::WaitIdle(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (;;) {
+    bool idle = true;
+    {
+      absl::MutexLock lock(&queue_mu_);
+      idle = !worker_busy_ && (queue_.empty() || queue_.begin()->first > absl::Now());
+    }
+    if (idle) {
+      for (const AllocationRecord& r : ledger_.All()) {
+        idle = idle && r.state != AllocationState::kPending;
+      }
+    }
+    if (idle) {
+      absl::MutexLock lock(&patch_mu_);
+      idle = patches_.empty() && patch_in_flight_ == 0;
+    }
+    if (idle) return true;
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+}
+
+// --- Device plugin service ------------------------------------------------------------------
+
+absl::StatusOr<v1beta1::AllocateResponse> NodeAgent::Allocate(
+    const v1beta1::AllocateRequest& request) {
+  const absl::Time start = absl::Now();
+  auto fail = [&](absl::Status s) {
+    metrics_->Add("prism_device_plugin_allocate_requests_total", 1, {{"result", "error"}});
+    metrics_->Add("prism_device_plugin_allocation_failures_total", 1,
+                  {{"reason", s.code() == absl::StatusCode::kFailedPrecondition ? "fail_closed"
+                                                                                : "bad_request"}});
+    LogWarning(kLog, "Allocate refused: ", s.message());
+    return s;
+  };
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return absl::UnavailableError("the node agent is stopping");
+    if (!fail_closed_.empty()) {
+      return fail(absl::FailedPreconditionError(
+          StrCat("prism node agent on ", options_.node_name,
+                 " refuses allocations until an inconsistency is resolved: ", fail_closed_)));
+    }
+    for (const auto& cr : request.container_requests()) {
+      if (cr.devices_ids().empty()) {
+        return fail(absl::InvalidArgumentError("Allocate with no device IDs"));
+      }
+      for (const std::string& id : cr.devices_ids()) {
+        absl::StatusOr<DeviceToken> token = ParseDeviceId(id);
+        if (!token.ok()) return fail(token.status());
+        if (known_gpus_.count(token->gpu_uuid) == 0) {
+          return fail(absl::InvalidArgumentError(
+              StrCat("device ID ", id, " names a GPU this node does not have")));
+        }
+      }
+    }
+  }
+  v1beta1::AllocateResponse response;
+  for (const auto& cr : request.container_requests()) {
+    std::vector<std::string> ids(cr.devices_ids().begin(), cr.devices_ids().end());
+    absl::StatusOr<AllocationRecord> record = ledger_.Add(ids, NowMs());
+    if (!record.ok()) return fail(Annotate(record.status(), "recording the allocation"));
+    v1beta1::ContainerAllocateResponse* out = response.add_container_responses();
+    (*out->mutable_envs())[kAllocationIdEnv] = record->id;
+    // Overridden by the CDI spec; protects against a runtime that ignores CDI devices.
+    (*out->mutable_envs())["NVIDIA_VISIBLE_DEVICES"] = "void";
+    const std::string cdi_name = CdiDeviceName(record->id);
+    out->add_cdi_devices()->set_name(cdi_name);
+    if (options_.cdi_annotations) {
+      (*out->mutable_annotations())["cdi.k8s.io/prism-allocation"] = cdi_name;
+    }
+  }
+  Post([this] {
+    resolve_backoff_ = absl::Milliseconds(1);
+    if (!resolve_scheduled_) {
+      resolve_scheduled_ = true;
+      ResolvePending();
+    }
+  });
+  metrics_->Add("prism_device_plugin_allocate_requests_total", 1, {{"result", "ok"}});
+  metrics_->Observe("prism_device_plugin_allocate_duration_seconds",
+                    absl::ToDoubleSeconds(absl::Now() - start));
+  return response;
+}
+
+v1beta1::PreferredAllocationResponse NodeAgent::PreferredAllocation(
+    const v1beta1::PreferredAllocationRequest& request) const {
+  // Device IDs are tokens: any choice serves. Prefer the must-include ones, then the lowest.
+  v1beta1::PreferredAllocationResponse response;
+  for (const auto& cr : request.container_requests()) {
+    auto* out = response.add_container_responses();
+    std::set<std::string> chosen(cr.must_include_deviceids().begin(),
+                                 cr.must_include_deviceids().end());
+    std::vector<std::string> available(cr.available_deviceids().begin(),
+                                       cr.available_deviceids().end());
+    std::sort(available.begin(), available.end());
+    for (const std::string& id : available) {
+      if (static_cast<int>(chosen.size()) >= cr.allocation_size()) break;
+      chosen.insert(id);
+    }
+    for (const std::string& id : chosen) out->add_deviceids(id);
+  }
+  return response;
+}
+
+std::pair<uint64_t, std::vector<v1beta1::Device>> NodeAgent::Devices() const {
+  absl::MutexLock lock(&mu_);
+  return {devices_version_, devices_};
+}
+
+void NodeAgent::WaitForDevicesChange(uint64_t seen, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto changed = [this, seen]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return stopping_ || devices_version_ != seen;
+  };
+  mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
+}
+
+std::string NodeAgent::FailClosedReason() const {
+  absl::MutexLock lock(&mu_);
+  return fail_closed_;
+}
+
+MigCounters NodeAgent::mig_counters() const {
+  absl::MutexLock lock(&mu_);
+  return mig_counters_;
+}
+
+void NodeAgent::SetFailClosed(std::string reason) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (fail_closed_ == reason) return;
+    fail_closed_ = reason;
+  }
+  metrics_->Set("prism_device_plugin_fail_closed", reason.empty() ? 0 : 1);
+  if (reason.empty()) {
+    LogInfo(kLog, "inconsistency resolved: allocating again");
+  } else {
+    LogError(kLog, "refusing allocations (fail closed): ", reason);
+    k8s::ObjectReference node;
+    node.kind = "Node";
+    node.api_version = "v1";
+    node.name = options_.node_name;
+    if (events_) events_->Record(node, k8s::EventType::kWarning, "PrismFailClosed", reason);
+  }
+  SchedulePublishInventory();
+}
+
+// --- Inventory, health, devices ---------------------------------------------------------------
+
+absl::Status NodeAgent::RefreshInventory(bool publish) {
+  absl::StatusOr<NodeInventory> read = ReadInventory(*nvml_, options_.split_count);
+  if (!read.ok()) {
+    LogWarning(kLog, "reading the GPU inventory: ", read.status().message());
+    return read.status();
+  }
+  NodeInventory inv = std::move(*read);
+  const auto held = realizer_.Held();
+  bool gpus_changed = inv.gpus.size() != inventory_.gpus.size();
+  for (size_t i = 0; i < inv.gpus.size(); ++i) {
+    InventoryGpu& g = inv.gpus[i];
+    for (const InventoryGpu& old : inventory_.gpus) {
+      if (old.uuid == g.uuid) g.healthy = old.healthy;
+    }
+    for (InventoryInstance& inst : g.instances) {
+      if (held.count({g.index, inst.start}) != 0) inst.in_use = false;
+    }
+    if (!gpus_changed) {
+      const InventoryGpu& old = inventory_.gpus[i];
+      gpus_changed = old.uuid != g.uuid || old.mode != g.mode || old.model != g.model;
+    }
+  }
+  inv.fault = FailClosedReason();
+  inventory_ = std::move(inv);
+  if (gpus_changed || node_state_ == nullptr) {
+    RETURN_IF_ERROR(RebuildNodeState());
+    UpdateDevices();
+  }
+  if (publish) {
+    const std::string text = EncodeInventory(inventory_);
+    if (text != published_inventory_) {
+      absl::MutexLock lock(&patch_mu_);
+      patches_[StrCat("node/", options_.node_name)] =
+          PatchTarget{true, "", options_.node_name, kInventoryAnnotation, text};
+      published_inventory_ = text;
+    }
+  }
+  UpdateMetrics();
+  return absl::OkStatus();
+}
+
+absl::Status NodeAgent::RebuildNodeState() {
+  sched::NodeSpec node;
+  node.name = options_.node_name;
+  // CPU and memory do not matter for decoding decisions.
+  node.cpu_milli = int64_t{1} << 40;
+  node.memory_bytes = int64_t{1} << 60;
+  NodeInventory bare = inventory_;
+  for (InventoryGpu& g : bare.gpus) g.instances.clear();
+  bare.fault.clear();
+  node.gpus = ToGpuSpecs(bare);
+  absl::StatusOr<sched::ClusterState> state =
+      sched::ClusterState::Build({node}, options_.device_config);
+  if (!state.ok()) return Annotate(state.status(), "modelling this node's GPUs");
+  node_state_ = std::make_unique<sched::ClusterState>(std::move(*state));
+  return absl::OkStatus();
+}
+
+void NodeAgent::UpdateDevices() {
+  absl::MutexLock lock(&mu_);
+  devices_.clear();
+  known_gpus_.clear();
+  for (const InventoryGpu& g : inventory_.gpus) {
+    known_gpus_.insert(g.uuid);
+    for (int k = 0; k < options_.split_count; ++k) {
+      v1beta1::Device d;
+      d.set_id(FormatDeviceId(g.uuid, k));
+      d.set_health(g.healthy ? kubelet::kHealthy : kubelet::kUnhealthy);
+      devices_.push_back(std::move(d));
+    }
+  }
+  ++devices_version_;
+}
+
+void NodeAgent::CheckHealth() {
+  bool changed = false;
+  for (InventoryGpu& g : inventory_.gpus) {
+    absl::StatusOr<std::vector<nvml::ProcessInfo>> probe = nvml_->ListProcesses(g.index);
+    const bool healthy = probe.ok() || probe.status().code() != absl::StatusCode::kUnavailable;
+    if (healthy != g.healthy) {
+      LogWarning(kLog, "GPU ", g.index, " (", g.uuid, ") is now ",
+                 healthy ? "healthy" : "unhealthy",
+                 healthy ? "" : StrCat(": ", probe.status().message()));
+      g.healthy = healthy;
+      changed = true;
+    }
+  }
+  if (changed) {
+    UpdateDevices();
+    SchedulePublishInventory();
+  }
+  UpdateMetrics();
+}
+
+void NodeAgent::SchedulePublishInventory() {
+  if (inventory_publish_scheduled_) return;
+  inventory_publish_scheduled_ = true;
+  // Debounced: a burst of realizations makes one patch.
+  Post(
+      [this] {
+        inventory_publish_scheduled_ = false;
+        (void)RefreshInventory(true);
+      },
+      absl::Milliseconds(50));
+}
+
+void NodeAgent::UpdateMetrics() {
+  const MigCounters c = realizer_.counters();
+  {
+    absl::MutexLock lock(&mu_);
+    mig_counters_ = c;
+  }
+  metrics_->Set("prism_device_plugin_mig_instances_created_total",
+                static_cast<double>(c.gpu_instances_created));
+  metrics_->Set("prism_device_plugin_mig_instances_destroyed_total",
+                static_cast<double>(c.gpu_instances_destroyed));
+  metrics_->Set("prism_device_plugin_mig_instances_held",
+                static_cast<double>(realizer_.Held().size()));
+  int healthy = 0;
+  for (const InventoryGpu& g : inventory_.gpus) healthy += g.healthy ? 1 : 0;
+  metrics_->Set("prism_device_plugin_gpus", healthy, {{"health", "healthy"}});
+  metrics_->Set("prism_device_plugin_gpus", static_cast<double>(inventory_.gpus.size()) - healthy,
+                {{"health", "unhealthy"}});
+  std::map<AllocationState, int> states;
+  for (const AllocationRecord& r : ledger_.All()) ++states[r.state];
+  for (AllocationState s :
+       {AllocationState::kPending, AllocationState::kReady, AllocationState::kFailed}) {
+    metrics_->Set("prism_device_plugin_allocations", states[s],
+                  {{"state", std::string(AllocationStateName(s))}});
+  }
+}
+
+// --- Pods -------------------------------------------------------------------------------------
+
+NodeAgent::PodEntry* NodeAgent::EntryFor(const Json& pod) {
+  const std::string uid = k8s::Uid(pod);
+  if (uid.empty()) return nullptr;
+  PodEntry& e = pods_[uid];
+  e.uid = uid;
+  e.namespace_name = k8s::Namespace(pod);
+  e.name = k8s::Name(pod);
+  e.object = pod;
+  return &e;
+}
+
+NodeAgent::PodEntry* NodeAgent::FindEntryByKey(const std::string& pod_key) {
+  for (auto& [uid, e] : pods_) {
+    if (StrCat(e.namespace_name, "/", e.name) == pod_key && !Terminal(e.object)) return &e;
+  }
+  return nullptr;
+}
+
+std::optional<Json> NodeAgent::LookupPod(const std::string& ns, const std::string& name) {
+  if (std::optional<Json> pod = informer_->Get(ns, name)) return pod;
+  absl::StatusOr<Json> pod = client_->Get(k8s::kPods, ns, name);
+  if (!pod.ok()) return std::nullopt;
+  if (k8s::PodNodeName(*pod) != options_.node_name) return std::nullopt;
+  return *pod;
+}
+
+bool NodeAgent::PodLive(const std::string& pod_uid) {
+  auto it = pods_.find(pod_uid);
+  return it != pods_.end() && !it->second.released && !Terminal(it->second.object) &&
+         !Deleting(it->second.object);
+}
+
+absl::StatusOr<sched::Decision> NodeAgent::DecodeDecision(const Json& pod) const {
+  Json copy = pod;
+  copy["kind"] = "Pod";
+  const std::string where = StrCat("pod ", k8s::Namespace(pod), "/", k8s::Name(pod));
+  YAML::Node node;
+  try {
+    node = YAML::Load(copy.dump());
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(StrCat(where, ": ", e.what()));
+  }
+  ASSIGN_OR_RETURN(config::PodManifest manifest, config::ParsePodNode(node, where));
+  ASSIGN_OR_RETURN(sched::PodRequest request,
+                   config::BuildPodRequest(manifest, options_.device_config));
+  absl::StatusOr<sched::Decision> decision =
+      config::DecodeDecisionAnnotations(manifest.annotations, request, *node_state_);
+  if (decision.status().code() == absl::StatusCode::kNotFound) {
+    return absl::NotFoundError(StrCat(where, " carries no Prism scheduling decision (scheduler ",
+                                      k8s::PodSchedulerName(pod), ")"));
+  }
+  if (decision.ok() && decision->node_name != options_.node_name) {
+    return absl::InvalidArgumentError(StrCat(where, " was decided for node ", decision->node_name));
+  }
+  return decision;
+}
+
+void NodeAgent::OnPodEvent(const Json& pod, bool deleted) {
+  const std::string uid = k8s::Uid(pod);
+  if (uid.empty()) return;
+  if (deleted || Terminal(pod)) {
+    bool holds = pods_.count(uid) != 0;
+    for (const AllocationRecord& r : ledger_.All()) holds = holds || r.pod_uid == uid;
+    if (holds) Release(uid, deleted ? "deleted" : StrCat("phase ", k8s::PodPhase(pod)));
+    pods_.erase(uid);
+    return;
+  }
+  PodEntry* entry = EntryFor(pod);
+  if (options_.prepare_early && !Deleting(pod)) Prepare(entry->uid);
+}
+
+void NodeAgent::Prepare(const std::string& pod_uid) {
+  auto it = pods_.find(pod_uid);
+  if (it == pods_.end()) return;
+  PodEntry& entry = it->second;
+  absl::StatusOr<sched::Decision> decision = DecodeDecision(entry.object);
+  if (!decision.ok()) return;  // Reported when the kubelet allocates.
+  bool changed = false;
+  for (const sched::ContainerAssignment& c : decision->containers) {
+    const bool mig = std::any_of(c.devices.begin(), c.devices.end(),
+                                 [](const sched::DeviceAssignment& d) { return d.IsMig(); });
+    ContainerResult& r = entry.containers[c.name];
+    if (!mig || r.done || r.first_attempt != absl::InfinitePast()) continue;
+    absl::StatusOr<std::vector<RealizedDevice>> devices =
+        RealizeContainer(entry, c.name, EnsureMode::kAllocate);
+    if (devices.ok()) {
+      r.done = true;
+      r.devices = std::move(*devices);
+      changed = true;
+      LogDebug(kLog, "prepared MIG instances for ", entry.namespace_name, "/", entry.name, " ",
+               c.name);
+    } else {
+      LogDebug(kLog, "preparing ", entry.namespace_name, "/", entry.name, " ", c.name, ": ",
+               devices.status().message());
+    }
+  }
+  if (changed) SchedulePublishInventory();
+}
+
+absl::StatusOr<std::vector<RealizedDevice>> NodeAgent::RealizeContainer(
+    PodEntry& pod, const std::string& container, EnsureMode mode) {
+  ASSIGN_OR_RETURN(sched::Decision decision, DecodeDecision(pod.object));
+  const sched::ContainerAssignment* assignment = nullptr;
+  for (const sched::ContainerAssignment& c : decision.containers) {
+    if (c.name == container) assignment = &c;
+  }
+  if (assignment == nullptr) {
+    return absl::InvalidArgumentError(StrCat("the decision has no container ", container));
+  }
+  if (assignment->devices.empty()) {
+    return absl::InvalidArgumentError(StrCat("the decision grants container ", container,
+                                             " no GPU, but the kubelet allocated ",
+                                             options_.resource_name, " to it"));
+  }
+  std::vector<sched::DeviceAssignment> devices = assignment->devices;
+  std::sort(devices.begin(), devices.end(), [](const auto& a, const auto& b) {
+    return std::tie(a.gpu_index, a.start) < std::tie(b.gpu_index, b.start);
+  });
+  const InstanceOwner owner{pod.uid, container};
+  std::vector<RealizedDevice> out;
+  std::vector<MigInstanceRef> taken;
+  auto fail = [&](absl::Status s) {
+    for (auto it = taken.rbegin(); it != taken.rend(); ++it) {
+      absl::Status undo = realizer_.Undo(*it);
+      if (!undo.ok()) LogWarning(kLog, "rolling back: ", undo.message());
+    }
+    return s;
+  };
+  for (const sched::DeviceAssignment& d : devices) {
+    const InventoryGpu* gpu = nullptr;
+    for (const InventoryGpu& g : inventory_.gpus) {
+      if (g.uuid == d.uuid) gpu = &g;
+    }
+    if (gpu == nullptr) {
+      return fail(absl::InvalidArgumentError(
+          StrCat("GPU ", d.uuid, " named by the decision is not on node ", options_.node_name)));
+    }
+    if (!gpu->healthy)
+      return fail(absl::UnavailableError(StrCat("GPU ", gpu->index, " is unhealthy")));
+    RealizedDevice r;
+    r.gpu_index = gpu->index;
+    r.gpu_uuid = gpu->uuid;
+    r.mode = d.mode;
+    r.gpu_memory_mib = gpu->memory_mib;
+    if (!d.IsMig()) {
+      if (gpu->mode == sched::GpuMode::kMig) {
+        return fail(absl::FailedPreconditionError(
+            StrCat("GPU ", gpu->index, " is in MIG mode and cannot give a software slice")));
+      }
+      r.memory_mib = d.memory_mib;
+      r.cores_permille = d.cores_permille;
+      out.push_back(std::move(r));
+      continue;
+    }
+    absl::StatusOr<MigInstanceRef> ref;
+    const sched::GpuInfo& info = node_state_->gpu(d.gpu);
+    if (d.template_index >= 0 && info.template_mode) {
+      std::vector<std::pair<std::string, int>> geometry;
+      const auto& slots =
+          node_state_->template_sets()[info.template_set].geometries[d.template_index].slots;
+      for (const auto& s : slots) {
+        geometry.emplace_back(info.mig_model->profiles[s.profile].Name(), s.start);
+      }
+      ref = realizer_.EnsureInGeometry(gpu->index, geometry, d.profile_name, d.start, owner);
+    } else {
+      ref = realizer_.Ensure(gpu->index, d.profile_name, d.start, owner, mode);
+    }
+    if (!ref.ok()) return fail(ref.status());
+    taken.push_back(*ref);
+    r.profile = ref->profile;
+    r.start = ref->start;
+    r.gpu_instance_id = ref->gpu_instance_id;
+    r.compute_instance_id = ref->compute_instance_id;
+    r.mig_uuid = ref->mig_uuid;
+    r.memory_mib = d.memory_mib;
+    r.cores_permille = d.cores_permille;
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+// --- Resolution -------------------------------------------------------------------------------
+
+void NodeAgent::ResolvePending() {
+  resolve_scheduled_ = false;
+  std::vector<AllocationRecord> records = ledger_.All();
+  const bool pending = std::any_of(records.begin(), records.end(),
+                                   [](const AllocationRecord& r) { return !r.Attributed(); });
+  auto again = [this] {
+    if (resolve_scheduled_) return;
+    resolve_scheduled_ = true;
+    Post([this] { ResolvePending(); }, resolve_backoff_);
+    resolve_backoff_ = std::min(resolve_backoff_ * 2, absl::Milliseconds(200));
+  };
+  if (!pending) return;
+  absl::StatusOr<v1::ListPodResourcesResponse> list =
+      pod_resources_->List(options_.pod_resources_timeout);
+  std::vector<ReportedPod> reported;
+  std::vector<PodView> views;
+  std::set<std::string> viewed;
+  auto add_view = [&](const Json& pod) {
+    PodView v;
+    v.key = StrCat(k8s::Namespace(pod), "/", k8s::Name(pod));
+    if (!viewed.insert(v.key).second) return;
+    v.live = !Terminal(pod) && !Deleting(pod);
+    if (const Json* init = k8s::Find(pod, {"spec", "initContainers"}); init && init->is_array()) {
+      for (const Json& c : *init) {
+        if (ResourceCount(c, options_.resource_name) <= 0) continue;
+        if (RestartableInit(c)) {
+          v.has_reported_gpu_container = true;
+        } else {
+          v.gpu_init_containers.push_back(k8s::GetString(c, {"name"}));
+        }
+      }
+    }
+    if (const Json* cs = k8s::Find(pod, {"spec", "containers"}); cs && cs->is_array()) {
+      for (const Json& c : *cs) {
+        if (ResourceCount(c, options_.resource_name) > 0) v.has_reported_gpu_container = true;
+      }
+    }
+    views.push_back(std::move(v));
+  };
+  if (list.ok()) {
+    for (const v1::PodResources& pr : list->pod_resources()) {
+      ReportedPod rp;
+      rp.key = StrCat(pr.namespace_(), "/", pr.name());
+      for (const v1::ContainerResources& cr : pr.containers()) {
+        ReportedContainer rc;
+        rc.name = cr.name();
+        for (const v1::ContainerDevices& d : cr.devices()) {
+          if (d.resource_name() != options_.resource_name) continue;
+          rc.device_ids.insert(rc.device_ids.end(), d.device_ids().begin(), d.device_ids().end());
+        }
+        if (!rc.device_ids.empty()) rp.containers.push_back(std::move(rc));
+      }
+      if (rp.containers.empty()) continue;
+      // A pod the kubelet admitted but the informer has not shown yet: ask the API.
+      if (!informer_->Get(pr.namespace_(), pr.name())) {
+        if (std::optional<Json> pod = LookupPod(pr.namespace_(), pr.name())) add_view(*pod);
+      }
+      reported.push_back(std::move(rp));
+    }
+  } else {
+    LogWarning(kLog, "PodResources List: ", list.status().message());
+  }
+  for (const Json& pod : informer_->List()) add_view(pod);
+
+  const int64_t now = NowMs();
+  std::vector<AllocationView> allocations;
+  for (const AllocationRecord& r : records) {
+    AllocationView a;
+    a.id = r.id;
+    a.seq = r.seq;
+    a.device_ids = r.device_ids;
+    a.age_ms = now - r.created_ms;
+    if (r.Attributed()) {
+      a.pod_key = r.PodKey();
+      a.container = r.container;
+    }
+    allocations.push_back(std::move(a));
+  }
+  for (const Attribution& a : Attribute(allocations, reported, views)) {
+    std::optional<AllocationRecord> record = ledger_.Get(a.allocation_id);
+    if (!record) continue;
+    const size_t slash = a.pod_key.find('/');
+    std::optional<Json> pod = LookupPod(a.pod_key.substr(0, slash), a.pod_key.substr(slash + 1));
+    if (!pod) continue;
+    PodEntry* entry = EntryFor(*pod);
+    if (entry == nullptr) continue;
+    record->pod_uid = entry->uid;
+    record->pod_namespace = entry->namespace_name;
+    record->pod_name = entry->name;
+    record->container = a.container;
+    if (absl::Status put = ledger_.Put(*record); !put.ok()) {
+      LogError(kLog, "recording attribution of ", record->id, ": ", put.message());
+    }
+    LogDebug(kLog, "allocation ", record->id, " serves ", a.pod_key, " container ", a.container);
+    RealizeAndPublish(entry->uid, a.container);
+  }
+  // Allocations nobody claimed in time.
+  bool still_pending = false;
+  for (AllocationRecord& r : ledger_.All()) {
+    if (r.Attributed() || r.state != AllocationState::kPending) continue;
+    if (now - r.created_ms < absl::ToInt64Milliseconds(options_.resolve_timeout)) {
+      still_pending = true;
+      continue;
+    }
+    r.state = AllocationState::kFailed;
+    r.error = StrCat("no pod on ", options_.node_name, " holds devices ",
+                     StrJoin(r.device_ids, ","), " in the kubelet's PodResources after ",
+                     absl::FormatDuration(options_.resolve_timeout));
+    LogError(kLog, "allocation ", r.id, ": ", r.error);
+    (void)WriteCdiSpec(options_.cdi_dir, r.id, BuildFailureEdits(r.error));
+    (void)ledger_.Put(r);
+    metrics_->Add("prism_device_plugin_allocation_failures_total", 1, {{"reason", "unattributed"}});
+  }
+  if (still_pending) again();
+  UpdateMetrics();
+}
+
+void NodeAgent::RealizeAndPublish(const std::string& pod_uid, const std::string& container) {
+  auto it = pods_.find(pod_uid);
+  if (it == pods_.end()) return;
+  PodEntry& entry = it->second;
+  ContainerResult& r = entry.containers[container];
+  if (!r.done) {
+    const absl::Time now = absl::Now();
+    if (r.first_attempt == absl::InfinitePast()) r.first_attempt = now;
+    absl::StatusOr<std::vector<RealizedDevice>> devices =
+        RealizeContainer(entry, container, EnsureMode::kAllocate);
+    if (!devices.ok() && Retryable(devices.status()) &&
+        now - r.first_attempt < options_.realize_retry_timeout) {
+      LogInfo(kLog, "retrying ", entry.namespace_name, "/", entry.name, " ", container, ": ",
+              devices.status().message());
+      Post([this, pod_uid, container] { RealizeAndPublish(pod_uid, container); },
+           absl::Milliseconds(50));
+      return;
+    }
+    r.done = true;
+    if (devices.ok()) {
+      r.devices = std::move(*devices);
+    } else {
+      r.error = std::string(devices.status().message());
+      metrics_->Add("prism_device_plugin_allocation_failures_total", 1,
+                    {{"reason", FailureClass(devices.status())}});
+      RecordFailureEvent(entry, container, r.error);
+    }
+  }
+  Publish(entry, container);
+}
+
+void NodeAgent::Publish(PodEntry& pod, const std::string& container) {
+  const ContainerResult& r = pod.containers[container];
+  ContainerEdits edits;
+  if (r.error.empty()) {
+    ContainerIdentity who{
+        pod.uid, container,
+        AsciiLower(ContainerEnv(pod.object, container, "CUDA_DISABLE_CONTROL")) == "true"};
+    edits = BuildContainerEdits(r.devices, who, options_.vgpu);
+    if (std::any_of(r.devices.begin(), r.devices.end(),
+                    [](const RealizedDevice& d) { return d.Limited(); })) {
+      const std::string dir = ContainerRunDir(options_.vgpu, pod.uid, container);
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      // Any container user must be able to create the shared region file.
+      fs::permissions(dir, fs::perms::all, ec);
+    }
+  } else {
+    edits = BuildFailureEdits(r.error);
+  }
+  const int64_t now = NowMs();
+  for (AllocationRecord& rec : ledger_.All()) {
+    if (rec.pod_uid != pod.uid || rec.container != container) continue;
+    absl::Status written = WriteCdiSpec(options_.cdi_dir, rec.id, edits);
+    const AllocationState state = !written.ok()     ? AllocationState::kFailed
+                                  : r.error.empty() ? AllocationState::kReady
+                                                    : AllocationState::kFailed;
+    if (rec.state == AllocationState::kPending) {
+      metrics_->Observe("prism_device_plugin_resolve_duration_seconds",
+                        static_cast<double>(now - rec.created_ms) / 1000.0);
+    }
+    rec.state = state;
+    rec.error = written.ok() ? r.error : std::string(written.message());
+    if (absl::Status put = ledger_.Put(rec); !put.ok()) {
+      LogError(kLog, "recording allocation ", rec.id, ": ", put.message());
+    }
+  }
+  QueueStatusPatch(pod);
+  if (std::any_of(r.devices.begin(), r.devices.end(),
+                  [](const RealizedDevice& d) { return d.IsMig(); })) {
+    SchedulePublishInventory();
+  }
+}
+
+void NodeAgent::QueueStatusPatch(const PodEntry& pod) {
+  std::map<std::string, Json> containers;
+  for (const AllocationRecord& rec : ledger_.All()) {
+    if (rec.pod_uid != pod.uid) continue;
+    Json& c = containers[rec.container];
+    c["allocations"].push_back(rec.id);
+    for (const std::string& id : rec.device_ids) c["deviceIds"].push_back(id);
+  }
+  for (auto& [name, c] : containers) {
+    auto it = pod.containers.find(name);
+    if (it == pod.containers.end() || !it->second.done) continue;
+    if (!it->second.error.empty()) {
+      c["error"] = it->second.error;
+      continue;
+    }
+    Json devices = Json::array();
+    for (const RealizedDevice& d : it->second.devices) devices.push_back(DeviceJson(d));
+    c["devices"] = devices;
+  }
+  Json status{{"node", options_.node_name}, {"containers", Json(containers)}};
+  absl::MutexLock lock(&patch_mu_);
+  patches_[StrCat("pod/", pod.uid)] =
+      PatchTarget{false, pod.namespace_name, pod.name, kAllocationStatusAnnotation, status.dump()};
+}
+
+void NodeAgent::RecordFailureEvent(const PodEntry& pod, const std::string& container,
+                                   const std::string& reason) {
+  LogError(kLog, "pod ", pod.namespace_name, "/", pod.name, " container ", container,
+           " gets no GPU: ", reason);
+  if (events_ == nullptr) return;
+  events_->Record(k8s::ReferenceTo(pod.object, "Pod", "v1"), k8s::EventType::kWarning,
+                  "PrismAllocationFailed", StrCat("container ", container, ": ", reason));
+}
+
+// --- Release, reconcile, adopt --------------------------------------------------------------
+
+void NodeAgent::Release(const std::string& pod_uid, const std::string& why) {
+  std::set<std::string> containers;
+  std::string who;
+  for (const AllocationRecord& r : ledger_.All()) {
+    if (r.pod_uid != pod_uid) continue;
+    containers.insert(r.container);
+    who = r.PodKey();
+    (void)RemoveCdiSpec(options_.cdi_dir, r.id);
+    (void)ledger_.Remove(r.id);
+  }
+  if (auto it = pods_.find(pod_uid); it != pods_.end()) {
+    for (const auto& [name, result] : it->second.containers) containers.insert(name);
+    who = StrCat(it->second.namespace_name, "/", it->second.name);
+    it->second.released = true;
+  }
+  for (const std::string& c : containers) {
+    std::error_code ec;
+    fs::remove_all(ContainerRunDir(options_.vgpu, pod_uid, c), ec);
+  }
+  if (absl::Status s = realizer_.ReleasePod(pod_uid); !s.ok()) {
+    LogWarning(kLog, "releasing MIG instances of ", who, ": ", s.message());
+  }
+  LogInfo(kLog, "released pod ", who.empty() ? pod_uid : who, " (", why, ")");
+  pods_.erase(pod_uid);
+  SchedulePublishInventory();
+  UpdateMetrics();
+}
+
+void NodeAgent::Reconcile() {
+  std::map<std::string, AllocationRecord> by_pod;
+  const int64_t now = NowMs();
+  for (const AllocationRecord& r : ledger_.All()) {
+    if (r.Attributed()) {
+      by_pod.emplace(r.pod_uid, r);
+    } else if (r.state == AllocationState::kFailed &&
+               now - r.created_ms > 10 * absl::ToInt64Milliseconds(options_.resolve_timeout)) {
+      (void)RemoveCdiSpec(options_.cdi_dir, r.id);
+      (void)ledger_.Remove(r.id);
+    }
+  }
+  for (const auto& [uid, r] : by_pod) {
+    if (PodLive(uid)) continue;
+    std::optional<Json> pod = LookupPod(r.pod_namespace, r.pod_name);
+    if (pod && k8s::Uid(*pod) == uid && !Terminal(*pod)) {
+      EntryFor(*pod);
+      continue;
+    }
+    Release(uid, "gone");
+  }
+  std::set<std::string> ids;
+  for (const AllocationRecord& r : ledger_.All()) ids.insert(r.id);
+  for (const std::string& id : ListCdiSpecIds(options_.cdi_dir)) {
+    if (ids.count(id) == 0) {
+      LogInfo(kLog, "removing orphaned CDI spec of allocation ", id);
+      (void)RemoveCdiSpec(options_.cdi_dir, id);
+    }
+  }
+  if (!FailClosedReason().empty()) {
+    Adopt();  // Re-checks; clears the fault when consistent.
+  } else if (absl::Status trimmed = realizer_.TrimIdle(); !trimmed.ok()) {
+    LogWarning(kLog, "trimming idle MIG instances: ", trimmed.message());
+  }
+  UpdateMetrics();
+}
+
+void NodeAgent::Adopt() {
+  // Allocations the ledger lost (no state dir, or a new node disk) come back from the pods'
+  // status annotations.
+  const std::vector<AllocationRecord> known = ledger_.All();
+  std::set<std::string> known_ids;
+  for (const AllocationRecord& r : known) known_ids.insert(r.id);
+  for (const Json& pod : informer_->List()) {
+    std::optional<std::string> text = k8s::Annotation(pod, kAllocationStatusAnnotation);
+    if (!text || Terminal(pod)) continue;
+    const Json status = Json::parse(*text, nullptr, false);
+    const Json* containers = status.is_object() ? k8s::Find(status, {"containers"}) : nullptr;
+    if (containers == nullptr || !containers->is_object()) continue;
+    for (const auto& [name, c] : containers->items()) {
+      const Json* allocations = k8s::Find(c, {"allocations"});
+      if (allocations == nullptr || !allocations->is_array()) continue;
+      for (const Json& id : *allocations) {
+        if (!id.is_string() || known_ids.count(id.get<std::string>()) != 0) continue;
+        AllocationRecord r;
+        r.id = id.get<std::string>();
+        const size_t dash = r.id.rfind('-');
+        if (dash != std::string::npos) {
+          try {
+            r.seq = std::stoull(r.id.substr(dash + 1));
+          } catch (const std::exception&) {
+          }
+        }
+        r.pod_uid = k8s::Uid(pod);
+        r.pod_namespace = k8s::Namespace(pod);
+        r.pod_name = k8s::Name(pod);
+        r.container = name;
+        r.created_ms = NowMs();
+        if (const Json* ids = k8s::Find(c, {"deviceIds"}); ids && ids->is_array()) {
+          for (const Json& d : *ids) {
+            if (d.is_string()) r.device_ids.push_back(d.get<std::string>());
+          }
+        }
+        LogInfo(kLog, "recovered allocation ", r.id, " of ", r.PodKey(), " from its annotation");
+        (void)ledger_.Put(r);
+        known_ids.insert(r.id);
+      }
+    }
+  }
+
+  std::vector<std::string> problems;
+  std::set<std::pair<std::string, std::string>> done;
+  bool unattributed = false;
+  for (const AllocationRecord& r : ledger_.All()) {
+    if (!r.Attributed()) {
+      unattributed = unattributed || r.state == AllocationState::kPending;
+      continue;
+    }
+    if (!done.insert({r.pod_uid, r.container}).second) continue;
+    std::optional<Json> pod = informer_->Get(r.pod_namespace, r.pod_name);
+    if (!pod || k8s::Uid(*pod) != r.pod_uid || Terminal(*pod)) {
+      Release(r.pod_uid, "gone while the agent was away");
+      continue;
+    }
+    PodEntry* entry = EntryFor(*pod);
+    ContainerResult& result = entry->containers[r.container];
+    if (result.done && result.error.empty()) continue;  // Re-check of an adopted container.
+    if (r.state == AllocationState::kFailed && !r.error.empty()) {
+      result.done = true;  // A failure stays a failure; its spec says why.
+      result.error = r.error;
+      Publish(*entry, r.container);
+      continue;
+    }
+    absl::StatusOr<std::vector<RealizedDevice>> devices =
+        RealizeContainer(*entry, r.container, EnsureMode::kAdopt);
+    if (!devices.ok()) {
+      problems.push_back(
+          StrCat("pod ", r.PodKey(), " container ", r.container, ": ", devices.status().message()));
+      continue;
+    }
+    result.done = true;
+    result.error.clear();
+    result.devices = std::move(*devices);
+    Publish(*entry, r.container);
+  }
+  SetFailClosed(StrJoin(problems, "; "));
+  if (problems.empty()) {
+    if (absl::Status trimmed = realizer_.TrimIdle(); !trimmed.ok()) {
+      LogWarning(kLog, "cleaning idle MIG instances: ", trimmed.message());
+    }
+  }
+  if (unattributed) {
+    Post([this] {
+      if (!resolve_scheduled_) {
+        resolve_scheduled_ = true;
+        ResolvePending();
+      }
+    });
+  }
+  UpdateMetrics();
+}
+
+}  // namespace prism::deviceplugin

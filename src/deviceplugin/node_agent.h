@@ -1,0 +1,227 @@
+// src/deviceplugin/node_agent.h: the node agent behind `prism device-plugin`.
+//
+// Implements docs/allocation-protocol.md on one node:
+//   - advertises split_count token device IDs per GPU, with health (ListAndWatch);
+//   - Allocate records a fresh allocation (ledger.h) and answers at once with the CDI device
+//     "prism.io/allocation=<ID>" and env PRISM_ALLOCATION_ID (plus NVIDIA_VISIBLE_DEVICES=void,
+//     so a runtime without CDI support never hands out the image's "all");
+//   - the resolver joins allocations with PodResources List (attribution.h), reads the pod's
+//     decision with src/config's decoder, realizes it (mig_realizer.h for MIG, env limits for
+//     slices), writes the allocation's CDI spec (cdi_spec.h, container_edits.h), patches the
+//     pod's prism.io/allocation-status annotation and, on failure, records an Event;
+//   - prepares MIG instances as soon as a pod with a decision is bound here (optional);
+//   - releases what a pod held when it ends (idle MIG instances beyond the pool bound are
+//     destroyed);
+//   - publishes the GPU inventory in a node annotation, patched only when it changes;
+//   - on start, adopts the instances live pods hold (ledger + pod annotations) and cleans idle
+//     ones; any inconsistency makes it refuse allocations (fail closed) until it is resolved.
+// Threads: NVML and all realization run on one worker thread (Nvml is not thread-safe);
+// Allocate and the device list are served from other threads under locks; API writes go
+// through a patch thread so a slow API server never blocks the worker. Thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+#include "core/sched/cluster.h"
+#include "core/sched/device_config.h"
+#include "deviceplugin/container_edits.h"
+#include "deviceplugin/inventory.h"
+#include "deviceplugin/ledger.h"
+#include "deviceplugin/metrics.h"
+#include "deviceplugin/mig_realizer.h"
+#include "k8s/client.h"
+#include "kubelet/deviceplugin/v1beta1/api.pb.h"
+#include "nvml/nvml.h"
+
+namespace prism::k8s {
+class Informer;
+class EventRecorder;
+}  // namespace prism::k8s
+
+namespace prism::kubelet {
+class PodResourcesClient;
+}  // namespace prism::kubelet
+
+namespace prism::deviceplugin {
+
+// The pod annotation the agent writes: what each container got, or why it got nothing.
+inline constexpr char kAllocationStatusAnnotation[] = "prism.io/allocation-status";
+inline constexpr char kAllocationIdEnv[] = "PRISM_ALLOCATION_ID";
+inline constexpr char kAllocationErrorEnv[] = "PRISM_ALLOCATION_ERROR";
+
+struct NodeAgentOptions {
+  std::string node_name;
+  std::string resource_name = "nvidia.com/gpu";
+  int split_count = 10;
+  std::string pod_resources_socket = "/var/lib/kubelet/pod-resources/kubelet.sock";
+  std::string cdi_dir = "/var/run/cdi";
+  // Allocation ledger; empty keeps it in memory (an agent restart then loses unresolved ones).
+  std::string state_dir = "/var/lib/prism/device-plugin";
+  VgpuOptions vgpu;
+  MigRealizerOptions mig;
+  sched::DeviceConfig device_config;
+  // Create MIG instances when a pod with a decision is bound, before the kubelet allocates.
+  bool prepare_early = true;
+  // Also name the CDI device in the cdi.k8s.io/ container annotation (runtimes that read CDI
+  // names from annotations, for kubelets without the cdi_devices field).
+  bool cdi_annotations = false;
+  // How long an allocation may stay unattributed before it fails.
+  absl::Duration resolve_timeout = absl::Seconds(30);
+  // How long a realization blocked by an instance in use (a pod still terminating) or an
+  // unavailable GPU is retried before it fails.
+  absl::Duration realize_retry_timeout = absl::Seconds(20);
+  absl::Duration health_interval = absl::Seconds(10);
+  absl::Duration inventory_interval = absl::Seconds(30);
+  absl::Duration reconcile_interval = absl::Seconds(30);
+  absl::Duration informer_sync_timeout = absl::Seconds(60);
+  absl::Duration pod_resources_timeout = absl::Seconds(5);
+};
+
+class NodeAgent {
+ public:
+  // `nvml`, `client` and `metrics` must outlive the agent.
+  NodeAgent(NodeAgentOptions options, nvml::Nvml* nvml, k8s::Client* client,
+            MetricsRegistry* metrics);
+  ~NodeAgent();
+  NodeAgent(const NodeAgent&) = delete;
+  NodeAgent& operator=(const NodeAgent&) = delete;
+
+  // Reads the GPUs, syncs the pod cache, adopts what live pods hold, starts the threads.
+  // An adoption inconsistency does not fail Start: the agent runs, failing closed.
+  absl::Status Start();
+  void Stop();
+
+  // --- Device plugin service (any thread) ---
+  absl::StatusOr<v1beta1::AllocateResponse> Allocate(const v1beta1::AllocateRequest& request);
+  v1beta1::PreferredAllocationResponse PreferredAllocation(
+      const v1beta1::PreferredAllocationRequest& request) const;
+  // The device list and its version (bumped on every change).
+  std::pair<uint64_t, std::vector<v1beta1::Device>> Devices() const;
+  // Waits until the version differs from `seen`, the timeout passes or the agent stops.
+  void WaitForDevicesChange(uint64_t seen, absl::Duration timeout) const;
+  bool stopping() const;
+
+  // --- Probes and tests ---
+  // Why the agent refuses allocations; empty when it does not.
+  std::string FailClosedReason() const;
+  // Waits until no allocation is pending and the worker has nothing due. False on timeout.
+  bool WaitIdle(absl::Duration timeout);
+  std::vector<AllocationRecord> Allocations() const { return ledger_.All(); }
+  MigCounters mig_counters() const;
+  const NodeAgentOptions& options() const { return options_; }
+
+ private:
+  struct ContainerResult {
+    bool done = false;
+    std::vector<RealizedDevice> devices;
+    std::string error;
+    absl::Time first_attempt = absl::InfinitePast();
+  };
+  struct PodEntry {
+    std::string uid;
+    std::string namespace_name;
+    std::string name;
+    k8s::Json object;
+    bool released = false;
+    std::map<std::string, ContainerResult> containers;
+  };
+
+  // Worker queue.
+  void Post(std::function<void()> task, absl::Duration delay = absl::ZeroDuration());
+  void WorkerLoop();
+  void PatchLoop();
+
+  // Worker-thread steps.
+  absl::Status RefreshInventory(bool publish);
+  absl::Status RebuildNodeState();
+  void CheckHealth();
+  void SchedulePublishInventory();
+  void ResolvePending();
+  void RealizeAndPublish(const std::string& pod_uid, const std::string& container);
+  absl::StatusOr<std::vector<RealizedDevice>> RealizeContainer(PodEntry& pod,
+                                                               const std::string& container,
+                                                               EnsureMode mode);
+  void Publish(PodEntry& pod, const std::string& container);
+  void Prepare(const std::string& pod_uid);
+  void Release(const std::string& pod_uid, const std::string& why);
+  void Reconcile();
+  void Adopt();
+  void OnPodEvent(const k8s::Json& pod, bool deleted);
+  PodEntry* EntryFor(const k8s::Json& pod);
+  PodEntry* FindEntryByKey(const std::string& pod_key);
+  std::optional<k8s::Json> LookupPod(const std::string& ns, const std::string& name);
+  absl::StatusOr<sched::Decision> DecodeDecision(const k8s::Json& pod) const;
+  bool PodLive(const std::string& pod_uid);
+  void QueueStatusPatch(const PodEntry& pod);
+  void RecordFailureEvent(const PodEntry& pod, const std::string& container,
+                          const std::string& reason);
+  void SetFailClosed(std::string reason);
+  void UpdateDevices();
+  void UpdateMetrics();
+
+  const NodeAgentOptions options_;
+  nvml::Nvml* const nvml_;
+  k8s::Client* const client_;
+  MetricsRegistry* const metrics_;
+  Ledger ledger_;
+  std::unique_ptr<kubelet::PodResourcesClient> pod_resources_;
+  std::unique_ptr<k8s::Informer> informer_;
+  std::unique_ptr<k8s::EventRecorder> events_;
+
+  // Worker-only state.
+  MigRealizer realizer_;
+  NodeInventory inventory_;
+  std::string published_inventory_;
+  std::unique_ptr<sched::ClusterState> node_state_;
+  std::map<std::string, PodEntry> pods_;  // By UID.
+  absl::Duration resolve_backoff_ = absl::Milliseconds(2);
+  bool resolve_scheduled_ = false;
+  bool inventory_publish_scheduled_ = false;
+  std::vector<std::shared_ptr<std::function<void()>>> periodic_;
+
+  // Shared with the gRPC threads.
+  mutable absl::Mutex mu_;
+  std::vector<v1beta1::Device> devices_ ABSL_GUARDED_BY(mu_);
+  uint64_t devices_version_ ABSL_GUARDED_BY(mu_) = 0;
+  std::set<std::string> known_gpus_ ABSL_GUARDED_BY(mu_);
+  std::string fail_closed_ ABSL_GUARDED_BY(mu_);
+  MigCounters mig_counters_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+
+  // Worker queue.
+  absl::Mutex queue_mu_;
+  std::multimap<absl::Time, std::function<void()>> queue_ ABSL_GUARDED_BY(queue_mu_);
+  bool worker_busy_ ABSL_GUARDED_BY(queue_mu_) = false;
+  bool worker_stop_ ABSL_GUARDED_BY(queue_mu_) = false;
+  std::thread worker_;
+
+  // Patch queue: latest value per target wins.
+  struct PatchTarget {
+    bool node = false;
+    std::string namespace_name;
+    std::string name;
+    std::string annotation;
+    std::string value;
+  };
+  absl::Mutex patch_mu_;
+  std::map<std::string, PatchTarget> patches_ ABSL_GUARDED_BY(patch_mu_);
+  bool patch_stop_ ABSL_GUARDED_BY(patch_mu_) = false;
+  int patch_in_flight_ ABSL_GUARDED_BY(patch_mu_) = 0;
+  std::thread patcher_;
+};
+
+}  // namespace prism::deviceplugin

@@ -1,0 +1,84 @@
+// src/deviceplugin/test_util.h: helpers for the node agent's tests (tests only).
+#pragma once
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "gtest/gtest.h"
+
+#include "nvml/sim/sim_state_file.h"
+
+namespace prism::deviceplugin::testing {
+
+// A fresh directory under the test temp dir, named after the running test.
+inline std::filesystem::path TestDir(const std::string& tag = "") {
+  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+  std::string name = std::string(info->test_suite_name()) + "." + info->name() + tag;
+  for (char& c : name) {
+    if (c == '/') c = '_';
+  }
+  const auto dir = std::filesystem::path(::testing::TempDir()) / ("dp-" + name);
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+inline std::string WriteFile(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream(path) << text;
+  return path.string();
+}
+
+// Adds a process on GPU `gpu`, GPU instance `gi` (-1: whole GPU).
+inline void AddProcess(const std::string& state_file, int gpu, uint32_t pid, int gi = -1,
+                       int ci = -1) {
+  nvml::sim::SimStateFile file(state_file);
+  ASSERT_TRUE(file.Transact([&](nvml::sim::SimState& s, bool* changed) {
+                    s.gpus[gpu].processes.push_back({pid, 100, gi, ci});
+                    *changed = true;
+                    return absl::OkStatus();
+                  })
+                  .ok());
+}
+
+inline void ClearProcesses(const std::string& state_file) {
+  nvml::sim::SimStateFile file(state_file);
+  ASSERT_TRUE(file.Transact([&](nvml::sim::SimState& s, bool* changed) {
+                    for (auto& g : s.gpus) g.processes.clear();
+                    *changed = true;
+                    return absl::OkStatus();
+                  })
+                  .ok());
+}
+
+// Fails the (skip+1)-th call of `call` with NVML error `error` (e.g. "INSUFFICIENT_RESOURCES").
+inline void InjectFault(const std::string& state_file, const std::string& call, int code,
+                        int skip = 0, int count = 1) {
+  nvml::sim::SimStateFile file(state_file);
+  ASSERT_TRUE(file.Transact([&](nvml::sim::SimState& s, bool* changed) {
+                    s.faults.push_back({call, skip, count, code});
+                    *changed = true;
+                    return absl::OkStatus();
+                  })
+                  .ok());
+}
+
+inline nvml::sim::SimState ReadState(const std::string& state_file) {
+  auto s = nvml::sim::SimStateFile(state_file).Read();
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *s : nvml::sim::SimState{};
+}
+
+// Number of GPU instances on simulated GPU `gpu`.
+inline size_t InstanceCount(const std::string& state_file, int gpu) {
+  return ReadState(state_file).gpus[gpu].gpu_instances.size();
+}
+
+// NVML return codes used in fault injection.
+inline constexpr int kNvmlInvalidArgument = 2;
+inline constexpr int kNvmlGpuIsLost = 15;
+inline constexpr int kNvmlInUse = 19;
+inline constexpr int kNvmlInsufficientResources = 23;
+inline constexpr int kNvmlUnknown = 999;
+
+}  // namespace prism::deviceplugin::testing
