@@ -71,6 +71,15 @@ void LoadConfig(Config* config) {
                      config->sm_tick_ms);
     }
   }
+  if (const char* value = getenv("PRISM_VGPU_CHARGE_OVERHEAD"); value != nullptr) {
+    const quota::Parsed<bool> charge = quota::ParseBool(value);
+    if (charge.ok()) {
+      config->charge_overhead = charge.value;
+    } else {
+      PRISM_VGPU_LOG(kError, "PRISM_VGPU_CHARGE_OVERHEAD=\"%s\": %s; charging overhead", value,
+                     quota::ParseErrorName(charge.error));
+    }
+  }
   if (const char* value = getenv("PRISM_VGPU_TEST_LOCK_STALL_MS"); value != nullptr) {
     config->test_lock_stall_ms = atoi(value);
   }

@@ -3,8 +3,8 @@
 // HAMi-core compatible: CUDA_DEVICE_MEMORY_LIMIT[_<i>], CUDA_DEVICE_SM_LIMIT[_<i>],
 // CUDA_DEVICE_MEMORY_SHARED_CACHE, CUDA_DISABLE_CONTROL, GPU_CORE_UTILIZATION_POLICY,
 // LIBCUDA_LOG_LEVEL. Prism additions: PRISM_VGPU_REAL_LIBCUDA, PRISM_VGPU_REAL_NVML,
-// PRISM_VGPU_SM_TICK_MS, PRISM_VGPU_TEST_LOCK_STALL_MS (tests only). A malformed value is logged
-// as an error naming the variable and the value, and the default applies.
+// PRISM_VGPU_SM_TICK_MS, PRISM_VGPU_CHARGE_OVERHEAD, PRISM_VGPU_TEST_LOCK_STALL_MS (tests only). A
+// malformed value is logged as an error naming the variable and the value, and the default applies.
 // Not on any hot path; no allocation.
 #pragma once
 
@@ -25,6 +25,9 @@ struct Config {
   // counted (and maybe paced).
   bool sm_limit_configured = false;
   int test_lock_stall_ms = 0;
+  // PRISM_VGPU_CHARGE_OVERHEAD: charge the driver's own per-process memory (contexts, modules),
+  // measured through NVML, to the container (default on).
+  bool charge_overhead = true;
   char region_path[512] = {};
   char real_libcuda[512] = {};
   char real_nvml[512] = {};

@@ -279,6 +279,28 @@ TEST_F(PreloadTest, AllocationsAreChargedWhenTheContextDeviceIsUnknown) {
       << r.out << r.err;
 }
 
+// What the driver takes for a process beyond its allocations (a context here) is measured through
+// NVML and charged to the container, so the limit covers what the GPU really spends.
+TEST_F(PreloadTest, DriverOverheadMeasuredThroughNvmlIsCharged) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  env.Set("PRISM_FAKE_CUDA_CONTEXT_BYTES", U(300 * kMiB));
+  const ExitInfo r = Probe(env, {"init", "alloc", "2m", "sleep", "2600", "meminfo", "nvmlmem",
+                                 "alloc", "600m", "alloc", "200m", "alloc", "100m"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(Field(r.out, "meminfo", "free"), U(kGiB - 302 * kMiB)) << r.out << r.err;
+  EXPECT_EQ(Field(r.out, "nvmlmem", "used"), U(302 * kMiB));
+  EXPECT_NE(r.out.find("alloc ok id=1\nalloc err=2\nalloc ok id=2\n"), std::string::npos)
+      << r.out << r.err;
+  // Switched off, only allocations count.
+  Env off = ContainerEnv("region-off");
+  off.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  off.Set("PRISM_FAKE_CUDA_CONTEXT_BYTES", U(300 * kMiB));
+  off.Set("PRISM_VGPU_CHARGE_OVERHEAD", "0");
+  const ExitInfo r2 = Probe(off, {"init", "alloc", "2m", "sleep", "1500", "meminfo"});
+  EXPECT_EQ(Field(r2.out, "meminfo", "free"), U(kGiB - 2 * kMiB)) << r2.out << r2.err;
+}
+
 TEST_F(PreloadTest, OtherContainersAreNotCharged) {
   Env a = ContainerEnv("region-a");
   a.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");

@@ -185,6 +185,7 @@ void Region::FreeSlotLocked(int index) {
     if (left.underflow) layout_->header.underflows.fetch_add(1, std::memory_order_relaxed);
     device.used.store(left.value, std::memory_order_relaxed);
     slot.used[d].store(0, std::memory_order_relaxed);
+    slot.overhead[d].store(0, std::memory_order_relaxed);
   }
   slot.host_pid.store(0, std::memory_order_relaxed);
   slot.state.store(kSlotFree, std::memory_order_release);
@@ -238,6 +239,7 @@ int Region::AcquireSlot(pid_t pid, uint64_t start_time) {
       slot.host_pid.store(0, std::memory_order_relaxed);
       ++slot.generation;
       for (auto& used : slot.used) used.store(0, std::memory_order_relaxed);
+      for (auto& overhead : slot.overhead) overhead.store(0, std::memory_order_relaxed);
       slot.state.store(kSlotLive, std::memory_order_release);
       return free_index;
     }
@@ -333,6 +335,33 @@ void Region::Release(int slot_index, int device_index, uint64_t bytes) {
       quota::SubtractSaturating(device.used.load(std::memory_order_relaxed), removed);
   if (device_left.underflow) layout_->header.underflows.fetch_add(1, std::memory_order_relaxed);
   device.used.store(device_left.value, std::memory_order_relaxed);
+}
+
+uint64_t Region::SetOverhead(int slot_index, int device_index, uint64_t bytes) {
+  Locker lock(this);
+  RegionDevice& device = layout_->devices[device_index];
+  RegionSlot& slot = layout_->slots[slot_index];
+  const uint64_t old = slot.overhead[device_index].load(std::memory_order_relaxed);
+  uint64_t slot_used = slot.used[device_index].load(std::memory_order_relaxed);
+  uint64_t device_used = device.used.load(std::memory_order_relaxed);
+  if (bytes >= old) {
+    slot_used = quota::AddSaturating(slot_used, bytes - old);
+    device_used = quota::AddSaturating(device_used, bytes - old);
+  } else {
+    const quota::Subtraction s = quota::SubtractSaturating(slot_used, old - bytes);
+    const quota::Subtraction d = quota::SubtractSaturating(device_used, old - bytes);
+    if (s.underflow || d.underflow)
+      layout_->header.underflows.fetch_add(1, std::memory_order_relaxed);
+    slot_used = s.value;
+    device_used = d.value;
+  }
+  slot.overhead[device_index].store(bytes, std::memory_order_relaxed);
+  slot.used[device_index].store(slot_used, std::memory_order_relaxed);
+  device.used.store(device_used, std::memory_order_relaxed);
+  if (device_used > device.peak_used.load(std::memory_order_relaxed)) {
+    device.peak_used.store(device_used, std::memory_order_relaxed);
+  }
+  return device_used;
 }
 
 }  // namespace prism::vgpu

@@ -77,7 +77,10 @@ struct alignas(64) RegionSlot {
   uint64_t start_time;                      // /proc/<pid>/stat field 22.
   std::atomic<int32_t> host_pid;            // The PID NVML reports for this process; 0: unknown.
   uint32_t generation;                      // Incremented on every acquisition.
-  std::atomic<uint64_t> used[kMaxDevices];  // Bytes charged per device entry.
+  std::atomic<uint64_t> used[kMaxDevices];  // Bytes charged per device entry, overhead included.
+  // Of `used`: memory the driver took for this process beyond its allocations (contexts, modules),
+  // measured through NVML (SetOverhead).
+  std::atomic<uint64_t> overhead[kMaxDevices];
 };
 
 struct RegionHeader {
@@ -117,11 +120,12 @@ static_assert(offsetof(RegionDevice, used) == 40);
 static_assert(offsetof(RegionDevice, pace_tat_ns) == 128);
 static_assert(offsetof(RegionDevice, warps_launched) == 192);
 static_assert(offsetof(RegionDevice, watcher_pid) == 256);
-static_assert(sizeof(RegionSlot) == 192);
+static_assert(offsetof(RegionSlot, overhead) == 152);
+static_assert(sizeof(RegionSlot) == 320);
 static_assert(offsetof(RegionSlot, used) == 24);
 static_assert(offsetof(RegionLayout, devices) == 192);
 static_assert(offsetof(RegionLayout, slots) == 192 + 16 * 320);
-static_assert(sizeof(RegionLayout) == 192 + 16 * 320 + 1024 * 192);
+static_assert(sizeof(RegionLayout) == 192 + 16 * 320 + 1024 * 320);
 
 enum class RegionError : int {
   kNone = 0,
@@ -180,6 +184,11 @@ class Region {
 
   // Returns `bytes` on `device` from `slot`, clamping both counters at 0.
   void Release(int slot, int device, uint64_t bytes);
+
+  // Sets the slot's overhead on `device` (memory the driver took beyond the tracked allocations),
+  // adjusting the slot's and the device's usage by the difference, even past the limit: it is
+  // memory already taken. Returns the device's usage afterwards.
+  uint64_t SetOverhead(int slot, int device, uint64_t bytes);
 
   // Frees the slots of dead processes and returns their bytes. Returns the number of slots freed.
   int ReclaimDead();

@@ -52,7 +52,7 @@ class RegionTest : public ::testing::Test {
 
 // The region is an ABI between processes of possibly different builds: pin the layout.
 TEST_F(RegionTest, LayoutIsPinned) {
-  EXPECT_EQ(sizeof(RegionLayout), 201920u);
+  EXPECT_EQ(sizeof(RegionLayout), 332992u);
   EXPECT_EQ(offsetof(RegionLayout, devices), 192u);
   EXPECT_EQ(offsetof(RegionLayout, slots), 5312u);
   EXPECT_EQ(offsetof(RegionHeader, lock), 128u);
@@ -61,6 +61,7 @@ TEST_F(RegionTest, LayoutIsPinned) {
   EXPECT_EQ(offsetof(RegionDevice, pace_ps_per_warp), 136u);
   EXPECT_EQ(offsetof(RegionSlot, host_pid), 16u);
   EXPECT_EQ(offsetof(RegionSlot, used), 24u);
+  EXPECT_EQ(offsetof(RegionSlot, overhead), 152u);
 }
 
 TEST_F(RegionTest, CreatesAFreshRegionWithAHeader) {
@@ -152,6 +153,22 @@ TEST_F(RegionTest, ReleasingMoreThanChargedClampsAtZeroAndCounts) {
   EXPECT_EQ(region.device(dev).used.load(), 0u);
   EXPECT_EQ(region.slot(slot).used[dev].load(), 0u);
   EXPECT_EQ(region.layout()->header.underflows.load(), 1u);
+}
+
+TEST_F(RegionTest, OverheadIsChargedEvenPastTheLimitAndCanShrink) {
+  Region region;
+  Open(&region);
+  bool mismatch = false;
+  const int dev = region.ClaimDevice(kUuidA, 1024 * kMiB, 0, 0, 132, &mismatch);
+  const int slot = region.AcquireSlot(getpid(), ProcessStartTime(getpid()));
+  ASSERT_TRUE(region.Reserve(slot, dev, 800 * kMiB).ok);
+  EXPECT_EQ(region.SetOverhead(slot, dev, 300 * kMiB), 1100 * kMiB);
+  EXPECT_FALSE(region.Reserve(slot, dev, 2 * kMiB).ok);
+  EXPECT_EQ(region.SetOverhead(slot, dev, 100 * kMiB), 900 * kMiB);
+  EXPECT_EQ(region.slot(slot).used[dev].load(), 900 * kMiB);
+  EXPECT_TRUE(region.Reserve(slot, dev, 124 * kMiB).ok);  // Exactly up to 1024 MiB.
+  EXPECT_FALSE(region.Reserve(slot, dev, 2 * kMiB).ok);
+  EXPECT_EQ(SlotSum(region, dev), region.device(dev).used.load());
 }
 
 TEST_F(RegionTest, FirstClaimSetsLimitsLaterDifferentOnesAreCounted) {

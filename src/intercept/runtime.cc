@@ -182,9 +182,17 @@ bool EnsureNvml(bool init) {
     state = g_nvml_state.load(std::memory_order_acquire);
   }
   if (state != kReady) return false;
-  // nvmlInit is reference counted and cheap once initialized; the watcher calls it once.
-  if (init && (g_nvml.nvmlInit_v2 == nullptr || g_nvml.nvmlInit_v2() != NVML_SUCCESS)) return false;
-  return true;
+  if (!init) return true;
+  // nvmlInit is reference counted: initialize once for the library, never shut down.
+  static std::atomic<int> initialized{kUninitialized};
+  int done = initialized.load(std::memory_order_acquire);
+  if (done == kUninitialized) {
+    const bool ok = g_nvml.nvmlInit_v2 != nullptr && g_nvml.nvmlInit_v2() == NVML_SUCCESS;
+    int expected = kUninitialized;
+    initialized.compare_exchange_strong(expected, ok ? kReady : kUnavailable);
+    done = initialized.load(std::memory_order_acquire);
+  }
+  return done == kReady;
 }
 
 bool ControlEnabled() {

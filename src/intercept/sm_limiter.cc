@@ -86,6 +86,7 @@ struct WatchedDevice {
   bool holding = false;
   nvmlDevice_t nvml = nullptr;
   bool nvml_looked_up = false;
+  uint64_t pending_overhead = 0;  // An overhead increase seen once, applied when seen again.
   uint64_t last_warps = 0;
   uint64_t last_throttle_events = 0;
   unsigned long long last_sample_us = 0;
@@ -184,6 +185,72 @@ void ResolveHostPid(Region* region, nvmlDevice_t handle) {
   }
 }
 
+// The NVML handle of region entry `entry` (looked up once), or nullptr.
+nvmlDevice_t NvmlFor(Region* region, int entry) {
+  WatchedDevice& watched = g_watched[entry];
+  if (!watched.nvml_looked_up) {
+    watched.nvml = NvmlHandleFor(region->device(entry));
+    watched.nvml_looked_up = true;
+    if (watched.nvml == nullptr) {
+      PRISM_VGPU_LOG(kWarning,
+                     "NVML does not list the GPU of region entry %d; its SM limit and "
+                     "the driver's own memory cannot be measured",
+                     entry);
+    }
+  }
+  return watched.nvml;
+}
+
+// Charges what the driver holds for this process on `entry` beyond its tracked allocations
+// (contexts, modules, library workspaces): NVML's per-process usedGpuMemory minus the tracked
+// bytes, never negative. An increase must be seen in two consecutive periods, so an allocation
+// or free racing the NVML sample is not mistaken for overhead.
+void ReconcileOverhead(Region* region, int entry) {
+  const int self_slot = SelfSlot();
+  nvmlDevice_t handle = NvmlFor(region, entry);
+  if (self_slot < 0 || handle == nullptr ||
+      g_nvml.nvmlDeviceGetComputeRunningProcesses_v3 == nullptr) {
+    return;
+  }
+  ResolveHostPid(region, handle);
+  RegionSlot& slot = region->slot(self_slot);
+  const int32_t host = slot.host_pid.load();
+  if (host == 0) return;
+  nvmlProcessInfo_t infos[64];
+  unsigned int count = 64;
+  if (g_nvml.nvmlDeviceGetComputeRunningProcesses_v3(handle, &count, infos) != NVML_SUCCESS) return;
+  uint64_t measured = 0;
+  bool found = false;
+  for (unsigned int i = 0; i < count; ++i) {
+    if (infos[i].pid != static_cast<unsigned int>(host)) continue;
+    if (infos[i].usedGpuMemory == ~0ULL) return;  // NVML_VALUE_NOT_AVAILABLE.
+    measured = infos[i].usedGpuMemory;
+    found = true;
+  }
+  if (!found) return;
+  const uint64_t overhead = slot.overhead[entry].load();
+  const uint64_t used = slot.used[entry].load();
+  const uint64_t tracked = used > overhead ? used - overhead : 0;
+  uint64_t target = measured > tracked ? measured - tracked : 0;
+  WatchedDevice& watched = g_watched[entry];
+  if (target > overhead) {
+    const uint64_t first_seen = watched.pending_overhead;
+    watched.pending_overhead = target;
+    if (first_seen == 0) return;
+    if (first_seen < target) target = first_seen;
+  } else {
+    watched.pending_overhead = 0;
+  }
+  constexpr uint64_t kHysteresis = 2 << 20;
+  if ((target > overhead ? target - overhead : overhead - target) < kHysteresis) return;
+  const uint64_t device_used = region->SetOverhead(self_slot, entry, target);
+  PRISM_VGPU_LOG(kInfo,
+                 "device entry %d: the driver holds %llu bytes for this process beyond its "
+                 "allocations; container usage now %llu bytes",
+                 entry, static_cast<unsigned long long>(target),
+                 static_cast<unsigned long long>(device_used));
+}
+
 void StepDevice(Region* region, int entry, int64_t now) {
   RegionDevice& device = region->device(entry);
   WatchedDevice& watched = g_watched[entry];
@@ -191,17 +258,7 @@ void StepDevice(Region* region, int entry, int64_t now) {
     watched.holding = false;
     return;
   }
-  if (!watched.nvml_looked_up) {
-    watched.nvml = NvmlHandleFor(device);
-    watched.nvml_looked_up = true;
-    if (watched.nvml == nullptr) {
-      PRISM_VGPU_LOG(kWarning,
-                     "NVML does not list the GPU of region entry %d; its SM limit "
-                     "cannot be measured and is not enforced",
-                     entry);
-    }
-  }
-  if (watched.nvml == nullptr) return;
+  if (NvmlFor(region, entry) == nullptr) return;
   ResolveHostPid(region, watched.nvml);
   const uint64_t warps = device.warps_launched.load(std::memory_order_relaxed);
   const uint64_t throttles = device.throttle_events.load(std::memory_order_relaxed);
@@ -299,20 +356,31 @@ void* WatcherMain(void*) {
     Region* region = EnsureAccounting();
     if (region == nullptr) continue;
     const int64_t now = MonotonicNs();
-    if (now - last_reclaim >= kReclaimPeriodNs) {
-      region->ReclaimDead();  // Returns dead processes' memory promptly.
-      last_reclaim = now;
+    const uint32_t mapped = g_mapped_entries.load(std::memory_order_relaxed);
+    bool any_sm_limit = false;
+    for (int entry = 0; entry < kMaxDevices; ++entry) {
+      if ((mapped & (1u << entry)) != 0) any_sm_limit |= DeviceHasLimit(region->device(entry));
     }
-    if (!EnsureNvml(true) || g_nvml.nvmlDeviceGetProcessUtilization == nullptr) {
-      if (!warned_no_nvml) {
+    const bool nvml = EnsureNvml(true) && g_nvml.nvmlDeviceGetProcessUtilization != nullptr;
+    if (!nvml && !warned_no_nvml) {
+      if (any_sm_limit) {
         PRISM_VGPU_LOG(kWarning,
                        "NVML is not available: GPU utilization cannot be measured, so the SM "
                        "limit is not enforced (memory limits are)");
-        warned_no_nvml = true;
+      } else {
+        PRISM_VGPU_LOG(kInfo, "NVML is not available: the driver's own memory is not charged");
       }
-      continue;
+      warned_no_nvml = true;
     }
-    const uint32_t mapped = g_mapped_entries.load(std::memory_order_relaxed);
+    if (now - last_reclaim >= kReclaimPeriodNs) {
+      region->ReclaimDead();  // Returns dead processes' memory promptly.
+      last_reclaim = now;
+      for (int entry = 0; nvml && g_config.charge_overhead && entry < kMaxDevices; ++entry) {
+        if ((mapped & (1u << entry)) == 0 || region->device(entry).memory_limit == 0) continue;
+        ReconcileOverhead(region, entry);
+      }
+    }
+    if (!nvml) continue;
     for (int entry = 0; entry < kMaxDevices; ++entry) {
       if ((mapped & (1u << entry)) == 0 || !DeviceHasLimit(region->device(entry))) continue;
       StepDevice(region, entry, now);
@@ -371,7 +439,12 @@ void SmLimiterDeviceMapped(int entry) {
   Region* region = EnsureAccounting();
   if (region == nullptr || entry < 0 || entry >= kMaxDevices) return;
   g_mapped_entries.fetch_or(1u << entry, std::memory_order_relaxed);
-  if (DeviceHasLimit(region->device(entry))) StartWatcher();
+  // The watcher runs the SM controller; for memory-limited devices it also charges the driver's
+  // own memory and returns dead processes' memory promptly.
+  const RegionDevice& device = region->device(entry);
+  if (DeviceHasLimit(device) || (device.memory_limit != 0 && g_config.charge_overhead)) {
+    StartWatcher();
+  }
 }
 
 void SmLimiterAfterFork() {
