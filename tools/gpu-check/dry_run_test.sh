@@ -13,7 +13,11 @@ trap 'rm -rf "$TMP"' EXIT
 mkdir -p "$TMP/bin"
 cat >"$TMP/bin/nvidia-smi" <<'SMI'
 #!/bin/sh
-echo "NVIDIA H200 (fake), 580.00, 143771 MiB, 9.0, Disabled"
+case "$*" in
+  *compute_cap*) echo "9.0" ;;
+  *mig.mode*) echo "Disabled" ;;
+  *) echo "NVIDIA H200 (fake), 580.00, 143771 MiB" ;;
+esac
 SMI
 cat >"$TMP/bin/nvcc" <<'NVCC'
 #!/bin/sh

@@ -52,12 +52,17 @@ GiB=$((1 << 30))
 # ---- 0. Preconditions (read-only) --------------------------------------------------------------
 command -v nvidia-smi >/dev/null 2>&1 ||
   die "nvidia-smi not found: run this on a machine with an NVIDIA GPU and its driver"
-QUERY=$(timeout 30 nvidia-smi -i "$GPU" \
-  --query-gpu=name,driver_version,memory.total,compute_cap,mig.mode.current \
+QUERY=$(timeout 30 nvidia-smi -i "$GPU" --query-gpu=name,driver_version,memory.total \
   --format=csv,noheader 2>&1) || die "nvidia-smi cannot query GPU $GPU: $QUERY"
-IFS=',' read -r GPU_NAME DRIVER MEMORY CC MIG <<<"$QUERY"
+IFS=',' read -r GPU_NAME DRIVER MEMORY <<<"$QUERY"
 GPU_NAME=$(echo "$GPU_NAME" | xargs); DRIVER=$(echo "$DRIVER" | xargs)
-MEMORY=$(echo "$MEMORY" | xargs); CC=$(echo "$CC" | xargs); MIG=$(echo "$MIG" | xargs)
+MEMORY=$(echo "$MEMORY" | xargs)
+# Older nvidia-smi versions lack these fields: then nvcc targets the GPU it finds itself.
+CC=$(timeout 30 nvidia-smi -i "$GPU" --query-gpu=compute_cap --format=csv,noheader 2>/dev/null |
+  xargs) || CC=""
+[[ $CC =~ ^[0-9]+\.[0-9]+$ ]] || CC=""
+MIG=$(timeout 30 nvidia-smi -i "$GPU" --query-gpu=mig.mode.current --format=csv,noheader \
+  2>/dev/null | xargs) || MIG="unknown"
 echo "GPU $GPU: $GPU_NAME, driver $DRIVER, $MEMORY, compute capability $CC, MIG $MIG"
 [[ $MIG == Enabled ]] && echo "note: MIG is enabled on GPU $GPU; the checks run on what CUDA sees"
 command -v cmake >/dev/null 2>&1 || die "cmake not found"
@@ -89,12 +94,18 @@ PROBE=$BUILD_DIR/src/intercept/prism_vgpu_probe
 
 KERNELS=""
 if [[ -n $NVCC ]]; then
-  SM=${CC//./}
-  if timeout 120 "$NVCC" -fatbin -gencode "arch=compute_$SM,code=[sm_$SM,compute_$SM]" \
-      -o "$WORK/kernels.fatbin" "$ROOT/tools/gpu-check/kernels.cu" >>"$LOG" 2>&1; then
+  if [[ -n $CC ]]; then
+    SM=${CC//./}
+    ARCH=(-gencode "arch=compute_$SM,code=[sm_$SM,compute_$SM]")
+  else
+    SM=native
+    ARCH=(-arch=native)
+  fi
+  if timeout 120 "$NVCC" -fatbin "${ARCH[@]}" -o "$WORK/kernels.fatbin" \
+      "$ROOT/tools/gpu-check/kernels.cu" >>"$LOG" 2>&1; then
     KERNELS=$WORK/kernels.fatbin
   else
-    record "build kernels" FAIL "nvcc failed for sm_$SM (see log)"
+    record "build kernels" FAIL "nvcc failed for sm_$SM (see log: a CUDA 13 nvcc needs driver >= 580)"
   fi
 fi
 
