@@ -111,6 +111,19 @@ TEST_F(PreloadTest, WithoutTheLibraryNothingIsLimited) {
   EXPECT_NE(r.out.find("alloc ok id=0\nalloc ok id=1\n"), std::string::npos) << r.out;
 }
 
+// Under /etc/ld.so.preload every process of the container loads the library: one that never
+// touches CUDA must not notice it (no region file, no output, same result).
+TEST_F(PreloadTest, InertInProcessesThatDoNotUseCuda) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  const ExitInfo r = RunChild({"/bin/sh", "-c", "echo hello; exit 3"}, env);
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_EQ(r.out, "hello\n");
+  EXPECT_EQ(r.err, "");
+  struct stat st;
+  EXPECT_NE(stat((dir_ + "/region").c_str(), &st), 0);
+}
+
 TEST_F(PreloadTest, DisableControlPassesEverythingThrough) {
   Env env = ContainerEnv();
   env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
