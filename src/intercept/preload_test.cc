@@ -541,6 +541,16 @@ TEST_F(SmLimitTest, ForcePolicyHoldsALoneContainerAtItsShare) {
   EXPECT_NEAR(Share(r), 0.30, 0.05) << r.out << r.err;
 }
 
+// Regression for core#274 (a 50 % cap sat at 99 % on a 188-SM GPU).
+TEST_F(SmLimitTest, HoldsTheShareOnA188SmGpu) {
+  Env env = ContainerEnv();
+  env.Set("PRISM_FAKE_GPU_SMS", "188");
+  env.Set("CUDA_DEVICE_SM_LIMIT", "50");
+  env.Set("GPU_CORE_UTILIZATION_POLICY", "force");
+  const ExitInfo r = Probe(env, {"init", "spin", "3", "2000000"});
+  EXPECT_NEAR(Share(r), 0.50, 0.06) << r.out << r.err;
+}
+
 TEST_F(SmLimitTest, DefaultPolicyDoesNotThrottleALoneContainer) {
   Env env = ContainerEnv();
   env.Set("CUDA_DEVICE_SM_LIMIT", "30");
