@@ -201,7 +201,7 @@ void Informer::Run() {
         continue;
       }
       Replace(std::move(list->items), list->resource_version);
-      synced_.Notify();
+      if (!synced_.HasBeenNotified()) synced_.Notify();
       need_list = false;
     }
 
