@@ -1,0 +1,216 @@
+// Scoring policies and the extender-facing API (Filter, scores, Decide, ScheduleAmong).
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "core/sched/engine.h"
+#include "core/sched/test_util.h"
+
+namespace prism::sched {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using namespace ::prism::sched::testing;  // NOLINT: test builders.
+
+GpuSpec T4() { return Gpu("T4", GpuMode::kHamiCore, 16000); }
+
+PodRequest WithPolicy(PodRequest p, std::string node_policy, std::string gpu_policy = "") {
+  p.node_policy = std::move(node_policy);
+  p.gpu_policy = std::move(gpu_policy);
+  return p;
+}
+
+TEST(NodePolicyTest, BinpackFillsTheUsedNodeSpreadTheEmptyOne) {
+  Engine engine = MakeEngine({Node("a", 16, 64, 1, T4()), Node("b", 16, 64, 1, T4())}, {});
+  ASSERT_TRUE(engine.Place(WithPolicy(SharePod("first", 200), "binpack")).scheduled);
+  EXPECT_EQ(engine.Schedule(WithPolicy(SharePod("x", 200), "binpack")).decision.node_name, "a");
+  EXPECT_EQ(engine.Schedule(WithPolicy(SharePod("y", 200), "spread")).decision.node_name, "b");
+}
+
+TEST(NodePolicyTest, BinpackCountsCpuAndHostMemory) {
+  Engine engine = MakeEngine({Node("a", 16, 64, 1, T4()), Node("b", 16, 64, 1, T4())}, {});
+  PodRequest cpu_only;
+  cpu_only.name = "cpu";
+  ContainerRequest c;
+  c.cpu_milli = 12000;
+  c.memory_bytes = 32 * kGiB;
+  cpu_only.containers.push_back(c);
+  // Put the CPU-only pod on b explicitly.
+  auto d = engine.Decide(cpu_only, engine.cluster().FindNode("b"));
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(engine.Apply("default/cpu", *d).ok());
+  // Same GPU load everywhere; binpack follows the CPU/memory load.
+  EXPECT_EQ(engine.Schedule(WithPolicy(SharePod("p", 300), "binpack")).decision.node_name, "b");
+  EXPECT_EQ(engine.Schedule(WithPolicy(SharePod("q", 300), "spread")).decision.node_name, "a");
+}
+
+TEST(GpuPolicyTest, BinpackSharesAGpuSpreadTakesAnIdleOne) {
+  Engine engine = MakeEngine({Node("n", 16, 64, 2, T4())}, {});
+  ASSERT_TRUE(engine.Place(SharePod("first", 300)).scheduled);
+  const int first_gpu =
+      engine.cluster().FindPod("default/first")->decision.containers[0].devices[0].gpu;
+  ScheduleResult binpack = engine.Schedule(WithPolicy(SharePod("b", 300), "binpack", "binpack"));
+  EXPECT_EQ(binpack.decision.containers[0].devices[0].gpu, first_gpu);
+  ScheduleResult spread = engine.Schedule(WithPolicy(SharePod("s", 300), "binpack", "spread"));
+  EXPECT_NE(spread.decision.containers[0].devices[0].gpu, first_gpu);
+}
+
+TEST(FgdPolicyTest, AvoidsLeavingGpusTooSmallForTheWorkload) {
+  // Target workload: half-GPU pods. GPU a has 0.7 free, GPU b 0.6 free; a
+  // 0.2 pod on b would leave 0.4 (useless for halves), on a it leaves 0.5.
+  Engine engine = MakeEngine({Node("a", 16, 64, 1, T4()), Node("b", 16, 64, 1, T4())}, {});
+  auto put = [&engine](const std::string& name, int milli, const char* node) {
+    auto d = engine.Decide(SharePod(name, milli), engine.cluster().FindNode(node));
+    ASSERT_TRUE(d.ok());
+    ASSERT_TRUE(engine.Apply("default/" + name, *d).ok());
+  };
+  put("a-load", 300, "a");
+  put("b-load", 400, "b");
+  engine.SetTargetWorkload(TargetWorkload::FromPods({SharePod("typical", 500)}));
+  EXPECT_EQ(engine.Schedule(WithPolicy(SharePod("p", 200), "binpack")).decision.node_name, "b");
+  EXPECT_EQ(engine.Schedule(WithPolicy(SharePod("p", 200), "fgd")).decision.node_name, "a");
+  EXPECT_EQ(engine.Schedule(WithPolicy(SharePod("p", 200), "prism")).decision.node_name, "a");
+  EXPECT_NEAR(engine.NodeFragmentation(engine.cluster().FindNode("a")), 0, 1e-9);
+}
+
+TEST(FgdPolicyTest, PrismBreaksFragmentationTiesByPacking) {
+  // Whole-GPU workload, idle nodes: every placement of a whole-GPU pod is
+  // fragmentation-neutral. Prism then packs onto the busier node (c), where
+  // plain FGD takes the lowest name (a).
+  Engine engine = MakeEngine(
+      {Node("a", 16, 64, 2, T4()), Node("b", 16, 64, 2, T4()), Node("c", 16, 64, 2, T4())}, {});
+  engine.SetTargetWorkload(TargetWorkload::FromPods({SharePod("typical", 1000)}));
+  auto d = engine.Decide(SharePod("c-load", 1000), engine.cluster().FindNode("c"));
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(engine.Apply("default/c-load", *d).ok());
+  EXPECT_EQ(engine.Schedule(WithPolicy(SharePod("p", 1000), "fgd")).decision.node_name, "a");
+  EXPECT_EQ(engine.Schedule(WithPolicy(SharePod("p", 1000), "prism")).decision.node_name, "c");
+}
+
+TEST(FgdPolicyTest, QuantizedScoreIsThePapersSigmoid) {
+  Engine engine = MakeEngine({Node("a", 16, 64, 1, T4())}, {});
+  engine.SetTargetWorkload(TargetWorkload::FromPods({SharePod("typical", 500)}));
+  PolicyOptions policy;
+  policy.node = NodePolicy::kFgd;
+  policy.fgd_quantize = true;
+  engine.SetPolicy(policy);
+  ScheduleResult r = engine.Schedule(SharePod("p", 200));
+  ASSERT_TRUE(r.scheduled);
+  // Free 1.0 -> 0.8: the half-GPU shape still fits, fragmentation stays 0:
+  // int(100 * sigmoid(0)) = 50.
+  EXPECT_EQ(r.decision.score, 50);
+}
+
+TEST(BestFitPolicyTest, PicksTheTightestNode) {
+  Engine engine = MakeEngine({Node("a", 16, 64, 1, T4()), Node("b", 8, 64, 1, T4())}, {});
+  EXPECT_EQ(engine.Schedule(WithPolicy(SharePod("p", 500, 4000), "bestfit")).decision.node_name,
+            "b");
+}
+
+TEST(DefaultPolicyTest, ConfigDefaultIsUsedWhenThePodNamesNone) {
+  DeviceConfig config;
+  config.default_node_policy = "spread";
+  Engine engine = MakeEngine({Node("a", 16, 64, 1, T4()), Node("b", 16, 64, 1, T4())}, config);
+  ASSERT_TRUE(engine.Place(SharePod("first", 200)).scheduled);
+  EXPECT_EQ(engine.Schedule(SharePod("x", 200)).decision.node_name, "b");
+  EXPECT_EQ(engine.Schedule(WithPolicy(SharePod("y", 200), "binpack")).decision.node_name, "a");
+}
+
+TEST(OnePoolTest, PicksTheKindThatFragmentsLess) {
+  // Workload: 6000 MiB pods. The T4 has 10000 MiB free.
+  Engine engine = MakeEngine(
+      {Node("n", 32, 128,
+            {Gpu("T4", GpuMode::kHamiCore, 16000), Gpu("H100-SXM5-80GB", GpuMode::kMig)})},
+      {});
+  auto d = engine.Decide(GpuPod("load", 1, 6000, 0, kModeHamiCore), 0);
+  ASSERT_TRUE(d.ok());
+  ASSERT_TRUE(engine.Apply("default/load", *d).ok());
+  engine.SetTargetWorkload(TargetWorkload::FromPods({GpuPod("typical", 1, 6000)}));
+  // 9000 MiB: a slice would strand the T4's last 1000 MiB; a 1g.10gb wastes
+  // less (984 MiB of its own rounding).
+  ScheduleResult mig = engine.Schedule(GpuPod("p", 1, 9000));
+  ASSERT_TRUE(mig.scheduled);
+  EXPECT_EQ(mig.decision.containers[0].devices[0].mode, GpuMode::kMig);
+  EXPECT_EQ(mig.decision.containers[0].devices[0].profile_name, "1g.10gb");
+  // 4000 MiB: the slice leaves 6000 MiB, exactly one more typical pod, while
+  // a 1g.10gb would waste most of itself.
+  ScheduleResult slice = engine.Schedule(GpuPod("q", 1, 4000));
+  ASSERT_TRUE(slice.scheduled);
+  EXPECT_EQ(slice.decision.containers[0].devices[0].mode, GpuMode::kHamiCore);
+}
+
+// --- Extender-facing API ---------------------------------------------------------
+
+TEST(ExtenderApiTest, FilterGivesVerdictsAndReasonsPerNode) {
+  Engine engine = MakeEngine(
+      {Node("small", 2, 8, 1, T4()), Node("big", 32, 128, 2, T4()), Node("cpu-only", 64, 256, {})},
+      {});
+  PodRequest pod = SharePod("p", 500, 4000);
+  auto verdicts = engine.Filter(pod, {0, 1, 2});
+  ASSERT_TRUE(verdicts.ok());
+  ASSERT_EQ(verdicts->size(), 3u);
+  EXPECT_TRUE((*verdicts)[0].feasible);  // "big" sorts first.
+  EXPECT_FALSE((*verdicts)[1].feasible);
+  EXPECT_EQ((*verdicts)[1].failure.ToString(), "NodeInsufficientDevice");
+  EXPECT_FALSE((*verdicts)[2].feasible);
+  EXPECT_EQ((*verdicts)[2].failure.ToString(), "Insufficient cpu");
+  EXPECT_THAT(Engine::NormalizedScores(*verdicts), ElementsAre(10, 0, 0));
+  EXPECT_FALSE(engine.Filter(pod, {7}).ok());
+  PodRequest bad = pod;
+  bad.containers[0].gpu.count = -3;
+  EXPECT_FALSE(engine.Filter(bad, {0}).ok());
+}
+
+TEST(ExtenderApiTest, NormalizedScoresSpanZeroToTen) {
+  std::vector<NodeVerdict> v(4);
+  v[0].feasible = true;
+  v[0].score = -2;
+  v[1].feasible = true;
+  v[1].score = 0;
+  v[2].feasible = true;
+  v[2].score = -1;
+  EXPECT_THAT(Engine::NormalizedScores(v), ElementsAre(0, 10, 5, 0));
+}
+
+TEST(ExtenderApiTest, ScheduleAmongRestrictsTheCandidates) {
+  Engine engine = MakeEngine({Node("a", 16, 64, 1, T4()), Node("b", 16, 64, 1, T4())}, {});
+  ScheduleResult r = engine.ScheduleAmong(SharePod("p", 500), {1});
+  ASSERT_TRUE(r.scheduled);
+  EXPECT_EQ(r.decision.node_name, "b");
+  ScheduleResult none = engine.ScheduleAmong(SharePod("q", 500, 64000), {0, 1});
+  EXPECT_FALSE(none.scheduled);
+  EXPECT_EQ(none.Summary(), "0/2 nodes are available: 2 Insufficient cpu");
+}
+
+TEST(ExtenderApiTest, DecideExplainsANodeThatDoesNotFit) {
+  Engine engine = MakeEngine({Node("a", 16, 64, 1, T4())}, {});
+  auto d = engine.Decide(GpuPod("p", 1, 20000), 0);
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(d.status().message()), HasSubstr("1/1 CardInsufficientMemory"));
+  EXPECT_FALSE(engine.Decide(GpuPod("p", 1, 100), 5).ok());
+}
+
+TEST(ExtenderApiTest, ReleaseInPlacementModeDestroysTheInstance) {
+  Engine engine = MakeEngine({Node("n", 16, 64, 1, Gpu("H100-SXM5-80GB", GpuMode::kMig))}, {});
+  ScheduleResult r = engine.Place(GpuPod("p", 1, 30000, 0, kModeMig));
+  ASSERT_TRUE(r.scheduled);
+  EXPECT_EQ(r.decision.MigOperations(), 1);  // One create.
+  EXPECT_EQ(engine.cluster().gpu_usage(0).instance_count, 1);
+  ASSERT_TRUE(engine.Release("default/p").ok());
+  EXPECT_EQ(engine.cluster().gpu_usage(0).instance_count, 0);
+  EXPECT_FALSE(engine.cluster().gpu_usage(0).HasBusyInstance());
+  EXPECT_EQ(engine.Release("default/p").code(), absl::StatusCode::kNotFound);
+}
+
+TEST(ExtenderApiTest, ApplyRejectsAStaleDecision) {
+  Engine engine = MakeEngine({Node("n", 16, 64, 1, T4())}, {});
+  ScheduleResult a = engine.Schedule(GpuPod("a", 1, 10000));
+  ScheduleResult b = engine.Schedule(GpuPod("b", 1, 10000));
+  ASSERT_TRUE(a.scheduled && b.scheduled);
+  ASSERT_TRUE(engine.Apply("default/a", a.decision).ok());
+  // Decided before a was applied: no longer fits.
+  EXPECT_EQ(engine.Apply("default/b", b.decision).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace prism::sched
