@@ -229,6 +229,39 @@ absl::Status Execute(nvml::Nvml& nvml, const GpuTarget& t, const mig::MigPlan& p
   return absl::OkStatus();
 }
 
+// Plans every matched GPU's transition (no change is made). Errors: bad input,
+// or FailedPrecondition when a busy instance or a process is in the way.
+absl::Status PlanTargets(nvml::Nvml& nvml, const std::vector<GpuTarget>& targets,
+                         std::map<int, mig::MigPlan>* plans, bool log) {
+  for (const GpuTarget& t : targets) {
+    if (!t.matched || !t.has_state) continue;
+    if (t.mig_enabled) {
+      if (log) {
+        LogInfo(kLog, GpuLabel(t.info), ": wants MIG enabled with ",
+                MapToString(Canonical(t.named)));
+      }
+      const mig::Layout current = t.state.mode.current ? t.state.layout : mig::Layout{};
+      auto plan = mig::PlanTransition(t.state.model, current, t.counts);
+      if (!plan.ok()) {
+        return absl::Status(plan.status().code(),
+                            StrCat(GpuLabel(t.info), ": ", ToStd(plan.status().message())));
+      }
+      (*plans)[t.info.index] = *std::move(plan);
+    } else if (log) {
+      LogInfo(kLog, GpuLabel(t.info), ": wants MIG disabled");
+    }
+    if (!ModeMatches(t)) {
+      ASSIGN_OR_RETURN(auto processes, nvml.ListProcesses(t.info.index));
+      if (!processes.empty()) {
+        return absl::FailedPreconditionError(
+            StrCat(GpuLabel(t.info), ": cannot change MIG mode while ", processes.size(),
+                   " process", processes.size() == 1 ? " runs" : "es run", " on it"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ApplyResult> Apply(nvml::Nvml& nvml, const std::vector<MigConfigSpec>& specs,
@@ -253,29 +286,7 @@ absl::StatusOr<ApplyResult> Apply(nvml::Nvml& nvml, const std::vector<MigConfigS
   // Plan every GPU before changing any, so that bad input or a conflict with an
   // instance in use leaves the node untouched.
   std::map<int, mig::MigPlan> plans;
-  for (const GpuTarget& t : targets) {
-    if (!t.matched || !t.has_state) continue;
-    if (t.mig_enabled) {
-      LogInfo(kLog, GpuLabel(t.info), ": wants MIG enabled with ", MapToString(Canonical(t.named)));
-      const mig::Layout current = t.state.mode.current ? t.state.layout : mig::Layout{};
-      auto plan = mig::PlanTransition(t.state.model, current, t.counts);
-      if (!plan.ok()) {
-        return finish(absl::Status(plan.status().code(),
-                                   StrCat(GpuLabel(t.info), ": ", ToStd(plan.status().message()))));
-      }
-      plans[t.info.index] = *std::move(plan);
-    } else {
-      LogInfo(kLog, GpuLabel(t.info), ": wants MIG disabled");
-    }
-    if (!ModeMatches(t)) {
-      ASSIGN_OR_RETURN(auto processes, nvml.ListProcesses(t.info.index));
-      if (!processes.empty()) {
-        return finish(absl::FailedPreconditionError(
-            StrCat(GpuLabel(t.info), ": cannot change MIG mode while ", processes.size(),
-                   " process", processes.size() == 1 ? " runs" : "es run", " on it")));
-      }
-    }
-  }
+  if (auto s = PlanTargets(nvml, targets, &plans, /*log=*/true); !s.ok()) return finish(s);
 
   // Mode phase.
   const bool modes_ok = std::all_of(targets.begin(), targets.end(), ModeMatches);
@@ -359,6 +370,44 @@ absl::StatusOr<ApplyResult> Apply(nvml::Nvml& nvml, const std::vector<MigConfigS
   absl::Status done = finish(absl::OkStatus());
   if (!done.ok()) return done;
   return result;
+}
+
+bool ApplyPreview::NeedsChanges() const {
+  return std::any_of(gpus.begin(), gpus.end(),
+                     [](const GpuApplyPreview& g) { return g.mode_change || g.layout_change; });
+}
+
+bool ApplyPreview::NeedsModeChange() const {
+  return std::any_of(gpus.begin(), gpus.end(),
+                     [](const GpuApplyPreview& g) { return g.mode_change; });
+}
+
+absl::StatusOr<ApplyPreview> PreviewApply(nvml::Nvml& nvml,
+                                          const std::vector<MigConfigSpec>& specs) {
+  ASSIGN_OR_RETURN(std::vector<GpuTarget> targets, Resolve(nvml, specs));
+  std::map<int, mig::MigPlan> plans;
+  RETURN_IF_ERROR(PlanTargets(nvml, targets, &plans, /*log=*/false));
+  ApplyPreview preview;
+  for (const GpuTarget& t : targets) {
+    GpuApplyPreview g;
+    g.info = t.info;
+    g.matched = t.matched && t.has_state;
+    g.mig_enabled = t.mig_enabled;
+    if (t.has_state) {
+      g.mode = t.state.mode;
+      if (t.state.mode.current) g.current = CurrentDevices(t.state);
+    }
+    if (g.matched) {
+      if (t.mig_enabled) g.desired = Canonical(t.named);
+      g.mode_change = !ModeMatches(t);
+      // After a mode change the GPU starts empty; disabling MIG drops every instance.
+      g.layout_change = t.mig_enabled ? (!LayoutMatches(t) || (g.mode_change && !g.desired.empty()))
+                                      : (g.mode_change && !t.state.layout.empty());
+      if (auto it = plans.find(t.info.index); it != plans.end()) g.plan = it->second;
+    }
+    preview.gpus.push_back(std::move(g));
+  }
+  return preview;
 }
 
 absl::Status Assert(nvml::Nvml& nvml, const std::vector<MigConfigSpec>& specs, bool mode_only) {

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 
+#include "core/mig/planner.h"
 #include "migparted/config.h"
 #include "migparted/hooks.h"
 #include "nvml/nvml.h"
@@ -46,6 +47,32 @@ struct ApplyResult {
 // (with what was rolled back) when a GPU call fails.
 absl::StatusOr<ApplyResult> Apply(nvml::Nvml& nvml, const std::vector<MigConfigSpec>& specs,
                                   const ApplyOptions& options);
+
+// What Apply would do to one GPU.
+struct GpuApplyPreview {
+  nvml::GpuInfo info;
+  // A spec applies to this MIG-capable GPU (Apply leaves the others alone).
+  bool matched = false;
+  bool mig_enabled = false;            // The mode the config asks for (when matched).
+  std::map<std::string, int> desired;  // MIG devices asked for, canonical names.
+  nvml::MigModeState mode;             // Current mode (MIG-capable GPUs).
+  std::map<std::string, int> current;  // MIG devices the GPU has now.
+  bool mode_change = false;            // The MIG mode (current or pending) must change.
+  bool layout_change = false;          // MIG devices must be created or destroyed.
+  mig::MigPlan plan;                   // Planned from the current layout (MIG enabled).
+};
+
+struct ApplyPreview {
+  std::vector<GpuApplyPreview> gpus;  // Every GPU, by index.
+  bool NeedsChanges() const;
+  bool NeedsModeChange() const;
+};
+
+// Everything Apply checks before its first change, without changing anything:
+// the same errors as Apply for bad input and for busy instances or processes in
+// the way, else what Apply would change on each GPU. Runs no hooks.
+absl::StatusOr<ApplyPreview> PreviewApply(nvml::Nvml& nvml,
+                                          const std::vector<MigConfigSpec>& specs);
 
 // OK iff the GPUs are in the state `specs` describe (only the MIG mode when
 // `mode_only`). As in mig-parted, every GPU must be matched by some spec.

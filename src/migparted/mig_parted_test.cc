@@ -186,6 +186,44 @@ TEST_F(MigPartedTest, NeverDestroysInstancesInUse) {
   EXPECT_THAT(Layout(0), HasSubstr("2g.10gb@2"));
 }
 
+TEST_F(MigPartedTest, PreviewTellsWhatApplyWouldChangeWithoutChangingIt) {
+  const std::string before = FileText();
+  auto preview = PreviewApply(*nvml_, Config("all-balanced"));
+  ASSERT_TRUE(preview.ok()) << preview.status();
+  EXPECT_EQ(FileText(), before);
+  ASSERT_EQ(preview->gpus.size(), 2u);
+  EXPECT_TRUE(preview->NeedsChanges());
+  EXPECT_TRUE(preview->NeedsModeChange());
+  for (const GpuApplyPreview& g : preview->gpus) {
+    EXPECT_TRUE(g.matched);
+    EXPECT_TRUE(g.mig_enabled);
+    EXPECT_TRUE(g.mode_change);
+    EXPECT_TRUE(g.layout_change);
+    EXPECT_EQ(g.plan.create.size(), 4u);
+  }
+  EXPECT_EQ(preview->gpus[1].desired,
+            (std::map<std::string, int>{{"1g.10gb", 2}, {"2g.20gb", 1}, {"3g.40gb", 1}}));
+
+  ASSERT_TRUE(Apply(*nvml_, Config("all-balanced"), {}).ok());
+  preview = PreviewApply(*nvml_, Config("all-balanced"));
+  ASSERT_TRUE(preview.ok()) << preview.status();
+  EXPECT_FALSE(preview->NeedsChanges());
+  EXPECT_EQ(preview->gpus[0].current, preview->gpus[0].desired);
+
+  // Only GPU 1 named: GPU 0 is unmatched and would stay as it is.
+  preview = PreviewApply(*nvml_, Custom("    - {devices: [1], mig-enabled: false}\n"));
+  ASSERT_TRUE(preview.ok()) << preview.status();
+  EXPECT_FALSE(preview->gpus[0].matched);
+  EXPECT_FALSE(preview->gpus[0].mode_change);
+  EXPECT_TRUE(preview->gpus[1].mode_change);
+  EXPECT_TRUE(preview->gpus[1].layout_change);
+  EXPECT_FALSE(preview->gpus[1].mig_enabled);
+
+  // Bad input fails the same way Apply does.
+  auto lacks = PreviewApply(*nvml_, Config("all-1g.10gb.me"));
+  EXPECT_EQ(lacks.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(MigPartedTest, SkipResetLeavesAmpereModeChangePending) {
   ApplyOptions options;
   options.skip_reset = true;
