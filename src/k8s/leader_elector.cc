@@ -98,7 +98,12 @@ absl::StatusOr<bool> LeaderElector::TryAcquireOrRenew() {
   updated["spec"] = LeaseSpecToJson(desired);
   absl::StatusOr<Json> written = client_->Update(kLeases, config_.lease_namespace, updated);
   if (!written.ok()) {
-    if (IsConflict(written.status())) return false;  // Someone wrote first; re-read next time.
+    if (IsConflict(written.status())) {
+      // Someone wrote first: until the next read shows otherwise, do not claim the lease.
+      absl::MutexLock lock(&mu_);
+      leader_ = false;
+      return false;
+    }
     return WithContext(written.status(), context);
   }
   absl::MutexLock lock(&mu_);
