@@ -7,6 +7,7 @@ PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libcurl4-openssl-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
+  prometheus-cpp-dev
 )
 missing=()
 for p in "${PACKAGES[@]}"; do

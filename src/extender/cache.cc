@@ -1,0 +1,845 @@
+#include "extender/cache.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/time/clock.h"
+
+#include "base/log.h"
+#include "base/strings.h"
+#include "config/annotations.h"
+#include "core/mig/gpu_model.h"
+#include "core/sched/policy.h"
+#include "k8s/objects.h"
+
+namespace prism::extender {
+namespace {
+
+constexpr char kLog[] = "extender-cache";
+constexpr char kAllocationStatusAnnotation[] = "prism.io/allocation-status";
+constexpr size_t kMaxRememberedScores = 256;
+constexpr char kNoInventory[] = "node has no GPU inventory (annotation prism.io/gpu-inventory)";
+
+const char* StateName(int state) {
+  switch (state) {
+    case 0:
+      return "assumed";
+    case 1:
+      return "binding";
+    case 2:
+      return "bound";
+    default:
+      return "uncertain";
+  }
+}
+
+// MIG instances (uuid, profile, start) a prism.io/decision names; empty if there is none.
+std::set<std::tuple<std::string, std::string, int>> ClaimedInstances(
+    const std::map<std::string, std::string>& annotations) {
+  std::set<std::tuple<std::string, std::string, int>> out;
+  auto it = annotations.find(config::kPrismDecisionAnnotation);
+  if (it == annotations.end()) return out;
+  Json d = Json::parse(it->second, nullptr, false);
+  if (!d.is_object()) return out;
+  auto containers = d.find("containers");
+  if (containers == d.end() || !containers->is_array()) return out;
+  for (const Json& c : *containers) {
+    auto devices = c.find("devices");
+    if (devices == c.end() || !devices->is_array()) continue;
+    for (const Json& dev : *devices) {
+      if (dev.value("mode", "") != "mig") continue;
+      auto placement = dev.find("placement");
+      if (placement == dev.end() || !placement->is_object()) continue;
+      const Json& start = (*placement)["start"];
+      if (!start.is_number_integer()) continue;
+      out.emplace(dev.value("uuid", ""), dev.value("profile", ""), start.get<int>());
+    }
+  }
+  return out;
+}
+
+std::string NodeFingerprint(const Json& node) {
+  std::string fp;
+  if (std::optional<std::string> inv = k8s::Annotation(node, "prism.io/gpu-inventory")) fp = *inv;
+  if (const Json* alloc = k8s::Find(node, {"status", "allocatable"}); alloc != nullptr) {
+    auto cpu = alloc->find("cpu");
+    auto mem = alloc->find("memory");
+    StrAppend(&fp, "|", cpu != alloc->end() ? cpu->dump() : "", "|",
+              mem != alloc->end() ? mem->dump() : "");
+  }
+  return fp;
+}
+
+std::string_view InstanceStateName(sched::InstanceState s) {
+  switch (s) {
+    case sched::InstanceState::kIdle:
+      return "idle";
+    case sched::InstanceState::kInUse:
+      return "in-use";
+    case sched::InstanceState::kAssigned:
+      return "assigned";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+sched::EngineOptions DefaultEngineOptions() {
+  sched::EngineOptions options;
+  options.policy.weight_cpu = 0;
+  options.policy.weight_memory = 0;
+  return options;
+}
+
+std::map<std::string, std::string> DecisionAnnotations(
+    const std::map<std::string, std::string>& all) {
+  std::map<std::string, std::string> out;
+  for (const char* key : {config::kPrismDecisionAnnotation, config::kHamiDevicesAllocatedAnnotation,
+                          config::kHamiMigAllocationsAnnotation, config::kHamiNodeAnnotation}) {
+    if (auto it = all.find(key); it != all.end()) out[key] = it->second;
+  }
+  if (!out.count(config::kPrismDecisionAnnotation) &&
+      !out.count(config::kHamiDevicesAllocatedAnnotation)) {
+    return {};
+  }
+  return out;
+}
+
+bool AllocationFailedEverywhere(const std::map<std::string, std::string>& annotations,
+                                const sched::PodRequest& request) {
+  auto it = annotations.find(kAllocationStatusAnnotation);
+  if (it == annotations.end()) return false;
+  Json status = Json::parse(it->second, nullptr, false);
+  if (!status.is_object()) return false;
+  auto containers = status.find("containers");
+  if (containers == status.end() || !containers->is_object()) return false;
+  int gpu_containers = 0;
+  for (const sched::ContainerRequest& c : request.containers) {
+    if (c.gpu.count <= 0) continue;
+    ++gpu_containers;
+    auto entry = containers->find(c.name);
+    if (entry == containers->end() || !entry->is_object()) return false;
+    auto error = entry->find("error");
+    if (error == entry->end() || !error->is_string() || error->get<std::string>().empty()) {
+      return false;
+    }
+  }
+  return gpu_containers > 0;
+}
+
+std::string FilterOutcome::Summary(size_t candidates) const {
+  std::map<std::string, int> counts;
+  for (const auto& [reason, n] : reason_counts) counts[std::string(sched::ReasonName(reason))] += n;
+  int engine_failures = 0;
+  for (const auto& [reason, n] : reason_counts) engine_failures += n;
+  const int other = static_cast<int>(failed.size()) - engine_failures - nodes_without_inventory;
+  if (nodes_without_inventory > 0)
+    counts["node has no usable GPU inventory"] += nodes_without_inventory;
+  if (!request_status.ok()) {
+    counts[StrCat("invalid GPU request: ", request_status.message())] += other;
+  } else if (other > 0) {
+    counts["other"] += other;
+  }
+  std::vector<std::pair<std::string, int>> sorted(counts.begin(), counts.end());
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string out = StrCat(feasible.size(), "/", candidates, " nodes are available");
+  if (!sorted.empty()) {
+    out.append(": ");
+    out.append(StrJoin(
+        sorted, ", ", [](std::string* o, const auto& e) { StrAppend(o, e.second, " ", e.first); }));
+  }
+  return out;
+}
+
+SchedulerCache::SchedulerCache(sched::DeviceConfig config, CacheOptions options)
+    : options_(std::move(options)), config_(std::move(config)) {
+  absl::MutexLock lock(&mu_);
+  RebuildLocked();
+}
+
+SchedulerCache::~SchedulerCache() = default;
+
+// --- Informer feed ----------------------------------------------------------------------------
+
+void SchedulerCache::UpsertNode(const Json& node) {
+  const std::string name = k8s::Name(node);
+  if (name.empty()) return;
+  std::string fingerprint = NodeFingerprint(node);
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(name);
+  if (it != nodes_.end() && it->second.fingerprint == fingerprint) return;
+  NodeEntry entry;
+  entry.fingerprint = std::move(fingerprint);
+  absl::StatusOr<std::optional<sched::NodeSpec>> spec = NodeSpecFromJson(node);
+  if (!spec.ok()) {
+    entry.error = std::string(spec.status().message());
+    LogWarning(kLog, "ignoring the GPUs of node ", name, ": ", entry.error);
+  } else {
+    entry.spec = std::move(*spec);
+    ValidateNodeLocked(name, entry);
+  }
+  nodes_[name] = std::move(entry);
+  dirty_ = true;
+}
+
+void SchedulerCache::DeleteNode(std::string_view name) {
+  absl::MutexLock lock(&mu_);
+  auto it = nodes_.find(name);
+  if (it == nodes_.end()) return;
+  nodes_.erase(it);
+  dirty_ = true;
+}
+
+void SchedulerCache::ValidateNodeLocked(const std::string& name, NodeEntry& node) {
+  node.error.clear();
+  if (!node.spec.has_value()) return;
+  absl::StatusOr<sched::ClusterState> one = sched::ClusterState::Build({*node.spec}, config_);
+  if (!one.ok()) {
+    node.error = StrCat("node ", name, ": ", one.status().message());
+    LogWarning(kLog, "ignoring the GPUs of node ", name, ": ", one.status().message());
+  }
+}
+
+void SchedulerCache::UpsertPod(const Json& pod) {
+  const std::string ns = k8s::Namespace(pod);
+  const std::string name = k8s::Name(pod);
+  if (name.empty()) return;
+  const std::string key = k8s::ObjectKey(ns, name);
+  const std::string uid = k8s::Uid(pod);
+  const std::string phase = k8s::PodPhase(pod);
+  const std::string node = k8s::PodNodeName(pod);
+  absl::MutexLock lock(&mu_);
+  auto it = pods_.find(key);
+  if (it != pods_.end() && it->second.uid != uid && !uid.empty()) {
+    // A new pod under the old name: the old one is gone.
+    EraseLocked(key);
+    it = pods_.end();
+  }
+  if (phase == "Succeeded" || phase == "Failed") {
+    if (it != pods_.end()) EraseLocked(key);
+    return;
+  }
+  if (node.empty()) return;  // Pending (or a stale view of a pod we are binding).
+  std::map<std::string, std::string> all = k8s::Annotations(pod);
+  std::map<std::string, std::string> decision = DecisionAnnotations(all);
+  if (decision.empty()) {
+    // Bound without a decision: placed by another scheduler; the node agent will record one.
+    if (it != pods_.end() && it->second.state != State::kAssumed) EraseLocked(key);
+    return;
+  }
+  if (it != pods_.end()) {
+    PodEntry& e = it->second;
+    if (e.annotations == decision && e.node == node && e.state != State::kAssumed) {
+      if (e.allocation_failed) return;
+      if (e.charged && AllocationFailedEverywhere(all, e.request)) {
+        LogInfo(kLog, "pod ", key, " got no GPU on ", node, " (node agent): releasing its charge");
+        ReleaseLocked(e);
+        e.allocation_failed = true;
+        ++counters_.allocation_failures_released;
+        return;
+      }
+      e.state = State::kBound;
+      return;
+    }
+    EraseLocked(key);
+  }
+  absl::StatusOr<config::PodManifest> manifest = PodManifestFromJson(pod);
+  PodEntry entry;
+  entry.uid = uid;
+  entry.namespace_name = ns;
+  entry.name = name;
+  entry.node = node;
+  entry.state = State::kBound;
+  entry.seq = ++seq_;
+  entry.annotations = std::move(decision);
+  entry.claimed = ClaimedInstances(entry.annotations);
+  if (!manifest.ok()) {
+    entry.problem = std::string(manifest.status().message());
+    entry.problem_since = options_.clock->Now();
+    ++counters_.decode_failures;
+    pods_[key] = std::move(entry);
+    return;
+  }
+  entry.manifest = std::move(*manifest);
+  absl::StatusOr<sched::PodRequest> request = config::BuildPodRequest(entry.manifest, config_);
+  if (request.ok()) entry.request = std::move(*request);
+  if (request.ok() && AllocationFailedEverywhere(all, entry.request)) {
+    entry.allocation_failed = true;
+    pods_[key] = std::move(entry);
+    return;
+  }
+  auto [pos, inserted] = pods_.insert_or_assign(key, std::move(entry));
+  if (!dirty_) ChargeFromAnnotationsLocked(key, pos->second);
+}
+
+void SchedulerCache::DeletePod(const Json& pod) {
+  const std::string key = k8s::ObjectKey(k8s::Namespace(pod), k8s::Name(pod));
+  const std::string uid = k8s::Uid(pod);
+  absl::MutexLock lock(&mu_);
+  auto it = pods_.find(key);
+  if (it == pods_.end()) return;
+  if (!uid.empty() && it->second.uid != uid) return;
+  EraseLocked(key);
+}
+
+void SchedulerCache::SetDeviceConfig(sched::DeviceConfig config) {
+  absl::MutexLock lock(&mu_);
+  config_ = std::move(config);
+  for (auto& [name, node] : nodes_) ValidateNodeLocked(name, node);
+  for (auto& [key, e] : pods_) {
+    if (e.manifest.name.empty()) continue;
+    absl::StatusOr<sched::PodRequest> request = config::BuildPodRequest(e.manifest, config_);
+    if (request.ok()) e.request = std::move(*request);
+  }
+  dirty_ = true;
+}
+
+sched::DeviceConfig SchedulerCache::device_config() const {
+  absl::MutexLock lock(&mu_);
+  return config_;
+}
+
+// --- Charging ---------------------------------------------------------------------------------
+
+void SchedulerCache::ReleaseLocked(PodEntry& entry) {
+  if (!entry.charged) return;
+  const std::string key = k8s::ObjectKey(entry.namespace_name, entry.name);
+  if (absl::Status s = engine_->Release(key); !s.ok()) {
+    LogError(kLog, "releasing ", key, ": ", s.message());
+  }
+  entry.charged = false;
+  ++generation_;
+}
+
+void SchedulerCache::EraseLocked(const std::string& key) {
+  auto it = pods_.find(key);
+  if (it == pods_.end()) return;
+  ReleaseLocked(it->second);
+  pods_.erase(it);
+}
+
+std::string SchedulerCache::NodeProblemLocked(const std::string& name) const {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end() || (!it->second.spec.has_value() && it->second.error.empty())) {
+    return kNoInventory;
+  }
+  if (!it->second.error.empty()) return StrCat("unusable GPU inventory: ", it->second.error);
+  return "";
+}
+
+void SchedulerCache::ChargeFromAnnotationsLocked(const std::string& key, PodEntry& entry) {
+  if (entry.charged || entry.allocation_failed) return;
+  auto fail = [&](std::string problem) {
+    if (entry.problem.empty()) entry.problem_since = options_.clock->Now();
+    entry.problem = std::move(problem);
+  };
+  if (entry.manifest.name.empty()) return;  // Problem already recorded.
+  absl::StatusOr<sched::PodRequest> request = config::BuildPodRequest(entry.manifest, config_);
+  if (!request.ok()) {
+    fail(StrCat("invalid GPU request: ", request.status().message()));
+    return;
+  }
+  entry.request = std::move(*request);
+  const int node = engine_->cluster().FindNode(entry.node);
+  if (node < 0) {
+    fail(StrCat("node ", entry.node, ": ", NodeProblemLocked(entry.node)));
+    return;
+  }
+  absl::StatusOr<sched::Decision> decision =
+      config::DecodeDecisionAnnotations(entry.annotations, entry.request, engine_->cluster());
+  if (!decision.ok()) {
+    ++counters_.decode_failures;
+    fail(StrCat("decision annotations: ", decision.status().message()));
+    return;
+  }
+  if (decision->node_name != entry.node) {
+    fail(StrCat("decision names node ", decision->node_name, " but the pod is bound to ",
+                entry.node));
+    return;
+  }
+  if (absl::Status s = engine_->Apply(key, *decision); !s.ok()) {
+    fail(StrCat("decision no longer fits: ", s.message()));
+    return;
+  }
+  entry.charged = true;
+  entry.problem.clear();
+  ++generation_;
+}
+
+void SchedulerCache::MaybeRebuildLocked() {
+  if (dirty_) RebuildLocked();
+}
+
+void SchedulerCache::RebuildLocked() {
+  const absl::Time start = absl::Now();
+  // Instances a tracked decision names are held by Prism pods, whatever the node last reported.
+  std::set<std::tuple<std::string, std::string, int>> claimed;
+  for (const auto& [key, e] : pods_) claimed.insert(e.claimed.begin(), e.claimed.end());
+  std::vector<sched::NodeSpec> specs;
+  for (auto& [name, node] : nodes_) {
+    if (!node.spec.has_value() || !node.error.empty()) continue;
+    sched::NodeSpec spec = *node.spec;
+    for (sched::GpuSpec& gpu : spec.gpus) {
+      for (sched::MigInstanceSpec& inst : gpu.instances) {
+        if (inst.in_use && claimed.count({gpu.uuid, inst.profile, inst.start})) inst.in_use = false;
+      }
+    }
+    specs.push_back(std::move(spec));
+  }
+  absl::StatusOr<sched::ClusterState> state = sched::ClusterState::Build(specs, config_);
+  if (!state.ok()) {
+    LogError(kLog, "building the cluster view: ", state.status().message(),
+             "; dropping nodes that fail alone");
+    std::vector<sched::NodeSpec> good;
+    for (sched::NodeSpec& spec : specs) {
+      absl::StatusOr<sched::ClusterState> one = sched::ClusterState::Build({spec}, config_);
+      if (one.ok()) {
+        good.push_back(std::move(spec));
+      } else {
+        nodes_[spec.name].error = std::string(one.status().message());
+      }
+    }
+    state = sched::ClusterState::Build(good, config_);
+    if (!state.ok()) state = sched::ClusterState::Build({}, config_);
+  }
+  engine_ = std::make_unique<sched::Engine>(std::move(*state), config_, options_.engine);
+  // Assumptions are only hints; bound pods are charged again from their annotations, in the
+  // order they were first seen.
+  std::vector<std::pair<uint64_t, std::string>> order;
+  for (auto it = pods_.begin(); it != pods_.end();) {
+    if (it->second.state == State::kAssumed) {
+      it = pods_.erase(it);
+      continue;
+    }
+    it->second.charged = false;
+    order.emplace_back(it->second.seq, it->first);
+    ++it;
+  }
+  std::sort(order.begin(), order.end());
+  std::vector<sched::PodRequest> requests;
+  for (const auto& [seq, key] : order) {
+    PodEntry& e = pods_[key];
+    ChargeFromAnnotationsLocked(key, e);
+    if (e.charged) requests.push_back(e.request);
+  }
+  if (!requests.empty()) engine_->SetTargetWorkload(sched::TargetWorkload::FromPods(requests));
+  scores_.clear();
+  scores_order_.clear();
+  dirty_ = false;
+  ++generation_;
+  ++counters_.rebuilds;
+  counters_.last_rebuild_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  LogDebug(kLog, "rebuilt: ", engine_->cluster().node_count(), " nodes, ",
+           engine_->cluster().pod_count(), " pods charged in ",
+           counters_.last_rebuild_seconds * 1e3, " ms");
+}
+
+void SchedulerCache::ExpireLocked(absl::Time now) {
+  for (auto it = pods_.begin(); it != pods_.end();) {
+    PodEntry& e = it->second;
+    if (e.state == State::kAssumed && e.expires <= now) {
+      ReleaseLocked(e);
+      ++counters_.assumptions_expired;
+      it = pods_.erase(it);
+      continue;
+    }
+    ++it;
+  }
+}
+
+// --- Verbs ------------------------------------------------------------------------------------
+
+FilterOutcome SchedulerCache::Filter(const config::PodManifest& pod,
+                                     const std::vector<std::string>& nodes) {
+  FilterOutcome out;
+  absl::MutexLock lock(&mu_);
+  MaybeRebuildLocked();
+  ExpireLocked(options_.clock->Now());
+  absl::StatusOr<sched::PodRequest> request = config::BuildPodRequest(pod, config_);
+  if (request.ok())
+    out.request_status = engine_->Validate(*request);
+  else
+    out.request_status = request.status();
+  if (!out.request_status.ok()) {
+    for (const std::string& n : nodes) {
+      out.failed[n] = StrCat("invalid GPU request: ", out.request_status.message());
+    }
+    return out;
+  }
+  out.wants_gpu = request->WantsGpu();
+  if (!out.wants_gpu) {
+    out.feasible = nodes;
+    return out;
+  }
+  const std::string key = request->Key();
+  if (auto it = pods_.find(key); it != pods_.end() && it->second.state == State::kAssumed) {
+    EraseLocked(key);  // A new attempt for the pod: its old assumption no longer holds.
+  }
+  std::vector<int32_t> ids;
+  std::vector<const std::string*> id_names;
+  for (const std::string& n : nodes) {
+    const int id = engine_->cluster().FindNode(n);
+    if (id < 0) {
+      out.failed[n] = NodeProblemLocked(n);
+      ++out.nodes_without_inventory;
+      continue;
+    }
+    ids.push_back(id);
+    id_names.push_back(&n);
+  }
+  absl::StatusOr<std::vector<sched::NodeVerdict>> verdicts = engine_->Filter(*request, ids);
+  if (!verdicts.ok()) {
+    out.request_status = verdicts.status();
+    for (const std::string* n : id_names) {
+      out.failed[*n] = StrCat("invalid GPU request: ", verdicts.status().message());
+    }
+    return out;
+  }
+  std::map<std::string, double> scores;
+  int best = -1;
+  double best_score = 0;
+  for (size_t i = 0; i < verdicts->size(); ++i) {
+    const sched::NodeVerdict& v = (*verdicts)[i];
+    if (v.feasible) {
+      out.feasible.push_back(*id_names[i]);
+      scores[*id_names[i]] = v.score;
+      if (best < 0 || v.score > best_score || (v.score == best_score && v.node < best)) {
+        best = v.node;
+        best_score = v.score;
+      }
+    } else {
+      out.failed[*id_names[i]] = v.failure.ToString();
+      ++out.reason_counts[v.failure.Main()];
+    }
+  }
+  // Keep the feasible nodes in request order (kube-scheduler does not care, people do).
+  if (best >= 0) {
+    absl::StatusOr<sched::Decision> decision = engine_->Decide(*request, best);
+    if (decision.ok() && engine_->Apply(key, *decision).ok()) {
+      PodEntry entry;
+      entry.uid = request->uid;
+      entry.namespace_name = request->namespace_name;
+      entry.name = request->name;
+      entry.node = decision->node_name;
+      entry.state = State::kAssumed;
+      entry.charged = true;
+      entry.seq = ++seq_;
+      entry.expires = options_.clock->Now() + options_.assume_ttl;
+      entry.manifest = pod;
+      entry.request = *request;
+      pods_[key] = std::move(entry);
+      out.assumed_node = decision->node_name;
+      ++generation_;
+    }
+  }
+  if (!request->uid.empty()) {
+    if (scores_.size() >= kMaxRememberedScores && !scores_order_.empty()) {
+      scores_.erase(scores_order_.front());
+      scores_order_.erase(scores_order_.begin());
+    }
+    if (!scores_.count(request->uid)) scores_order_.push_back(request->uid);
+    scores_[request->uid] = std::move(scores);
+  }
+  return out;
+}
+
+std::vector<HostPriority> SchedulerCache::Prioritize(const config::PodManifest& pod,
+                                                     const std::vector<std::string>& nodes) {
+  std::vector<HostPriority> out;
+  out.reserve(nodes.size());
+  absl::MutexLock lock(&mu_);
+  MaybeRebuildLocked();
+  absl::StatusOr<sched::PodRequest> request = config::BuildPodRequest(pod, config_);
+  if (!request.ok() || !request->WantsGpu()) {
+    for (const std::string& n : nodes) out.push_back({n, 0});
+    return out;
+  }
+  std::map<std::string, double> scores;
+  if (auto it = scores_.find(request->uid); it != scores_.end() && !request->uid.empty()) {
+    scores = it->second;
+  } else {
+    std::vector<int32_t> ids;
+    std::vector<std::string> names;
+    for (const std::string& n : nodes) {
+      const int id = engine_->cluster().FindNode(n);
+      if (id < 0) continue;
+      ids.push_back(id);
+      names.push_back(n);
+    }
+    absl::StatusOr<std::vector<sched::NodeVerdict>> verdicts = engine_->Filter(*request, ids);
+    if (verdicts.ok()) {
+      for (size_t i = 0; i < verdicts->size(); ++i) {
+        if ((*verdicts)[i].feasible) scores[names[i]] = (*verdicts)[i].score;
+      }
+    }
+  }
+  std::string assumed;
+  if (auto it = pods_.find(request->Key());
+      it != pods_.end() && it->second.state == State::kAssumed && it->second.uid == request->uid) {
+    assumed = it->second.node;
+  }
+  std::vector<sched::NodeVerdict> verdicts;
+  for (const std::string& n : nodes) {
+    sched::NodeVerdict v;
+    v.node = static_cast<int32_t>(verdicts.size());
+    if (auto it = scores.find(n); it != scores.end()) {
+      v.feasible = true;
+      v.score = it->second;
+    }
+    verdicts.push_back(v);
+  }
+  const std::vector<int> normalized = sched::Engine::NormalizedScores(verdicts);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    int64_t score = normalized[i];
+    if (!assumed.empty()) score = nodes[i] == assumed ? 10 : std::min<int64_t>(score, 9);
+    out.push_back({nodes[i], score});
+  }
+  return out;
+}
+
+absl::StatusOr<BindTicket> SchedulerCache::BeginBind(const config::PodManifest& pod,
+                                                     const std::string& node) {
+  absl::MutexLock lock(&mu_);
+  MaybeRebuildLocked();
+  ExpireLocked(options_.clock->Now());
+  absl::StatusOr<sched::PodRequest> request = config::BuildPodRequest(pod, config_);
+  if (!request.ok()) {
+    return absl::InvalidArgumentError(StrCat("invalid GPU request: ", request.status().message()));
+  }
+  const std::string key = request->Key();
+  BindTicket ticket;
+  ticket.key = key;
+  ticket.uid = pod.uid;
+  ticket.node = node;
+  auto it = pods_.find(key);
+  if (it != pods_.end() && it->second.uid != pod.uid) {
+    EraseLocked(key);
+    it = pods_.end();
+  }
+  if (it != pods_.end()) {
+    PodEntry& e = it->second;
+    if (e.state == State::kBinding) {
+      return absl::FailedPreconditionError(
+          StrCat("pod ", key, " is already being bound to ", e.node));
+    }
+    if (e.state == State::kBound) {
+      return absl::FailedPreconditionError(StrCat("pod ", key, " is already bound to ", e.node));
+    }
+    if (e.state == State::kUncertain) {
+      if (e.node != node) {
+        return absl::FailedPreconditionError(StrCat("pod ", key, " may already be bound to ",
+                                                    e.node,
+                                                    " (an earlier bind's outcome is unknown)"));
+      }
+      e.state = State::kBinding;
+      e.seq = ++seq_;
+      ticket.annotations = e.annotations;
+      if (const sched::PodCharge* charge = engine_->cluster().FindPod(key); charge != nullptr) {
+        ticket.annotations =
+            config::EncodeDecisionAnnotations(charge->decision, engine_->cluster());
+      }
+      ticket.seq = e.seq;
+      ticket.charged = e.charged;
+      return ticket;
+    }
+  }
+  if (!request->WantsGpu()) {
+    if (it != pods_.end()) EraseLocked(key);
+    return ticket;  // Nothing to charge: bind as is.
+  }
+  const int node_id = engine_->cluster().FindNode(node);
+  std::optional<sched::Decision> decision;
+  if (it != pods_.end() && it->second.state == State::kAssumed && it->second.node == node &&
+      it->second.charged) {
+    if (const sched::PodCharge* charge = engine_->cluster().FindPod(key); charge != nullptr) {
+      decision = charge->decision;
+    }
+  }
+  if (!decision.has_value()) {
+    if (it != pods_.end()) EraseLocked(key);
+    if (node_id < 0) {
+      return absl::FailedPreconditionError(StrCat("node ", node, ": ", NodeProblemLocked(node)));
+    }
+    absl::StatusOr<sched::Decision> d = engine_->Decide(*request, node_id);
+    if (!d.ok()) return d.status();
+    if (absl::Status s = engine_->Apply(key, *d); !s.ok()) return s;
+    decision = std::move(*d);
+    ++generation_;
+  }
+  PodEntry& e = pods_[key];
+  e.uid = pod.uid;
+  e.namespace_name = request->namespace_name;
+  e.name = request->name;
+  e.node = node;
+  e.state = State::kBinding;
+  e.charged = true;
+  e.seq = ++seq_;
+  e.expires = absl::InfiniteFuture();
+  e.manifest = pod;
+  e.request = *request;
+  ticket.annotations = config::EncodeDecisionAnnotations(*decision, engine_->cluster());
+  e.annotations = DecisionAnnotations(ticket.annotations);
+  e.claimed = ClaimedInstances(e.annotations);
+  ticket.seq = e.seq;
+  ticket.charged = true;
+  return ticket;
+}
+
+void SchedulerCache::FinishBind(const BindTicket& ticket, BindOutcome outcome) {
+  absl::MutexLock lock(&mu_);
+  auto it = pods_.find(ticket.key);
+  if (it == pods_.end() || it->second.seq != ticket.seq || it->second.uid != ticket.uid) return;
+  PodEntry& e = it->second;
+  switch (outcome) {
+    case BindOutcome::kBound:
+      e.state = State::kBound;
+      break;
+    case BindOutcome::kFailed:
+      EraseLocked(ticket.key);
+      break;
+    case BindOutcome::kUncertain:
+      e.state = State::kUncertain;
+      e.expires = options_.clock->Now() + options_.uncertain_ttl;
+      break;
+  }
+}
+
+// --- Maintenance ------------------------------------------------------------------------------
+
+void SchedulerCache::Tick() {
+  absl::MutexLock lock(&mu_);
+  ExpireLocked(options_.clock->Now());
+  MaybeRebuildLocked();
+}
+
+void SchedulerCache::RebuildIfDirty() {
+  absl::MutexLock lock(&mu_);
+  MaybeRebuildLocked();
+}
+
+std::vector<PodRef> SchedulerCache::ExpiredUncertain() {
+  std::vector<PodRef> out;
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = options_.clock->Now();
+  for (const auto& [key, e] : pods_) {
+    if (e.state != State::kUncertain || e.expires > now) continue;
+    out.push_back(PodRef{e.namespace_name, e.name, e.uid, e.node, e.annotations});
+  }
+  return out;
+}
+
+void SchedulerCache::ResolveUncertain(const PodRef& pod, bool bound) {
+  absl::MutexLock lock(&mu_);
+  const std::string key = k8s::ObjectKey(pod.namespace_name, pod.name);
+  auto it = pods_.find(key);
+  if (it == pods_.end() || it->second.uid != pod.uid || it->second.state != State::kUncertain) {
+    return;
+  }
+  if (bound) {
+    it->second.state = State::kBound;
+  } else {
+    EraseLocked(key);
+  }
+}
+
+std::vector<PodProblem> SchedulerCache::Problems() {
+  std::vector<PodProblem> out;
+  absl::MutexLock lock(&mu_);
+  MaybeRebuildLocked();
+  const absl::Time now = options_.clock->Now();
+  for (const auto& [key, e] : pods_) {
+    if (e.problem.empty() || e.charged || now - e.problem_since < options_.problem_grace) continue;
+    out.push_back(PodProblem{PodRef{e.namespace_name, e.name, e.uid, e.node, e.annotations},
+                             e.problem, e.problem_since});
+  }
+  return out;
+}
+
+void SchedulerCache::Forget(std::string_view key, std::string_view uid) {
+  absl::MutexLock lock(&mu_);
+  auto it = pods_.find(key);
+  if (it == pods_.end() || it->second.uid != uid) return;
+  EraseLocked(std::string(key));
+}
+
+// --- Observability ----------------------------------------------------------------------------
+
+std::vector<GpuSnapshot> SchedulerCache::GpuSnapshots() {
+  absl::MutexLock lock(&mu_);
+  MaybeRebuildLocked();
+  std::vector<GpuSnapshot> out;
+  const sched::ClusterState& state = engine_->cluster();
+  out.reserve(state.gpu_count());
+  for (int g = 0; g < state.gpu_count(); ++g) {
+    const sched::GpuInfo& info = state.gpu(g);
+    const sched::GpuUsage& usage = state.gpu_usage(g);
+    GpuSnapshot s;
+    s.node = state.node(info.node).name;
+    s.uuid = info.uuid;
+    s.index = info.index;
+    s.type = info.type;
+    s.mode = std::string(sched::GpuModeName(info.mode));
+    s.healthy = info.healthy;
+    s.memory_total_mib = info.memory_mib;
+    s.memory_used_mib = usage.memory_used_mib;
+    s.cores_total_permille = info.cores_total;
+    s.cores_used_permille = usage.cores_used;
+    s.tasks = usage.tasks;
+    s.split_count = info.split_count;
+    if (info.mig_model != nullptr) {
+      for (int i = 0; i < usage.instance_count; ++i) {
+        const sched::MigInstance& inst = usage.instances[i];
+        const mig::GpuInstanceProfile& p = info.mig_model->profiles[inst.profile];
+        s.instances.push_back(InstanceSnapshot{p.Name(), inst.start, p.memory_slices,
+                                               std::string(InstanceStateName(inst.state))});
+      }
+    }
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+CacheStats SchedulerCache::stats() {
+  absl::MutexLock lock(&mu_);
+  CacheStats s = counters_;
+  s.generation = generation_;
+  for (const auto& [name, node] : nodes_) {
+    if (!node.error.empty()) {
+      ++s.nodes_invalid;
+    } else if (node.spec.has_value()) {
+      ++s.nodes_with_gpus;
+    } else {
+      ++s.nodes_without_inventory;
+    }
+  }
+  for (const auto& [key, e] : pods_) {
+    if (!e.problem.empty() && !e.charged) {
+      ++s.pods_by_state["problem"];
+    } else if (e.allocation_failed) {
+      ++s.pods_by_state["allocation-failed"];
+    } else {
+      ++s.pods_by_state[StateName(static_cast<int>(e.state))];
+    }
+  }
+  return s;
+}
+
+std::optional<sched::Decision> SchedulerCache::ChargedDecision(std::string_view key) const {
+  absl::MutexLock lock(&mu_);
+  const sched::PodCharge* charge = engine_->cluster().FindPod(key);
+  if (charge == nullptr) return std::nullopt;
+  return charge->decision;
+}
+
+std::string SchedulerCache::EntryState(std::string_view key) const {
+  absl::MutexLock lock(&mu_);
+  auto it = pods_.find(key);
+  if (it == pods_.end()) return "";
+  const PodEntry& e = it->second;
+  if (e.allocation_failed) return "allocation-failed";
+  if (!e.problem.empty() && !e.charged) return "problem";
+  return StateName(static_cast<int>(e.state));
+}
+
+}  // namespace prism::extender

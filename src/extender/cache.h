@@ -1,0 +1,251 @@
+// src/extender/cache.h: the scheduler extender's view of the cluster: nodes' GPUs (from the node
+// agent's inventory annotations), every GPU pod's decision (from pod annotations), and the
+// placement engine over them.
+//
+// Allocation without a node lock (docs/allocation-protocol.md) rests on this cache: a decision is
+// charged the moment it is made (Filter "assumes" the pod on its best node; Bind charges the
+// node kube-scheduler chose before the Binding is even sent), and stays charged while the pod is
+// bound, so any number of pods may be between bind and the kubelet's Allocate on one node without
+// a GPU ever being overcommitted. The Binding carries the decision annotations, so a restarted
+// extender rebuilds exactly this state from the pods (UpsertPod of every listed pod).
+//
+// Pod entries move through:
+//   assumed   charged by Filter on the best node; expires after `assume_ttl` (kube-scheduler may
+//             pick another node, or never bind)
+//   binding   charged by BeginBind; the Binding is in flight
+//   bound     the Binding succeeded, or the informer shows the pod bound with a decision
+//   uncertain the Binding's outcome is unknown (timeout, dropped connection): still charged until
+//             the informer or a read of the pod says which (ExpiredUncertain())
+// A bound pod's charge ends when it is deleted, reaches Succeeded/Failed, or the node agent
+// reports that every GPU container of it failed to get its devices (prism.io/allocation-status).
+// A decision that no longer applies (its GPU vanished, a MIG instance in its place is in use by
+// something else) leaves the pod uncharged with a `problem`, retried on every rebuild; after
+// `problem_grace` it is listed by Problems() so the scheduler can requeue it.
+//
+// Node or configuration changes mark the cache dirty; the next verb (or Tick()) rebuilds the
+// engine from the nodes and re-charges every bound pod from its annotations.
+//
+// Thread-safe: one mutex; verbs and informer events serialize on it, but no call does I/O.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+#include "config/pod_request.h"
+#include "core/sched/decision.h"
+#include "core/sched/device_config.h"
+#include "core/sched/engine.h"
+#include "extender/wire.h"
+#include "k8s/clock.h"
+
+namespace prism::extender {
+
+struct CacheOptions {
+  sched::EngineOptions engine;
+  absl::Duration assume_ttl = absl::Seconds(30);
+  absl::Duration uncertain_ttl = absl::Seconds(10);
+  absl::Duration problem_grace = absl::Seconds(30);
+  const k8s::Clock* clock = k8s::RealClock::Get();
+};
+
+// The engine options the extender uses by default: kube-scheduler scores CPU and host memory with
+// every pod in view, so the engine's partial view of them (GPU pods only) does not score.
+sched::EngineOptions DefaultEngineOptions();
+
+struct FilterOutcome {
+  absl::Status request_status;  // Not OK: the pod's GPU request is invalid (every node failed).
+  bool wants_gpu = false;
+  std::vector<std::string> feasible;           // In request order.
+  std::map<std::string, std::string> failed;   // Node -> reason.
+  std::map<sched::Reason, int> reason_counts;  // Over the failed nodes with engine reasons.
+  int nodes_without_inventory = 0;
+  std::string assumed_node;  // Where the pod is now assumed ("" if nowhere).
+  // "0/3 nodes are available: 2 CardInsufficientMemory, 1 node has no GPU inventory".
+  std::string Summary(size_t candidates) const;
+};
+
+struct BindTicket {
+  std::string key;  // namespace/name
+  std::string uid;
+  std::string node;
+  std::map<std::string, std::string> annotations;  // Decision annotations for the Binding.
+  uint64_t seq = 0;
+  bool charged = false;
+};
+
+enum class BindOutcome { kBound, kFailed, kUncertain };
+
+struct PodRef {
+  std::string namespace_name;
+  std::string name;
+  std::string uid;
+  std::string node;
+  std::map<std::string, std::string> annotations;  // What the Binding carried.
+};
+
+struct PodProblem {
+  PodRef pod;
+  std::string problem;
+  absl::Time since;
+};
+
+struct InstanceSnapshot {
+  std::string profile;
+  int start = 0;
+  int size = 0;
+  std::string state;  // "idle", "in-use" (untracked), "assigned".
+};
+
+struct GpuSnapshot {
+  std::string node;
+  std::string uuid;
+  int index = 0;
+  std::string type;
+  std::string mode;
+  bool healthy = true;
+  int64_t memory_total_mib = 0;
+  int64_t memory_used_mib = 0;
+  int32_t cores_total_permille = 0;
+  int32_t cores_used_permille = 0;
+  int tasks = 0;
+  int split_count = 0;
+  std::vector<InstanceSnapshot> instances;
+};
+
+struct CacheStats {
+  int nodes_with_gpus = 0;
+  int nodes_without_inventory = 0;
+  int nodes_invalid = 0;
+  std::map<std::string, int> pods_by_state;  // assumed, binding, bound, uncertain, problem.
+  int64_t rebuilds = 0;
+  int64_t assumptions_expired = 0;
+  int64_t decode_failures = 0;
+  int64_t allocation_failures_released = 0;
+  double last_rebuild_seconds = 0;
+  uint64_t generation = 0;
+};
+
+class SchedulerCache {
+ public:
+  explicit SchedulerCache(sched::DeviceConfig config, CacheOptions options = {});
+  ~SchedulerCache();
+  SchedulerCache(const SchedulerCache&) = delete;
+  SchedulerCache& operator=(const SchedulerCache&) = delete;
+
+  // --- Informer feed -----------------------------------------------------------------------
+  void UpsertNode(const Json& node);
+  void DeleteNode(std::string_view name);
+  void UpsertPod(const Json& pod);
+  void DeletePod(const Json& pod);
+  // Replaces the device configuration (hot reload); the next verb rebuilds.
+  void SetDeviceConfig(sched::DeviceConfig config);
+  sched::DeviceConfig device_config() const;
+
+  // --- Extender verbs ----------------------------------------------------------------------
+  FilterOutcome Filter(const config::PodManifest& pod, const std::vector<std::string>& nodes);
+  // 0..10 per node: the node Filter assumed the pod on gets 10, the others 0..9 by the engine's
+  // score, so kube-scheduler (with a large enough extender weight) binds where Filter assumed.
+  std::vector<HostPriority> Prioritize(const config::PodManifest& pod,
+                                       const std::vector<std::string>& nodes);
+  // Charges the pod's decision on `node` and returns the annotations the Binding must carry.
+  // FailedPrecondition for a node without usable GPUs or a pod already bound / binding;
+  // ResourceExhausted (with the node's reasons) when the pod no longer fits there;
+  // InvalidArgument for an invalid request.
+  absl::StatusOr<BindTicket> BeginBind(const config::PodManifest& pod, const std::string& node);
+  void FinishBind(const BindTicket& ticket, BindOutcome outcome);
+
+  // --- Maintenance -------------------------------------------------------------------------
+  // Drops expired assumptions and rebuilds if something changed.
+  void Tick();
+  // Binds whose outcome is still unknown after `uncertain_ttl`; the caller reads each pod and
+  // calls ResolveUncertain.
+  std::vector<PodRef> ExpiredUncertain();
+  // `bound`: the pod is bound to the ticket's node with the ticket's annotations.
+  void ResolveUncertain(const PodRef& pod, bool bound);
+  // Pods whose decision could not be charged for longer than `problem_grace`.
+  std::vector<PodProblem> Problems();
+  // Forgets a pod (after the scheduler requeued it by deleting it).
+  void Forget(std::string_view key, std::string_view uid);
+
+  // --- Observability -----------------------------------------------------------------------
+  std::vector<GpuSnapshot> GpuSnapshots();
+  CacheStats stats();
+  // Rebuilds now if anything changed (tests and benchmarks).
+  void RebuildIfDirty();
+  // What the engine holds for `key` (tests), or nullopt.
+  std::optional<sched::Decision> ChargedDecision(std::string_view key) const;
+  std::string EntryState(std::string_view key) const;
+
+ private:
+  enum class State { kAssumed, kBinding, kBound, kUncertain };
+  struct NodeEntry {
+    std::optional<sched::NodeSpec> spec;  // nullopt: no inventory.
+    std::string error;                    // Not empty: malformed or rejected by the engine.
+    std::string fingerprint;
+  };
+  struct PodEntry {
+    std::string uid;
+    std::string namespace_name;
+    std::string name;
+    std::string node;
+    State state = State::kAssumed;
+    bool charged = false;
+    uint64_t seq = 0;
+    absl::Time expires = absl::InfiniteFuture();
+    config::PodManifest manifest;
+    sched::PodRequest request;
+    std::map<std::string, std::string> annotations;  // Decision annotations (not for assumed).
+    std::set<std::tuple<std::string, std::string, int>> claimed;  // MIG (uuid, profile, start).
+    std::string problem;
+    absl::Time problem_since = absl::InfinitePast();
+    bool allocation_failed = false;
+  };
+
+  void MaybeRebuildLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RebuildLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ValidateNodeLocked(const std::string& name, NodeEntry& node)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseLocked(PodEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void EraseLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Charges `entry` from its annotations against the current engine; sets `problem` on failure.
+  void ChargeFromAnnotationsLocked(const std::string& key, PodEntry& entry)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string NodeProblemLocked(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const CacheOptions options_;
+  mutable absl::Mutex mu_;
+  sched::DeviceConfig config_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<sched::Engine> engine_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, NodeEntry, std::less<>> nodes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, PodEntry, std::less<>> pods_ ABSL_GUARDED_BY(mu_);
+  // Last Filter's engine scores per pod UID (for Prioritize), oldest evicted first.
+  std::map<std::string, std::map<std::string, double>> scores_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> scores_order_ ABSL_GUARDED_BY(mu_);
+  bool dirty_ ABSL_GUARDED_BY(mu_) = true;
+  uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  CacheStats counters_ ABSL_GUARDED_BY(mu_);
+};
+
+// The decision-bearing annotations of a pod (prism.io/decision and HAMi's keys), or empty.
+std::map<std::string, std::string> DecisionAnnotations(
+    const std::map<std::string, std::string>& all);
+
+// Whether the node agent's prism.io/allocation-status says every GPU container of `request`
+// failed to get its devices.
+bool AllocationFailedEverywhere(const std::map<std::string, std::string>& annotations,
+                                const sched::PodRequest& request);
+
+}  // namespace prism::extender

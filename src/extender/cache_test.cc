@@ -1,0 +1,455 @@
+#include "extender/cache.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "config/annotations.h"
+#include "config/device_config_yaml.h"
+#include "extender/test_util.h"
+
+namespace prism::extender {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using json = nlohmann::json;
+using testing::GpuPod;
+using testing::NodeJson;
+using testing::TestGpu;
+
+config::PodManifest Manifest(const json& pod) {
+  absl::StatusOr<config::PodManifest> m = PodManifestFromJson(pod);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return *m;
+}
+
+// The pod as the API server shows it after a Binding that carried `annotations`.
+json Bound(json pod, const std::string& node,
+           const std::map<std::string, std::string>& annotations) {
+  pod["spec"]["nodeName"] = node;
+  for (const auto& [k, v] : annotations) pod["metadata"]["annotations"][k] = v;
+  return pod;
+}
+
+class CacheTest : public ::testing::Test {
+ protected:
+  CacheTest() { Reset(); }
+
+  void Reset() {
+    CacheOptions options;
+    options.engine = DefaultEngineOptions();
+    options.clock = &clock_;
+    options.assume_ttl = absl::Seconds(30);
+    options.uncertain_ttl = absl::Seconds(5);
+    options.problem_grace = absl::Seconds(10);
+    cache_ = std::make_unique<SchedulerCache>(config::DefaultDeviceConfig(), options);
+  }
+
+  // Filter + Prioritize + bind on the best node; returns the bound pod.
+  json Schedule(const json& pod, const std::vector<std::string>& nodes) {
+    const config::PodManifest m = Manifest(pod);
+    FilterOutcome f = cache_->Filter(m, nodes);
+    EXPECT_FALSE(f.assumed_node.empty()) << f.Summary(nodes.size());
+    absl::StatusOr<BindTicket> t = cache_->BeginBind(m, f.assumed_node);
+    EXPECT_TRUE(t.ok()) << t.status();
+    cache_->FinishBind(*t, BindOutcome::kBound);
+    return Bound(pod, f.assumed_node, t->annotations);
+  }
+
+  int64_t UsedMiB(const std::string& node) {
+    int64_t used = 0;
+    for (const GpuSnapshot& g : cache_->GpuSnapshots()) {
+      if (g.node == node) used += g.memory_used_mib;
+    }
+    return used;
+  }
+
+  k8s::FakeClock clock_;
+  std::unique_ptr<SchedulerCache> cache_;
+};
+
+TEST_F(CacheTest, FilterGivesPerNodeReasonsAndAssumesOnTheBestNode) {
+  cache_->UpsertNode(NodeJson("big", {TestGpu{}, TestGpu{}}));
+  cache_->UpsertNode(NodeJson("small", {TestGpu{"A100-SXM4-40GB", 10000}}));
+  cache_->UpsertNode(NodeJson("cpu-only", {}));
+  FilterOutcome f =
+      cache_->Filter(Manifest(GpuPod("p", 1, 20000)), {"big", "small", "cpu-only", "ghost"});
+  ASSERT_TRUE(f.request_status.ok());
+  EXPECT_TRUE(f.wants_gpu);
+  EXPECT_THAT(f.feasible, ElementsAre("big"));
+  EXPECT_EQ(f.failed["small"], "1/1 CardInsufficientMemory");
+  EXPECT_THAT(f.failed["cpu-only"], HasSubstr("no GPU inventory"));
+  EXPECT_THAT(f.failed["ghost"], HasSubstr("no GPU inventory"));
+  EXPECT_EQ(f.assumed_node, "big");
+  EXPECT_EQ(UsedMiB("big"), 20000);
+  EXPECT_EQ(cache_->EntryState("default/p"), "assumed");
+  EXPECT_THAT(f.Summary(4), HasSubstr("1/4 nodes are available"));
+}
+
+TEST_F(CacheTest, NextFilterSeesTheAssumption) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  FilterOutcome a = cache_->Filter(Manifest(GpuPod("a", 1, 30000)), {"n1"});
+  EXPECT_EQ(a.assumed_node, "n1");
+  FilterOutcome b = cache_->Filter(Manifest(GpuPod("b", 1, 30000)), {"n1"});
+  EXPECT_THAT(b.feasible, IsEmpty());
+  EXPECT_EQ(b.failed["n1"], "1/1 CardInsufficientMemory");
+}
+
+TEST_F(CacheTest, RefilteringAPodDropsItsOldAssumption) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  const config::PodManifest m = Manifest(GpuPod("a", 1, 30000));
+  EXPECT_EQ(cache_->Filter(m, {"n1"}).assumed_node, "n1");
+  EXPECT_EQ(cache_->Filter(m, {"n1"}).assumed_node, "n1");
+  EXPECT_EQ(UsedMiB("n1"), 30000);
+}
+
+TEST_F(CacheTest, AssumptionsExpire) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  cache_->Filter(Manifest(GpuPod("a", 1, 30000)), {"n1"});
+  clock_.Advance(absl::Seconds(31));
+  cache_->Tick();
+  EXPECT_EQ(UsedMiB("n1"), 0);
+  EXPECT_EQ(cache_->EntryState("default/a"), "");
+  EXPECT_EQ(cache_->stats().assumptions_expired, 1);
+}
+
+TEST_F(CacheTest, PrioritizeGivesTheAssumedNodeTen) {
+  for (const char* n : {"n1", "n2", "n3"}) cache_->UpsertNode(NodeJson(n, {TestGpu{}}));
+  // Make n2 the binpack choice: it is already partly used.
+  cache_->UpsertPod(Schedule(GpuPod("seed", 1, 10000), {"n2"}));
+  const config::PodManifest m = Manifest(GpuPod("p", 1, 10000));
+  FilterOutcome f = cache_->Filter(m, {"n1", "n2", "n3"});
+  ASSERT_EQ(f.feasible.size(), 3u);
+  std::vector<HostPriority> scores = cache_->Prioritize(m, {"n1", "n2", "n3"});
+  ASSERT_EQ(scores.size(), 3u);
+  for (const HostPriority& h : scores) {
+    EXPECT_GE(h.score, 0);
+    if (h.host == f.assumed_node) {
+      EXPECT_EQ(h.score, 10);
+    } else {
+      EXPECT_LE(h.score, 9);
+    }
+  }
+}
+
+TEST_F(CacheTest, BindOnTheAssumedNodeKeepsTheAssumedDecision) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}, TestGpu{}}));
+  const config::PodManifest m = Manifest(GpuPod("p", 1, 10000));
+  FilterOutcome f = cache_->Filter(m, {"n1"});
+  const std::optional<sched::Decision> assumed = cache_->ChargedDecision("default/p");
+  ASSERT_TRUE(assumed.has_value());
+  absl::StatusOr<BindTicket> t = cache_->BeginBind(m, "n1");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->annotations.at(config::kHamiNodeAnnotation), "n1");
+  EXPECT_TRUE(t->annotations.count(config::kPrismDecisionAnnotation));
+  EXPECT_EQ(cache_->ChargedDecision("default/p")->containers[0].devices[0].uuid,
+            assumed->containers[0].devices[0].uuid);
+  EXPECT_EQ(cache_->EntryState("default/p"), "binding");
+  EXPECT_EQ(UsedMiB("n1"), 10000);
+}
+
+TEST_F(CacheTest, BindOnAnotherNodeMovesTheCharge) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  cache_->UpsertNode(NodeJson("n2", {TestGpu{}}));
+  const config::PodManifest m = Manifest(GpuPod("p", 1, 10000));
+  FilterOutcome f = cache_->Filter(m, {"n1", "n2"});
+  const std::string other = f.assumed_node == "n1" ? "n2" : "n1";
+  absl::StatusOr<BindTicket> t = cache_->BeginBind(m, other);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(UsedMiB(other), 10000);
+  EXPECT_EQ(UsedMiB(f.assumed_node), 0);
+}
+
+TEST_F(CacheTest, BindWhereThePodNoLongerFitsIsResourceExhausted) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  cache_->UpsertPod(Schedule(GpuPod("a", 1, 30000), {"n1"}));
+  absl::StatusOr<BindTicket> t = cache_->BeginBind(Manifest(GpuPod("b", 1, 30000)), "n1");
+  ASSERT_FALSE(t.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(t.status()));
+  EXPECT_THAT(std::string(t.status().message()), HasSubstr("CardInsufficientMemory"));
+  t = cache_->BeginBind(Manifest(GpuPod("b", 1, 30000)), "ghost");
+  EXPECT_TRUE(absl::IsFailedPrecondition(t.status()));
+}
+
+TEST_F(CacheTest, FailedBindReleasesTheCharge) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  const config::PodManifest m = Manifest(GpuPod("p", 1, 30000));
+  cache_->Filter(m, {"n1"});
+  absl::StatusOr<BindTicket> t = cache_->BeginBind(m, "n1");
+  ASSERT_TRUE(t.ok());
+  cache_->FinishBind(*t, BindOutcome::kFailed);
+  EXPECT_EQ(UsedMiB("n1"), 0);
+  EXPECT_TRUE(cache_->BeginBind(Manifest(GpuPod("q", 1, 30000)), "n1").ok());
+}
+
+TEST_F(CacheTest, ConcurrentBindOfTheSamePodIsRefused) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  const config::PodManifest m = Manifest(GpuPod("p", 1, 1000));
+  ASSERT_TRUE(cache_->BeginBind(m, "n1").ok());
+  EXPECT_TRUE(absl::IsFailedPrecondition(cache_->BeginBind(m, "n1").status()));
+}
+
+TEST_F(CacheTest, UncertainBindStaysChargedUntilSettled) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  const config::PodManifest m = Manifest(GpuPod("p", 1, 30000));
+  absl::StatusOr<BindTicket> t = cache_->BeginBind(m, "n1");
+  ASSERT_TRUE(t.ok());
+  cache_->FinishBind(*t, BindOutcome::kUncertain);
+  EXPECT_EQ(UsedMiB("n1"), 30000);
+  EXPECT_THAT(cache_->ExpiredUncertain(), IsEmpty());
+  clock_.Advance(absl::Seconds(6));
+  std::vector<PodRef> expired = cache_->ExpiredUncertain();
+  ASSERT_EQ(expired.size(), 1u);
+  EXPECT_EQ(expired[0].node, "n1");
+  cache_->ResolveUncertain(expired[0], /*bound=*/false);
+  EXPECT_EQ(UsedMiB("n1"), 0);
+}
+
+TEST_F(CacheTest, RetriedBindAfterAnUncertainOneReusesTheDecision) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  const config::PodManifest m = Manifest(GpuPod("p", 1, 30000));
+  absl::StatusOr<BindTicket> t = cache_->BeginBind(m, "n1");
+  cache_->FinishBind(*t, BindOutcome::kUncertain);
+  absl::StatusOr<BindTicket> again = cache_->BeginBind(m, "n1");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->annotations, t->annotations);
+  EXPECT_EQ(UsedMiB("n1"), 30000);
+}
+
+TEST_F(CacheTest, InformerConfirmsOurBindWithoutRecharging) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  json pod = Schedule(GpuPod("p", 1, 10000), {"n1"});
+  const uint64_t before = cache_->stats().generation;
+  cache_->UpsertPod(pod);
+  EXPECT_EQ(cache_->stats().generation, before);  // Nothing released or applied again.
+  EXPECT_EQ(cache_->EntryState("default/p"), "bound");
+  EXPECT_EQ(UsedMiB("n1"), 10000);
+}
+
+TEST_F(CacheTest, RestartRebuildsTheSameUsageFromAnnotations) {
+  std::vector<std::string> nodes;
+  for (int i = 0; i < 3; ++i) {
+    nodes.push_back(StrCat("n", i));
+    cache_->UpsertNode(NodeJson(nodes.back(), {TestGpu{}, TestGpu{"H100-SXM5-80GB", 81920, true}}));
+  }
+  std::vector<json> bound;
+  for (int i = 0; i < 12; ++i) {
+    json pod = GpuPod(StrCat("p", i), 1, 5000 + 1000 * (i % 4), 10,
+                      {{"nvidia.com/vgpu-mode", i % 2 ? "mig" : "hami-core"}});
+    bound.push_back(Schedule(pod, nodes));
+  }
+  const std::vector<GpuSnapshot> before = cache_->GpuSnapshots();
+  Reset();  // A new process: only the API objects survive.
+  for (const std::string& n : nodes) {
+    cache_->UpsertNode(NodeJson(n, {TestGpu{}, TestGpu{"H100-SXM5-80GB", 81920, true}}));
+  }
+  for (const json& pod : bound) cache_->UpsertPod(pod);
+  const std::vector<GpuSnapshot> after = cache_->GpuSnapshots();
+  ASSERT_EQ(before.size(), after.size());
+  for (size_t g = 0; g < before.size(); ++g) {
+    EXPECT_EQ(before[g].memory_used_mib, after[g].memory_used_mib) << before[g].uuid;
+    EXPECT_EQ(before[g].cores_used_permille, after[g].cores_used_permille) << before[g].uuid;
+    EXPECT_EQ(before[g].tasks, after[g].tasks) << before[g].uuid;
+    EXPECT_EQ(before[g].instances.size(), after[g].instances.size()) << before[g].uuid;
+  }
+  EXPECT_EQ(cache_->stats().pods_by_state["bound"], 12);
+}
+
+TEST_F(CacheTest, PodsSeenBeforeTheirNodeAreChargedOnceTheNodeArrives) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  json pod = Schedule(GpuPod("p", 1, 10000), {"n1"});
+  Reset();
+  cache_->UpsertPod(pod);
+  cache_->RebuildIfDirty();
+  EXPECT_EQ(cache_->EntryState("default/p"), "problem");
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  cache_->RebuildIfDirty();
+  EXPECT_EQ(cache_->EntryState("default/p"), "bound");
+  EXPECT_EQ(UsedMiB("n1"), 10000);
+}
+
+TEST_F(CacheTest, DeletedAndFinishedPodsGiveTheirGpusBack) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  json a = Schedule(GpuPod("a", 1, 10000), {"n1"});
+  json b = Schedule(GpuPod("b", 1, 10000), {"n1"});
+  cache_->UpsertPod(a);
+  cache_->UpsertPod(b);
+  EXPECT_EQ(UsedMiB("n1"), 20000);
+  cache_->DeletePod(a);
+  EXPECT_EQ(UsedMiB("n1"), 10000);
+  b["status"]["phase"] = "Succeeded";
+  cache_->UpsertPod(b);
+  EXPECT_EQ(UsedMiB("n1"), 0);
+}
+
+TEST_F(CacheTest, RecreatedPodUnderTheSameNameReplacesTheOldOne) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  json old_pod = Schedule(GpuPod("p", 1, 30000), {"n1"});
+  cache_->UpsertPod(old_pod);
+  json fresh = GpuPod("p", 1, 30000);
+  fresh["metadata"]["uid"] = "uid-2";
+  cache_->UpsertPod(fresh);  // Pending, new UID: the old pod is gone.
+  EXPECT_EQ(UsedMiB("n1"), 0);
+}
+
+TEST_F(CacheTest, AllocationFailureReportedByTheNodeAgentReleases) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  json pod = Schedule(GpuPod("p", 1, 30000), {"n1"});
+  cache_->UpsertPod(pod);
+  pod["metadata"]["annotations"]["prism.io/allocation-status"] =
+      R"({"node":"n1","containers":{"main":{"allocations":["a1"],"error":"NVML: boom"}}})";
+  cache_->UpsertPod(pod);
+  EXPECT_EQ(UsedMiB("n1"), 0);
+  EXPECT_EQ(cache_->EntryState("default/p"), "allocation-failed");
+  cache_->UpsertPod(pod);  // Later updates do not charge it again.
+  EXPECT_EQ(UsedMiB("n1"), 0);
+}
+
+TEST_F(CacheTest, SuccessfulAllocationKeepsTheCharge) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  json pod = Schedule(GpuPod("p", 1, 30000), {"n1"});
+  pod["metadata"]["annotations"]["prism.io/allocation-status"] =
+      R"({"node":"n1","containers":{"main":{"allocations":["a1"],"devices":[]}}})";
+  cache_->UpsertPod(pod);
+  EXPECT_EQ(UsedMiB("n1"), 30000);
+}
+
+TEST_F(CacheTest, MalformedDecisionIsAProblemNotACrash) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  json pod = Bound(GpuPod("p", 1, 1000), "n1", {{"prism.io/decision", "{garbage"}});
+  cache_->UpsertPod(pod);
+  cache_->Tick();
+  EXPECT_EQ(cache_->EntryState("default/p"), "problem");
+  EXPECT_THAT(cache_->Problems(), IsEmpty());  // Within the grace period.
+  clock_.Advance(absl::Seconds(11));
+  std::vector<PodProblem> problems = cache_->Problems();
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_THAT(problems[0].problem, HasSubstr("decision"));
+  EXPECT_EQ(UsedMiB("n1"), 0);
+}
+
+TEST_F(CacheTest, MalformedNodeInventoryExcludesOnlyThatNode) {
+  cache_->UpsertNode(NodeJson("good", {TestGpu{}}));
+  json bad = NodeJson("bad", {TestGpu{}});
+  bad["metadata"]["annotations"]["prism.io/gpu-inventory"] = R"({"version":1,"gpus":"x"})";
+  cache_->UpsertNode(bad);
+  FilterOutcome f = cache_->Filter(Manifest(GpuPod("p", 1, 1000)), {"good", "bad"});
+  EXPECT_THAT(f.feasible, ElementsAre("good"));
+  EXPECT_THAT(f.failed["bad"], HasSubstr("unusable GPU inventory"));
+  EXPECT_EQ(cache_->stats().nodes_invalid, 1);
+}
+
+TEST_F(CacheTest, UnknownGpuModelInMigModeIsRejectedPerNode) {
+  cache_->UpsertNode(NodeJson("good", {TestGpu{}}));
+  cache_->UpsertNode(NodeJson("odd", {TestGpu{"Tesla T4", 15360, false}}));
+  json weird = NodeJson("weird", {TestGpu{}});
+  // A MIG-mode GPU whose model the catalog does not know.
+  json inv =
+      json::parse(weird["metadata"]["annotations"]["prism.io/gpu-inventory"].get<std::string>());
+  inv["gpus"][0]["model"] = "Mystery-GPU";
+  inv["gpus"][0]["mode"] = "mig";
+  inv["gpus"][0]["mig"] = {
+      {"enabled", true}, {"profiles", json::array()}, {"instances", json::array()}};
+  weird["metadata"]["annotations"]["prism.io/gpu-inventory"] = inv.dump();
+  cache_->UpsertNode(weird);
+  FilterOutcome f = cache_->Filter(Manifest(GpuPod("p", 1, 1000)), {"good", "odd", "weird"});
+  EXPECT_THAT(f.feasible, ElementsAre("good", "odd"));
+  EXPECT_THAT(f.failed["weird"], HasSubstr("unusable GPU inventory"));
+}
+
+TEST_F(CacheTest, InventoryChangeRebuildsAndKeepsBoundPods) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}, TestGpu{}}));
+  cache_->UpsertPod(Schedule(GpuPod("a", 1, 30000), {"n1"}));
+  cache_->UpsertPod(Schedule(GpuPod("b", 1, 30000), {"n1"}));
+  const int64_t rebuilds = cache_->stats().rebuilds;
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}, TestGpu{}, TestGpu{}}));  // A GPU more.
+  FilterOutcome f = cache_->Filter(Manifest(GpuPod("c", 1, 30000)), {"n1"});
+  EXPECT_EQ(cache_->stats().rebuilds, rebuilds + 1);
+  EXPECT_THAT(f.feasible, ElementsAre("n1"));
+  EXPECT_EQ(UsedMiB("n1"), 90000);
+  FilterOutcome g = cache_->Filter(Manifest(GpuPod("d", 1, 30000)), {"n1"});
+  EXPECT_THAT(g.feasible, IsEmpty());
+}
+
+TEST_F(CacheTest, VanishedGpuTurnsItsPodsIntoProblems) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  json pod = Schedule(GpuPod("p", 1, 30000), {"n1"});
+  cache_->UpsertPod(pod);
+  // The node now reports a different GPU (the old one failed and was replaced).
+  json node = NodeJson("n1", {TestGpu{}});
+  json inv =
+      json::parse(node["metadata"]["annotations"]["prism.io/gpu-inventory"].get<std::string>());
+  inv["gpus"][0]["uuid"] = "GPU-replacement";
+  node["metadata"]["annotations"]["prism.io/gpu-inventory"] = inv.dump();
+  cache_->UpsertNode(node);
+  cache_->RebuildIfDirty();
+  EXPECT_EQ(cache_->EntryState("default/p"), "problem");
+  clock_.Advance(absl::Seconds(11));
+  ASSERT_EQ(cache_->Problems().size(), 1u);
+  EXPECT_THAT(cache_->Problems()[0].problem, HasSubstr("GPU-n1-0"));
+  cache_->Forget("default/p", "uid-default-p");
+  EXPECT_THAT(cache_->Problems(), IsEmpty());
+}
+
+TEST_F(CacheTest, ConfigReloadChangesCapacity) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  sched::DeviceConfig config = config::DefaultDeviceConfig();
+  config.device_split_count = 2;
+  cache_->SetDeviceConfig(config);
+  cache_->UpsertPod(Schedule(GpuPod("a", 1, 1000), {"n1"}));
+  cache_->UpsertPod(Schedule(GpuPod("b", 1, 1000), {"n1"}));
+  FilterOutcome f = cache_->Filter(Manifest(GpuPod("c", 1, 1000)), {"n1"});
+  EXPECT_EQ(f.failed["n1"], "1/1 CardTimeSlicingExhausted");
+  config.device_split_count = 10;
+  cache_->SetDeviceConfig(config);
+  EXPECT_THAT(cache_->Filter(Manifest(GpuPod("c", 1, 1000)), {"n1"}).feasible, ElementsAre("n1"));
+}
+
+TEST_F(CacheTest, InvalidRequestFailsEveryNodeWithTheReason) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  json pod = GpuPod("p", 1, 1000, 0, {{"nvidia.com/vgpu-mode", "mps"}});
+  FilterOutcome f = cache_->Filter(Manifest(pod), {"n1"});
+  EXPECT_FALSE(f.request_status.ok());
+  EXPECT_THAT(f.failed["n1"], HasSubstr("invalid GPU request"));
+  EXPECT_THAT(f.failed["n1"], HasSubstr("vgpu-mode"));
+}
+
+TEST_F(CacheTest, PodsWithoutGpusPassEverywhere) {
+  json pod = testing::PodJson("default", "web", {{"main", 0}});
+  FilterOutcome f = cache_->Filter(Manifest(pod), {"a", "b"});
+  EXPECT_FALSE(f.wants_gpu);
+  EXPECT_THAT(f.feasible, ElementsAre("a", "b"));
+  absl::StatusOr<BindTicket> t = cache_->BeginBind(Manifest(pod), "a");
+  ASSERT_TRUE(t.ok());
+  EXPECT_TRUE(t->annotations.empty());
+}
+
+TEST_F(CacheTest, MigDecisionSurvivesTheAgentReportingItsInstance) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{"H100-SXM5-80GB", 81920, true}}));
+  json pod = Schedule(GpuPod("p", 1, 20000, 0, {{"nvidia.com/vgpu-mode", "mig"}}), {"n1"});
+  cache_->UpsertPod(pod);
+  const std::optional<sched::Decision> d = cache_->ChargedDecision("default/p");
+  ASSERT_TRUE(d.has_value());
+  const sched::DeviceAssignment& dev = d->containers[0].devices[0];
+  ASSERT_TRUE(dev.IsMig());
+  // The agent created the instance; a process runs on it, so it reports it in use.
+  TestGpu gpu{"H100-SXM5-80GB", 81920, true};
+  gpu.instances.push_back({dev.profile_name, dev.start, /*in_use=*/true});
+  cache_->UpsertNode(NodeJson("n1", {gpu}));
+  cache_->RebuildIfDirty();
+  EXPECT_EQ(cache_->EntryState("default/p"), "bound");
+  int assigned = 0;
+  for (const InstanceSnapshot& i : cache_->GpuSnapshots()[0].instances) {
+    if (i.start == dev.start && i.profile == dev.profile_name) {
+      EXPECT_EQ(i.state, "assigned");
+      ++assigned;
+    } else {
+      EXPECT_NE(i.state, "assigned");
+    }
+  }
+  EXPECT_EQ(assigned, 1);
+}
+
+}  // namespace
+}  // namespace prism::extender

@@ -1,0 +1,169 @@
+#include "extender/metrics.h"
+
+#include <utility>
+#include <vector>
+
+#include "prometheus/metric_family.h"
+#include "prometheus/text_serializer.h"
+
+namespace prism::extender {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+// 50 us .. ~13 s, x2 per bucket.
+prometheus::Histogram::BucketBoundaries LatencyBuckets() {
+  prometheus::Histogram::BucketBoundaries b;
+  for (double v = 50e-6; v < 15; v *= 2) b.push_back(v);
+  return b;
+}
+
+MetricFamily Gauges(std::string name, std::string help) {
+  MetricFamily f;
+  f.name = std::move(name);
+  f.help = std::move(help);
+  f.type = MetricType::Gauge;
+  return f;
+}
+
+void AddGauge(MetricFamily& f, std::vector<ClientMetric::Label> labels, double value) {
+  ClientMetric m;
+  m.label = std::move(labels);
+  m.gauge.value = value;
+  f.metric.push_back(std::move(m));
+}
+
+}  // namespace
+
+SchedulerMetrics::SchedulerMetrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  latency_ = &prometheus::BuildHistogram()
+                  .Name("prism_scheduler_request_duration_seconds")
+                  .Help("Time the extender spent on a call (filter, prioritize, bind, webhook)")
+                  .Register(*registry_);
+  requests_ = &prometheus::BuildCounter()
+                   .Name("prism_scheduler_requests_total")
+                   .Help("Extender and webhook calls by verb and result")
+                   .Register(*registry_);
+  filter_rejections_ = &prometheus::BuildCounter()
+                            .Name("prism_scheduler_filter_rejections_total")
+                            .Help("Candidate nodes Filter rejected, by reason")
+                            .Register(*registry_);
+  bind_failures_ = &prometheus::BuildCounter()
+                        .Name("prism_scheduler_bind_failures_total")
+                        .Help("Failed binds by reason")
+                        .Register(*registry_);
+  config_reloads_ = &prometheus::BuildCounter()
+                         .Name("prism_scheduler_config_reloads_total")
+                         .Help("device-config.yaml reloads by result (ok, invalid)")
+                         .Register(*registry_);
+  requeues_ = &prometheus::BuildCounter()
+                   .Name("prism_scheduler_requeues_total")
+                   .Help("Pods with a decision that no longer holds, by action taken")
+                   .Register(*registry_);
+  leader_ = &prometheus::BuildGauge()
+                 .Name("prism_scheduler_leader")
+                 .Help("1 while this replica serves the scheduling verbs")
+                 .Register(*registry_)
+                 .Add({});
+}
+
+void SchedulerMetrics::ObserveRequest(std::string_view verb, std::string_view result,
+                                      double seconds) {
+  latency_->Add({{"verb", std::string(verb)}}, LatencyBuckets()).Observe(seconds);
+  requests_->Add({{"verb", std::string(verb)}, {"result", std::string(result)}}).Increment();
+}
+
+void SchedulerMetrics::CountFilterRejections(std::string_view reason, int nodes) {
+  filter_rejections_->Add({{"reason", std::string(reason)}}).Increment(nodes);
+}
+
+void SchedulerMetrics::CountBindFailure(std::string_view reason) {
+  bind_failures_->Add({{"reason", std::string(reason)}}).Increment();
+}
+
+void SchedulerMetrics::CountConfigReload(std::string_view result) {
+  config_reloads_->Add({{"result", std::string(result)}}).Increment();
+}
+
+void SchedulerMetrics::CountRequeue(std::string_view result) {
+  requeues_->Add({{"action", std::string(result)}}).Increment();
+}
+
+void SchedulerMetrics::SetLeader(bool leader) { leader_->Set(leader ? 1 : 0); }
+
+std::string SchedulerMetrics::Render(SchedulerCache& cache) const {
+  std::vector<MetricFamily> families = registry_->Collect();
+
+  MetricFamily mem_limit =
+      Gauges("prism_gpu_memory_limit_bytes", "GPU memory the scheduler may grant");
+  MetricFamily mem_alloc =
+      Gauges("prism_gpu_memory_allocated_bytes", "GPU memory granted to pods (decisions charged)");
+  MetricFamily core_alloc =
+      Gauges("prism_gpu_core_allocated_ratio", "Compute share granted to pods (1 = whole GPU)");
+  MetricFamily shared = Gauges("prism_gpu_shared_count", "Containers holding a share of the GPU");
+  MetricFamily mig =
+      Gauges("prism_gpu_mig_instance_info",
+             "MIG instances in the scheduler's view (state: idle, in-use, assigned)");
+  MetricFamily node_mem =
+      Gauges("prism_node_gpu_memory_allocated_ratio", "Granted / total GPU memory of the node");
+  std::map<std::string, std::pair<double, double>> per_node;
+  for (const GpuSnapshot& g : cache.GpuSnapshots()) {
+    std::vector<ClientMetric::Label> labels{{"node", g.node},
+                                            {"device_uuid", g.uuid},
+                                            {"device_index", std::to_string(g.index)},
+                                            {"device_type", g.type},
+                                            {"mode", g.mode}};
+    AddGauge(mem_limit, labels, static_cast<double>(g.memory_total_mib) * 1024 * 1024);
+    AddGauge(mem_alloc, labels, static_cast<double>(g.memory_used_mib) * 1024 * 1024);
+    AddGauge(core_alloc, labels,
+             g.cores_total_permille > 0
+                 ? static_cast<double>(g.cores_used_permille) / g.cores_total_permille
+                 : 0);
+    AddGauge(shared, labels, g.tasks);
+    for (const InstanceSnapshot& i : g.instances) {
+      AddGauge(mig,
+               {{"node", g.node},
+                {"device_uuid", g.uuid},
+                {"profile", i.profile},
+                {"placement_start", std::to_string(i.start)},
+                {"placement_size", std::to_string(i.size)},
+                {"state", i.state}},
+               1);
+    }
+    auto& [used, total] = per_node[g.node];
+    used += static_cast<double>(g.memory_used_mib);
+    total += static_cast<double>(g.memory_total_mib);
+  }
+  for (const auto& [node, ut] : per_node) {
+    AddGauge(node_mem, {{"node", node}}, ut.second > 0 ? ut.first / ut.second : 0);
+  }
+  const CacheStats stats = cache.stats();
+  MetricFamily nodes = Gauges("prism_scheduler_nodes", "Nodes by GPU inventory state");
+  AddGauge(nodes, {{"state", "gpus"}}, stats.nodes_with_gpus);
+  AddGauge(nodes, {{"state", "no-inventory"}}, stats.nodes_without_inventory);
+  AddGauge(nodes, {{"state", "invalid"}}, stats.nodes_invalid);
+  MetricFamily pods = Gauges("prism_scheduler_pods", "GPU pods in the scheduler's cache by state");
+  for (const char* state :
+       {"assumed", "binding", "bound", "uncertain", "problem", "allocation-failed"}) {
+    auto it = stats.pods_by_state.find(state);
+    AddGauge(pods, {{"state", state}}, it == stats.pods_by_state.end() ? 0 : it->second);
+  }
+  MetricFamily rebuilds = Gauges("prism_scheduler_cache_rebuilds", "Cache rebuilds since start");
+  AddGauge(rebuilds, {}, static_cast<double>(stats.rebuilds));
+  MetricFamily rebuild_time =
+      Gauges("prism_scheduler_cache_last_rebuild_seconds", "Duration of the last cache rebuild");
+  AddGauge(rebuild_time, {}, stats.last_rebuild_seconds);
+  MetricFamily decode = Gauges("prism_scheduler_decision_decode_failures",
+                               "Pod decision annotations that could not be read, since start");
+  AddGauge(decode, {}, static_cast<double>(stats.decode_failures));
+
+  for (MetricFamily* f : {&mem_limit, &mem_alloc, &core_alloc, &shared, &mig, &node_mem, &nodes,
+                          &pods, &rebuilds, &rebuild_time, &decode}) {
+    families.push_back(std::move(*f));
+  }
+  return prometheus::TextSerializer().Serialize(families);
+}
+
+}  // namespace prism::extender

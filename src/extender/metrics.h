@@ -1,0 +1,50 @@
+// src/extender/metrics.h: the scheduler extender's Prometheus metrics (prometheus-cpp), rendered
+// in the text exposition format for GET /metrics.
+//
+// Event metrics (latency histograms, request and failure counters) live in a prometheus-cpp
+// registry; the allocation gauges (per GPU and node, MIG instances, pods by state) are computed
+// from the cache at scrape time, so they always agree with what the scheduler decides. Families
+// are listed in docs/scheduler.md. Thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "extender/cache.h"
+#include "prometheus/counter.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace prism::extender {
+
+class SchedulerMetrics {
+ public:
+  SchedulerMetrics();
+
+  // One extender call: verb filter|prioritize|bind|mutate|validate, result ok|error|unschedulable.
+  void ObserveRequest(std::string_view verb, std::string_view result, double seconds);
+  // Nodes Filter rejected, by reason (CardInsufficientMemory, no-inventory...).
+  void CountFilterRejections(std::string_view reason, int nodes);
+  void CountBindFailure(std::string_view reason);
+  void CountConfigReload(std::string_view result);
+  void CountRequeue(std::string_view result);
+  void SetLeader(bool leader);
+
+  // Everything, in the Prometheus text format.
+  std::string Render(SchedulerCache& cache) const;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  prometheus::Family<prometheus::Histogram>* latency_;
+  prometheus::Family<prometheus::Counter>* requests_;
+  prometheus::Family<prometheus::Counter>* filter_rejections_;
+  prometheus::Family<prometheus::Counter>* bind_failures_;
+  prometheus::Family<prometheus::Counter>* config_reloads_;
+  prometheus::Family<prometheus::Counter>* requeues_;
+  prometheus::Gauge* leader_;
+};
+
+}  // namespace prism::extender

@@ -1,0 +1,501 @@
+#include "extender/scheduler.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "absl/time/clock.h"
+
+#include "base/log.h"
+#include "base/strings.h"
+#include "config/device_config_yaml.h"
+#include "k8s/errors.h"
+#include "k8s/objects.h"
+
+namespace prism::extender {
+namespace {
+
+constexpr char kLog[] = "scheduler";
+
+HttpReply JsonReply(int status, const Json& body) {
+  return HttpReply{status, body.dump(), "application/json"};
+}
+
+std::string DefaultIdentity() {
+  char host[256] = {};
+  if (gethostname(host, sizeof(host) - 1) != 0) host[0] = '\0';
+  std::random_device rd;
+  return StrCat(host[0] != '\0' ? host : "prism-scheduler", "_", rd() % 1000000);
+}
+
+// Reason label for a bind failure status.
+std::string_view BindFailureReason(const absl::Status& status) {
+  if (absl::IsResourceExhausted(status)) return "no-fit";
+  if (absl::IsInvalidArgument(status)) return "invalid-request";
+  if (absl::IsFailedPrecondition(status)) return "precondition";
+  if (absl::IsNotFound(status)) return "pod-not-found";
+  if (k8s::IsConflict(status) || absl::IsAlreadyExists(status)) return "conflict";
+  return "api-error";
+}
+
+bool HasController(const Json& pod) {
+  const Json* refs = k8s::Find(pod, {"metadata", "ownerReferences"});
+  if (refs == nullptr || !refs->is_array()) return false;
+  for (const Json& r : *refs) {
+    auto c = r.find("controller");
+    if (c != r.end() && c->is_boolean() && c->get<bool>()) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Scheduler::Scheduler(SchedulerOptions options, k8s::Client* client)
+    : options_(std::move(options)),
+      client_(client),
+      cache_(options_.initial_config, options_.cache) {}
+
+Scheduler::~Scheduler() { Stop(); }
+
+absl::Status Scheduler::Start() {
+  if (started_.exchange(true)) return absl::OkStatus();
+  k8s::InformerOptions node_options;
+  node_options.watch_timeout = options_.watch_timeout;
+  nodes_ = std::make_unique<k8s::Informer>(client_, k8s::kNodes, node_options);
+  nodes_->AddHandler(
+      k8s::ResourceEventHandler{[this](const Json& n) { cache_.UpsertNode(n); },
+                                [this](const Json&, const Json& n) { cache_.UpsertNode(n); },
+                                [this](const Json& n) { cache_.DeleteNode(k8s::Name(n)); }});
+  k8s::InformerOptions pod_options;
+  pod_options.watch_timeout = options_.watch_timeout;
+  // Finished pods hold no GPU: leaving the selection delivers a delete.
+  pod_options.field_selector = "status.phase!=Succeeded,status.phase!=Failed";
+  pods_ = std::make_unique<k8s::Informer>(client_, k8s::kPods, pod_options);
+  pods_->AddHandler(
+      k8s::ResourceEventHandler{[this](const Json& p) { cache_.UpsertPod(p); },
+                                [this](const Json&, const Json& p) { cache_.UpsertPod(p); },
+                                [this](const Json& p) { cache_.DeletePod(p); }});
+  if (!options_.config_map_name.empty()) {
+    k8s::InformerOptions cm_options;
+    cm_options.namespace_ = options_.config_namespace;
+    cm_options.field_selector = StrCat("metadata.name=", options_.config_map_name);
+    cm_options.watch_timeout = options_.watch_timeout;
+    config_maps_ = std::make_unique<k8s::Informer>(client_, k8s::kConfigMaps, cm_options);
+    config_maps_->AddHandler(
+        k8s::ResourceEventHandler{[this](const Json& cm) { OnConfigMap(cm); },
+                                  [this](const Json&, const Json& cm) { OnConfigMap(cm); },
+                                  [](const Json& cm) {
+                                    LogWarning(kLog, "ConfigMap ", k8s::ObjectKey(cm),
+                                               " was deleted; keeping the device config last read");
+                                  }});
+  }
+  if (options_.events) {
+    k8s::EventRecorderOptions event_options;
+    event_options.component = options_.scheduler_name;
+    events_ = std::make_unique<k8s::EventRecorder>(client_, event_options);
+  }
+  if (config_maps_) config_maps_->Start();
+  nodes_->Start();
+  pods_->Start();
+  if (options_.leader_elect) {
+    k8s::LeaderElectionConfig le;
+    le.lease_namespace = options_.lease_namespace;
+    le.lease_name = options_.lease_name;
+    le.identity = options_.identity.empty() ? DefaultIdentity() : options_.identity;
+    le.lease_duration = options_.lease_duration;
+    le.renew_deadline = options_.renew_deadline;
+    le.retry_period = options_.retry_period;
+    elector_ = std::make_unique<k8s::LeaderElector>(client_, le);
+    absl::Status s = elector_->Start(k8s::LeaderCallbacks{
+        [this] {
+          leader_ = true;
+          metrics_.SetLeader(true);
+          LogInfo(kLog, "leading: serving filter, prioritize and bind");
+        },
+        [this] {
+          leader_ = false;
+          metrics_.SetLeader(false);
+          LogWarning(kLog, "lost the lease: no longer serving the scheduling verbs");
+        },
+        nullptr});
+    if (!s.ok()) return s;
+  } else {
+    leader_ = true;
+    metrics_.SetLeader(true);
+  }
+  ticker_ = std::thread([this] { TickLoop(); });
+  return absl::OkStatus();
+}
+
+void Scheduler::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  if (ticker_.joinable()) ticker_.join();
+  if (elector_) elector_->Stop();
+  if (pods_) pods_->Stop();
+  if (nodes_) nodes_->Stop();
+  if (config_maps_) config_maps_->Stop();
+  if (events_) events_->Stop();
+  leader_ = false;
+}
+
+bool Scheduler::WaitForSync(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  for (k8s::Informer* inf : {nodes_.get(), pods_.get(), config_maps_.get()}) {
+    if (inf == nullptr) continue;
+    if (!inf->WaitForSync(deadline - absl::Now())) return false;
+  }
+  cache_.RebuildIfDirty();
+  rebuilt_after_sync_ = true;
+  return true;
+}
+
+bool Scheduler::Synced() const {
+  for (const k8s::Informer* inf : {nodes_.get(), pods_.get(), config_maps_.get()}) {
+    if (inf != nullptr && !inf->HasSynced()) return false;
+  }
+  return nodes_ != nullptr;
+}
+
+bool Scheduler::IsLeader() const { return leader_; }
+
+std::string Scheduler::NotServingReason() const {
+  if (!Synced()) return "the scheduler's caches are not synced yet";
+  if (!IsLeader()) {
+    std::string leader = elector_ ? elector_->ObservedLeader() : "";
+    return StrCat("this replica is not the leader",
+                  leader.empty() ? std::string() : StrCat(" (the leader is ", leader, ")"));
+  }
+  return "";
+}
+
+void Scheduler::OnConfigMap(const Json& cm) {
+  const std::string rv = k8s::ResourceVersion(cm);
+  {
+    absl::MutexLock lock(&mu_);
+    if (rv == config_version_) return;
+    config_version_ = rv;
+  }
+  const std::string where =
+      StrCat("ConfigMap ", k8s::ObjectKey(cm), " key ", options_.config_map_key);
+  const Json* text = k8s::Find(cm, {"data", options_.config_map_key});
+  if (text == nullptr || !text->is_string()) {
+    LogError(kLog, where, " is missing; keeping the current device config");
+    metrics_.CountConfigReload("invalid");
+    RecordEvent(cm, "ConfigMap", k8s::EventType::kWarning, "InvalidDeviceConfig",
+                StrCat("key ", options_.config_map_key, " is missing"));
+    return;
+  }
+  absl::StatusOr<config::ParsedDeviceConfig> parsed =
+      config::ParseDeviceConfigYaml(text->get<std::string>());
+  if (!parsed.ok()) {
+    LogError(kLog, where, ": ", parsed.status().message(), "; keeping the current device config");
+    metrics_.CountConfigReload("invalid");
+    RecordEvent(cm, "ConfigMap", k8s::EventType::kWarning, "InvalidDeviceConfig",
+                ToStd(parsed.status().message()));
+    return;
+  }
+  for (const std::string& w : parsed->warnings) LogWarning(kLog, where, ": ", w);
+  cache_.SetDeviceConfig(std::move(parsed->config));
+  metrics_.CountConfigReload("ok");
+  LogInfo(kLog, "loaded the device config from ", where, " (resourceVersion ", rv, ")");
+}
+
+void Scheduler::RecordEvent(const Json& object, std::string_view kind, k8s::EventType type,
+                            std::string_view reason, std::string_view message) {
+  if (!events_) return;
+  k8s::ObjectReference ref = k8s::ReferenceTo(object, kind, "v1");
+  events_->Record(ref, type, reason, message);
+}
+
+// --- Verbs ------------------------------------------------------------------------------------
+
+HttpReply Scheduler::Filter(std::string_view body) {
+  const absl::Time t0 = absl::Now();
+  auto done = [&](std::string_view result, HttpReply reply) {
+    metrics_.ObserveRequest("filter", result, absl::ToDoubleSeconds(absl::Now() - t0));
+    return reply;
+  };
+  absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(body);
+  if (!args.ok()) {
+    LogWarning(kLog, "filter: ", args.status().message());
+    FilterResult r;
+    r.error = std::string(args.status().message());
+    return done("bad-request", JsonReply(400, FilterResultToJson(r)));
+  }
+  if (std::string why = NotServingReason(); !why.empty()) {
+    FilterResult r;
+    r.error = why;
+    return done("not-serving", JsonReply(503, FilterResultToJson(r)));
+  }
+  FilterResult result;
+  absl::StatusOr<config::PodManifest> manifest = PodManifestFromJson(args->pod);
+  if (!manifest.ok()) {
+    const std::string why = StrCat("invalid pod: ", manifest.status().message());
+    for (const std::string& n : args->node_names) result.failed_unresolvable_nodes[n] = why;
+    if (args->nodes.has_value()) result.nodes = std::vector<Json>();
+    LogWarning(kLog, "filter: ", why);
+    return done("invalid-pod", JsonReply(200, FilterResultToJson(result)));
+  }
+  FilterOutcome outcome = cache_.Filter(*manifest, args->node_names);
+  result.node_names = outcome.feasible;
+  // No preemption verb: kube-scheduler cannot tell whether evicting pods frees GPUs, so every
+  // GPU reason is unresolvable (no pointless preemption attempts).
+  result.failed_unresolvable_nodes = outcome.failed;
+  if (args->nodes.has_value()) {
+    std::set<std::string> keep(outcome.feasible.begin(), outcome.feasible.end());
+    std::vector<Json> kept;
+    for (const Json& n : *args->nodes) {
+      if (keep.count(k8s::Name(n))) kept.push_back(n);
+    }
+    result.nodes = std::move(kept);
+  }
+  for (const auto& [reason, n] : outcome.reason_counts) {
+    metrics_.CountFilterRejections(sched::ReasonName(reason), n);
+  }
+  if (outcome.nodes_without_inventory > 0) {
+    metrics_.CountFilterRejections("NoGpuInventory", outcome.nodes_without_inventory);
+  }
+  std::string result_label = "ok";
+  if (outcome.feasible.empty() && (outcome.wants_gpu || !outcome.request_status.ok())) {
+    result_label = outcome.request_status.ok() ? "unschedulable" : "invalid-request";
+    std::string message = outcome.Summary(args->node_names.size());
+    int listed = 0;
+    for (const auto& [node, reason] : outcome.failed) {
+      if (listed++ >= options_.event_node_reasons) {
+        StrAppend(&message, "; ...");
+        break;
+      }
+      StrAppend(&message, "; ", node, ": ", reason);
+    }
+    LogInfo(kLog, "pod ", manifest->Key(), ": ", message);
+    RecordEvent(args->pod, "Pod", k8s::EventType::kWarning, "FilteringFailed", message);
+  }
+  return done(result_label, JsonReply(200, FilterResultToJson(result)));
+}
+
+HttpReply Scheduler::Prioritize(std::string_view body) {
+  const absl::Time t0 = absl::Now();
+  auto done = [&](std::string_view result, HttpReply reply) {
+    metrics_.ObserveRequest("prioritize", result, absl::ToDoubleSeconds(absl::Now() - t0));
+    return reply;
+  };
+  absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(body);
+  if (!args.ok()) {
+    return done("bad-request",
+                JsonReply(400, Json{{"Error", std::string(args.status().message())}}));
+  }
+  if (std::string why = NotServingReason(); !why.empty()) {
+    return done("not-serving", JsonReply(503, Json{{"Error", why}}));
+  }
+  absl::StatusOr<config::PodManifest> manifest = PodManifestFromJson(args->pod);
+  std::vector<HostPriority> scores;
+  if (manifest.ok()) {
+    scores = cache_.Prioritize(*manifest, args->node_names);
+  } else {
+    for (const std::string& n : args->node_names) scores.push_back({n, 0});
+  }
+  return done("ok", JsonReply(200, HostPriorityListToJson(scores)));
+}
+
+absl::StatusOr<bool> Scheduler::BoundAsDecided(const PodRef& pod) {
+  absl::StatusOr<Json> current = client_->Get(k8s::kPods, pod.namespace_name, pod.name);
+  if (absl::IsNotFound(current.status())) return false;
+  if (!current.ok()) return current.status();
+  if (!pod.uid.empty() && k8s::Uid(*current) != pod.uid) return false;
+  if (k8s::PodNodeName(*current) != pod.node) return false;
+  const std::map<std::string, std::string> have = DecisionAnnotations(k8s::Annotations(*current));
+  return have == DecisionAnnotations(pod.annotations);
+}
+
+HttpReply Scheduler::Bind(std::string_view body) {
+  const absl::Time t0 = absl::Now();
+  auto done = [&](std::string_view result, int status, std::string_view error) {
+    metrics_.ObserveRequest("bind", result, absl::ToDoubleSeconds(absl::Now() - t0));
+    return JsonReply(status, BindingResultToJson(error));
+  };
+  absl::StatusOr<BindingArgs> args = ParseBindingArgs(body);
+  if (!args.ok()) {
+    metrics_.CountBindFailure("bad-request");
+    return done("bad-request", 400, ToStd(args.status().message()));
+  }
+  if (std::string why = NotServingReason(); !why.empty()) {
+    return done("not-serving", 503, why);
+  }
+  const std::string key = k8s::ObjectKey(args->pod_namespace, args->pod_name);
+  auto fail = [&](const absl::Status& status, const Json* pod) {
+    const std::string message =
+        StrCat("binding pod ", key, " to ", args->node, ": ", status.message());
+    LogWarning(kLog, message);
+    metrics_.CountBindFailure(BindFailureReason(status));
+    if (pod != nullptr) {
+      RecordEvent(*pod, "Pod", k8s::EventType::kWarning, "BindingFailed", message);
+    }
+    return done("error", 200, message);
+  };
+  // The informer's copy, unless it lags behind (a pod created a moment ago, or recreated).
+  std::optional<Json> pod = pods_ ? pods_->Get(args->pod_namespace, args->pod_name) : std::nullopt;
+  if (!pod.has_value() || (!args->pod_uid.empty() && k8s::Uid(*pod) != args->pod_uid)) {
+    absl::StatusOr<Json> fresh = client_->Get(k8s::kPods, args->pod_namespace, args->pod_name);
+    if (absl::IsNotFound(fresh.status())) {
+      return fail(absl::NotFoundError(StrCat("pod ", key, " not found")), nullptr);
+    }
+    if (!fresh.ok()) return fail(fresh.status(), nullptr);
+    pod = std::move(*fresh);
+  }
+  if (!args->pod_uid.empty() && k8s::Uid(*pod) != args->pod_uid) {
+    return fail(
+        absl::NotFoundError(StrCat("pod ", key, " has uid ", k8s::Uid(*pod),
+                                   ", the binding is for uid ", args->pod_uid, " (recreated)")),
+        nullptr);
+  }
+  if (const std::string bound = k8s::PodNodeName(*pod); !bound.empty()) {
+    return fail(absl::FailedPreconditionError(StrCat("pod is already bound to ", bound)), &*pod);
+  }
+  absl::StatusOr<config::PodManifest> manifest = PodManifestFromJson(*pod);
+  if (!manifest.ok()) return fail(manifest.status(), &*pod);
+  absl::StatusOr<BindTicket> ticket = cache_.BeginBind(*manifest, args->node);
+  if (!ticket.ok()) return fail(ticket.status(), &*pod);
+  const absl::Status bound = client_->Bind(args->pod_namespace, args->pod_name, k8s::Uid(*pod),
+                                           args->node, ticket->annotations);
+  if (bound.ok()) {
+    cache_.FinishBind(*ticket, BindOutcome::kBound);
+    return done("ok", 200, "");
+  }
+  // A reply from the API server is definite (except a gateway timeout); no reply is not.
+  const int http = k8s::HttpStatusOf(bound);
+  const bool uncertain = (http == 0 && !k8s::RequestWasNotSent(bound)) || http == 504;
+  if (uncertain || k8s::IsConflict(bound)) {
+    // A lost reply, or a retry of a bind that went through: read what the pod says.
+    PodRef ref{args->pod_namespace, args->pod_name, k8s::Uid(*pod), args->node,
+               ticket->annotations};
+    absl::StatusOr<bool> as_decided = BoundAsDecided(ref);
+    if (as_decided.ok() && *as_decided) {
+      cache_.FinishBind(*ticket, BindOutcome::kBound);
+      return done("ok", 200, "");
+    }
+    if (!as_decided.ok() && uncertain) {
+      cache_.FinishBind(*ticket, BindOutcome::kUncertain);
+      metrics_.CountBindFailure("uncertain");
+      return done(
+          "error", 200,
+          StrCat("binding pod ", key, " to ", args->node, ": outcome unknown (", bound.message(),
+                 "); the decision stays charged "
+                 "until the pod shows whether it was bound"));
+    }
+  }
+  cache_.FinishBind(*ticket, BindOutcome::kFailed);
+  return fail(bound, &*pod);
+}
+
+HttpReply Scheduler::Admission(std::string_view body, bool mutate) {
+  const absl::Time t0 = absl::Now();
+  const char* verb = mutate ? "mutate" : "validate";
+  Json review = Json::parse(body.begin(), body.end(), nullptr, false);
+  if (review.is_discarded() || !review.is_object()) {
+    metrics_.ObserveRequest(verb, "bad-request", absl::ToDoubleSeconds(absl::Now() - t0));
+    return JsonReply(400, Json{{"error", "AdmissionReview: request body is not a JSON object"}});
+  }
+  Json response = HandleAdmissionReview(review, mutate, options_.webhook, cache_.device_config());
+  const bool allowed = response["response"].value("allowed", false);
+  if (!allowed) {
+    LogInfo(kLog, "webhook denied a pod: ",
+            response["response"]["status"].value("message", std::string()));
+  }
+  metrics_.ObserveRequest(verb, allowed ? "allowed" : "denied",
+                          absl::ToDoubleSeconds(absl::Now() - t0));
+  return JsonReply(200, response);
+}
+
+HttpReply Scheduler::Metrics() {
+  return HttpReply{200, metrics_.Render(cache_), "text/plain; version=0.0.4; charset=utf-8"};
+}
+
+HttpReply Scheduler::Healthz() { return HttpReply{200, "ok", "text/plain"}; }
+
+HttpReply Scheduler::Readyz() {
+  std::string why = NotServingReason();
+  if (why.empty()) return HttpReply{200, "ok", "text/plain"};
+  return HttpReply{503, why, "text/plain"};
+}
+
+// --- Background -------------------------------------------------------------------------------
+
+void Scheduler::TickLoop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.tick)) return;
+    }
+    if (!rebuilt_after_sync_ && Synced()) {
+      cache_.RebuildIfDirty();
+      rebuilt_after_sync_ = true;
+    }
+    cache_.Tick();
+    SettleUncertain();
+    if (IsLeader() && Synced()) HandleProblems();
+  }
+}
+
+void Scheduler::SettleUncertain() {
+  for (const PodRef& ref : cache_.ExpiredUncertain()) {
+    absl::StatusOr<bool> bound = BoundAsDecided(ref);
+    if (!bound.ok()) {
+      LogWarning(kLog, "cannot settle the bind of ", ref.namespace_name, "/", ref.name, ": ",
+                 bound.status().message());
+      continue;
+    }
+    LogInfo(kLog, "bind of ", ref.namespace_name, "/", ref.name, " to ", ref.node,
+            *bound ? " went through" : " did not happen");
+    cache_.ResolveUncertain(ref, *bound);
+  }
+}
+
+void Scheduler::HandleProblems() {
+  for (const PodProblem& p : cache_.Problems()) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (reported_problems_.count(p.pod.uid)) continue;
+    }
+    absl::StatusOr<Json> pod = client_->Get(k8s::kPods, p.pod.namespace_name, p.pod.name);
+    if (absl::IsNotFound(pod.status())) {
+      cache_.Forget(k8s::ObjectKey(p.pod.namespace_name, p.pod.name), p.pod.uid);
+      continue;
+    }
+    if (!pod.ok() || k8s::Uid(*pod) != p.pod.uid) continue;
+    const std::string key = k8s::ObjectKey(*pod);
+    const std::string message =
+        StrCat("the GPU decision for node ", p.pod.node, " no longer holds: ", p.problem);
+    if (options_.requeue_invalid && k8s::PodPhase(*pod) == "Pending" && HasController(*pod)) {
+      k8s::DeleteOptions del;
+      del.uid = p.pod.uid;
+      absl::Status s = client_->Delete(k8s::kPods, p.pod.namespace_name, p.pod.name, del);
+      if (s.ok() || absl::IsNotFound(s)) {
+        LogWarning(kLog, "requeued pod ", key,
+                   " (deleted; its controller recreates it): ", message);
+        RecordEvent(*pod, "Pod", k8s::EventType::kWarning, "Requeued",
+                    StrCat(message, "; deleted so that its controller recreates it"));
+        metrics_.CountRequeue("deleted");
+        cache_.Forget(key, p.pod.uid);
+        absl::MutexLock lock(&mu_);
+        reported_problems_.insert(p.pod.uid);
+      } else {
+        LogWarning(kLog, "requeueing pod ", key, ": ", s.message());
+      }
+      continue;
+    }
+    LogWarning(kLog, "pod ", key, ": ", message);
+    RecordEvent(*pod, "Pod", k8s::EventType::kWarning, "DecisionInvalid", message);
+    metrics_.CountRequeue("reported");
+    absl::MutexLock lock(&mu_);
+    reported_problems_.insert(p.pod.uid);
+  }
+}
+
+}  // namespace prism::extender

@@ -1,0 +1,138 @@
+// src/extender/scheduler.h: `prism scheduler`'s service: the kube-scheduler extender verbs, the
+// admission webhook, metrics and probes over one SchedulerCache fed by informers.
+//
+//   Filter      in memory only (it runs inside kube-scheduler's serial cycle): every candidate's
+//               verdict with HAMi-style reasons; the pod is assumed on its best node at once, so
+//               the next pod's Filter already sees it (docs/scheduler.md).
+//   Prioritize  0..10 from the engine's scores; the assumed node gets 10.
+//   Bind        charges the decision for the chosen node, then POSTs pods/binding carrying the
+//               decision annotations: the one API write per pod, never behind a node lock, so
+//               binds to one node run concurrently.
+//   Webhook     webhook.h, with the current device config.
+// Informers keep nodes (GPU inventory annotations), pods (decisions) and the device-config
+// ConfigMap (hot reload) in the cache. With leader election only the leader serves the verbs and
+// reports ready (a Service then routes kube-scheduler to it); every replica keeps its cache warm
+// and answers the webhook. A background tick expires assumptions, rebuilds after node or config
+// changes, settles binds whose outcome was unknown and requeues pods whose decision no longer
+// holds (deletes Pending pods that a controller will recreate; others get a Warning event).
+//
+// Handlers return HTTP replies instead of writing sockets, so tests call them directly and
+// server.h serves them. Thread-safe.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <set>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
+
+#include "core/sched/device_config.h"
+#include "extender/cache.h"
+#include "extender/metrics.h"
+#include "extender/webhook.h"
+#include "k8s/client.h"
+#include "k8s/event_recorder.h"
+#include "k8s/informer.h"
+#include "k8s/leader_elector.h"
+
+namespace prism::extender {
+
+struct SchedulerOptions {
+  std::string scheduler_name = "prism-scheduler";
+  // device-config.yaml: `initial_config` until the ConfigMap (if named) has been read.
+  sched::DeviceConfig initial_config;
+  std::string config_namespace = "kube-system";
+  std::string config_map_name;  // Empty: no ConfigMap, `initial_config` for good.
+  std::string config_map_key = "device-config.yaml";
+  // Leader election on a coordination.k8s.io Lease.
+  bool leader_elect = false;
+  std::string lease_namespace = "kube-system";
+  std::string lease_name = "prism-scheduler";
+  std::string identity;  // Empty: hostname + random suffix.
+  absl::Duration lease_duration = absl::Seconds(15);
+  absl::Duration renew_deadline = absl::Seconds(10);
+  absl::Duration retry_period = absl::Seconds(2);
+  CacheOptions cache;
+  bool requeue_invalid = true;
+  bool events = true;
+  WebhookOptions webhook;
+  absl::Duration tick = absl::Milliseconds(200);
+  absl::Duration watch_timeout = absl::Minutes(5);
+  // Pods per node listed in a FilteringFailed event.
+  int event_node_reasons = 8;
+};
+
+struct HttpReply {
+  int status = 200;
+  std::string body;
+  std::string content_type = "application/json";
+};
+
+class Scheduler {
+ public:
+  // `client` must outlive the scheduler.
+  Scheduler(SchedulerOptions options, k8s::Client* client);
+  ~Scheduler();  // Stops.
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  // Starts informers, leader election and the tick; returns at once (see Ready()).
+  absl::Status Start();
+  void Stop();
+  // Waits until the informers have listed everything once. False on timeout.
+  bool WaitForSync(absl::Duration timeout);
+
+  HttpReply Filter(std::string_view body);
+  HttpReply Prioritize(std::string_view body);
+  HttpReply Bind(std::string_view body);
+  HttpReply Admission(std::string_view body, bool mutate);
+  HttpReply Metrics();
+  HttpReply Healthz();
+  HttpReply Readyz();
+
+  bool Synced() const;
+  bool IsLeader() const;
+  // Why the verbs are refused ("" when served).
+  std::string NotServingReason() const;
+
+  SchedulerCache& cache() { return cache_; }
+  SchedulerMetrics& metrics() { return metrics_; }
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  void OnConfigMap(const k8s::Json& cm);
+  void TickLoop();
+  void SettleUncertain();
+  void HandleProblems();
+  // Reads the pod; whether it is bound to `node` carrying `annotations`.
+  absl::StatusOr<bool> BoundAsDecided(const PodRef& pod);
+  void RecordEvent(const k8s::Json& object, std::string_view kind, k8s::EventType type,
+                   std::string_view reason, std::string_view message);
+
+  const SchedulerOptions options_;
+  k8s::Client* const client_;
+  SchedulerCache cache_;
+  SchedulerMetrics metrics_;
+  std::unique_ptr<k8s::Informer> nodes_;
+  std::unique_ptr<k8s::Informer> pods_;
+  std::unique_ptr<k8s::Informer> config_maps_;
+  std::unique_ptr<k8s::EventRecorder> events_;
+  std::unique_ptr<k8s::LeaderElector> elector_;
+  std::atomic<bool> leader_{false};
+  std::atomic<bool> started_{false};
+  std::atomic<bool> rebuilt_after_sync_{false};
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<std::string> reported_problems_ ABSL_GUARDED_BY(mu_);  // Pod UIDs.
+  std::string config_version_ ABSL_GUARDED_BY(mu_);
+  std::thread ticker_;
+};
+
+}  // namespace prism::extender

@@ -1,0 +1,140 @@
+#include "extender/server.h"
+
+#include <openssl/ssl.h>
+
+#include <fstream>
+#include <utility>
+
+#include "httplib.h"
+
+#include "base/log.h"
+#include "base/strings.h"
+
+namespace prism::extender {
+namespace {
+
+constexpr char kLog[] = "extender-server";
+
+bool Readable(const std::string& path) { return std::ifstream(path).good(); }
+
+struct TlsFiles {
+  std::string cert;
+  std::string key;
+};
+
+// Loads the pair into each new connection, so rotated files are picked up.
+int LoadCertificate(SSL* ssl, void* arg) {
+  const TlsFiles* files = static_cast<const TlsFiles*>(arg);
+  if (SSL_use_certificate_chain_file(ssl, files->cert.c_str()) != 1 ||
+      SSL_use_PrivateKey_file(ssl, files->key.c_str(), SSL_FILETYPE_PEM) != 1 ||
+      SSL_check_private_key(ssl) != 1) {
+    LogError(kLog, "TLS: cannot load ", files->cert, " / ", files->key);
+    return 0;
+  }
+  return 1;
+}
+
+void Reply(httplib::Response& res, const HttpReply& reply) {
+  res.status = reply.status;
+  res.set_content(reply.body, reply.content_type);
+}
+
+}  // namespace
+
+class ExtenderServer::Impl {
+ public:
+  std::unique_ptr<httplib::Server> server;
+  TlsFiles tls;
+};
+
+ExtenderServer::ExtenderServer(Scheduler* scheduler, ServerOptions options)
+    : impl_(std::make_unique<Impl>()), scheduler_(scheduler), options_(std::move(options)) {}
+
+ExtenderServer::~ExtenderServer() { Stop(); }
+
+absl::Status ExtenderServer::Start() {
+  const bool tls = !options_.tls_cert_file.empty() || !options_.tls_key_file.empty();
+  if (tls) {
+    if (options_.tls_cert_file.empty() || options_.tls_key_file.empty()) {
+      return absl::InvalidArgumentError("TLS needs both a certificate file and a key file");
+    }
+    for (const std::string& f : {options_.tls_cert_file, options_.tls_key_file}) {
+      if (!Readable(f)) return absl::InvalidArgumentError(StrCat("cannot read TLS file ", f));
+    }
+    impl_->tls = TlsFiles{options_.tls_cert_file, options_.tls_key_file};
+    TlsFiles* files = &impl_->tls;
+    auto server = std::make_unique<httplib::SSLServer>([files](SSL_CTX& ctx) {
+      SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
+      SSL_CTX_set_cert_cb(&ctx, LoadCertificate, files);
+      return true;
+    });
+    if (!server->is_valid()) return absl::InternalError("cannot set up the TLS context");
+    impl_->server = std::move(server);
+  } else {
+    impl_->server = std::make_unique<httplib::Server>();
+  }
+  httplib::Server& s = *impl_->server;
+  const int threads = options_.threads;
+  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  s.set_payload_max_length(options_.max_body_bytes);
+  s.set_keep_alive_max_count(100000);
+  s.set_keep_alive_timeout(90);
+  Scheduler* sched = scheduler_;
+  s.Get("/healthz",
+        [sched](const httplib::Request&, httplib::Response& res) { Reply(res, sched->Healthz()); });
+  s.Get("/readyz",
+        [sched](const httplib::Request&, httplib::Response& res) { Reply(res, sched->Readyz()); });
+  s.Get("/metrics",
+        [sched](const httplib::Request&, httplib::Response& res) { Reply(res, sched->Metrics()); });
+  if (!options_.probes_only) {
+    s.Post("/filter", [sched](const httplib::Request& req, httplib::Response& res) {
+      Reply(res, sched->Filter(req.body));
+    });
+    s.Post("/prioritize", [sched](const httplib::Request& req, httplib::Response& res) {
+      Reply(res, sched->Prioritize(req.body));
+    });
+    s.Post("/bind", [sched](const httplib::Request& req, httplib::Response& res) {
+      Reply(res, sched->Bind(req.body));
+    });
+    for (const char* path : {"/mutate", "/webhook"}) {
+      s.Post(path, [sched](const httplib::Request& req, httplib::Response& res) {
+        Reply(res, sched->Admission(req.body, /*mutate=*/true));
+      });
+    }
+    s.Post("/validate", [sched](const httplib::Request& req, httplib::Response& res) {
+      Reply(res, sched->Admission(req.body, /*mutate=*/false));
+    });
+  }
+  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty()) return;
+    res.set_content(
+        StrCat("{\"Error\":\"", res.status == 404 ? "no such path: " : "error: ", req.path, "\"}"),
+        "application/json");
+  });
+  if (options_.port == 0) {
+    port_ = s.bind_to_any_port(options_.host);
+    if (port_ < 0) port_ = 0;
+  } else {
+    port_ = s.bind_to_port(options_.host, options_.port) ? options_.port : 0;
+  }
+  if (port_ == 0) {
+    return absl::UnavailableError(StrCat("cannot listen on ", options_.host, ":", options_.port));
+  }
+  thread_ = std::thread([&s] { s.listen_after_bind(); });
+  LogInfo(kLog, "serving ", options_.probes_only ? "probes and metrics" : "the extender", " on ",
+          url());
+  return absl::OkStatus();
+}
+
+void ExtenderServer::Stop() {
+  if (impl_->server) impl_->server->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string ExtenderServer::url() const {
+  const bool tls = !options_.tls_cert_file.empty();
+  const std::string host = options_.host == "0.0.0.0" ? "127.0.0.1" : options_.host;
+  return StrCat(tls ? "https://" : "http://", host, ":", port_);
+}
+
+}  // namespace prism::extender

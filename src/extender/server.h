@@ -1,0 +1,60 @@
+// src/extender/server.h: HTTP(S) serving of a Scheduler with cpp-httplib.
+//
+// Routes (all replies JSON unless noted):
+//   POST /filter /prioritize /bind         kube-scheduler extender verbs
+//   POST /mutate (alias /webhook) /validate admission webhook (AdmissionReview v1)
+//   GET  /metrics                           Prometheus text format
+//   GET  /healthz /readyz                   probes (text)
+// With `probes_only`, only /metrics, /healthz and /readyz (a plain-HTTP port for the kubelet and
+// Prometheus next to the TLS port). TLS: the certificate chain and key files are read at every
+// handshake, so a rotated Secret (cert-manager) takes effect without a restart; kube-scheduler
+// and the API server keep connections alive, so handshakes are rare. HTTP/1.1 keep-alive;
+// handlers run on a thread pool of `threads` (binds to one node run concurrently).
+// Thread-safe.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+
+#include "extender/scheduler.h"
+
+namespace prism::extender {
+
+struct ServerOptions {
+  std::string host = "0.0.0.0";
+  int port = 8443;            // 0 picks a free port.
+  std::string tls_cert_file;  // Both or neither.
+  std::string tls_key_file;
+  int threads = 64;
+  bool probes_only = false;
+  size_t max_body_bytes = size_t{256} << 20;  // A full NodeList of 5000 nodes fits.
+};
+
+class ExtenderServer {
+ public:
+  ExtenderServer(Scheduler* scheduler, ServerOptions options);
+  ~ExtenderServer();  // Stops.
+  ExtenderServer(const ExtenderServer&) = delete;
+  ExtenderServer& operator=(const ExtenderServer&) = delete;
+
+  // Binds and starts serving on a thread. InvalidArgument for half a TLS pair or unreadable
+  // files; Unavailable if the address cannot be bound.
+  absl::Status Start();
+  void Stop();
+  int port() const { return port_; }
+  // "http://127.0.0.1:<port>" or "https://...".
+  std::string url() const;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+  Scheduler* const scheduler_;
+  const ServerOptions options_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace prism::extender

@@ -1,0 +1,323 @@
+#include "extender/wire.h"
+
+#include <utility>
+
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "config/quantity.h"
+#include "deviceplugin/inventory.h"
+
+namespace prism::extender {
+namespace {
+
+bool EqualFoldAscii(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    char x = a[i];
+    char y = b[i];
+    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
+    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
+    if (x != y) return false;
+  }
+  return true;
+}
+
+absl::StatusOr<Json> ParseObject(std::string_view body, std::string_view what) {
+  Json json = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) {
+    return absl::InvalidArgumentError(StrCat(what, ": request body is not valid JSON"));
+  }
+  if (!json.is_object()) {
+    return absl::InvalidArgumentError(
+        StrCat(what, ": expected a JSON object, got ", json.type_name()));
+  }
+  return json;
+}
+
+// A string field that may be absent or null (""), or InvalidArgument if it has another type.
+absl::StatusOr<std::string> OptionalString(const Json& object, std::string_view key,
+                                           std::string_view what) {
+  const Json* field = FindField(object, key);
+  if (field == nullptr || field->is_null()) return std::string();
+  if (!field->is_string()) {
+    return absl::InvalidArgumentError(
+        StrCat(what, ".", key, ": expected a string, got ", field->type_name()));
+  }
+  return field->get<std::string>();
+}
+
+Json StringMap(const std::map<std::string, std::string>& map) {
+  Json out = Json::object();
+  for (const auto& [k, v] : map) out[k] = v;
+  return out;
+}
+
+// metadata.annotations / labels: strings only (the API server guarantees it; be lenient).
+std::map<std::string, std::string> StringEntries(const Json* object) {
+  std::map<std::string, std::string> out;
+  if (object == nullptr || !object->is_object()) return out;
+  for (auto it = object->begin(); it != object->end(); ++it) {
+    if (it->is_string()) out[it.key()] = it->get<std::string>();
+  }
+  return out;
+}
+
+absl::StatusOr<std::map<std::string, std::string>> Quantities(const Json* object,
+                                                              const std::string& where) {
+  std::map<std::string, std::string> out;
+  if (object == nullptr || object->is_null()) return out;
+  if (!object->is_object()) {
+    return absl::InvalidArgumentError(
+        StrCat(where, ": expected an object, got ", object->type_name()));
+  }
+  for (auto it = object->begin(); it != object->end(); ++it) {
+    if (it->is_string()) {
+      out[it.key()] = it->get<std::string>();
+    } else if (it->is_number_integer()) {
+      out[it.key()] = std::to_string(it->get<int64_t>());
+    } else if (it->is_number()) {
+      out[it.key()] = it->dump();
+    } else {
+      return absl::InvalidArgumentError(
+          StrCat(where, ".", it.key(), ": expected a quantity, got ", it->type_name()));
+    }
+  }
+  return out;
+}
+
+absl::Status AddContainers(const Json& spec, std::string_view key, bool init,
+                           config::PodManifest* pod) {
+  auto it = spec.find(key);
+  if (it == spec.end() || it->is_null()) return absl::OkStatus();
+  const std::string where = StrCat("pod ", pod->Key(), " spec.", key);
+  if (!it->is_array()) {
+    return absl::InvalidArgumentError(StrCat(where, ": expected an array, got ", it->type_name()));
+  }
+  for (size_t i = 0; i < it->size(); ++i) {
+    const Json& c = (*it)[i];
+    const std::string cwhere = StrCat(where, "[", i, "]");
+    if (!c.is_object()) {
+      return absl::InvalidArgumentError(StrCat(cwhere, ": expected an object"));
+    }
+    config::ContainerManifest container;
+    container.init = init;
+    if (auto name = c.find("name"); name != c.end() && name->is_string()) {
+      container.name = name->get<std::string>();
+    } else {
+      return absl::InvalidArgumentError(StrCat(cwhere, ": missing name"));
+    }
+    if (auto res = c.find("resources"); res != c.end() && !res->is_null()) {
+      if (!res->is_object()) {
+        return absl::InvalidArgumentError(StrCat(cwhere, ".resources: expected an object"));
+      }
+      const std::string rwhere = StrCat("pod ", pod->Key(), " container ", container.name);
+      auto req = res->find("requests");
+      auto lim = res->find("limits");
+      ASSIGN_OR_RETURN(container.requests,
+                       Quantities(req == res->end() ? nullptr : &*req, rwhere + " requests"));
+      ASSIGN_OR_RETURN(container.limits,
+                       Quantities(lim == res->end() ? nullptr : &*lim, rwhere + " limits"));
+    }
+    pod->containers.push_back(std::move(container));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const Json* FindField(const Json& object, std::string_view key) {
+  if (!object.is_object()) return nullptr;
+  if (auto it = object.find(key); it != object.end()) return &*it;
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    if (EqualFoldAscii(it.key(), key)) return &*it;
+  }
+  return nullptr;
+}
+
+absl::StatusOr<ExtenderArgs> ParseExtenderArgs(std::string_view body) {
+  ASSIGN_OR_RETURN(Json json, ParseObject(body, "ExtenderArgs"));
+  ExtenderArgs args;
+  const Json* pod = FindField(json, "Pod");
+  if (pod == nullptr || !pod->is_object()) {
+    return absl::InvalidArgumentError("ExtenderArgs.Pod: missing or not an object");
+  }
+  const Json* metadata = FindField(*pod, "metadata");
+  if (metadata == nullptr || !metadata->is_object()) {
+    return absl::InvalidArgumentError("ExtenderArgs.Pod.metadata: missing or not an object");
+  }
+  args.pod = *pod;
+  if (const Json* names = FindField(json, "NodeNames"); names != nullptr && !names->is_null()) {
+    if (!names->is_array()) {
+      return absl::InvalidArgumentError(
+          StrCat("ExtenderArgs.NodeNames: expected an array, got ", names->type_name()));
+    }
+    for (size_t i = 0; i < names->size(); ++i) {
+      if (!(*names)[i].is_string()) {
+        return absl::InvalidArgumentError(
+            StrCat("ExtenderArgs.NodeNames[", i, "]: expected a string"));
+      }
+      args.node_names.push_back((*names)[i].get<std::string>());
+    }
+  }
+  if (const Json* nodes = FindField(json, "Nodes"); nodes != nullptr && !nodes->is_null()) {
+    const Json* items = FindField(*nodes, "items");
+    if (!nodes->is_object() || items == nullptr || !(items->is_array() || items->is_null())) {
+      return absl::InvalidArgumentError(
+          "ExtenderArgs.Nodes: expected a NodeList {\"items\": [...]}");
+    }
+    std::vector<Json> list;
+    std::vector<std::string> names;
+    if (items->is_array()) {
+      for (size_t i = 0; i < items->size(); ++i) {
+        const Json& node = (*items)[i];
+        std::string name;
+        if (const Json* md = FindField(node, "metadata"); md != nullptr) {
+          if (const Json* n = FindField(*md, "name"); n != nullptr && n->is_string()) {
+            name = n->get<std::string>();
+          }
+        }
+        if (name.empty()) {
+          return absl::InvalidArgumentError(
+              StrCat("ExtenderArgs.Nodes.items[", i, "]: missing metadata.name"));
+        }
+        names.push_back(std::move(name));
+        list.push_back(node);
+      }
+    }
+    if (args.node_names.empty()) args.node_names = std::move(names);
+    args.nodes = std::move(list);
+  }
+  return args;
+}
+
+Json FilterResultToJson(const FilterResult& result) {
+  Json out = Json::object();
+  if (result.nodes.has_value()) {
+    Json items = Json::array();
+    for (const Json& n : *result.nodes) items.push_back(n);
+    out["Nodes"] = Json{{"items", std::move(items)}};
+    out["NodeNames"] = nullptr;
+  } else {
+    out["Nodes"] = nullptr;
+    // Explicitly [] when nothing fits (null would mean "not node-cache capable").
+    out["NodeNames"] = result.node_names;
+  }
+  out["FailedNodes"] = StringMap(result.failed_nodes);
+  out["FailedAndUnresolvableNodes"] = StringMap(result.failed_unresolvable_nodes);
+  out["Error"] = result.error;
+  return out;
+}
+
+Json HostPriorityListToJson(const std::vector<HostPriority>& list) {
+  Json out = Json::array();
+  for (const HostPriority& h : list) out.push_back(Json{{"Host", h.host}, {"Score", h.score}});
+  return out;
+}
+
+absl::StatusOr<BindingArgs> ParseBindingArgs(std::string_view body) {
+  ASSIGN_OR_RETURN(Json json, ParseObject(body, "ExtenderBindingArgs"));
+  BindingArgs args;
+  ASSIGN_OR_RETURN(args.pod_name, OptionalString(json, "PodName", "ExtenderBindingArgs"));
+  ASSIGN_OR_RETURN(args.pod_namespace, OptionalString(json, "PodNamespace", "ExtenderBindingArgs"));
+  ASSIGN_OR_RETURN(args.pod_uid, OptionalString(json, "PodUID", "ExtenderBindingArgs"));
+  ASSIGN_OR_RETURN(args.node, OptionalString(json, "Node", "ExtenderBindingArgs"));
+  if (args.pod_name.empty()) {
+    return absl::InvalidArgumentError("ExtenderBindingArgs.PodName: missing");
+  }
+  if (args.pod_namespace.empty()) {
+    return absl::InvalidArgumentError("ExtenderBindingArgs.PodNamespace: missing");
+  }
+  if (args.node.empty()) return absl::InvalidArgumentError("ExtenderBindingArgs.Node: missing");
+  return args;
+}
+
+Json BindingResultToJson(std::string_view error) { return Json{{"Error", std::string(error)}}; }
+
+absl::StatusOr<config::PodManifest> PodManifestFromJson(const Json& pod) {
+  if (!pod.is_object()) return absl::InvalidArgumentError("pod: expected an object");
+  config::PodManifest m;
+  const Json* metadata = FindField(pod, "metadata");
+  if (metadata == nullptr || !metadata->is_object()) {
+    return absl::InvalidArgumentError("pod: metadata missing or not an object");
+  }
+  auto str = [](const Json& obj, std::string_view key) -> std::string {
+    auto it = obj.find(key);
+    return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  m.name = str(*metadata, "name");
+  if (std::string ns = str(*metadata, "namespace"); !ns.empty()) m.namespace_name = ns;
+  m.uid = str(*metadata, "uid");
+  if (auto a = metadata->find("annotations"); a != metadata->end())
+    m.annotations = StringEntries(&*a);
+  if (auto l = metadata->find("labels"); l != metadata->end()) m.labels = StringEntries(&*l);
+  if (m.name.empty()) return absl::InvalidArgumentError("pod: metadata.name missing");
+  const Json* spec = FindField(pod, "spec");
+  if (spec == nullptr || !spec->is_object()) {
+    return absl::InvalidArgumentError(StrCat("pod ", m.Key(), ": spec missing or not an object"));
+  }
+  m.node_name = str(*spec, "nodeName");
+  RETURN_IF_ERROR(AddContainers(*spec, "initContainers", true, &m));
+  RETURN_IF_ERROR(AddContainers(*spec, "containers", false, &m));
+  return m;
+}
+
+absl::StatusOr<std::optional<sched::NodeSpec>> NodeSpecFromJson(const Json& node) {
+  const Json* metadata = node.is_object() ? FindField(node, "metadata") : nullptr;
+  if (metadata == nullptr || !metadata->is_object()) {
+    return absl::InvalidArgumentError("node: metadata missing or not an object");
+  }
+  sched::NodeSpec spec;
+  if (auto n = metadata->find("name"); n != metadata->end() && n->is_string()) {
+    spec.name = n->get<std::string>();
+  }
+  if (spec.name.empty()) return absl::InvalidArgumentError("node: metadata.name missing");
+  std::string inventory_text;
+  if (auto a = metadata->find("annotations"); a != metadata->end() && a->is_object()) {
+    auto inv = a->find(deviceplugin::kInventoryAnnotation);
+    if (inv == a->end()) return std::optional<sched::NodeSpec>();
+    if (!inv->is_string()) {
+      return absl::InvalidArgumentError(StrCat("node ", spec.name, ": annotation ",
+                                               deviceplugin::kInventoryAnnotation,
+                                               " is not a string"));
+    }
+    inventory_text = inv->get<std::string>();
+  } else {
+    return std::optional<sched::NodeSpec>();
+  }
+  absl::StatusOr<deviceplugin::NodeInventory> inventory =
+      deviceplugin::DecodeInventory(inventory_text);
+  if (!inventory.ok()) {
+    return absl::InvalidArgumentError(StrCat("node ", spec.name, ": annotation ",
+                                             deviceplugin::kInventoryAnnotation, ": ",
+                                             inventory.status().message()));
+  }
+  spec.gpus = deviceplugin::ToGpuSpecs(*inventory);
+  // CPU and memory: kube-scheduler checks them with every pod in view; the engine sees only GPU
+  // pods, so its check is a weaker duplicate. Without allocatable (a bare test node) there is no
+  // limit from our side.
+  spec.cpu_milli = int64_t{1} << 40;
+  spec.memory_bytes = int64_t{1} << 60;
+  if (const Json* status = FindField(node, "status"); status != nullptr && status->is_object()) {
+    if (auto alloc = status->find("allocatable"); alloc != status->end() && alloc->is_object()) {
+      if (auto cpu = alloc->find("cpu"); cpu != alloc->end() && cpu->is_string()) {
+        absl::StatusOr<int64_t> v = config::ParseQuantityMilli(cpu->get<std::string>());
+        if (!v.ok()) {
+          return absl::InvalidArgumentError(
+              StrCat("node ", spec.name, ": status.allocatable.cpu: ", v.status().message()));
+        }
+        spec.cpu_milli = *v;
+      }
+      if (auto mem = alloc->find("memory"); mem != alloc->end() && mem->is_string()) {
+        absl::StatusOr<int64_t> v = config::ParseQuantity(mem->get<std::string>());
+        if (!v.ok()) {
+          return absl::InvalidArgumentError(
+              StrCat("node ", spec.name, ": status.allocatable.memory: ", v.status().message()));
+        }
+        spec.memory_bytes = *v;
+      }
+    }
+  }
+  return std::optional<sched::NodeSpec>(std::move(spec));
+}
+
+}  // namespace prism::extender

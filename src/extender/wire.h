@@ -1,0 +1,81 @@
+// src/extender/wire.h: the kube-scheduler extender protocol (k8s.io/kube-scheduler/extender/v1)
+// as JSON, and Pod/Node objects as the placement engine's inputs.
+//
+// kube-scheduler sends Go field names without json tags (`Pod`, `NodeNames`, `PodUID`...) and
+// decodes replies case-insensitively, so requests are read the way Go's encoding/json reads them:
+// an exact key match first, else the first key that matches ignoring ASCII case; unknown keys are
+// ignored. Replies use the exact Go names. Malformed requests are InvalidArgument naming the
+// field. Pure; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+#include "config/pod_request.h"
+#include "core/sched/cluster.h"
+
+namespace prism::extender {
+
+using Json = nlohmann::json;
+
+// The member of `object` named `key` as Go's decoder finds it (exact, else ASCII-case-insensitive),
+// or nullptr. `object` need not be an object.
+const Json* FindField(const Json& object, std::string_view key);
+
+// ExtenderArgs (filter and prioritize).
+struct ExtenderArgs {
+  Json pod;  // The full v1.Pod.
+  // nodeCacheCapable: names only. Otherwise `nodes` holds the full v1.Node objects (their names
+  // also fill `node_names`).
+  std::vector<std::string> node_names;
+  std::optional<std::vector<Json>> nodes;
+};
+absl::StatusOr<ExtenderArgs> ParseExtenderArgs(std::string_view body);
+
+// ExtenderFilterResult.
+struct FilterResult {
+  std::vector<std::string> node_names;  // Feasible nodes.
+  // Set when the request carried full nodes (not nodeCacheCapable): the feasible ones.
+  std::optional<std::vector<Json>> nodes;
+  std::map<std::string, std::string> failed_nodes;               // Preemption may help.
+  std::map<std::string, std::string> failed_unresolvable_nodes;  // Preemption cannot help.
+  std::string error;
+};
+Json FilterResultToJson(const FilterResult& result);
+
+// HostPriorityList (prioritize reply): scores 0..10.
+struct HostPriority {
+  std::string host;
+  int64_t score = 0;
+};
+Json HostPriorityListToJson(const std::vector<HostPriority>& list);
+
+// ExtenderBindingArgs.
+struct BindingArgs {
+  std::string pod_name;
+  std::string pod_namespace;
+  std::string pod_uid;
+  std::string node;
+};
+absl::StatusOr<BindingArgs> ParseBindingArgs(std::string_view body);
+// ExtenderBindingResult.
+Json BindingResultToJson(std::string_view error);
+
+// The scheduling-relevant parts of a v1.Pod (JSON): metadata, spec.nodeName, and each init and
+// regular container's resources (quantities as strings or numbers). InvalidArgument naming the
+// field for a malformed pod.
+absl::StatusOr<config::PodManifest> PodManifestFromJson(const Json& pod);
+
+// A node's GPUs from the node agent's `prism.io/gpu-inventory` annotation, and its CPU and memory
+// from status.allocatable. nullopt when the node carries no inventory (not a GPU node);
+// InvalidArgument naming the node and the problem for a malformed annotation or quantity.
+absl::StatusOr<std::optional<sched::NodeSpec>> NodeSpecFromJson(const Json& node);
+
+}  // namespace prism::extender

@@ -1,0 +1,195 @@
+#include "extender/wire.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "extender/test_util.h"
+
+namespace prism::extender {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+using testing::GpuPod;
+using testing::NodeJson;
+using testing::TestGpu;
+
+TEST(ExtenderArgsTest, ReadsGoFieldNamesAsKubeSchedulerSendsThem) {
+  const std::string body = R"({"Pod":{"metadata":{"name":"p","namespace":"ns","uid":"u1"},
+      "spec":{"containers":[]}},"Nodes":null,"NodeNames":["n1","n2"]})";
+  absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(body);
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->pod["metadata"]["name"], "p");
+  EXPECT_THAT(args->node_names, ElementsAre("n1", "n2"));
+  EXPECT_FALSE(args->nodes.has_value());
+}
+
+TEST(ExtenderArgsTest, MatchesKeysIgnoringCaseLikeGo) {
+  // Pre-1.17 kube-scheduler sent lowercase keys; Go's decoder accepts any case.
+  absl::StatusOr<ExtenderArgs> args =
+      ParseExtenderArgs(R"({"pod":{"metadata":{"name":"p"},"spec":{}},"nodenames":["a"]})");
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_THAT(args->node_names, ElementsAre("a"));
+  args = ParseExtenderArgs(R"({"POD":{"metadata":{"name":"p"}},"NODENAMES":["b"]})");
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_THAT(args->node_names, ElementsAre("b"));
+}
+
+TEST(ExtenderArgsTest, ExactKeyWinsOverCaseInsensitiveMatch) {
+  absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(
+      R"({"nodenames":["lower"],"Pod":{"metadata":{"name":"p"}},"NodeNames":["exact"]})");
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_THAT(args->node_names, ElementsAre("exact"));
+}
+
+TEST(ExtenderArgsTest, FullNodeListWhenNotNodeCacheCapable) {
+  json body{{"Pod", GpuPod("p", 1, 1000)},
+            {"Nodes", {{"items", {NodeJson("n1", {TestGpu{}}), NodeJson("n2", {})}}}},
+            {"NodeNames", nullptr}};
+  absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(body.dump());
+  ASSERT_TRUE(args.ok()) << args.status();
+  ASSERT_TRUE(args->nodes.has_value());
+  EXPECT_EQ(args->nodes->size(), 2u);
+  EXPECT_THAT(args->node_names, ElementsAre("n1", "n2"));
+}
+
+TEST(ExtenderArgsTest, MalformedRequestsNameTheProblem) {
+  struct Case {
+    std::string body;
+    std::string want;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"{oops", "not valid JSON"},
+           {"[1,2]", "expected a JSON object"},
+           {R"({"NodeNames":["a"]})", "ExtenderArgs.Pod"},
+           {R"({"Pod":"x"})", "ExtenderArgs.Pod"},
+           {R"({"Pod":{"spec":{}}})", "Pod.metadata"},
+           {R"({"Pod":{"metadata":{}},"NodeNames":"a"})", "NodeNames: expected an array"},
+           {R"({"Pod":{"metadata":{}},"NodeNames":[1]})", "NodeNames[0]"},
+           {R"({"Pod":{"metadata":{}},"Nodes":{"items":[{"metadata":{}}]}})", "items[0]"},
+       }) {
+    absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(c.body);
+    ASSERT_FALSE(args.ok()) << c.body;
+    EXPECT_TRUE(absl::IsInvalidArgument(args.status()));
+    EXPECT_THAT(std::string(args.status().message()), HasSubstr(c.want)) << c.body;
+  }
+}
+
+TEST(FilterResultTest, UsesGoFieldNamesAndAnExplicitEmptyList) {
+  FilterResult r;
+  r.failed_unresolvable_nodes["n1"] = "1/1 CardInsufficientMemory";
+  json j = FilterResultToJson(r);
+  ASSERT_TRUE(j.contains("NodeNames"));
+  EXPECT_TRUE(j["NodeNames"].is_array());
+  EXPECT_TRUE(j["NodeNames"].empty());
+  EXPECT_TRUE(j["Nodes"].is_null());
+  EXPECT_EQ(j["FailedAndUnresolvableNodes"]["n1"], "1/1 CardInsufficientMemory");
+  EXPECT_TRUE(j["FailedNodes"].is_object());
+  EXPECT_EQ(j["Error"], "");
+}
+
+TEST(FilterResultTest, ReturnsNodesWhenGivenNodes) {
+  FilterResult r;
+  r.nodes = std::vector<json>{NodeJson("n1", {})};
+  json j = FilterResultToJson(r);
+  EXPECT_TRUE(j["NodeNames"].is_null());
+  EXPECT_EQ(j["Nodes"]["items"][0]["metadata"]["name"], "n1");
+}
+
+TEST(HostPriorityTest, HostAndScore) {
+  json j = HostPriorityListToJson({{"a", 10}, {"b", 3}});
+  EXPECT_EQ(j.dump(), R"([{"Host":"a","Score":10},{"Host":"b","Score":3}])");
+}
+
+TEST(BindingArgsTest, ReadsTheBindingAndRejectsMissingFields) {
+  absl::StatusOr<BindingArgs> args =
+      ParseBindingArgs(R"({"PodName":"p","PodNamespace":"ns","PodUID":"u","Node":"n1"})");
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->pod_name, "p");
+  EXPECT_EQ(args->pod_namespace, "ns");
+  EXPECT_EQ(args->pod_uid, "u");
+  EXPECT_EQ(args->node, "n1");
+  args = ParseBindingArgs(R"({"podName":"p","podNamespace":"ns","podUID":"u","node":"n1"})");
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->pod_uid, "u");
+  EXPECT_THAT(
+      std::string(ParseBindingArgs(R"({"PodName":"p","PodNamespace":"ns"})").status().message()),
+      HasSubstr("Node"));
+  EXPECT_THAT(
+      std::string(
+          ParseBindingArgs(R"({"PodName":7,"PodNamespace":"ns","Node":"n"})").status().message()),
+      HasSubstr("PodName: expected a string"));
+  EXPECT_EQ(BindingResultToJson("").dump(), R"({"Error":""})");
+}
+
+TEST(PodManifestTest, ReadsContainersInitContainersAndQuantities) {
+  json pod = testing::PodJson("team", "train",
+                              {{"init", 1, 2000, 0, true, "500m"}, {"main", 2, 8000, 30, false}},
+                              {{"nvidia.com/vgpu-mode", "mig"}});
+  pod["spec"]["containers"][0]["resources"]["limits"]["memory"] = 1073741824;  // A number.
+  absl::StatusOr<config::PodManifest> m = PodManifestFromJson(pod);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->Key(), "team/train");
+  EXPECT_EQ(m->uid, "uid-team-train");
+  ASSERT_EQ(m->containers.size(), 2u);
+  EXPECT_TRUE(m->containers[0].init);
+  EXPECT_EQ(m->containers[0].requests.at("cpu"), "500m");
+  EXPECT_EQ(m->containers[1].limits.at("nvidia.com/gpumem"), "8000");
+  EXPECT_EQ(m->containers[1].limits.at("memory"), "1073741824");
+  EXPECT_EQ(m->annotations.at("nvidia.com/vgpu-mode"), "mig");
+}
+
+TEST(PodManifestTest, MalformedPodsAreErrorsNamingTheField) {
+  json pod = GpuPod("p", 1, 1000);
+  pod["spec"]["containers"][0]["resources"]["limits"] = "lots";
+  EXPECT_THAT(std::string(PodManifestFromJson(pod).status().message()),
+              HasSubstr("container main limits: expected an object"));
+  pod = GpuPod("p", 1, 1000);
+  pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json::array();
+  EXPECT_THAT(std::string(PodManifestFromJson(pod).status().message()),
+              HasSubstr("limits.nvidia.com/gpu: expected a quantity"));
+  pod = GpuPod("p", 1, 1000);
+  pod["spec"]["containers"] = 3;
+  EXPECT_THAT(std::string(PodManifestFromJson(pod).status().message()),
+              HasSubstr("spec.containers: expected an array"));
+  pod = GpuPod("p", 1, 1000);
+  pod["metadata"].erase("name");
+  EXPECT_THAT(std::string(PodManifestFromJson(pod).status().message()), HasSubstr("metadata.name"));
+}
+
+TEST(NodeSpecTest, ReadsInventoryAndAllocatable) {
+  absl::StatusOr<std::optional<sched::NodeSpec>> spec = NodeSpecFromJson(
+      NodeJson("n1", {TestGpu{}, TestGpu{"H100-SXM5-80GB", 81920, true}}, "8", "64Gi"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(spec->has_value());
+  const sched::NodeSpec& n = **spec;
+  EXPECT_EQ(n.name, "n1");
+  EXPECT_EQ(n.cpu_milli, 8000);
+  EXPECT_EQ(n.memory_bytes, int64_t{64} << 30);
+  ASSERT_EQ(n.gpus.size(), 2u);
+  EXPECT_EQ(n.gpus[0].uuid, "GPU-n1-0");
+  EXPECT_EQ(n.gpus[1].mode, sched::GpuMode::kMig);
+}
+
+TEST(NodeSpecTest, NodeWithoutInventoryIsNotAGpuNode) {
+  absl::StatusOr<std::optional<sched::NodeSpec>> spec = NodeSpecFromJson(NodeJson("cpu", {}));
+  ASSERT_TRUE(spec.ok());
+  EXPECT_FALSE(spec->has_value());
+}
+
+TEST(NodeSpecTest, MalformedInventoryNamesNodeAndAnnotation) {
+  json node = NodeJson("n1", {TestGpu{}});
+  node["metadata"]["annotations"]["prism.io/gpu-inventory"] = "{not json";
+  absl::StatusOr<std::optional<sched::NodeSpec>> spec = NodeSpecFromJson(node);
+  ASSERT_FALSE(spec.ok());
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("node n1"));
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr("prism.io/gpu-inventory"));
+  node["metadata"]["annotations"]["prism.io/gpu-inventory"] = R"({"version":1,"gpus":[{}]})";
+  EXPECT_FALSE(NodeSpecFromJson(node).ok());
+  node = NodeJson("n1", {TestGpu{}}, "lots");
+  EXPECT_THAT(std::string(NodeSpecFromJson(node).status().message()), HasSubstr("allocatable.cpu"));
+}
+
+}  // namespace
+}  // namespace prism::extender
