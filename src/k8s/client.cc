@@ -174,7 +174,7 @@ absl::StatusOr<HttpResponse> Client::Send(HttpRequest request, std::string_view 
                                           bool idempotent) {
   Backoff backoff(options_.retry_backoff);
   bool token_refreshed = false;
-  if (request.timeout == absl::Seconds(30)) request.timeout = options_.request_timeout;
+  if (request.timeout == absl::ZeroDuration()) request.timeout = options_.request_timeout;
   for (int attempt = 1;; ++attempt) {
     WaitForRateLimit();
     RETURN_IF_ERROR(WithContext(AddAuth(&request), context));

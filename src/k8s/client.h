@@ -168,6 +168,7 @@ class Client {
 
   // One request with authentication, rate limiting and retries; the response if 2xx, else the
   // mapped error (prefixed by `context`). `idempotent` allows retrying 5xx and broken connections.
+  // A zero `request.timeout` means ClientOptions::request_timeout.
   absl::StatusOr<HttpResponse> Send(HttpRequest request, std::string_view context, bool idempotent);
 
   // `<prefix>[/namespaces/<ns>]/<plural>[/<name>[/<subresource>]]`, path segments escaped.

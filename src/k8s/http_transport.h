@@ -46,8 +46,9 @@ struct HttpRequest {
   std::string body;
   std::string content_type;
   std::vector<std::pair<std::string, std::string>> headers;
-  // Limit on the whole exchange; absl::InfiniteDuration() for none.
-  absl::Duration timeout = absl::Seconds(30);
+  // Limit on the whole exchange; zero or absl::InfiniteDuration() for none. (Client::Send
+  // replaces zero with its request_timeout.)
+  absl::Duration timeout = absl::ZeroDuration();
 };
 
 struct HttpResponse {

@@ -236,6 +236,8 @@ TEST_P(WatchTest, CancelEndsWatchAtOnce) {
   watch->Stop();
   EXPECT_LT(absl::Now() - start, absl::Milliseconds(500));
   EXPECT_TRUE(absl::IsCancelled(watch->status())) << watch->status();
+  // The server notices the closed connection and frees the watch.
+  EXPECT_TRUE(WaitUntil([&] { return server_->active_watches() == 0; }, absl::Seconds(5)));
 }
 
 TEST_P(WatchTest, MalformedEventLineIsInternalErrorNotACrash) {

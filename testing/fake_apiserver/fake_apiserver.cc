@@ -268,6 +268,7 @@ class FakeApiServer::Impl {
     uint64_t bookmark_generation = 0;
     absl::Time deadline;
     absl::Time last_bookmark;
+    absl::Time last_write;
     std::vector<std::string> pending;
     bool end_after_pending = false;
   };
@@ -1052,6 +1053,7 @@ void FakeApiServer::Impl::HandleWatch(const ResourceInfo& info, const std::strin
   }
   state->deadline = absl::Now() + absl::Seconds(timeout_seconds);
   state->last_bookmark = absl::Now();
+  state->last_write = absl::Now();
   {
     absl::MutexLock lock(&mu_);
     state->drop_generation = drop_generation_;
@@ -1171,6 +1173,14 @@ bool FakeApiServer::Impl::NextWatchLines(WatchState* state, std::vector<std::str
     lines->push_back(WatchLine("BOOKMARK", bookmark));
   }
   if (now >= state->deadline) *end = true;
+  if (!lines->empty()) {
+    state->last_write = now;
+  } else if (now - state->last_write >= absl::Seconds(1)) {
+    // An idle stream never notices a client that went away; a blank line (whitespace between
+    // JSON values, which watch decoders skip) makes the write fail and frees the worker thread.
+    lines->push_back("\n");
+    state->last_write = now;
+  }
   return true;
 }
 

@@ -2,7 +2,7 @@
 // end-to-end tests of other components.
 //
 //   fake_apiserver --port 0 --print-port [--tls] [--token T]... [--kubeconfig-out FILE]
-//                  [--seed FILE.json] [--bookmark-interval-ms N]
+//                  [--seed FILE.json] [--bookmark-interval-ms N] [--threads N]
 //
 // With --print-port the chosen port is the first line on stdout. --kubeconfig-out writes a
 // kubeconfig (CA, token, client certificate) pointing at the server. --seed loads objects from a
@@ -88,6 +88,10 @@ int main(int argc, char** argv) {
   app.add_option("--kubeconfig-out", kubeconfig_out, "Write a kubeconfig for this server");
   app.add_option("--seed", seed, "JSON list of objects to create at start");
   app.add_option("--bookmark-interval-ms", bookmark_ms, "Send watch bookmarks this often");
+  app.add_option("--threads", options.threads,
+                 "Worker threads (each open watch or idle keep-alive connection holds one)")
+      ->capture_default_str()
+      ->check(CLI::Range(4, 4096));
   app.add_flag("--gone-as-http-status", options.gone_as_http_status,
                "Answer a watch from a compacted version with HTTP 410");
   CLI11_PARSE(app, argc, argv);
