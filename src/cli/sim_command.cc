@@ -55,7 +55,8 @@ struct SimFlags {
   // Departures.
   bool departures = false;
   double load = 1.0;
-  double arrivals_per_pod = 4.0;
+  double max_lifetime = 7200;
+  double lifetimes = 4;
   bool native_times = false;
   bool include_unscheduled = false;
 };
@@ -282,7 +283,8 @@ absl::Status RunSim(const SimFlags& f) {
         sim::ChurnOptions o;
         o.seed = job.seed;
         o.load = f.load;
-        o.arrivals_per_trace_pod = f.arrivals_per_pod;
+        o.max_lifetime = f.max_lifetime;
+        o.lifetimes = f.lifetimes;
         o.native_times = f.native_times;
         o.skip_never_scheduled = !f.include_unscheduled;
         workload = sim::BuildChurnWorkload(cluster, traces[job.trace].pods, o);
@@ -332,6 +334,15 @@ absl::Status RunSim(const SimFlags& f) {
     it->runs.push_back(std::move(results[i]));
   }
 
+  for (const Series& s : series) {
+    for (const sim::RunResult& r : s.runs) {
+      if (r.rejected_placements == 0) continue;
+      std::fprintf(stderr, "prism sim: %s on %s, seed %llu: %lld placements rejected; first: %s\n",
+                   s.policy.c_str(), s.trace.c_str(), static_cast<unsigned long long>(r.seed),
+                   static_cast<long long>(r.rejected_placements), r.first_rejection.c_str());
+      break;
+    }
+  }
   const bool several = traces.size() > 1;
   if (f.departures) {
     std::fputs(sim::FormatChurnTable(series, mig_model != nullptr).c_str(), stdout);
@@ -427,8 +438,11 @@ void AddSimCommand(CLI::App& app, int* exit_code) {
                 "Pods leave after their trace lifetime; Poisson arrivals at --load");
   cmd->add_option("--load", flags->load, "With departures: offered GPU load / capacity")
       ->capture_default_str();
-  cmd->add_option("--arrivals-per-pod", flags->arrivals_per_pod,
-                  "With departures: arrivals per trace pod")
+  cmd->add_option("--max-lifetime", flags->max_lifetime,
+                  "With departures: cap on pod lifetimes (seconds); also the warm-up")
+      ->capture_default_str();
+  cmd->add_option("--lifetimes", flags->lifetimes,
+                  "With departures: arrivals span this many max lifetimes")
       ->capture_default_str();
   cmd->add_flag("--native-times", flags->native_times,
                 "With departures: replay the trace's own creation/deletion times");

@@ -136,7 +136,7 @@ class HamiMigPolicy : public Policy {
       }
       int fitting = 0;
       for (int g = 0; g < spec.gpu_count && fitting < pod.gpu_count; ++g) {
-        fitting += FitGpu(state.layout(n, g), memory).has_value();
+        fitting += FitGpu(state, n, g, memory).has_value();
       }
       if (fitting < pod.gpu_count) continue;
       double score = 0;
@@ -152,7 +152,7 @@ class HamiMigPolicy : public Policy {
     const NodeSpec& spec = cluster.node(best_node);
     std::vector<std::pair<double, int>> order;
     for (int g = 0; g < spec.gpu_count; ++g) {
-      if (!FitGpu(state.layout(best_node, g), memory)) continue;
+      if (!FitGpu(state, best_node, g, memory)) continue;
       const double load = GpuLoad(state.layout(best_node, g));
       order.emplace_back(gpu_binpack_ ? -load : load, g);
     }
@@ -161,7 +161,7 @@ class HamiMigPolicy : public Policy {
     Placement p;
     p.node = best_node;
     for (int i = 0; i < pod.gpu_count; ++i) {
-      MigAssignment a = *FitGpu(state.layout(best_node, order[i].second), memory);
+      MigAssignment a = *FitGpu(state, best_node, order[i].second, memory);
       a.gpu = order[i].second;
       p.mig.push_back(std::move(a));
     }
@@ -171,7 +171,8 @@ class HamiMigPolicy : public Policy {
  protected:
   virtual absl::Status BeginModel() = 0;
   // How the pod's instance would be found or made on a GPU with `layout`.
-  virtual std::optional<MigAssignment> FitGpu(const mig::Layout& layout, int memory) const = 0;
+  virtual std::optional<MigAssignment> FitGpu(const ClusterState& state, int node, int gpu,
+                                              int memory) const = 0;
 
   const mig::GpuModel* model_ = nullptr;
 
@@ -247,7 +248,9 @@ class HamiLegacyPolicy : public HamiMigPolicy {
     return absl::OkStatus();
   }
 
-  std::optional<MigAssignment> FitGpu(const mig::Layout& layout, int memory) const override {
+  std::optional<MigAssignment> FitGpu(const ClusterState& state, int node, int gpu,
+                                      int memory) const override {
+    const mig::Layout& layout = state.layout(node, gpu);
     const bool in_use =
         std::any_of(layout.begin(), layout.end(), [](const mig::Instance& i) { return i.busy; });
     const int current = GeometryOf(layout);
@@ -329,24 +332,38 @@ class HamiV210Policy : public HamiMigPolicy {
       return pa.compute_slices < pb.compute_slices;
     });
     if (allowed_.empty()) return absl::InvalidArgumentError("no MIG profile to allow");
+    starts_.clear();
+    for (int p : allowed_) {
+      std::vector<int> starts = model_->profiles[p].starts;
+      const int slices = model_->profiles[p].compute_slices;
+      if (slices == 1 || slices == 3) std::reverse(starts.begin(), starts.end());
+      starts_.push_back(std::move(starts));
+    }
     return absl::OkStatus();
   }
 
-  std::optional<MigAssignment> FitGpu(const mig::Layout& layout, int memory) const override {
-    mig::Layout busy;
-    for (const mig::Instance& i : layout) {
-      if (i.busy) busy.push_back(i);
-    }
-    auto occ = mig::Occupy(*model_, busy);
-    if (!occ.ok()) return std::nullopt;
-    for (int p : allowed_) {
-      const auto& profile = model_->profiles[p];
-      if (profile.memory_slices < memory) continue;
-      std::vector<int> starts = profile.starts;
-      if (profile.compute_slices == 1 || profile.compute_slices == 3) {
-        std::reverse(starts.begin(), starts.end());
+  std::optional<MigAssignment> FitGpu(const ClusterState& state, int node, int gpu,
+                                      int memory) const override {
+    const mig::Layout& layout = state.layout(node, gpu);
+    // Instances live as long as their pods: the layout is normally all busy and
+    // the state's occupancy is the busy one. Otherwise recompute it.
+    const bool all_busy =
+        std::all_of(layout.begin(), layout.end(), [](const mig::Instance& i) { return i.busy; });
+    mig::Occupancy busy_occ = state.occupancy(node, gpu);
+    if (!all_busy) {
+      mig::Layout busy;
+      for (const mig::Instance& i : layout) {
+        if (i.busy) busy.push_back(i);
       }
-      for (int start : starts) {
+      auto occ = mig::Occupy(*model_, busy);
+      if (!occ.ok()) return std::nullopt;
+      busy_occ = *occ;
+    }
+    const mig::Occupancy* occ = &busy_occ;
+    for (size_t k = 0; k < allowed_.size(); ++k) {
+      const int p = allowed_[k];
+      if (model_->profiles[p].memory_slices < memory) continue;
+      for (int start : starts_[k]) {
         if (!mig::CanAdd(*model_, *occ, p, start)) continue;
         MigAssignment a;
         // Idle leftovers (none unless another policy left them) are cleared first.
@@ -363,7 +380,8 @@ class HamiV210Policy : public HamiMigPolicy {
 
  private:
   std::string name_;
-  std::vector<int> allowed_;
+  std::vector<int> allowed_;              // Sorted by memory, then slices.
+  std::vector<std::vector<int>> starts_;  // Per allowed profile, in HAMi's try order.
 };
 
 }  // namespace

@@ -2,6 +2,7 @@
 
 #include "base/strings.h"
 #include "sim/builtin_policies.h"
+#include "sim/engine_policy.h"
 
 namespace prism::sim {
 namespace {
@@ -19,6 +20,11 @@ constexpr Entry kPolicies[] = {
     {"hami-legacy-binpack", "hami-legacy with GPU binpack instead of spread"},
     {"hami-v2.10", "HAMi v2.10 MIG: smallest profile, 1g/3g high-first placement, GPU spread"},
     {"hami-v2.10-binpack", "hami-v2.10 with GPU binpack instead of spread"},
+    {"prism", "Prism's placement engine, default policy (fragmentation-aware with packing)"},
+    {"prism-fgd", "Prism's engine with its FGD node policy (the paper's quantized score)"},
+    {"prism-bestfit", "Prism's engine with its best-fit node policy"},
+    {"prism-binpack", "Prism's engine with its binpack node policy"},
+    {"prism-spread", "Prism's engine with its spread node policy"},
 };
 
 }  // namespace
@@ -35,7 +41,10 @@ std::vector<std::string> BuiltinPolicyNames() {
 
 std::string_view BuiltinPolicyDescription(std::string_view name) {
   for (const Entry& e : kPolicies) {
-    if (e.name == name) return e.description;
+    if (e.name == name ||
+        (name.starts_with(e.name) && name.size() > e.name.size() && name[e.name.size()] == ':')) {
+      return e.description;
+    }
   }
   return {};
 }
@@ -49,6 +58,7 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeBuiltinPolicy(std::string_view name,
   if (name == "hami-legacy-binpack") return MakeHamiLegacyPolicy(true);
   if (name == "hami-v2.10") return MakeHamiV210Policy(false);
   if (name == "hami-v2.10-binpack") return MakeHamiV210Policy(true);
+  if (name.starts_with("prism")) return MakeEnginePolicyByName(name);
   return absl::InvalidArgumentError(
       StrCat("unknown policy '", name, "' (known: ", StrJoin(BuiltinPolicyNames(), ", "), ")"));
 }

@@ -49,13 +49,16 @@ class Policy {
   virtual std::optional<Placement> Place(const ClusterState& state, const PodRequest& pod) = 0;
 
   // After the simulator applied `placement` / released the pod placed there.
-  virtual void Placed(const ClusterState& state, const PodRequest& pod,
-                      const Placement& placement) {
+  // An error aborts the run (the policy's own bookkeeping broke).
+  virtual absl::Status Placed(const ClusterState& state, const PodRequest& pod,
+                              const Placement& placement) {
     (void)state, (void)pod, (void)placement;
+    return absl::OkStatus();
   }
-  virtual void Released(const ClusterState& state, const PodRequest& pod,
-                        const Placement& placement) {
+  virtual absl::Status Released(const ClusterState& state, const PodRequest& pod,
+                                const Placement& placement) {
     (void)state, (void)pod, (void)placement;
+    return absl::OkStatus();
   }
 
   // MIG: when a pod leaves, its instance stays (idle, reusable) if true, or is

@@ -357,7 +357,7 @@ std::string FormatTable(const std::vector<Series>& series, const TableOptions& o
 }
 
 std::string FormatChurnTable(const std::vector<Series>& series, bool show_mig) {
-  std::string out = "Runs with departures: steady state after a 20 % warm-up; means over seeds\n" +
+  std::string out = "Runs with departures: steady state after the warm-up; means over seeds\n" +
                     Pad("trace", 14) + Pad("policy", 20) + Pad("alloc%", 9) + Pad("peak%", 9) +
                     Pad("blocked-GPU%", 14) + Pad("blocked-pods", 14) + Pad("µs/pod", 9);
   if (show_mig) out += Pad("GI-create/1k", 14) + Pad("GI-destroy/1k", 15) + "moved";

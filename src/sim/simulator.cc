@@ -12,7 +12,7 @@ namespace prism::sim {
 namespace {
 
 // Share of the arrival span (from the first arrival) that a churn run skips
-// before measuring, so that the cluster has filled up.
+// before measuring when the workload does not say (Workload::warmup_end).
 constexpr double kWarmup = 0.2;
 
 class Runner {
@@ -23,7 +23,7 @@ class Runner {
   ClusterState& state() { return state_; }
 
   // Places one pod; returns its placement or nullopt.
-  std::optional<Placement> Attempt(const PodRequest& pod) {
+  absl::StatusOr<std::optional<Placement>> Attempt(const PodRequest& pod) {
     ++result_->pods;
     result_->arrived_gpu_milli += pod.TotalGpuMilli();
     std::optional<Placement> p = policy_.Place(state_, pod);
@@ -31,7 +31,7 @@ class Runner {
       absl::Status s = state_.Place(pod, *p);
       if (s.ok()) {
         ++result_->placed;
-        policy_.Placed(state_, pod, *p);
+        RETURN_IF_ERROR(policy_.Placed(state_, pod, *p));
         return p;
       }
       if (result_->rejected_placements++ == 0) {
@@ -40,13 +40,12 @@ class Runner {
     }
     ++result_->failed;
     result_->failed_gpu_milli += pod.TotalGpuMilli();
-    return std::nullopt;
+    return std::optional<Placement>();
   }
 
   absl::Status Release(const PodRequest& pod, const Placement& p) {
     RETURN_IF_ERROR(state_.Release(pod, p, policy_.keeps_idle_instances()));
-    policy_.Released(state_, pod, p);
-    return absl::OkStatus();
+    return policy_.Released(state_, pod, p);
   }
 
  private:
@@ -55,8 +54,8 @@ class Runner {
   RunResult* result_;
 };
 
-void RunInflated(const Cluster& cluster, const Workload& workload, const RunOptions& options,
-                 Runner& runner, RunResult* result) {
+absl::Status RunInflated(const Cluster& cluster, const Workload& workload,
+                         const RunOptions& options, Runner& runner, RunResult* result) {
   const int64_t capacity = cluster.total_gpu_milli();
   const int max_pct = std::max(0, options.max_arrived_pct);
   std::vector<double> sum(max_pct + 1, 0.0);
@@ -67,7 +66,7 @@ void RunInflated(const Cluster& cluster, const Workload& workload, const RunOpti
   for (int64_t i = 0; i < total; ++i) {
     const PodRequest& pod = workload.pods[i];
     arrived += pod.TotalGpuMilli();
-    runner.Attempt(pod);
+    RETURN_IF_ERROR(runner.Attempt(pod).status());
     if (capacity > 0) {
       const int64_t x = RoundHalfEven(arrived * 100, capacity);
       if (x <= max_pct) {
@@ -92,6 +91,7 @@ void RunInflated(const Cluster& cluster, const Workload& workload, const RunOpti
     }
     if (c > 0) result->curve[x] = s / static_cast<double>(c);
   }
+  return absl::OkStatus();
 }
 
 absl::Status RunChurn(const Cluster& cluster, const Workload& workload, const RunOptions& options,
@@ -104,7 +104,8 @@ absl::Status RunChurn(const Cluster& cluster, const Workload& workload, const Ru
     first = std::min(first, e.time);
     last = std::max(last, e.time);
   }
-  const double window_start = first + kWarmup * (last - first);
+  const double window_start =
+      workload.warmup_end > 0 ? workload.warmup_end : first + kWarmup * (last - first);
   const double window_end = last;
   const double window = window_end - window_start;
   constexpr int kSamples = 100;
@@ -132,7 +133,7 @@ absl::Status RunChurn(const Cluster& cluster, const Workload& workload, const Ru
     previous = e.time;
     const PodRequest& pod = workload.pods[e.pod];
     if (e.arrival) {
-      where[e.pod] = runner.Attempt(pod);
+      ASSIGN_OR_RETURN(where[e.pod], runner.Attempt(pod));
       if (e.time >= window_start) {
         ++churn.window_arrivals;
         window_arrived += pod.TotalGpuMilli();
@@ -193,7 +194,7 @@ absl::StatusOr<RunResult> Simulate(const Cluster& cluster, const Workload& workl
   if (workload.has_departures()) {
     RETURN_IF_ERROR(RunChurn(cluster, workload, options, runner, &result));
   } else {
-    RunInflated(cluster, workload, options, runner, &result);
+    RETURN_IF_ERROR(RunInflated(cluster, workload, options, runner, &result));
   }
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   result.mig = runner.state().counters();

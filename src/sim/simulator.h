@@ -30,8 +30,8 @@ struct RunOptions {
   std::function<void(int64_t, int64_t)> progress;
 };
 
-// Steady state of a run with departures, measured from `warmup` of the
-// arrival span to the last arrival.
+// Steady state of a run with departures, measured from Workload::warmup_end
+// (20 % into the arrival span if unset) to the last arrival.
 struct ChurnSummary {
   double mean_alloc_pct = 0;  // Time-averaged allocated GPU / capacity.
   double peak_alloc_pct = 0;

@@ -91,8 +91,11 @@ absl::StatusOr<Workload> BuildChurnWorkload(const Cluster& cluster,
   if (options.load <= 0 || !std::isfinite(options.load)) {
     return absl::InvalidArgumentError(StrCat("load must be positive, got ", options.load));
   }
-  if (options.arrivals_per_trace_pod <= 0) {
-    return absl::InvalidArgumentError("the number of arrivals must be positive");
+  if (!(options.max_lifetime > 0) || !(options.lifetimes > 1) ||
+      options.max_lifetime * options.lifetimes > 1e12) {
+    return absl::InvalidArgumentError(
+        StrCat("max_lifetime must be positive and lifetimes above 1 (got ", options.max_lifetime,
+               " s and ", options.lifetimes, ")"));
   }
   Rng rng(options.seed);
   Workload w;
@@ -110,21 +113,29 @@ absl::StatusOr<Workload> BuildChurnWorkload(const Cluster& cluster,
   }
   std::stable_sort(usable.begin(), usable.end(),
                    [](const TracePod& a, const TracePod& b) { return a.name < b.name; });
+  const double cap = options.native_times ? 1e300 : options.max_lifetime;
+  auto lifetime = [&](const TracePod& p) {
+    return std::min(cap, static_cast<double>(*p.deletion_time - *p.creation_time));
+  };
   auto add = [&](const TracePod& p, double arrival, int serial) {
     const int index = static_cast<int>(w.pods.size());
     w.pods.push_back(MakePodRequest(cluster, p));
     if (serial >= 0) w.pods.back().name = StrCat(p.name, "-", serial);
-    const double lifetime = static_cast<double>(*p.deletion_time - *p.creation_time);
     w.events.push_back(Event{arrival, index, true});
-    w.events.push_back(Event{arrival + lifetime, index, false});
+    w.events.push_back(Event{arrival + lifetime(p), index, false});
   };
   if (options.native_times) {
-    for (const TracePod& p : usable) add(p, static_cast<double>(*p.creation_time), -1);
+    double first = 1e300, last = -1e300;
+    for (const TracePod& p : usable) {
+      add(p, static_cast<double>(*p.creation_time), -1);
+      first = std::min(first, static_cast<double>(*p.creation_time));
+      last = std::max(last, static_cast<double>(*p.creation_time));
+    }
+    w.warmup_end = first + 0.2 * (last - first);
   } else {
     double demand_seconds = 0;  // Mean of milli-GPU x lifetime per pod.
     for (const TracePod& p : usable) {
-      demand_seconds += static_cast<double>(p.TotalGpuMilli()) *
-                        static_cast<double>(*p.deletion_time - *p.creation_time);
+      demand_seconds += static_cast<double>(p.TotalGpuMilli()) * lifetime(p);
     }
     demand_seconds /= static_cast<double>(usable.size());
     if (demand_seconds <= 0) {
@@ -132,14 +143,19 @@ absl::StatusOr<Workload> BuildChurnWorkload(const Cluster& cluster,
     }
     const double rate =
         options.load * static_cast<double>(cluster.total_gpu_milli()) / demand_seconds;
-    const int arrivals =
-        std::max<int>(1, static_cast<int>(std::lround(options.arrivals_per_trace_pod *
-                                                      static_cast<double>(trace_pods.size()))));
+    const double span = options.lifetimes * options.max_lifetime;
+    if (rate * span > 5e7) {
+      return absl::InvalidArgumentError(
+          StrCat("the churn run would need ", static_cast<int64_t>(rate * span),
+                 " arrivals; lower the load, max_lifetime or lifetimes"));
+    }
     double t = 0;
-    for (int i = 0; i < arrivals; ++i) {
+    for (int i = 0;; ++i) {
       t += -std::log(UniformOpen(rng)) / rate;
+      if (t > span) break;
       add(usable[rng.Uniform(usable.size())], t, i);
     }
+    w.warmup_end = options.max_lifetime;
   }
   // Departures before arrivals at the same instant; otherwise arrival order.
   std::stable_sort(w.events.begin(), w.events.end(), [](const Event& a, const Event& b) {

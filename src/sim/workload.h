@@ -10,8 +10,12 @@
 //      lexicographically smallest name).
 // Churn (departures): pods drawn from the trace arrive as a Poisson process whose
 //   offered GPU load is `load` x capacity; each stays for its trace lifetime
-//   (deletion_time - creation_time) if placed and is lost if not. Or, with
-//   `native_times`, the trace's own creation and deletion times are replayed.
+//   (deletion_time - creation_time, capped at `max_lifetime`: the trace's
+//   lifetimes are heavy-tailed, up to months, and a steady state needs the
+//   arrivals to span several lifetimes) if placed and is lost if not. Arrivals
+//   span `lifetimes` x max_lifetime; the first max_lifetime is warm-up. Or,
+//   with `native_times`, the trace's own creation and deletion times are
+//   replayed (they offer about 1 % of the trace cluster's GPUs).
 // Pure and deterministic for a given seed.
 #pragma once
 
@@ -43,6 +47,8 @@ struct Workload {
   // Runs with departures only: arrivals and departures in time order.
   // Departures of pods that were not placed are ignored.
   std::vector<Event> events;
+  // Runs with departures: measurements start here (seconds).
+  double warmup_end = 0;
   uint64_t seed = 0;
 
   bool has_departures() const { return !events.empty(); }
@@ -61,8 +67,10 @@ struct ChurnOptions {
   uint64_t seed = 42;
   // Offered load: mean GPU demand in the system / GPU capacity (Little's law).
   double load = 1.0;
-  // Number of arrivals, as a multiple of the trace's pod count.
-  double arrivals_per_trace_pod = 4.0;
+  // Lifetimes are capped here (seconds).
+  double max_lifetime = 7200;
+  // Arrivals span this many max_lifetime; the first one is warm-up.
+  double lifetimes = 4;
   // Skip pods the trace never scheduled (empty scheduled_time).
   bool skip_never_scheduled = true;
   // Replay the trace's own creation/deletion times instead (load is ignored).

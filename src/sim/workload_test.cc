@@ -93,15 +93,30 @@ TEST(ChurnWorkloadTest, PoissonArrivalsOfferTheRequestedLoad) {
   Cluster c = SmallCluster({8});
   ChurnOptions o;
   o.load = 0.5;
-  o.arrivals_per_trace_pod = 400;  // 2,000 arrivals of 500 milli for 100 s each.
+  o.max_lifetime = 1000;  // Lifetimes are 100 s: not capped.
+  o.lifetimes = 250;      // 250,000 s of arrivals.
   auto w = BuildChurnWorkload(c, Pods(5, 500), o);
   ASSERT_TRUE(w.ok()) << w.status();
-  double last = 0;
+  // rate = 0.5 * 8000 / (500 * 100) = 0.08 per second: ~20,000 arrivals.
+  EXPECT_NEAR(static_cast<double>(w->pods.size()), 20000, 20000 * 0.05);
+  EXPECT_DOUBLE_EQ(w->warmup_end, 1000);
+}
+
+TEST(ChurnWorkloadTest, CapsLifetimes) {
+  Cluster c = SmallCluster({8});
+  std::vector<TracePod> pods = Pods(5, 500);
+  for (TracePod& p : pods) p.deletion_time = *p.creation_time + 100000;
+  ChurnOptions o;
+  o.max_lifetime = 50;
+  auto w = BuildChurnWorkload(c, pods, o);
+  ASSERT_TRUE(w.ok()) << w.status();
+  std::vector<double> arrival(w->pods.size());
   for (const Event& e : w->events) {
-    if (e.arrival) last = std::max(last, e.time);
+    if (e.arrival) arrival[e.pod] = e.time;
   }
-  // rate = 0.5 * 8000 / (500 * 100) = 0.08 per second: ~25,000 s for 2,000 arrivals.
-  EXPECT_NEAR(last, 2000 / 0.08, 2000 / 0.08 * 0.1);
+  for (const Event& e : w->events) {
+    if (!e.arrival) EXPECT_DOUBLE_EQ(e.time - arrival[e.pod], 50);
+  }
 }
 
 TEST(ChurnWorkloadTest, NeedsLifetimes) {

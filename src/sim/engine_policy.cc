@@ -1,0 +1,283 @@
+#include "sim/engine_policy.h"
+
+#include <charconv>
+#include <cstdio>
+#include <map>
+
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "core/sched/engine.h"
+
+namespace prism::sim {
+namespace {
+
+// Nominal memory of the trace's GPU models (MiB; the FGD simulator's table).
+// Requests are shares, so the value only shows in decisions, not in packing.
+int64_t NominalMemoryMib(std::string_view model) {
+  static const std::map<std::string, int64_t, std::less<>> kMemory = {
+      {"T4", 15109}, {"V100M16", 16160}, {"P100", 16280}, {"A10", 22731}, {"V100M32", 32510}};
+  auto it = kMemory.find(model);
+  return it != kMemory.end() ? it->second : 16384;
+}
+
+class EnginePolicy : public Policy {
+ public:
+  explicit EnginePolicy(EnginePolicyOptions options) : options_(std::move(options)) {}
+
+  std::string_view name() const override { return options_.name; }
+
+  absl::Status Begin(const RunContext& context) override {
+    cluster_ = context.cluster;
+    mapping_ = context.mig_mapping;
+    has_mig_ = cluster_->has_mig();
+    const int n = cluster_->node_count();
+    // The engine breaks ties by node name; prefixing names with the tie-break
+    // rank (as the FGD paper's simulator does) gives it the order every policy
+    // sees.
+    const std::vector<int>& rank = context.workload->node_rank;
+    if (static_cast<int>(rank.size()) != n) {
+      return absl::InvalidArgumentError("the workload has no tie-break rank for every node");
+    }
+    std::map<std::string, int> by_engine_name;
+    std::vector<sched::NodeSpec> nodes;
+    nodes.reserve(n);
+    for (int i = 0; i < n; ++i) {
+      const NodeSpec& s = cluster_->node(i);
+      sched::NodeSpec node;
+      char prefix[16];
+      std::snprintf(prefix, sizeof(prefix), "%06d-", rank[i]);
+      node.name = StrCat(prefix, s.name);
+      by_engine_name[node.name] = i;
+      node.cpu_milli = s.milli_cpu;
+      node.memory_bytes = s.memory_mib << 20;
+      for (int g = 0; g < s.gpu_count; ++g) {
+        sched::GpuSpec gpu;
+        if (s.mig_model != nullptr) {
+          gpu.model = s.mig_model->name;
+          gpu.mode = sched::GpuMode::kMig;
+        } else {
+          gpu.model = cluster_->models()[s.model];
+          gpu.memory_mib = NominalMemoryMib(gpu.model);
+          gpu.mode = sched::GpuMode::kHamiCore;
+        }
+        node.gpus.push_back(std::move(gpu));
+      }
+      nodes.push_back(std::move(node));
+    }
+    sched::DeviceConfig config;
+    config.device_split_count = options_.device_split_count;
+    config.mig_strategy = sched::MigStrategy::kPlacement;
+    config.mig_match_cores = mapping_ == MigMapping::kCompute;
+    auto state = sched::ClusterState::Build(nodes, config);
+    if (!state.ok()) return Annotate(state.status(), "building the engine's cluster");
+    sched::EngineOptions engine_options;
+    engine_options.policy = options_.policy;
+    to_sim_.assign(n, -1);
+    for (int i = 0; i < state->node_count(); ++i)
+      to_sim_[i] = by_engine_name.at(state->node(i).name);
+    engine_ = std::make_unique<sched::Engine>(*std::move(state), config, engine_options);
+    std::vector<sched::PodRequest> mix;
+    mix.reserve(context.workload->trace_pods.size());
+    for (const PodRequest& p : context.workload->trace_pods) mix.push_back(ToEngine(p));
+    engine_->SetTargetWorkload(sched::TargetWorkload::FromPods(mix, options_.typical_pod_coverage,
+                                                               options_.max_typical_shapes));
+    allowed_nodes_.clear();
+    return absl::OkStatus();
+  }
+
+  std::optional<Placement> Place(const ClusterState& state, const PodRequest& pod) override {
+    (void)state;
+    const sched::PodRequest request = ToEngine(pod);
+    sched::ScheduleResult result;
+    if (has_mig_ && pod.gpu_count > 0 && pod.model_mask != ~0ull) {
+      // MIG GPUs carry the MIG model as their type: filter the trace's model
+      // constraint by node instead.
+      result = engine_->ScheduleAmong(request, AllowedNodes(pod.model_mask), /*explain=*/false);
+    } else {
+      result = engine_->Schedule(request, /*explain=*/false);
+    }
+    if (!result.status.ok()) {
+      if (error_.ok()) error_ = Annotate(result.status, StrCat("engine, pod ", pod.name));
+      return std::nullopt;
+    }
+    if (!result.scheduled) return std::nullopt;
+    pending_ = std::move(result.decision);
+    return ToPlacement(pending_);
+  }
+
+  absl::Status Placed(const ClusterState& state, const PodRequest& pod,
+                      const Placement& placement) override {
+    (void)state, (void)placement;
+    RETURN_IF_ERROR(error_);
+    return Annotate(engine_->Apply(pod.name, pending_), StrCat("engine Apply of ", pod.name));
+  }
+
+  absl::Status Released(const ClusterState& state, const PodRequest& pod,
+                        const Placement& placement) override {
+    (void)state, (void)placement;
+    return Annotate(engine_->Release(pod.name), StrCat("engine Release of ", pod.name));
+  }
+
+ private:
+  sched::PodRequest ToEngine(const PodRequest& pod) const {
+    sched::PodRequest r;
+    r.name = pod.name;
+    sched::ContainerRequest c;
+    c.name = "main";
+    c.cpu_milli = pod.milli_cpu;
+    c.memory_bytes = pod.memory_mib << 20;
+    if (pod.gpu_count > 0) {
+      c.gpu.count = pod.gpu_count;
+      if (mapping_ == MigMapping::kCompute) {
+        c.gpu.cores_permille = pod.gpu_milli;
+      } else {
+        c.gpu.memory_permille = pod.gpu_milli;
+        c.gpu.cores_permille = pod.gpu_milli;
+      }
+      if (!has_mig_ && !pod.gpu_spec.empty()) {
+        for (std::string_view model : StrSplit(pod.gpu_spec, '|', /*skip_empty=*/true)) {
+          r.use_types.emplace_back(model);
+        }
+      }
+    }
+    r.containers.push_back(std::move(c));
+    return r;
+  }
+
+  const std::vector<int32_t>& AllowedNodes(uint64_t mask) {
+    auto it = allowed_nodes_.find(mask);
+    if (it != allowed_nodes_.end()) return it->second;
+    std::vector<int32_t> nodes;
+    for (int i = 0; i < static_cast<int>(to_sim_.size()); ++i) {
+      const int model = cluster_->node(to_sim_[i]).model;
+      if (model >= 0 && ((mask >> model) & 1)) nodes.push_back(i);
+    }
+    return allowed_nodes_.emplace(mask, std::move(nodes)).first->second;
+  }
+
+  Placement ToPlacement(const sched::Decision& d) const {
+    Placement p;
+    p.node = to_sim_[d.node];
+    std::vector<bool> covered(d.mig.size(), false);
+    for (const sched::ContainerAssignment& c : d.containers) {
+      for (const sched::DeviceAssignment& dev : c.devices) {
+        if (!dev.IsMig()) {
+          p.gpus.push_back(dev.gpu_index);
+          continue;
+        }
+        MigAssignment a;
+        a.gpu = dev.gpu_index;
+        a.use = mig::Instance{dev.profile, dev.start};
+        for (size_t i = 0; i < d.mig.size(); ++i) {
+          if (d.mig[i].gpu_index != dev.gpu_index || covered[i]) continue;
+          covered[i] = true;
+          for (const sched::MigPlacement& x : d.mig[i].destroy) {
+            a.destroy.push_back(mig::Instance{x.profile, x.start});
+          }
+          for (const sched::MigPlacement& x : d.mig[i].create) {
+            a.create.push_back(mig::Instance{x.profile, x.start});
+          }
+        }
+        p.mig.push_back(std::move(a));
+      }
+    }
+    // A reconfiguration of a GPU the pod does not use cannot be expressed as a
+    // placement: pass it on so that the simulator rejects (and reports) it.
+    for (size_t i = 0; i < d.mig.size(); ++i) {
+      if (!covered[i]) p.mig.push_back(MigAssignment{d.mig[i].gpu_index, {}, {}, {}});
+    }
+    return p;
+  }
+
+  EnginePolicyOptions options_;
+  const Cluster* cluster_ = nullptr;
+  MigMapping mapping_ = MigMapping::kMemory;
+  bool has_mig_ = false;
+  std::vector<int> to_sim_;
+  std::unique_ptr<sched::Engine> engine_;
+  sched::Decision pending_;
+  absl::Status error_;
+  std::map<uint64_t, std::vector<int32_t>> allowed_nodes_;
+};
+
+absl::StatusOr<double> ParseDouble(std::string_view key, std::string_view value) {
+  double v = 0;
+  auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
+  if (ec != std::errc() || ptr != value.data() + value.size()) {
+    return absl::InvalidArgumentError(
+        StrCat("policy option ", key, ": '", value, "' is not a number"));
+  }
+  return v;
+}
+
+}  // namespace
+
+std::unique_ptr<Policy> MakeEnginePolicy(const EnginePolicyOptions& options) {
+  return std::make_unique<EnginePolicy>(options);
+}
+
+std::vector<std::string> EnginePolicyNames() {
+  return {"prism", "prism-fgd", "prism-bestfit", "prism-binpack", "prism-spread"};
+}
+
+absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view full_name) {
+  const size_t colon = full_name.find(':');
+  const std::string_view base = full_name.substr(0, colon);
+  EnginePolicyOptions o;
+  o.name = std::string(full_name);
+  if (base == "prism") {
+    o.policy.node = sched::NodePolicy::kPrism;
+  } else if (base == "prism-fgd") {
+    o.policy.node = sched::NodePolicy::kFgd;
+    o.policy.fgd_quantize = true;
+  } else if (base == "prism-bestfit") {
+    o.policy.node = sched::NodePolicy::kBestFit;
+  } else if (base == "prism-binpack") {
+    o.policy.node = sched::NodePolicy::kBinpack;
+  } else if (base == "prism-spread") {
+    o.policy.node = sched::NodePolicy::kSpread;
+  } else {
+    return absl::InvalidArgumentError(StrCat(
+        "unknown engine policy '", base, "' (known: ", StrJoin(EnginePolicyNames(), ", "), ")"));
+  }
+  if (colon != std::string_view::npos) {
+    for (std::string_view kv : StrSplit(full_name.substr(colon + 1), ',', /*skip_empty=*/true)) {
+      const size_t eq = kv.find('=');
+      if (eq == std::string_view::npos) {
+        return absl::InvalidArgumentError(
+            StrCat("policy option '", kv, "' is not key=value (in '", full_name, "')"));
+      }
+      const std::string_view key = kv.substr(0, eq);
+      const std::string_view value = kv.substr(eq + 1);
+      if (key == "gpu") {
+        auto gpu = sched::ParseGpuPolicy(value);
+        if (!gpu.ok()) return gpu.status();
+        o.policy.gpu = *gpu;
+        o.policy.gpu_from_node = false;
+        continue;
+      }
+      ASSIGN_OR_RETURN(double v, ParseDouble(key, value));
+      if (key == "frag_weight") {
+        o.policy.frag_weight = v;
+      } else if (key == "pack_weight") {
+        o.policy.pack_weight = v;
+      } else if (key == "quantize") {
+        o.policy.fgd_quantize = v != 0;
+      } else if (key == "split") {
+        o.device_split_count = static_cast<int32_t>(v);
+      } else if (key == "coverage") {
+        o.typical_pod_coverage = v;
+      } else if (key == "bestfit_cpu_share") {
+        o.policy.bestfit_cpu_share = v;
+      } else {
+        return absl::InvalidArgumentError(
+            StrCat("unknown policy option '", key,
+                   "' (known: frag_weight, pack_weight, gpu, quantize, split, coverage, "
+                   "bestfit_cpu_share)"));
+      }
+    }
+  }
+  return MakeEnginePolicy(o);
+}
+
+}  // namespace prism::sim

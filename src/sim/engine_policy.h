@@ -1,0 +1,49 @@
+// src/sim/engine_policy.h: Prism's placement engine (src/core/sched) as a
+// simulator policy.
+//
+// Each run builds the engine's own cluster state from the simulated cluster
+// (nodes in tie-break rank order, so the engine's "lowest node index wins a
+// tie" matches the random node order every policy sees), sets its target
+// workload to the trace's pods (FGD's typical pods), and then asks it to
+// Schedule() every pod; the decision is translated into a Placement that the
+// simulator checks independently, and applied to the engine (Apply) once the
+// simulator accepted it. Departures Release() the pod in the engine.
+//
+// A trace pod becomes one container asking for `gpu_count` devices of
+// `gpu_milli`/1000 of a GPU: memory and compute shares on software-shared GPUs;
+// on MIG GPUs memory only (MigMapping::kMemory) or compute only (kCompute).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+#include "core/sched/policy.h"
+#include "sim/policy.h"
+
+namespace prism::sim {
+
+struct EnginePolicyOptions {
+  std::string name = "prism";
+  sched::PolicyOptions policy;  // Engine defaults: node policy prism, GPU policy fgd.
+  double typical_pod_coverage = 0.95;
+  size_t max_typical_shapes = 64;
+  // HAMi's deviceSplitCount for software-shared GPUs. The trace's model has no
+  // such limit, so the default is generous.
+  int32_t device_split_count = 100;
+};
+
+std::unique_ptr<Policy> MakeEnginePolicy(const EnginePolicyOptions& options);
+
+// The engine's policies under simulator names: "prism" (the engine's default),
+// "prism-fgd", "prism-bestfit", "prism-binpack", "prism-spread". A suffix
+// ":key=value,..." sets engine knobs, e.g. "prism:pack_weight=0.05,frag_weight=1"
+// (keys: frag_weight, pack_weight, gpu=binpack|spread|fgd, quantize=0|1,
+// split=N, coverage=F).
+absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view name);
+std::vector<std::string> EnginePolicyNames();
+
+}  // namespace prism::sim
