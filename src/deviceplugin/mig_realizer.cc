@@ -83,7 +83,8 @@ std::string MigRealizer::Describe(const GpuContext& gpu, const nvml::GpuInstance
 absl::Status MigRealizer::CheckFree(const GpuContext& gpu, const nvml::GpuInstanceInfo& gi,
                                     const InstanceOwner* owner, bool allow_busy) {
   auto holder = holders_.find({gpu.info.index, gi.start});
-  if (holder != holders_.end() && (owner == nullptr || !(holder->second.owner == *owner))) {
+  if (holder != holders_.end() &&
+      (owner == nullptr || holder->second.owner.pod_uid != owner->pod_uid)) {
     if (owner_live_(holder->second.owner.pod_uid)) {
       return absl::AbortedError(StrCat("MIG instance ", Describe(gpu, gi), " is held by pod ",
                                        holder->second.owner.pod_uid, " container ",
@@ -162,7 +163,9 @@ absl::StatusOr<MigInstanceRef> MigRealizer::Take(const GpuContext& gpu,
     ++counters_.compute_instances_created;
     full = &created;
   }
-  holders_[{gpu.info.index, gi.start}] = Holder{owner, gi.profile_id, gi.id};
+  auto held =
+      holders_.try_emplace({gpu.info.index, gi.start}, Holder{owner, {}, gi.profile_id, gi.id});
+  held.first->second.containers.insert(owner.container);
   released_.erase({gpu.info.index, gi.start});
   MigInstanceRef ref;
   ref.gpu_index = gpu.info.index;
@@ -222,7 +225,12 @@ absl::StatusOr<MigInstanceRef> MigRealizer::Ensure(int gpu_index, std::string_vi
   return ref;
 }
 
-absl::Status MigRealizer::Undo(const MigInstanceRef& ref) {
+absl::Status MigRealizer::Undo(const MigInstanceRef& ref, const InstanceOwner& owner) {
+  auto holder = holders_.find({ref.gpu_index, ref.start});
+  if (holder != holders_.end() && holder->second.owner.pod_uid == owner.pod_uid) {
+    holder->second.containers.erase(owner.container);
+    if (!holder->second.containers.empty()) return absl::OkStatus();  // Another container's.
+  }
   holders_.erase({ref.gpu_index, ref.start});
   if (!ref.created) {
     released_[{ref.gpu_index, ref.start}] = ++release_seq_;

@@ -3,8 +3,9 @@
 // The scheduler decides a profile and placement per MIG device; Ensure() makes exactly that GPU
 // instance (and one compute instance spanning it) exist and records which pod container holds
 // it. Rules (issue 6, docs/device-plugin.md):
-//   - an instance is reused if it is already at that place with that profile and nobody else
-//     holds it;
+//   - an instance is reused if it is already at that place with that profile and no other pod
+//     holds it (containers of one pod may share one: an init container's instance is often the
+//     app container's too, since they never run at the same time);
 //   - idle instances in the way (overlapping memory slices) are destroyed first; an instance
 //     that a live pod holds, or on which processes run, is never touched: Aborted (a conflict
 //     that may clear, e.g. when the holder finishes terminating);
@@ -93,7 +94,7 @@ class MigRealizer {
 
   // Undoes one Ensure of a container whose later devices failed: destroys the instance if that
   // Ensure created it (and nothing runs on it), else only drops the hold.
-  absl::Status Undo(const MigInstanceRef& ref);
+  absl::Status Undo(const MigInstanceRef& ref, const InstanceOwner& owner);
   // Releases every instance `pod_uid` holds, then trims the idle pool.
   absl::Status ReleasePod(const std::string& pod_uid);
   // Destroys idle instances beyond the bound (oldest first; never one with processes).
@@ -107,7 +108,8 @@ class MigRealizer {
 
  private:
   struct Holder {
-    InstanceOwner owner;
+    InstanceOwner owner;               // The pod, and the first container that took it.
+    std::set<std::string> containers;  // Every container of that pod holding it.
     int profile_id = -1;
     int gpu_instance_id = -1;
   };

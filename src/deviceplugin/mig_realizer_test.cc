@@ -73,6 +73,20 @@ TEST_F(MigRealizerTest, NeverTakesAnInstanceALivePodHolds) {
   EXPECT_EQ(realizer_->Held().at({0, 4}), b_);
 }
 
+TEST_F(MigRealizerTest, ContainersOfOnePodMayShareAnInstance) {
+  const InstanceOwner init{"pod-a", "init"};
+  auto first = realizer_->Ensure(0, "3g.20gb", 4, init);
+  ASSERT_TRUE(first.ok());
+  auto second = realizer_->Ensure(0, "3g.20gb", 4, a_);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->mig_uuid, first->mig_uuid);
+  // Undoing one container's hold keeps the other's.
+  ASSERT_TRUE(realizer_->Undo(*second, a_).ok());
+  EXPECT_EQ(InstanceCount(state_, 0), 1u);
+  EXPECT_EQ(realizer_->Held().size(), 1u);
+  EXPECT_EQ(realizer_->Ensure(0, "3g.20gb", 4, b_).status().code(), absl::StatusCode::kAborted);
+}
+
 TEST_F(MigRealizerTest, DestroysIdleInstancesInTheWayButNeverBusyOnes) {
   ASSERT_TRUE(realizer_->Ensure(0, "1g.5gb", 4, a_).ok());
   ASSERT_TRUE(realizer_->ReleasePod("pod-a").ok());  // Kept idle (pool of 1).
@@ -160,14 +174,14 @@ TEST_F(MigRealizerTest, AdoptionAcceptsTheOwnersRunningProcesses) {
 TEST_F(MigRealizerTest, UndoDestroysWhatEnsureCreatedAndKeepsWhatItReused) {
   auto created = realizer_->Ensure(0, "2g.10gb", 0, a_);
   ASSERT_TRUE(created.ok());
-  ASSERT_TRUE(realizer_->Undo(*created).ok());
+  ASSERT_TRUE(realizer_->Undo(*created, a_).ok());
   EXPECT_EQ(InstanceCount(state_, 0), 0u);
   ASSERT_TRUE(realizer_->Ensure(0, "2g.10gb", 0, a_).ok());
   ASSERT_TRUE(realizer_->ReleasePod("pod-a").ok());
   auto reused = realizer_->Ensure(0, "2g.10gb", 0, b_);
   ASSERT_TRUE(reused.ok());
   EXPECT_FALSE(reused->created);
-  ASSERT_TRUE(realizer_->Undo(*reused).ok());
+  ASSERT_TRUE(realizer_->Undo(*reused, b_).ok());
   EXPECT_EQ(InstanceCount(state_, 0), 1u);
   EXPECT_TRUE(realizer_->Held().empty());
 }

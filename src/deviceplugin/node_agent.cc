@@ -426,12 +426,18 @@ std::pair<uint64_t, std::vector<v1beta1::Device>> NodeAgent::Devices() const {
   return {devices_version_, devices_};
 }
 
-void NodeAgent::WaitForDevicesChange(uint64_t seen, absl::Duration timeout) const {
+void NodeAgent::WaitForDevicesChange(uint64_t seen, absl::Duration timeout,
+                                     const std::atomic<bool>* cancel) const {
   absl::MutexLock lock(&mu_);
-  auto changed = [this, seen]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
-    return stopping_ || devices_version_ != seen;
+  auto changed = [this, seen, cancel]() ABSL_SHARED_LOCKS_REQUIRED(mu_) {
+    return stopping_ || devices_version_ != seen || (cancel != nullptr && cancel->load());
   };
   mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
+}
+
+void NodeAgent::WakeDeviceWatchers() const {
+  // Releasing the mutex makes absl re-evaluate every waiter's condition.
+  absl::MutexLock lock(&mu_);
 }
 
 std::string NodeAgent::FailClosedReason() const {
@@ -470,7 +476,9 @@ absl::Status NodeAgent::RefreshInventory(bool publish) {
   absl::StatusOr<NodeInventory> read = ReadInventory(*nvml_, options_.split_count);
   if (!read.ok()) {
     LogWarning(kLog, "reading the GPU inventory: ", read.status().message());
-    return read.status();
+    if (node_state_ == nullptr) return read.status();
+    // Keep the last good view; health and fault changes are still published.
+    read = inventory_;
   }
   NodeInventory inv = std::move(*read);
   const auto held = realizer_.Held();
@@ -697,6 +705,7 @@ void NodeAgent::Prepare(const std::string& pod_uid) {
     }
   }
   if (changed) SchedulePublishInventory();
+  UpdateMetrics();
 }
 
 absl::StatusOr<std::vector<RealizedDevice>> NodeAgent::RealizeContainer(
@@ -723,7 +732,7 @@ absl::StatusOr<std::vector<RealizedDevice>> NodeAgent::RealizeContainer(
   std::vector<MigInstanceRef> taken;
   auto fail = [&](absl::Status s) {
     for (auto it = taken.rbegin(); it != taken.rend(); ++it) {
-      absl::Status undo = realizer_.Undo(*it);
+      absl::Status undo = realizer_.Undo(*it, owner);
       if (!undo.ok()) LogWarning(kLog, "rolling back: ", undo.message());
     }
     return s;
@@ -785,8 +794,8 @@ absl::StatusOr<std::vector<RealizedDevice>> NodeAgent::RealizeContainer(
 
 void NodeAgent::ResolvePending() {
   resolve_scheduled_ = false;
-  std::vector<AllocationRecord> records = ledger_.All();
-  const bool pending = std::any_of(records.begin(), records.end(),
+  const std::vector<AllocationRecord> before = ledger_.All();
+  const bool pending = std::any_of(before.begin(), before.end(),
                                    [](const AllocationRecord& r) { return !r.Attributed(); });
   auto again = [this] {
     if (resolve_scheduled_) return;
@@ -847,6 +856,11 @@ void NodeAgent::ResolvePending() {
   }
   for (const Json& pod : informer_->List()) add_view(pod);
 
+  // Read the ledger only now, after List: every allocation the kubelet has recorded is then in
+  // it (the ledger entry exists before Allocate answers). An older snapshot could lack the
+  // newest allocation and hand a container an earlier one with the same device IDs (an init
+  // container's, which the app container reuses).
+  const std::vector<AllocationRecord> records = ledger_.All();
   const int64_t now = NowMs();
   std::vector<AllocationView> allocations;
   for (const AllocationRecord& r : records) {
@@ -929,6 +943,7 @@ void NodeAgent::RealizeAndPublish(const std::string& pod_uid, const std::string&
     }
   }
   Publish(entry, container);
+  UpdateMetrics();
 }
 
 void NodeAgent::Publish(PodEntry& pod, const std::string& container) {

@@ -20,6 +20,7 @@
 // through a patch thread so a slow API server never blocks the worker. Thread-safe.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -112,7 +113,11 @@ class NodeAgent {
   // The device list and its version (bumped on every change).
   std::pair<uint64_t, std::vector<v1beta1::Device>> Devices() const;
   // Waits until the version differs from `seen`, the timeout passes or the agent stops.
-  void WaitForDevicesChange(uint64_t seen, absl::Duration timeout) const;
+  // Also returns once `*cancel` is set (and WakeDeviceWatchers called).
+  void WaitForDevicesChange(uint64_t seen, absl::Duration timeout,
+                            const std::atomic<bool>* cancel = nullptr) const;
+  // Makes waiters re-check their condition (a stream that is being shut down).
+  void WakeDeviceWatchers() const;
   bool stopping() const;
 
   // --- Probes and tests ---

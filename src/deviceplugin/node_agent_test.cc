@@ -1,1 +1,616 @@
-// placeholder
+// End to end: pods with decisions (written by the real placement engine and encoder) on a node
+// with simulated GPUs, admitted by a fake kubelet over real gRPC, the real node agent in between
+// and a fake API server speaking HTTP.
+#include "deviceplugin/node_agent.h"
+
+#include <filesystem>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "base/strings.h"
+#include "config/device_config_yaml.h"
+#include "deviceplugin/agent_harness.h"
+#include "deviceplugin/cdi_spec.h"
+#include "deviceplugin/inventory.h"
+#include "deviceplugin/test_util.h"
+#include "k8s/objects.h"
+#include "nvml/sim/sim_state_file.h"
+
+namespace prism::deviceplugin {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::AgentHarness;
+using testing::ContainerSpec;
+using ::testing::HasSubstr;
+using testing::PodSpec;
+using ::testing::StartsWith;
+
+// GPU 0 in MIG mode, GPU 1 (MIG off) shares out software slices.
+constexpr char kMixedNode[] = R"(gpus:
+  - model: A100-SXM4-40GB
+    mig: {enabled: true, pending: true}
+  - model: A100-SXM4-40GB
+)";
+
+sched::DeviceConfig PlacementConfig() {
+  sched::DeviceConfig config = config::DefaultDeviceConfig();
+  config.mig_strategy = sched::MigStrategy::kPlacement;
+  return config;
+}
+
+PodSpec MigPod(const std::string& name, int64_t memory_mib = 4000) {
+  return PodSpec{name, {ContainerSpec{"main", 1, memory_mib}}, {{"nvidia.com/vgpu-mode", "mig"}}};
+}
+
+PodSpec SlicePod(const std::string& name, int64_t memory_mib = 4000, int cores = 30) {
+  return PodSpec{
+      name, {ContainerSpec{"main", 1, memory_mib, cores}}, {{"nvidia.com/vgpu-mode", "hami-core"}}};
+}
+
+// The MIG device UUID of the instance at `start` on simulated GPU `gpu` ("" if none).
+std::string MigUuidAt(const std::string& state_file, int gpu, int start) {
+  const nvml::sim::SimState state = testing::ReadState(state_file);
+  for (const auto& gi : state.gpus[gpu].gpu_instances) {
+    if (gi.start == start && !gi.compute_instances.empty()) return gi.compute_instances[0].uuid;
+  }
+  return "";
+}
+
+k8s::Json Status(AgentHarness& h, const std::string& uid) {
+  std::optional<std::string> text = h.PodAnnotation(uid, kAllocationStatusAnnotation);
+  return text ? k8s::Json::parse(*text, nullptr, false) : k8s::Json();
+}
+
+// Waits for `predicate` (the agent reacts to API events asynchronously).
+template <typename F>
+bool Eventually(F predicate, absl::Duration timeout = absl::Seconds(10)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!predicate()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
+
+class NodeAgentTest : public ::testing::Test {
+ protected:
+  void Start(const std::string& gpus = kMixedNode, sched::DeviceConfig config = PlacementConfig(),
+             const std::function<void(NodeAgentOptions&)>& tweak = {}) {
+    h_ = std::make_unique<AgentHarness>(testing::TestDir(), gpus, config);
+    {
+      absl::Status cluster = h_->StartCluster();
+      ASSERT_TRUE(cluster.ok()) << cluster;
+    }
+    absl::Status started = h_->StartAgent(tweak);
+    ASSERT_TRUE(started.ok()) << started;
+    ASSERT_TRUE(h_->InitScheduler().ok());
+  }
+  // Submit + admit + create: the container as the runtime would start it.
+  kubelet::CreatedContainer Run(const PodSpec& pod, std::string* uid_out = nullptr) {
+    absl::StatusOr<std::string> uid = h_->SubmitPod(pod);
+    EXPECT_TRUE(uid.ok()) << uid.status();
+    if (!uid.ok()) return {};
+    if (uid_out) *uid_out = *uid;
+    absl::Status admitted = h_->Admit(*uid);
+    EXPECT_TRUE(admitted.ok()) << admitted;
+    absl::StatusOr<kubelet::CreatedContainer> c =
+        h_->CreateContainer(*uid, pod.containers.back().name);
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? *c : kubelet::CreatedContainer{};
+  }
+  std::unique_ptr<AgentHarness> h_;
+};
+
+TEST_F(NodeAgentTest, MigPodGetsExactlyItsDecidedInstance) {
+  Start();
+  std::string uid;
+  kubelet::CreatedContainer c = Run(MigPod("train"), &uid);
+  const sched::Decision* decision = h_->DecisionOf(uid);
+  ASSERT_NE(decision, nullptr);
+  const sched::DeviceAssignment& d = decision->containers[0].devices[0];
+  ASSERT_TRUE(d.IsMig());
+  EXPECT_EQ(d.gpu_index, 0);
+  const std::string mig = MigUuidAt(h_->state_file(), 0, d.start);
+  ASSERT_THAT(mig, StartsWith("MIG-"));
+  EXPECT_EQ(c.env["NVIDIA_VISIBLE_DEVICES"], mig);
+  EXPECT_THAT(c.env[kAllocationIdEnv], ::testing::Not(::testing::IsEmpty()));
+  EXPECT_EQ(c.env.count("CUDA_DEVICE_MEMORY_LIMIT_0"), 0u);
+  EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), 1u);
+  // The profile is the decided one.
+  const nvml::sim::SimState state = testing::ReadState(h_->state_file());
+  const auto gi = state.gpus[0].gpu_instances[0];
+  const mig::GpuModel* model = mig::FindModel("A100-SXM4-40GB");
+  EXPECT_EQ(model->profiles[model->FindProfileById(gi.profile_id)].Name(), d.profile_name);
+
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(10)));
+  k8s::Json status = Status(*h_, uid);
+  ASSERT_TRUE(status.is_object()) << status;
+  EXPECT_EQ(status["containers"]["main"]["devices"][0]["migUuid"], mig);
+  EXPECT_EQ(status["containers"]["main"]["devices"][0]["profile"], d.profile_name);
+}
+
+TEST_F(NodeAgentTest, SlicePodGetsLimitsLibraryAndRegionDirectory) {
+  Start();
+  std::string uid;
+  kubelet::CreatedContainer c = Run(SlicePod("infer", 6000, 25), &uid);
+  const sched::Decision* decision = h_->DecisionOf(uid);
+  ASSERT_NE(decision, nullptr);
+  EXPECT_EQ(decision->containers[0].devices[0].gpu_index, 1);
+  EXPECT_EQ(c.env["NVIDIA_VISIBLE_DEVICES"], decision->containers[0].devices[0].uuid);
+  EXPECT_EQ(c.env["CUDA_DEVICE_MEMORY_LIMIT_0"], "6000m");
+  EXPECT_EQ(c.env["CUDA_DEVICE_SM_LIMIT"], "25");
+  EXPECT_EQ(c.env["CUDA_DEVICE_MEMORY_SHARED_CACHE"], kVgpuRegionFile);
+  std::set<std::string> targets;
+  for (const auto& m : c.mounts) targets.insert(m.container_path);
+  EXPECT_TRUE(targets.count(kVgpuContainerLibrary));
+  EXPECT_TRUE(targets.count(kLdSoPreload));
+  EXPECT_TRUE(fs::is_directory(fs::path(h_->vgpu_dir()) / "containers" / (uid + "_main")));
+  EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), 0u);
+}
+
+TEST_F(NodeAgentTest, IdenticalPodsAdmittedOutOfOrderEachGetTheirOwnDecision) {
+  Start();
+  std::vector<std::string> uids;
+  for (int i = 0; i < 5; ++i) {
+    absl::StatusOr<std::string> uid = h_->SubmitPod(MigPod("same-" + std::to_string(i)));
+    ASSERT_TRUE(uid.ok()) << uid.status();
+    uids.push_back(*uid);
+  }
+  // The kubelet admits them in reverse order of binding, and starts them in yet another order.
+  for (auto it = uids.rbegin(); it != uids.rend(); ++it) ASSERT_TRUE(h_->Admit(*it).ok());
+  std::set<std::string> seen;
+  for (int i : {2, 0, 4, 1, 3}) {
+    absl::StatusOr<kubelet::CreatedContainer> c = h_->CreateContainer(uids[i], "main");
+    ASSERT_TRUE(c.ok()) << c.status();
+    const sched::DeviceAssignment& d = h_->DecisionOf(uids[i])->containers[0].devices[0];
+    EXPECT_EQ(c->env["NVIDIA_VISIBLE_DEVICES"], MigUuidAt(h_->state_file(), 0, d.start))
+        << "pod " << i << " decided " << d.profile_name << "@" << d.start;
+    seen.insert(c->env["NVIDIA_VISIBLE_DEVICES"]);
+  }
+  EXPECT_EQ(seen.size(), 5u);
+  EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), 5u);
+}
+
+TEST_F(NodeAgentTest, InstancesArePreparedBeforeTheKubeletAllocates) {
+  Start();
+  absl::StatusOr<std::string> uid = h_->SubmitPod(MigPod("early"));
+  ASSERT_TRUE(uid.ok());
+  const int start = h_->DecisionOf(*uid)->containers[0].devices[0].start;
+  ASSERT_TRUE(Eventually([&] { return !MigUuidAt(h_->state_file(), 0, start).empty(); }));
+  const std::string prepared = MigUuidAt(h_->state_file(), 0, start);
+  ASSERT_TRUE(h_->Admit(*uid).ok());
+  auto c = h_->CreateContainer(*uid, "main");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->env["NVIDIA_VISIBLE_DEVICES"], prepared);
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  EXPECT_EQ(h_->agent().mig_counters().gpu_instances_created, 1);
+}
+
+TEST_F(NodeAgentTest, EndedPodsGiveBackTheirInstances) {
+  Start();
+  std::string a;
+  Run(MigPod("a"), &a);
+  std::string b;
+  Run(MigPod("b"), &b);
+  EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), 2u);
+  ASSERT_TRUE(h_->DeletePod(a).ok());
+  ASSERT_TRUE(Eventually([&] { return testing::InstanceCount(h_->state_file(), 0) == 1; }));
+  // A pod that completes is released too, its CDI specs and ledger entries with it.
+  ASSERT_TRUE(h_->SetPodPhase(b, "Succeeded").ok());
+  ASSERT_TRUE(Eventually([&] { return testing::InstanceCount(h_->state_file(), 0) == 0; }));
+  ASSERT_TRUE(Eventually([&] { return ListCdiSpecIds(h_->cdi_dir()).empty(); }));
+  EXPECT_TRUE(h_->agent().Allocations().empty());
+}
+
+TEST_F(NodeAgentTest, AnIdlePoolLetsTheNextPodReuseAnInstance) {
+  Start(kMixedNode, PlacementConfig(), [](NodeAgentOptions& o) { o.mig.max_idle_per_gpu = 1; });
+  std::string a;
+  Run(MigPod("a"), &a);
+  ASSERT_TRUE(h_->DeletePod(a).ok());
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), 1u);  // Kept idle.
+  // The scheduler learns of the idle instance from the inventory and places the next pod on it.
+  ASSERT_TRUE(Eventually([&] {
+    auto inv = DecodeInventory(h_->NodeAnnotation(kInventoryAnnotation).value_or("{}"));
+    return inv.ok() && inv->gpus[0].instances.size() == 1;
+  }));
+  ASSERT_TRUE(h_->InitScheduler().ok());
+  Run(MigPod("b"));
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  EXPECT_EQ(h_->agent().mig_counters().gpu_instances_created, 1);
+  EXPECT_EQ(h_->agent().mig_counters().gpu_instances_destroyed, 0);
+}
+
+TEST_F(NodeAgentTest, APodWithoutADecisionFailsWithAClearReason) {
+  Start();
+  absl::StatusOr<std::string> uid = h_->SubmitPod(MigPod("rogue"), /*decide=*/false);
+  ASSERT_TRUE(uid.ok());
+  ASSERT_TRUE(h_->Admit(*uid).ok());
+  auto c = h_->CreateContainer(*uid, "main");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->env["NVIDIA_VISIBLE_DEVICES"], "void");
+  EXPECT_THAT(c->env[kAllocationErrorEnv], HasSubstr("carries no Prism scheduling decision"));
+  ASSERT_TRUE(Eventually([&] { return !h_->Events("PrismAllocationFailed").empty(); }));
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  EXPECT_THAT(Status(*h_, *uid)["containers"]["main"]["error"].get<std::string>(),
+              HasSubstr("no Prism scheduling decision"));
+  EXPECT_EQ(h_->metrics().Value("prism_device_plugin_allocation_failures_total",
+                                {{"reason", "no_decision"}}),
+            1);
+}
+
+TEST_F(NodeAgentTest, InitAndAppContainersEachGetTheirOwnDevices) {
+  Start();
+  PodSpec pod{"staged",
+              {ContainerSpec{"warmup", 1, 4000, 0, /*init=*/true}, ContainerSpec{"main", 1, 10000}},
+              {{"nvidia.com/vgpu-mode", "mig"}}};
+  std::string uid;
+  kubelet::CreatedContainer main = Run(pod, &uid);
+  auto warmup = h_->CreateContainer(uid, "warmup");
+  ASSERT_TRUE(warmup.ok()) << warmup.status();
+  EXPECT_EQ(warmup->env[kAllocationErrorEnv], "");
+  const sched::Decision* decision = h_->DecisionOf(uid);
+  ASSERT_EQ(decision->containers.size(), 2u);
+  EXPECT_TRUE(decision->containers[0].init);
+  EXPECT_EQ(warmup->env["NVIDIA_VISIBLE_DEVICES"],
+            MigUuidAt(h_->state_file(), 0, decision->containers[0].devices[0].start));
+  EXPECT_EQ(main.env["NVIDIA_VISIBLE_DEVICES"],
+            MigUuidAt(h_->state_file(), 0, decision->containers[1].devices[0].start));
+  EXPECT_NE(warmup->env[kAllocationIdEnv], main.env[kAllocationIdEnv]);
+}
+
+TEST_F(NodeAgentTest, MixedModeNodeServesMigAndSlicesSideBySide) {
+  Start();
+  kubelet::CreatedContainer mig = Run(MigPod("m"));
+  kubelet::CreatedContainer slice = Run(SlicePod("s"));
+  EXPECT_THAT(mig.env["NVIDIA_VISIBLE_DEVICES"], StartsWith("MIG-"));
+  EXPECT_THAT(slice.env["NVIDIA_VISIBLE_DEVICES"], StartsWith("GPU-"));
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  ASSERT_TRUE(Eventually([&] {
+    auto inv = DecodeInventory(h_->NodeAnnotation(kInventoryAnnotation).value_or("{}"));
+    return inv.ok() && inv->gpus.size() == 2 && inv->gpus[0].mode == sched::GpuMode::kMig &&
+           inv->gpus[1].mode == sched::GpuMode::kHamiCore && inv->gpus[0].instances.size() == 1 &&
+           !inv->gpus[0].instances[0].in_use;
+  }));
+  // 2 GPUs x 10 tokens, all healthy.
+  EXPECT_EQ(h_->kubelet().Devices("nvidia.com/gpu").size(), 20u);
+}
+
+TEST_F(NodeAgentTest, TemplateModeAppliesTheWholeGeometry) {
+  Start(kMixedNode, config::DefaultDeviceConfig());  // HAMi's geometries for the A100.
+  std::string uid;
+  kubelet::CreatedContainer c = Run(MigPod("t"), &uid);
+  const sched::DeviceAssignment& d = h_->DecisionOf(uid)->containers[0].devices[0];
+  ASSERT_GE(d.template_index, 0);
+  EXPECT_EQ(c.env["NVIDIA_VISIBLE_DEVICES"], MigUuidAt(h_->state_file(), 0, d.start));
+  const auto& slots = h_->engine().cluster().template_sets()[0].geometries[d.template_index].slots;
+  EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), slots.size());
+}
+
+TEST_F(NodeAgentTest, AllocationsNoPodClaimsFailAfterTheTimeout) {
+  Start(kMixedNode, PlacementConfig(),
+        [](NodeAgentOptions& o) { o.resolve_timeout = absl::Milliseconds(200); });
+  v1beta1::AllocateRequest request;
+  request.add_container_requests()->add_devices_ids(
+      h_->kubelet().Devices("nvidia.com/gpu")[0].id());
+  auto response = h_->agent().Allocate(request);
+  ASSERT_TRUE(response.ok());
+  const std::string id = response->container_responses(0).envs().at(kAllocationIdEnv);
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  auto edits = kubelet::ResolveCdiDevices(h_->cdi_dir(), {CdiDeviceName(id)});
+  ASSERT_TRUE(edits.ok()) << edits.status();
+  std::map<std::string, std::string> env;
+  kubelet::ApplyEnv(edits->env, &env);
+  EXPECT_EQ(env["NVIDIA_VISIBLE_DEVICES"], "void");
+  EXPECT_THAT(env[kAllocationErrorEnv], HasSubstr("in the kubelet's PodResources"));
+  // Unknown device IDs are refused at once.
+  v1beta1::AllocateRequest bad;
+  bad.add_container_requests()->add_devices_ids("GPU-nope::1");
+  EXPECT_EQ(h_->agent().Allocate(bad).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(NodeAgentTest, AnUnhealthyGpuIsReportedToTheKubeletAndTheScheduler) {
+  Start(kMixedNode, PlacementConfig(),
+        [](NodeAgentOptions& o) { o.health_interval = absl::Milliseconds(20); });
+  testing::InjectFault(h_->state_file(), "ListProcesses", testing::kNvmlGpuIsLost, 0, 1000000);
+  ASSERT_TRUE(h_->kubelet().WaitForHealthyDevices("nvidia.com/gpu", 0, absl::Seconds(10)));
+  ASSERT_TRUE(Eventually([&] {
+    auto inv = DecodeInventory(h_->NodeAnnotation(kInventoryAnnotation).value_or("{}"));
+    return inv.ok() && !inv->gpus[0].healthy && !inv->gpus[1].healthy;
+  }));
+  // The GPUs recover.
+  nvml::sim::SimStateFile file(h_->state_file());
+  ASSERT_TRUE(file.Transact([](nvml::sim::SimState& s, bool* changed) {
+                    s.faults.clear();
+                    *changed = true;
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  EXPECT_TRUE(h_->kubelet().WaitForHealthyDevices("nvidia.com/gpu", 20, absl::Seconds(10)));
+  EXPECT_TRUE(Eventually([&] {
+    return h_->metrics().Value("prism_device_plugin_gpus", {{"health", "healthy"}}) == 2;
+  }));
+}
+
+TEST_F(NodeAgentTest, TheInventoryIsPatchedOnlyWhenItChanges) {
+  Start(kMixedNode, PlacementConfig(),
+        [](NodeAgentOptions& o) { o.inventory_interval = absl::Milliseconds(20); });
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  absl::SleepFor(absl::Milliseconds(100));  // Several refreshes, nothing changed.
+  h_->api().ClearRequests();
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(h_->api().CountRequests("PATCH", "/api/v1/nodes"), 0);
+  Run(MigPod("p"));
+  ASSERT_TRUE(Eventually([&] { return h_->api().CountRequests("PATCH", "/api/v1/nodes") >= 1; }));
+}
+
+TEST_F(NodeAgentTest, MetricsCountAllocationsAndInstances) {
+  Start();
+  Run(MigPod("a"));
+  Run(SlicePod("b"));
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  EXPECT_EQ(h_->metrics().Value("prism_device_plugin_allocate_requests_total", {{"result", "ok"}}),
+            2);
+  EXPECT_EQ(h_->metrics().Value("prism_device_plugin_allocate_duration_seconds"), 2);
+  EXPECT_EQ(h_->metrics().Value("prism_device_plugin_resolve_duration_seconds"), 2);
+  EXPECT_EQ(h_->metrics().Value("prism_device_plugin_mig_instances_created_total"), 1);
+  EXPECT_EQ(h_->metrics().Value("prism_device_plugin_allocations", {{"state", "ready"}}), 2);
+  EXPECT_THAT(h_->metrics().Render(),
+              HasSubstr("# TYPE prism_device_plugin_allocate_duration_seconds histogram"));
+}
+
+// --- NVML failures ----------------------------------------------------------------------------
+
+struct FaultCase {
+  std::string call;
+  int code;
+  bool needs_victim;  // The step only runs when an idle instance is in the way.
+  std::string reason;
+};
+
+class NvmlFaultTest : public NodeAgentTest, public ::testing::WithParamInterface<FaultCase> {};
+
+TEST_P(NvmlFaultTest, FailureAtThisStepLeaksNothingAndNamesTheReason) {
+  const FaultCase& f = GetParam();
+  Start(kMixedNode, PlacementConfig(), [](NodeAgentOptions& o) {
+    o.prepare_early = false;
+    o.mig.max_idle_per_gpu = 8;  // Idle instances stay, so a victim can be arranged.
+    o.realize_retry_timeout = absl::Milliseconds(300);
+  });
+  if (f.needs_victim) {
+    // An idle 1g.5gb everywhere the next decision could go: it must destroy one first.
+    nvml::SimNvml direct(h_->state_file());
+    for (int start = 0; start < 7; ++start) {
+      ASSERT_TRUE(direct.CreateGpuInstance(0, 19, start).ok());
+    }
+    auto gis = direct.ListGpuInstances(0);
+    for (const auto& gi : *gis) ASSERT_TRUE(direct.CreateComputeInstance(0, gi.id, 1).ok());
+  }
+  // The scheduler sees the node as it is now.
+  (void)h_->agent().WaitIdle(absl::Seconds(5));
+  ASSERT_TRUE(h_->InitScheduler().ok());
+  const auto before = testing::ReadState(h_->state_file()).gpus[0].gpu_instances.size();
+  testing::InjectFault(h_->state_file(), f.call, f.code);
+  PodSpec pod = MigPod(AsciiLower("victim-of-" + f.call), f.needs_victim ? 10000 : 4000);
+  absl::StatusOr<std::string> uid = h_->SubmitPod(pod);
+  ASSERT_TRUE(uid.ok()) << uid.status();
+  ASSERT_TRUE(h_->Admit(*uid).ok());
+  auto c = h_->CreateContainer(*uid, "main");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->env["NVIDIA_VISIBLE_DEVICES"], "void");
+  EXPECT_THAT(c->env[kAllocationErrorEnv], HasSubstr(f.reason));
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  // Nothing half-built is left: no new instance; at most the idle ones destroyed.
+  const auto state = testing::ReadState(h_->state_file());
+  EXPECT_LE(state.gpus[0].gpu_instances.size(), before);
+  const sched::DeviceAssignment& d = h_->DecisionOf(*uid)->containers[0].devices[0];
+  if (!f.needs_victim) {
+    // Whatever was created for the pod was destroyed again.
+    EXPECT_EQ(state.gpus[0].gpu_instances.size(), 0u);
+    EXPECT_EQ(h_->agent().mig_counters().gpu_instances_created,
+              h_->agent().mig_counters().gpu_instances_destroyed);
+  }
+  for (const auto& gi : state.gpus[0].gpu_instances) {
+    EXPECT_FALSE(gi.start == d.start && gi.size == d.size) << "the decided instance survived";
+  }
+  EXPECT_THAT(Status(*h_, *uid)["containers"]["main"]["error"].get<std::string>(),
+              HasSubstr(f.reason));
+  ASSERT_TRUE(Eventually([&] { return !h_->Events("PrismAllocationFailed").empty(); }));
+  EXPECT_TRUE(testing::ReadState(h_->state_file()).faults.empty()) << "the fault never fired";
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EachStep, NvmlFaultTest,
+    ::testing::Values(
+        FaultCase{"GetMigMode", testing::kNvmlUnknown, false, "NVML_ERROR_UNKNOWN"},
+        FaultCase{"ListGpuInstances", testing::kNvmlUnknown, false, "NVML_ERROR_UNKNOWN"},
+        FaultCase{"ListProcesses", testing::kNvmlUnknown, false, "NVML_ERROR_UNKNOWN"},
+        FaultCase{"CreateGpuInstance", testing::kNvmlInsufficientResources, false,
+                  "NVML_ERROR_INSUFFICIENT_RESOURCES"},
+        FaultCase{"CreateComputeInstance", testing::kNvmlUnknown, false,
+                  "creating the compute instance"},
+        FaultCase{"DestroyComputeInstance", testing::kNvmlUnknown, true, "destroying idle"},
+        FaultCase{"DestroyGpuInstance", testing::kNvmlUnknown, true, "destroying idle"}),
+    [](const ::testing::TestParamInfo<FaultCase>& param) { return param.param.call; });
+
+TEST_F(NodeAgentTest, AnInstanceInUseIsNeverTouched) {
+  Start(kMixedNode, PlacementConfig(), [](NodeAgentOptions& o) {
+    o.prepare_early = false;
+    o.realize_retry_timeout = absl::Milliseconds(300);
+  });
+  // Someone else's 7g.40gb with a process on it, created behind the scheduler's back.
+  ASSERT_TRUE(h_->InitScheduler().ok());
+  nvml::SimNvml direct(h_->state_file());
+  auto gi = direct.CreateGpuInstance(0, 0 /* 7g.40gb */, 0);
+  ASSERT_TRUE(gi.ok());
+  ASSERT_TRUE(direct.CreateComputeInstance(0, gi->id, 7).ok());
+  testing::AddProcess(h_->state_file(), 0, 999, gi->id, 0);
+  const std::string theirs = MigUuidAt(h_->state_file(), 0, 0);
+  std::string uid;
+  absl::StatusOr<std::string> submitted = h_->SubmitPod(MigPod("late"));
+  ASSERT_TRUE(submitted.ok());
+  ASSERT_TRUE(h_->Admit(*submitted).ok());
+  auto c = h_->CreateContainer(*submitted, "main");
+  ASSERT_TRUE(c.ok());
+  EXPECT_THAT(c->env[kAllocationErrorEnv], HasSubstr("in use by processes of no Prism pod"));
+  EXPECT_EQ(MigUuidAt(h_->state_file(), 0, 0), theirs);
+  EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), 1u);
+}
+
+// --- Restarts ---------------------------------------------------------------------------------
+
+TEST_F(NodeAgentTest, AgentRestartAdoptsLivePodsAndCleansIdleInstances) {
+  Start();
+  std::string mig_uid;
+  kubelet::CreatedContainer mig = Run(MigPod("keep"), &mig_uid);
+  std::string slice_uid;
+  Run(SlicePod("slice"), &slice_uid);
+  // The pod's process runs on its instance.
+  const int start = h_->DecisionOf(mig_uid)->containers[0].devices[0].start;
+  nvml::SimNvml direct(h_->state_file());
+  auto gis = direct.ListGpuInstances(0);
+  ASSERT_EQ(gis->size(), 1u);
+  testing::AddProcess(h_->state_file(), 0, 4242, (*gis)[0].id, 0);
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  h_->StopAgent();
+
+  // While the agent is away: a stray idle instance appears; the kubelet admits a new pod.
+  auto stray = direct.CreateGpuInstance(0, 19 /* 1g.5gb */, start == 0 ? 6 : 0);
+  ASSERT_TRUE(stray.ok());
+  absl::StatusOr<std::string> late = h_->SubmitPod(MigPod("late"));
+  ASSERT_TRUE(late.ok());
+  h_->kubelet().Stop();
+  ASSERT_TRUE(h_->kubelet().Restart().ok());  // (The kubelet restarts too.)
+
+  ASSERT_TRUE(h_->StartAgent().ok());
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  EXPECT_EQ(h_->agent().FailClosedReason(), "");
+  // The live pod's instance is untouched and its container still resolves to it.
+  EXPECT_EQ(MigUuidAt(h_->state_file(), 0, start), mig.env["NVIDIA_VISIBLE_DEVICES"]);
+  auto again = h_->CreateContainer(mig_uid, "main");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->env["NVIDIA_VISIBLE_DEVICES"], mig.env["NVIDIA_VISIBLE_DEVICES"]);
+  // The late pod, prepared on start, and the live one are the only instances: the stray is gone.
+  const int late_start = h_->DecisionOf(*late)->containers[0].devices[0].start;
+  ASSERT_TRUE(Eventually([&] { return !MigUuidAt(h_->state_file(), 0, late_start).empty(); }));
+  EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), 2u);
+  ASSERT_TRUE(h_->Admit(*late).ok());
+  auto late_c = h_->CreateContainer(*late, "main");
+  ASSERT_TRUE(late_c.ok());
+  EXPECT_EQ(late_c->env["NVIDIA_VISIBLE_DEVICES"], MigUuidAt(h_->state_file(), 0, late_start));
+  // Adopted instances are released as usual (once their processes end).
+  testing::ClearProcesses(h_->state_file());
+  ASSERT_TRUE(h_->DeletePod(mig_uid).ok());
+  ASSERT_TRUE(Eventually([&] { return MigUuidAt(h_->state_file(), 0, start).empty(); }));
+}
+
+TEST_F(NodeAgentTest, AnUnresolvedAllocationSurvivesAnAgentRestart) {
+  Start(kMixedNode, PlacementConfig(), [](NodeAgentOptions& o) { o.prepare_early = false; });
+  h_->StopAgent();
+  // An agent that cannot reach PodResources answers Allocate but resolves nothing...
+  const std::string nowhere = (h_->dir() / "nowhere.sock").string();
+  ASSERT_TRUE(h_->StartAgent([&](NodeAgentOptions& o) {
+                  o.prepare_early = false;
+                  o.pod_resources_socket = nowhere;
+                  o.pod_resources_timeout = absl::Milliseconds(50);
+                }).ok());
+  absl::StatusOr<std::string> uid = h_->SubmitPod(MigPod("interrupted"));
+  ASSERT_TRUE(uid.ok());
+  ASSERT_TRUE(h_->Admit(*uid).ok());
+  EXPECT_EQ(h_->CreateContainer(*uid, "main", absl::Milliseconds(300)).status().code(),
+            absl::StatusCode::kNotFound);
+  h_->StopAgent();  // ...and stops.
+  // The next agent finds the allocation in its ledger and finishes the job.
+  ASSERT_TRUE(h_->StartAgent([](NodeAgentOptions& o) { o.prepare_early = false; }).ok());
+  auto c = h_->CreateContainer(*uid, "main");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->env["NVIDIA_VISIBLE_DEVICES"], StartsWith("MIG-"));
+}
+
+TEST_F(NodeAgentTest, AgentRestartWithoutItsStateRecoversFromPodAnnotations) {
+  Start();
+  std::string uid;
+  kubelet::CreatedContainer c = Run(MigPod("survivor"), &uid);
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  h_->StopAgent();
+  fs::remove_all(h_->state_dir());  // The node lost the agent's state directory.
+  fs::remove_all(h_->cdi_dir());    // And /var/run (a reboot of the runtime's tmpfs).
+  ASSERT_TRUE(h_->StartAgent().ok());
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  EXPECT_EQ(h_->agent().FailClosedReason(), "");
+  auto again = h_->CreateContainer(uid, "main");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->env["NVIDIA_VISIBLE_DEVICES"], c.env["NVIDIA_VISIBLE_DEVICES"]);
+}
+
+TEST_F(NodeAgentTest, AfterANodeRebootLivePodsGetTheirInstancesBack) {
+  Start();
+  std::string uid;
+  kubelet::CreatedContainer c = Run(MigPod("rebooted"), &uid);
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  h_->StopAgent();
+  nvml::sim::SimStateFile file(h_->state_file());
+  ASSERT_TRUE(file.Transact([](nvml::sim::SimState& s, bool* changed) {
+                    nvml::sim::Reboot(s);  // Ampere keeps MIG mode; instances are gone.
+                    *changed = true;
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  fs::remove_all(h_->cdi_dir());
+  ASSERT_TRUE(h_->StartAgent().ok());
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  const int start = h_->DecisionOf(uid)->containers[0].devices[0].start;
+  const std::string recreated = MigUuidAt(h_->state_file(), 0, start);
+  ASSERT_THAT(recreated, StartsWith("MIG-"));
+  EXPECT_NE(recreated, c.env["NVIDIA_VISIBLE_DEVICES"]);  // A new instance, a new UUID.
+  auto again = h_->CreateContainer(uid, "main");
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(again->env["NVIDIA_VISIBLE_DEVICES"], recreated);
+}
+
+TEST_F(NodeAgentTest, AnInconsistencyFailsClosedUntilItIsResolved) {
+  Start(kMixedNode, PlacementConfig(),
+        [](NodeAgentOptions& o) { o.reconcile_interval = absl::Milliseconds(50); });
+  std::string a;
+  kubelet::CreatedContainer c = Run(MigPod("first"), &a);
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  h_->StopAgent();
+  // A second pod claims the very same instance (a corrupted annotation, a buggy scheduler).
+  const std::string text = h_->PodAnnotation(a, kAllocationStatusAnnotation).value();
+  const k8s::Json first = h_->Pod(a);
+  PodSpec twin = MigPod("twin");
+  std::map<std::string, std::string> annotations = k8s::Annotations(first);
+  twin.annotations = annotations;
+  auto status = k8s::Json::parse(text);
+  status["containers"]["main"]["allocations"] = {"forged-1"};
+  twin.annotations[kAllocationStatusAnnotation] = status.dump();
+  absl::StatusOr<std::string> b = h_->SubmitPod(twin, /*decide=*/false);
+  ASSERT_TRUE(b.ok());
+
+  ASSERT_TRUE(h_->StartAgent([](NodeAgentOptions& o) {
+                  o.reconcile_interval = absl::Milliseconds(50);
+                }).ok());
+  EXPECT_THAT(h_->agent().FailClosedReason(), HasSubstr("held by pod"));
+  absl::StatusOr<std::string> next = h_->SubmitPod(MigPod("next"), /*decide=*/false);
+  ASSERT_TRUE(next.ok());
+  absl::Status refused = h_->Admit(*next);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("refuses allocations"));
+  ASSERT_TRUE(Eventually([&] {
+    auto inv = DecodeInventory(h_->NodeAnnotation(kInventoryAnnotation).value_or("{}"));
+    return inv.ok() && !inv->fault.empty();
+  }));
+  EXPECT_FALSE(h_->Events("PrismFailClosed").empty());
+  // The first pod's instance was not touched.
+  const int start = h_->DecisionOf(a)->containers[0].devices[0].start;
+  EXPECT_EQ(MigUuidAt(h_->state_file(), 0, start), c.env["NVIDIA_VISIBLE_DEVICES"]);
+  // Removing the impostor resolves it.
+  ASSERT_TRUE(h_->DeletePod(*b).ok());
+  ASSERT_TRUE(Eventually([&] { return h_->agent().FailClosedReason().empty(); }));
+  ASSERT_TRUE(h_->DeletePod(*next).ok());
+  Run(MigPod("after"));
+}
+
+}  // namespace
+}  // namespace prism::deviceplugin

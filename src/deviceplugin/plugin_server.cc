@@ -3,6 +3,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/inotify.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -33,7 +34,10 @@ class PluginServer::Service final : public v1beta1::DevicePlugin::Service {
  public:
   explicit Service(NodeAgent* agent) : agent_(agent) {}
 
-  void Stop() { stop_ = true; }
+  void Stop() {
+    stop_ = true;
+    agent_->WakeDeviceWatchers();
+  }
 
   grpc::Status GetDevicePluginOptions(grpc::ServerContext*, const v1beta1::Empty*,
                                       v1beta1::DevicePluginOptions* options) override {
@@ -55,7 +59,7 @@ class PluginServer::Service final : public v1beta1::DevicePlugin::Service {
         sent = version;
         first = false;
       }
-      agent_->WaitForDevicesChange(sent, absl::Milliseconds(200));
+      agent_->WaitForDevicesChange(sent, absl::Milliseconds(200), &stop_);
     }
     return grpc::Status::OK;
   }
@@ -139,11 +143,14 @@ absl::Status PluginServer::Register() {
   request.mutable_options()->set_get_preferred_allocation_available(true);
   const std::string kubelet_socket =
       (fs::path(options_.device_plugin_dir) / kubelet::kKubeletSocketName).string();
+  struct stat st {};
+  const uint64_t inode = stat(kubelet_socket.c_str(), &st) == 0 ? st.st_ino : 0;
   absl::Status status =
       kubelet::RegisterWithKubelet(kubelet_socket, request, options_.register_timeout);
   absl::MutexLock lock(&mu_);
   registered_ = status.ok();
   if (status.ok()) {
+    registered_inode_ = inode;
     ++registrations_;
     LogInfo(kLog, "registered ", options_.resource_name, " with the kubelet at ", kubelet_socket);
   }
@@ -190,7 +197,7 @@ void PluginServer::WatchLoop() {
     pollfd fds[2] = {{inotify_fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
     const int ready = poll(fds, 2, 200);
     if (stopping_) return;
-    bool restart = false;
+    bool reserve = false;
     if (ready > 0 && (fds[0].revents & POLLIN) != 0) {
       alignas(inotify_event) char buffer[4096];
       for (;;) {
@@ -200,15 +207,24 @@ void PluginServer::WatchLoop() {
           const auto* event = reinterpret_cast<const inotify_event*>(p);
           const std::string name = event->len > 0 ? std::string(event->name) : std::string();
           if ((event->mask & (IN_CREATE | IN_MOVED_TO)) && name == kubelet::kKubeletSocketName) {
-            LogInfo(kLog, "kubelet.sock created: the kubelet restarted");
-            restart = true;
+            // A new kubelet knows no plugins, unless our registration already reached it.
+            struct stat st {};
+            const std::string path =
+                (fs::path(options_.device_plugin_dir) / kubelet::kKubeletSocketName).string();
+            const uint64_t inode = stat(path.c_str(), &st) == 0 ? st.st_ino : 0;
+            absl::MutexLock lock(&mu_);
+            if (inode != registered_inode_) {
+              LogInfo(kLog, "kubelet.sock created: the kubelet restarted");
+              registered_ = false;
+              next_register = absl::Now();
+            }
           }
           // Our own restarts delete and recreate the socket too: only a socket that is gone now
           // was removed by someone else.
           if ((event->mask & IN_DELETE) && name == options_.socket_name && server_ != nullptr &&
               !fs::exists(socket_path())) {
             LogInfo(kLog, "our socket ", socket_path(), " was deleted");
-            restart = true;
+            reserve = true;
           }
           if (event->mask & (IN_DELETE_SELF | IN_IGNORED)) watching = false;
           p += sizeof(inotify_event) + event->len;
@@ -219,9 +235,9 @@ void PluginServer::WatchLoop() {
     if (!watching && fs::exists(options_.device_plugin_dir)) {
       watching = inotify_add_watch(inotify_fd_, options_.device_plugin_dir.c_str(),
                                    IN_CREATE | IN_MOVED_TO | IN_DELETE | IN_DELETE_SELF) >= 0;
-      restart = watching;
+      reserve = watching;
     }
-    if (restart) {
+    if (reserve) {
       Shutdown();
       {
         absl::MutexLock lock(&mu_);

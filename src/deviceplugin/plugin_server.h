@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
@@ -74,6 +75,9 @@ class PluginServer {
   mutable absl::Mutex mu_;
   int registrations_ ABSL_GUARDED_BY(mu_) = 0;
   bool registered_ ABSL_GUARDED_BY(mu_) = false;
+  // Inode of the kubelet.sock we last registered with: a CREATE of the same socket (our own
+  // registration already reached the new kubelet) needs no second registration.
+  uint64_t registered_inode_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace prism::deviceplugin

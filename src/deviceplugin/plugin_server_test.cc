@@ -1,1 +1,105 @@
-// placeholder
+// The device plugin's life with the kubelet: registration, kubelet restarts, a deleted socket.
+#include "deviceplugin/plugin_server.h"
+
+#include <filesystem>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "config/device_config_yaml.h"
+#include "deviceplugin/agent_harness.h"
+#include "deviceplugin/test_util.h"
+#include "kubelet/kubelet_client.h"
+
+namespace prism::deviceplugin {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::AgentHarness;
+
+constexpr char kTwoGpus[] = R"(gpus:
+  - model: A100-SXM4-40GB
+    mig: {enabled: true, pending: true}
+  - model: Tesla T4
+    memory_mib: 15360
+)";
+
+std::vector<std::string> Ids(const std::vector<v1beta1::Device>& devices) {
+  std::vector<std::string> ids;
+  for (const auto& d : devices) ids.push_back(d.id());
+  return ids;
+}
+
+class PluginServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    h_ =
+        std::make_unique<AgentHarness>(testing::TestDir(), kTwoGpus, config::DefaultDeviceConfig());
+    {
+      absl::Status cluster = h_->StartCluster();
+      ASSERT_TRUE(cluster.ok()) << cluster;
+    }
+    ASSERT_TRUE(h_->StartAgent().ok());
+  }
+  std::unique_ptr<AgentHarness> h_;
+};
+
+TEST_F(PluginServerTest, RegistersAfterServingAndAdvertisesTokensPerGpu) {
+  EXPECT_EQ(h_->plugin().registrations(), 1);
+  const v1beta1::RegisterRequest request = h_->kubelet().LastRegisterRequest("nvidia.com/gpu");
+  EXPECT_EQ(request.version(), "v1beta1");
+  EXPECT_EQ(request.endpoint(), "prism-gpu.sock");
+  EXPECT_TRUE(h_->kubelet().PluginOptions("nvidia.com/gpu").get_preferred_allocation_available());
+  const auto ids = Ids(h_->kubelet().Devices("nvidia.com/gpu"));
+  ASSERT_EQ(ids.size(), 20u);
+  EXPECT_THAT(ids[0], ::testing::EndsWith("::0"));
+  for (const auto& d : h_->kubelet().Devices("nvidia.com/gpu")) EXPECT_EQ(d.health(), "Healthy");
+}
+
+TEST_F(PluginServerTest, AKubeletRestartMakesThePluginRegisterAgainWithTheSameIds) {
+  const auto before = Ids(h_->kubelet().Devices("nvidia.com/gpu"));
+  ASSERT_TRUE(h_->kubelet().Restart().ok());
+  ASSERT_TRUE(h_->kubelet().WaitForPlugin("nvidia.com/gpu", absl::Seconds(10)));
+  // The kubelet deleting our socket and creating its own may each trigger a registration.
+  EXPECT_GE(h_->kubelet().registrations(), 2);
+  EXPECT_EQ(Ids(h_->kubelet().Devices("nvidia.com/gpu")), before);
+  // And it still allocates.
+  ASSERT_TRUE(h_->InitScheduler().ok());
+  testing::PodSpec pod{"after-restart", {testing::ContainerSpec{"main", 1, 2000, 20}}, {}};
+  auto uid = h_->SubmitPod(pod);
+  ASSERT_TRUE(uid.ok()) << uid.status();
+  ASSERT_TRUE(h_->Admit(*uid).ok());
+  auto c = h_->CreateContainer(*uid, "main");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_THAT(c->env["NVIDIA_VISIBLE_DEVICES"], ::testing::StartsWith("GPU-"));
+}
+
+TEST_F(PluginServerTest, ADeletedSocketIsServedAndRegisteredAgain) {
+  fs::remove(h_->plugin().socket_path());
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (h_->plugin().registrations() < 2 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  EXPECT_EQ(h_->plugin().registrations(), 2);
+  EXPECT_TRUE(fs::exists(h_->plugin().socket_path()));
+  EXPECT_TRUE(h_->kubelet().WaitForPlugin("nvidia.com/gpu", absl::Seconds(10)));
+}
+
+TEST_F(PluginServerTest, ThePluginWaitsForAKubeletThatIsNotThereYet) {
+  h_->StopAgent();
+  h_->kubelet().Stop();
+  fs::remove(fs::path(h_->kubelet().options().device_plugin_dir) / "kubelet.sock");
+  ASSERT_TRUE(h_->StartAgent({}, /*wait_for_kubelet=*/false).ok());
+  EXPECT_FALSE(h_->plugin().registered());
+  ASSERT_TRUE(h_->kubelet().Restart().ok());
+  EXPECT_TRUE(h_->kubelet().WaitForPlugin("nvidia.com/gpu", absl::Seconds(10)));
+  // Register's reply may reach the plugin just after the kubelet opened ListAndWatch.
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!h_->plugin().registered() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  EXPECT_TRUE(h_->plugin().registered());
+}
+
+}  // namespace
+}  // namespace prism::deviceplugin

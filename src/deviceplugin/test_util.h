@@ -1,8 +1,10 @@
 // src/deviceplugin/test_util.h: helpers for the node agent's tests (tests only).
 #pragma once
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include "gtest/gtest.h"
@@ -14,7 +16,11 @@ namespace prism::deviceplugin::testing {
 // A fresh directory under the test temp dir, named after the running test.
 inline std::filesystem::path TestDir(const std::string& tag = "") {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  std::string name = std::string(info->test_suite_name()) + "." + info->name() + tag;
+  // Unix socket paths are limited to 107 bytes: a short, unique name.
+  const std::string full = std::string(info->test_suite_name()) + "." + info->name() + tag;
+  char hash[17];
+  snprintf(hash, sizeof(hash), "%016zx", std::hash<std::string>()(full));
+  std::string name = full.substr(0, 24) + "-" + hash;
   for (char& c : name) {
     if (c == '/') c = '_';
   }

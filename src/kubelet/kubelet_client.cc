@@ -1,6 +1,7 @@
 #include "kubelet/kubelet_client.h"
 
 #include <chrono>
+#include <filesystem>
 
 #include "grpcpp/grpcpp.h"
 
@@ -30,6 +31,12 @@ absl::Status FromGrpc(const grpc::Status& status, std::string_view what) {
 
 absl::Status RegisterWithKubelet(const std::string& kubelet_socket,
                                  const v1beta1::RegisterRequest& request, absl::Duration timeout) {
+  // No socket, no kubelet: fail at once instead of waiting out the deadline.
+  std::error_code ec;
+  if (!std::filesystem::exists(kubelet_socket, ec)) {
+    return absl::UnavailableError(
+        StrCat("no kubelet listening: ", kubelet_socket, " does not exist"));
+  }
   auto channel =
       grpc::CreateChannel(UnixTarget(kubelet_socket), grpc::InsecureChannelCredentials());
   auto stub = v1beta1::Registration::NewStub(channel);
