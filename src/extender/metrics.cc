@@ -1,5 +1,6 @@
 #include "extender/metrics.h"
 
+#include <algorithm>
 #include <utility>
 #include <vector>
 
@@ -30,6 +31,7 @@ MetricFamily Gauges(std::string name, std::string help) {
 
 void AddGauge(MetricFamily& f, std::vector<ClientMetric::Label> labels, double value) {
   ClientMetric m;
+  std::sort(labels.begin(), labels.end());
   m.label = std::move(labels);
   m.gauge.value = value;
   f.metric.push_back(std::move(m));

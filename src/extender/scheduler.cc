@@ -165,6 +165,11 @@ bool Scheduler::Synced() const {
 
 bool Scheduler::IsLeader() const { return leader_; }
 
+std::optional<k8s::Json> Scheduler::InformerPod(std::string_view ns, std::string_view name) const {
+  if (!pods_) return std::nullopt;
+  return pods_->Get(ns, name);
+}
+
 std::string Scheduler::NotServingReason() const {
   if (!Synced()) return "the scheduler's caches are not synced yet";
   if (!IsLeader()) {

@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -95,6 +96,9 @@ class Scheduler {
   HttpReply Metrics();
   HttpReply Healthz();
   HttpReply Readyz();
+
+  // The pod as the pod informer last saw it.
+  std::optional<k8s::Json> InformerPod(std::string_view ns, std::string_view name) const;
 
   bool Synced() const;
   bool IsLeader() const;

@@ -1,1 +1,391 @@
+#include "extender/scheduler.h"
+
+#include <memory>
+#include <string>
+
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
+#include "config/annotations.h"
+#include "config/device_config_yaml.h"
+#include "extender/test_util.h"
+#include "k8s/test_util.h"
+#include "testing/fake_apiserver/fake_apiserver.h"
+
+namespace prism::extender {
+namespace {
+
+using json = nlohmann::json;
+using k8s::testing_util::WaitUntil;
+using testing::GpuPod;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using testing::NodeJson;
+using testing::TestGpu;
+
+std::string Args(const json& pod, const std::vector<std::string>& nodes) {
+  return json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", nodes}}.dump();
+}
+
+fakeapi::Fault MakeFault(std::string method, std::string path, int count, int status) {
+  fakeapi::Fault f;
+  f.method = std::move(method);
+  f.path_prefix = std::move(path);
+  f.count = count;
+  f.status = status;
+  return f;
+}
+
+std::string BindArgs(const json& pod, const std::string& node) {
+  return json{{"PodName", pod["metadata"]["name"]},
+              {"PodNamespace", pod["metadata"]["namespace"]},
+              {"PodUID", pod["metadata"]["uid"]},
+              {"Node", node}}
+      .dump();
+}
+
+class SchedulerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    api_ = std::make_unique<fakeapi::FakeApiServer>();
+    ASSERT_OK(api_->Start());
+    k8s::ClusterConfig config;
+    config.server = api_->url();
+    k8s::ClientOptions options;
+    options.qps = 0;
+    options.retry_backoff =
+        k8s::BackoffOptions{absl::Milliseconds(5), absl::Milliseconds(50), 2, 0};
+    ASSERT_OK_AND_ASSIGN(client_, k8s::Client::Create(config, options));
+  }
+
+  SchedulerOptions Options() {
+    SchedulerOptions o;
+    o.initial_config = config::DefaultDeviceConfig();
+    o.cache.engine = DefaultEngineOptions();
+    o.tick = absl::Milliseconds(20);
+    o.cache.problem_grace = absl::Milliseconds(100);
+    return o;
+  }
+
+  std::unique_ptr<Scheduler> Start(SchedulerOptions options) {
+    auto s = std::make_unique<Scheduler>(std::move(options), client_.get());
+    EXPECT_OK(s->Start());
+    EXPECT_TRUE(s->WaitForSync(absl::Seconds(10)));
+    return s;
+  }
+
+  json CreatePod(const json& pod) {
+    absl::StatusOr<json> created = api_->Create("pods", pod);
+    EXPECT_TRUE(created.ok()) << created.status();
+    return *created;
+  }
+
+  void CreateNode(const json& node) { ASSERT_OK(api_->Create("nodes", node)); }
+
+  // Filter, then bind on the assumed node; the bind reply's error ("" on success).
+  std::string Schedule(Scheduler& s, const json& pod, const std::vector<std::string>& nodes) {
+    HttpReply f = s.Filter(Args(pod, nodes));
+    EXPECT_EQ(f.status, 200) << f.body;
+    json r = json::parse(f.body);
+    if (r["NodeNames"].empty()) return "no feasible node";
+    HttpReply b = s.Bind(BindArgs(pod, r["NodeNames"][0]));
+    return json::parse(b.body)["Error"];
+  }
+
+  std::vector<json> Events(const std::string& reason) {
+    std::vector<json> out;
+    for (const json& e : api_->List("events")) {
+      if (e.value("reason", "") == reason) out.push_back(e);
+    }
+    return out;
+  }
+
+  std::unique_ptr<fakeapi::FakeApiServer> api_;
+  std::unique_ptr<k8s::Client> client_;
+};
+
+TEST_F(SchedulerServiceTest, FilterPrioritizeBindAnnotatesThePod) {
+  CreateNode(NodeJson("n1", {TestGpu{}, TestGpu{}}));
+  CreateNode(NodeJson("n2", {TestGpu{}}));
+  CreateNode(NodeJson("cpu", {}));
+  auto s = Start(Options());
+  json pod = CreatePod(GpuPod("p", 1, 10000, 20));
+  HttpReply f = s->Filter(Args(pod, {"n1", "n2", "cpu"}));
+  ASSERT_EQ(f.status, 200);
+  json fr = json::parse(f.body);
+  EXPECT_EQ(fr["NodeNames"], json({"n1", "n2"}));
+  EXPECT_THAT(fr["FailedAndUnresolvableNodes"]["cpu"].get<std::string>(),
+              HasSubstr("no GPU inventory"));
+  EXPECT_EQ(fr["Error"], "");
+  HttpReply p = s->Prioritize(Args(pod, {"n1", "n2"}));
+  ASSERT_EQ(p.status, 200);
+  json pr = json::parse(p.body);
+  ASSERT_EQ(pr.size(), 2u);
+  std::string best = pr[0]["Score"] >= pr[1]["Score"] ? pr[0]["Host"] : pr[1]["Host"];
+  EXPECT_EQ(std::max(pr[0]["Score"].get<int>(), pr[1]["Score"].get<int>()), 10);
+  HttpReply b = s->Bind(BindArgs(pod, best));
+  ASSERT_EQ(b.status, 200);
+  EXPECT_EQ(json::parse(b.body)["Error"], "");
+  ASSERT_OK_AND_ASSIGN(json bound, api_->Get("pods", "default", "p"));
+  EXPECT_EQ(bound["spec"]["nodeName"], best);
+  const json& ann = bound["metadata"]["annotations"];
+  ASSERT_TRUE(ann.contains(config::kPrismDecisionAnnotation));
+  EXPECT_EQ(ann[config::kHamiNodeAnnotation], best);
+  json decision = json::parse(ann[config::kPrismDecisionAnnotation].get<std::string>());
+  EXPECT_EQ(decision["node"], best);
+  EXPECT_EQ(decision["containers"][0]["devices"][0]["memoryMiB"], 10000);
+  // One API write for the whole placement: the binding.
+  EXPECT_EQ(api_->CountRequests("PATCH", "/api/v1/namespaces/default/pods"), 0);
+  EXPECT_TRUE(WaitUntil([&] { return s->cache().EntryState("default/p") == "bound"; }));
+}
+
+TEST_F(SchedulerServiceTest, UnschedulablePodGetsAnEventWithPerNodeReasons) {
+  CreateNode(NodeJson("n1", {TestGpu{}}));
+  CreateNode(NodeJson("n2", {TestGpu{"A100-SXM4-40GB", 8000}}));
+  auto s = Start(Options());
+  json pod = CreatePod(GpuPod("big", 1, 60000));
+  json fr = json::parse(s->Filter(Args(pod, {"n1", "n2"})).body);
+  EXPECT_TRUE(fr["NodeNames"].is_array());
+  EXPECT_TRUE(fr["NodeNames"].empty());
+  EXPECT_EQ(fr["FailedAndUnresolvableNodes"]["n1"], "1/1 CardInsufficientMemory");
+  ASSERT_TRUE(WaitUntil([&] { return !Events("FilteringFailed").empty(); }));
+  const std::string message = Events("FilteringFailed")[0]["message"];
+  EXPECT_THAT(message, HasSubstr("0/2 nodes are available: 2 CardInsufficientMemory"));
+  EXPECT_THAT(message, HasSubstr("n2: 1/1 CardInsufficientMemory"));
+  EXPECT_EQ(Events("FilteringFailed")[0]["involvedObject"]["name"], "big");
+}
+
+TEST_F(SchedulerServiceTest, BadInputGetsClearErrorsAndTheSchedulerKeepsServing) {
+  CreateNode(NodeJson("n1", {TestGpu{}}));
+  auto s = Start(Options());
+  HttpReply r = s->Filter("{oops");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(json::parse(r.body)["Error"].get<std::string>(), HasSubstr("not valid JSON"));
+  r = s->Prioritize(R"({"NodeNames":["n1"]})");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(json::parse(r.body)["Error"].get<std::string>(), HasSubstr("Pod"));
+  r = s->Bind("[]");
+  EXPECT_EQ(r.status, 400);
+  r = s->Bind(R"({"PodName":"ghost","PodNamespace":"default","PodUID":"x","Node":"n1"})");
+  EXPECT_EQ(r.status, 200);
+  EXPECT_THAT(json::parse(r.body)["Error"].get<std::string>(), HasSubstr("not found"));
+  // A pod whose resources are garbage: every node fails with the reason, no crash.
+  json broken = GpuPod("broken", 1, 1000);
+  broken["spec"]["containers"][0]["resources"] = "all of them";
+  json fr = json::parse(s->Filter(Args(broken, {"n1"})).body);
+  EXPECT_THAT(fr["FailedAndUnresolvableNodes"]["n1"].get<std::string>(), HasSubstr("invalid pod"));
+  json invalid = GpuPod("invalid", 1, 1000, 0, {{"nvidia.com/vgpu-mode", "mps"}});
+  fr = json::parse(s->Filter(Args(invalid, {"n1"})).body);
+  EXPECT_THAT(fr["FailedAndUnresolvableNodes"]["n1"].get<std::string>(), HasSubstr("vgpu-mode"));
+  // Still serving.
+  json pod = CreatePod(GpuPod("ok", 1, 1000));
+  EXPECT_EQ(Schedule(*s, pod, {"n1"}), "");
+}
+
+TEST_F(SchedulerServiceTest, ApiServerErrorOnBindReleasesTheCharge) {
+  CreateNode(NodeJson("n1", {TestGpu{}}));
+  auto s = Start(Options());
+  json a = CreatePod(GpuPod("a", 1, 40000));
+  fakeapi::Fault forbid = MakeFault("POST", "/api/v1/namespaces/default/pods/a/binding", 1, 403);
+  forbid.message = "forbidden by test";
+  api_->InjectFault(forbid);
+  std::string error = Schedule(*s, a, {"n1"});
+  EXPECT_THAT(error, HasSubstr("forbidden by test"));
+  ASSERT_OK_AND_ASSIGN(json still, api_->Get("pods", "default", "a"));
+  EXPECT_FALSE(still["spec"].contains("nodeName"));
+  // The whole GPU is free again: another pod can have it.
+  json b = CreatePod(GpuPod("b", 1, 40000));
+  EXPECT_EQ(Schedule(*s, b, {"n1"}), "");
+  EXPECT_TRUE(WaitUntil([&] { return !Events("BindingFailed").empty(); }));
+}
+
+TEST_F(SchedulerServiceTest, UnknownBindOutcomeKeepsTheChargeUntilSettled) {
+  CreateNode(NodeJson("n1", {TestGpu{}}));
+  SchedulerOptions o = Options();
+  o.cache.uncertain_ttl = absl::Milliseconds(100);
+  auto s = Start(o);
+  json a = CreatePod(GpuPod("a", 1, 40000));
+  ASSERT_TRUE(WaitUntil([&] { return s->InformerPod("default", "a").has_value(); }));
+  // A gateway timeout on the binding, and the pod cannot be read back: nobody knows.
+  api_->InjectFault(MakeFault("POST", "/api/v1/namespaces/default/pods/a/binding", 1, 504));
+  api_->InjectFault(MakeFault("GET", "/api/v1/namespaces/default/pods/a", -1, 500));
+  EXPECT_THAT(Schedule(*s, a, {"n1"}), HasSubstr("outcome unknown"));
+  EXPECT_EQ(s->cache().EntryState("default/a"), "uncertain");
+  json b = CreatePod(GpuPod("b", 1, 40000));
+  json fr = json::parse(s->Filter(Args(b, {"n1"})).body);
+  EXPECT_TRUE(fr["NodeNames"].empty());  // Still charged: it may be bound.
+  api_->ClearFaults();
+  // The tick reads the pod, sees it unbound and frees the GPU.
+  ASSERT_TRUE(WaitUntil([&] { return s->cache().EntryState("default/a").empty(); }));
+  EXPECT_EQ(Schedule(*s, b, {"n1"}), "");
+}
+
+TEST_F(SchedulerServiceTest, SecondBindOfABoundPodIsRefused) {
+  CreateNode(NodeJson("n1", {TestGpu{}}));
+  auto s = Start(Options());
+  json a = CreatePod(GpuPod("a", 1, 1000));
+  ASSERT_EQ(Schedule(*s, a, {"n1"}), "");
+  std::string again = json::parse(s->Bind(BindArgs(a, "n1")).body)["Error"];
+  EXPECT_THAT(again, HasSubstr("already"));
+}
+
+TEST_F(SchedulerServiceTest, RecreatedPodIsNotBoundWithTheOldUid) {
+  CreateNode(NodeJson("n1", {TestGpu{}}));
+  auto s = Start(Options());
+  json old_pod = CreatePod(GpuPod("p", 1, 1000));
+  ASSERT_OK(api_->Delete("pods", "default", "p"));
+  json fresh = CreatePod(GpuPod("p", 1, 1000));
+  ASSERT_NE(fresh["metadata"]["uid"], old_pod["metadata"]["uid"]);
+  ASSERT_TRUE(WaitUntil([&] {
+    std::optional<json> seen = s->InformerPod("default", "p");
+    return seen.has_value() && (*seen)["metadata"]["uid"] == fresh["metadata"]["uid"];
+  }));
+  std::string error = json::parse(s->Bind(BindArgs(old_pod, "n1")).body)["Error"];
+  EXPECT_THAT(error, HasSubstr("recreated"));
+}
+
+TEST_F(SchedulerServiceTest, RestartedSchedulerRebuildsFromAnnotations) {
+  for (int i = 0; i < 3; ++i) CreateNode(NodeJson(StrCat("n", i), {TestGpu{}, TestGpu{}}));
+  const std::vector<std::string> nodes{"n0", "n1", "n2"};
+  auto a = Start(Options());
+  for (int i = 0; i < 12; ++i) {
+    json pod = CreatePod(GpuPod(StrCat("p", i), 1, 20000));
+    ASSERT_EQ(Schedule(*a, pod, nodes), "") << i;
+  }
+  ASSERT_TRUE(WaitUntil([&] { return a->cache().stats().pods_by_state["bound"] == 12; }));
+  std::vector<GpuSnapshot> before = a->cache().GpuSnapshots();
+  a->Stop();
+  a.reset();
+  auto b = Start(Options());
+  std::vector<GpuSnapshot> after = b->cache().GpuSnapshots();
+  ASSERT_EQ(before.size(), after.size());
+  for (size_t g = 0; g < before.size(); ++g) {
+    EXPECT_EQ(before[g].memory_used_mib, after[g].memory_used_mib) << before[g].uuid;
+  }
+  // Full: 6 GPUs x 2 pods of 20000 MiB.
+  json extra = CreatePod(GpuPod("extra", 1, 20000));
+  EXPECT_EQ(Schedule(*b, extra, nodes), "no feasible node");
+}
+
+TEST_F(SchedulerServiceTest, OnlyTheLeaderServesTheVerbs) {
+  CreateNode(NodeJson("n1", {TestGpu{}}));
+  SchedulerOptions o = Options();
+  o.leader_elect = true;
+  o.lease_namespace = "default";
+  o.lease_duration = absl::Milliseconds(800);
+  o.renew_deadline = absl::Milliseconds(500);
+  o.retry_period = absl::Milliseconds(50);
+  o.identity = "one";
+  auto one = Start(o);
+  ASSERT_TRUE(WaitUntil([&] { return one->IsLeader(); }));
+  o.identity = "two";
+  auto two = Start(o);
+  json pod = CreatePod(GpuPod("p", 1, 1000));
+  HttpReply r = two->Filter(Args(pod, {"n1"}));
+  EXPECT_EQ(r.status, 503);
+  EXPECT_THAT(json::parse(r.body)["Error"].get<std::string>(), HasSubstr("not the leader"));
+  EXPECT_EQ(two->Readyz().status, 503);
+  EXPECT_EQ(one->Readyz().status, 200);
+  // The webhook is served by every replica.
+  EXPECT_EQ(two->Admission(R"({"request":{"uid":"u","kind":{"kind":"Pod"},"operation":"CREATE",
+                                "object":{"metadata":{"name":"x"},"spec":{"containers":[]}}}})",
+                           true)
+                .status,
+            200);
+  one->Stop();  // Releases the lease.
+  ASSERT_TRUE(WaitUntil([&] { return two->IsLeader(); }, absl::Seconds(5)));
+  EXPECT_EQ(Schedule(*two, pod, {"n1"}), "");
+}
+
+TEST_F(SchedulerServiceTest, DeviceConfigHotReloadsFromItsConfigMap) {
+  CreateNode(NodeJson("n1", {TestGpu{}}));
+  std::string yaml(config::DefaultDeviceConfigYaml());
+  json cm{{"apiVersion", "v1"},
+          {"kind", "ConfigMap"},
+          {"metadata", {{"name", "prism-device-config"}, {"namespace", "kube-system"}}},
+          {"data", {{"device-config.yaml", yaml}}}};
+  ASSERT_OK(api_->Create("configmaps", cm));
+  SchedulerOptions o = Options();
+  o.config_map_name = "prism-device-config";
+  auto s = Start(o);
+  EXPECT_EQ(s->cache().device_config().device_split_count, 10);
+  const size_t at = yaml.find("deviceSplitCount: 10");
+  ASSERT_NE(at, std::string::npos);
+  std::string one = yaml;
+  one.replace(at, 20, "deviceSplitCount: 1");
+  ASSERT_OK(api_->MergePatch("configmaps", "kube-system", "prism-device-config",
+                             json{{"data", {{"device-config.yaml", one}}}}));
+  ASSERT_TRUE(WaitUntil([&] { return s->cache().device_config().device_split_count == 1; }));
+  json a = CreatePod(GpuPod("a", 1, 1000));
+  EXPECT_EQ(Schedule(*s, a, {"n1"}), "");
+  json b = CreatePod(GpuPod("b", 1, 1000));
+  EXPECT_EQ(Schedule(*s, b, {"n1"}), "no feasible node");
+  // An invalid config is refused; the last good one stays.
+  ASSERT_OK(api_->MergePatch("configmaps", "kube-system", "prism-device-config",
+                             json{{"data", {{"device-config.yaml", "nvidia: [broken"}}}}));
+  ASSERT_TRUE(WaitUntil([&] { return !Events("InvalidDeviceConfig").empty(); }));
+  EXPECT_EQ(s->cache().device_config().device_split_count, 1);
+  EXPECT_THAT(s->Metrics().body,
+              HasSubstr(R"(prism_scheduler_config_reloads_total{result="invalid"} 1)"));
+}
+
+TEST_F(SchedulerServiceTest, PodWhoseDecisionNoLongerHoldsIsRequeued) {
+  CreateNode(NodeJson("n1", {TestGpu{}}));
+  auto s = Start(Options());
+  json owned = GpuPod("owned", 1, 1000);
+  owned["metadata"]["ownerReferences"] = json::array({{{"apiVersion", "apps/v1"},
+                                                       {"kind", "ReplicaSet"},
+                                                       {"name", "rs"},
+                                                       {"uid", "rs-1"},
+                                                       {"controller", true}}});
+  owned = CreatePod(owned);
+  json bare = CreatePod(GpuPod("bare", 1, 1000));
+  ASSERT_EQ(Schedule(*s, owned, {"n1"}), "");
+  ASSERT_EQ(Schedule(*s, bare, {"n1"}), "");
+  // The GPU the decisions name is gone before the pods started.
+  json node = NodeJson("n1", {TestGpu{}});
+  json inv =
+      json::parse(node["metadata"]["annotations"]["prism.io/gpu-inventory"].get<std::string>());
+  inv["gpus"][0]["uuid"] = "GPU-new";
+  ASSERT_OK(api_->MergePatch(
+      "nodes", "", "n1",
+      json{{"metadata", {{"annotations", {{"prism.io/gpu-inventory", inv.dump()}}}}}}));
+  ASSERT_TRUE(WaitUntil([&] { return !api_->Get("pods", "default", "owned").ok(); }));
+  ASSERT_TRUE(WaitUntil([&] { return !Events("DecisionInvalid").empty(); }));
+  EXPECT_TRUE(api_->Get("pods", "default", "bare").ok());  // No controller: reported, kept.
+  EXPECT_TRUE(WaitUntil([&] { return !Events("Requeued").empty(); }));
+  EXPECT_THAT(s->Metrics().body,
+              HasSubstr(R"(prism_scheduler_requeues_total{action="deleted"} 1)"));
+}
+
+TEST_F(SchedulerServiceTest, MetricsCoverAllocationLatencyAndFailures) {
+  CreateNode(NodeJson("n1", {TestGpu{}}));
+  auto s = Start(Options());
+  json pod = CreatePod(GpuPod("p", 1, 10240, 25));
+  ASSERT_EQ(Schedule(*s, pod, {"n1"}), "");
+  json big = CreatePod(GpuPod("big", 1, 50000));
+  Schedule(*s, big, {"n1"});
+  const std::string m = s->Metrics().body;
+  EXPECT_THAT(
+      m, HasSubstr("prism_gpu_memory_allocated_bytes{device_index=\"0\",device_type=\"A100-SXM4-"
+                   "40GB\",device_uuid=\"GPU-n1-0\",mode=\"hami-core\",node=\"n1\"} 10737418240"));
+  EXPECT_THAT(m, HasSubstr("prism_gpu_core_allocated_ratio{"));
+  EXPECT_THAT(m, HasSubstr("prism_scheduler_request_duration_seconds_bucket{verb=\"filter\""));
+  EXPECT_THAT(m, HasSubstr("prism_scheduler_request_duration_seconds_count{verb=\"bind\"} 1"));
+  EXPECT_THAT(
+      m, HasSubstr("prism_scheduler_filter_rejections_total{reason=\"CardInsufficientMemory\"} 1"));
+  EXPECT_THAT(
+      m, HasSubstr("prism_scheduler_requests_total{result=\"unschedulable\",verb=\"filter\"} 1"));
+  EXPECT_THAT(m, HasSubstr("prism_scheduler_leader 1"));
+  EXPECT_THAT(m, HasSubstr("prism_scheduler_nodes{state=\"gpus\"} 1"));
+}
+
+TEST_F(SchedulerServiceTest, NotReadyUntilSynced) {
+  Scheduler s(Options(), client_.get());
+  EXPECT_EQ(s.Readyz().status, 503);
+  EXPECT_EQ(s.Filter(Args(GpuPod("p", 1, 1), {"n1"})).status, 503);
+  EXPECT_EQ(s.Healthz().status, 200);
+}
+
+}  // namespace
+}  // namespace prism::extender
