@@ -55,12 +55,16 @@ AgentHarness::~AgentHarness() {
   if (api_) api_->Stop();
 }
 
-absl::Status AgentHarness::StartCluster() {
+absl::Status AgentHarness::StartCluster(const std::string& node_mig_mode) {
+  node_mig_mode_ = node_mig_mode;
   api_ = std::make_unique<fakeapi::FakeApiServer>();
   RETURN_IF_ERROR(api_->Start());
   RETURN_IF_ERROR(
       api_->Create("nodes",
-                   Json{{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", {{"name", kNode}}}})
+                   Json{{"apiVersion", "v1"},
+                        {"kind", "Node"},
+                        {"metadata",
+                         {{"name", kNode}, {"labels", {{"prism.io/mig.mode", node_mig_mode_}}}}}})
           .status());
   k8s::ClusterConfig cluster;
   cluster.server = api_->url();

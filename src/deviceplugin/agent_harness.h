@@ -53,8 +53,8 @@ class AgentHarness {
   AgentHarness(std::filesystem::path dir, const std::string& gpus_yaml, sched::DeviceConfig config);
   ~AgentHarness();
 
-  // API server with the node, and the kubelet.
-  absl::Status StartCluster();
+  // API server with the node (labelled prism.io/mig.mode=`node_mig_mode`), and the kubelet.
+  absl::Status StartCluster(const std::string& node_mig_mode = "dynamic");
   // The agent and its gRPC endpoint; returns once the kubelet has its device list.
   absl::Status StartAgent(const std::function<void(NodeAgentOptions&)>& tweak = {},
                           bool wait_for_kubelet = true);
@@ -107,6 +107,7 @@ class AgentHarness {
 
   const std::filesystem::path dir_;
   const sched::DeviceConfig config_;
+  std::string node_mig_mode_ = "dynamic";
   std::string state_file_;
   std::unique_ptr<nvml::SimNvml> nvml_;
   std::unique_ptr<fakeapi::FakeApiServer> api_;

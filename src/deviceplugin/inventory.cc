@@ -70,6 +70,7 @@ std::string EncodeInventory(const NodeInventory& inventory) {
         instances.push_back(std::move(ij));
       }
       gj["mig"] = json{{"enabled", g.mode == sched::GpuMode::kMig},
+                       {"dynamic", g.mig_dynamic},
                        {"pendingReset", g.mig_pending},
                        {"profiles", g.mig_profiles},
                        {"instances", std::move(instances)}};
@@ -116,6 +117,7 @@ absl::StatusOr<NodeInventory> DecodeInventory(std::string_view text) {
         const json& mj = gj.at("mig");
         g.mig_capable = true;
         g.mig_pending = mj.value("pendingReset", false);
+        g.mig_dynamic = mj.value("dynamic", true);
         g.mig_profiles = mj.value("profiles", std::vector<std::string>());
         for (const json& ij : mj.at("instances")) {
           g.instances.push_back(InventoryInstance{ij.at("profile").get<std::string>(),

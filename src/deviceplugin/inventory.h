@@ -17,11 +17,11 @@
 
 #include "core/sched/cluster.h"
 #include "core/sched/request.h"
+#include "deviceplugin/annotations.h"
 #include "nvml/nvml.h"
 
 namespace prism::deviceplugin {
 
-inline constexpr char kInventoryAnnotation[] = "prism.io/gpu-inventory";
 inline constexpr int kInventoryVersion = 1;
 
 struct InventoryInstance {
@@ -42,7 +42,10 @@ struct InventoryGpu {
   sched::GpuMode mode = sched::GpuMode::kHamiCore;  // kMig exactly when MIG mode is on.
   bool healthy = true;
   bool mig_capable = false;
-  bool mig_pending = false;                  // The MIG mode after the next reset differs.
+  bool mig_pending = false;  // The MIG mode after the next reset differs.
+  // The node agent owns the MIG layout (prism.io/mig.mode, docs/mig-manager.md); false: static,
+  // only its existing instances can be handed out.
+  bool mig_dynamic = true;
   std::vector<std::string> mig_profiles;     // GPU-instance profiles the GPU offers.
   std::vector<InventoryInstance> instances;  // Existing MIG instances, by start.
   friend bool operator==(const InventoryGpu&, const InventoryGpu&) = default;

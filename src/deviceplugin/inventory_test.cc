@@ -52,6 +52,7 @@ TEST(InventoryTest, EncodingIsCanonicalAndRoundTrips) {
   auto inv = ReadInventory(nvml, 10);
   ASSERT_TRUE(inv.ok());
   inv->gpus[1].healthy = false;
+  inv->gpus[0].mig_dynamic = false;
   const std::string text = EncodeInventory(*inv);
   auto decoded = DecodeInventory(text);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
@@ -62,28 +63,21 @@ TEST(InventoryTest, EncodingIsCanonicalAndRoundTrips) {
 
 TEST(InventoryTest, GpuSpecsCarryModeHealthAndInstances) {
   NodeInventory inv;
-  inv.gpus.push_back(InventoryGpu{0,
-                                  "GPU-a",
-                                  "A100-SXM4-40GB",
-                                  "NVIDIA A100-SXM4-40GB",
-                                  40960,
-                                  sched::GpuMode::kMig,
-                                  true,
-                                  true,
-                                  false,
-                                  {},
-                                  {{"3g.20gb", 4, true}}});
-  inv.gpus.push_back(InventoryGpu{1,
-                                  "GPU-b",
-                                  "Tesla T4",
-                                  "Tesla T4",
-                                  15360,
-                                  sched::GpuMode::kHamiCore,
-                                  false,
-                                  false,
-                                  false,
-                                  {},
-                                  {}});
+  InventoryGpu a100;
+  a100.index = 0;
+  a100.uuid = "GPU-a";
+  a100.model = "A100-SXM4-40GB";
+  a100.memory_mib = 40960;
+  a100.mode = sched::GpuMode::kMig;
+  a100.mig_capable = true;
+  a100.instances = {{"3g.20gb", 4, true}};
+  InventoryGpu t4;
+  t4.index = 1;
+  t4.uuid = "GPU-b";
+  t4.model = "Tesla T4";
+  t4.memory_mib = 15360;
+  t4.healthy = false;
+  inv.gpus = {a100, t4};
   auto specs = ToGpuSpecs(inv);
   ASSERT_EQ(specs.size(), 2u);
   EXPECT_EQ(specs[0].mode, sched::GpuMode::kMig);

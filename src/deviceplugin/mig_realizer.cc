@@ -201,6 +201,11 @@ absl::StatusOr<MigInstanceRef> MigRealizer::Ensure(int gpu_index, std::string_vi
       return Take(gpu, gi, owner);
     }
   }
+  if (!IsDynamic(gpu_index)) {
+    return absl::FailedPreconditionError(
+        StrCat("GPU ", gpu_index, " has a static MIG layout (prism.io/mig.mode) without ",
+               profile.Name(), "@", start, "; only prism mig-manager changes it"));
+  }
   // Make room: every overlapping instance must be idle.
   const uint32_t mask = mig::PlacementMask(gpu.model, p, start);
   std::vector<const nvml::GpuInstanceInfo*> victims;
@@ -262,6 +267,12 @@ absl::StatusOr<MigInstanceRef> MigRealizer::EnsureInGeometry(
   }
   std::set<std::pair<int, int>> have;
   for (const nvml::GpuInstanceInfo& gi : gpu.instances) have.insert({gi.profile_id, gi.start});
+  if (have != want && !IsDynamic(gpu_index)) {
+    return absl::FailedPreconditionError(
+        StrCat("GPU ", gpu_index,
+               " has a static MIG layout (prism.io/mig.mode) that is not the "
+               "decided geometry; only prism mig-manager changes it"));
+  }
   if (have != want) {
     for (const nvml::GpuInstanceInfo& gi : gpu.instances) {
       absl::Status free = CheckFree(gpu, gi, nullptr, false);
@@ -310,7 +321,9 @@ absl::Status MigRealizer::TrimIdle() {
   }
   absl::Status first_error;
   for (const nvml::GpuInfo& info : gpus_) {
-    if (!info.mig_capable || template_gpus_.count(info.index) != 0) continue;
+    if (!info.mig_capable || template_gpus_.count(info.index) != 0 || !IsDynamic(info.index)) {
+      continue;
+    }
     absl::StatusOr<GpuContext> gpu = Read(info.index);
     if (!gpu.ok()) {
       if (gpu.status().code() != absl::StatusCode::kFailedPrecondition && first_error.ok()) {

@@ -13,7 +13,10 @@
 //   - ReleasePod() hands a pod's instances back; idle instances beyond `max_idle_per_gpu` are
 //     destroyed, oldest first, except on GPUs whose geometry is kept (HAMi template mode);
 //   - Adopt mode (agent restart) accepts an instance with processes for its recorded owner and
-//     re-creates a missing one.
+//     re-creates a missing one;
+//   - on a GPU whose layout the agent does not own (a static GPU, managed by `prism mig-manager`:
+//     docs/mig-manager.md, "Static and dynamic nodes") it only hands out instances that exist:
+//     it never creates, destroys or trims one there.
 // Each call reads the GPU's live state from NVML first, so instances created or destroyed
 // behind the agent's back are seen. Not thread-safe (Nvml is not): one caller at a time.
 #pragma once
@@ -21,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <string_view>
@@ -76,6 +80,11 @@ class MigRealizer {
 
   // GPUs (by index) whose whole geometry is kept (template mode): never trimmed.
   void SetTemplateGpus(std::set<int> gpus) { template_gpus_ = std::move(gpus); }
+  // GPUs (by index) whose MIG layout the agent owns; unset (the default): all of them.
+  void SetDynamicGpus(std::optional<std::set<int>> gpus) { dynamic_gpus_ = std::move(gpus); }
+  bool IsDynamic(int gpu_index) const {
+    return !dynamic_gpus_ || dynamic_gpus_->count(gpu_index) != 0;
+  }
   // Whether the pod that holds an instance is still live; a non-live holder is released when
   // its instance is needed. Default: every holder is live.
   void SetOwnerLiveness(std::function<bool(const std::string& pod_uid)> live) {
@@ -138,6 +147,7 @@ class MigRealizer {
   nvml::Nvml* const nvml_;
   const MigRealizerOptions options_;
   std::set<int> template_gpus_;
+  std::optional<std::set<int>> dynamic_gpus_;
   std::function<bool(const std::string&)> owner_live_;
   std::vector<nvml::GpuInfo> gpus_;
   std::map<int, mig::GpuModel> models_;

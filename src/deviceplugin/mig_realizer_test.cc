@@ -186,6 +186,23 @@ TEST_F(MigRealizerTest, UndoDestroysWhatEnsureCreatedAndKeepsWhatItReused) {
   EXPECT_TRUE(realizer_->Held().empty());
 }
 
+TEST_F(MigRealizerTest, StaticGpusOnlyHandOutExistingInstances) {
+  nvml::SimNvml direct(state_);
+  auto gi = direct.CreateGpuInstance(0, 9 /* 3g.20gb */, 4);
+  ASSERT_TRUE(gi.ok());
+  auto spare = direct.CreateGpuInstance(0, 19 /* 1g.5gb */, 0);
+  ASSERT_TRUE(spare.ok());
+  realizer_->SetDynamicGpus(std::set<int>{});  // No GPU is the agent's to change.
+  auto taken = realizer_->Ensure(0, "3g.20gb", 4, a_);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  auto refused = realizer_->Ensure(0, "2g.10gb", 0, b_);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused.status().message(), HasSubstr("static MIG layout"));
+  ASSERT_TRUE(realizer_->ReleasePod("pod-a").ok());
+  EXPECT_EQ(InstanceCount(state_, 0), 2u);  // Neither trimmed nor destroyed.
+  EXPECT_EQ(realizer_->counters().gpu_instances_destroyed, 0);
+}
+
 TEST_F(MigRealizerTest, ClearErrorsForBadRequests) {
   EXPECT_THAT(realizer_->Ensure(1, "1g.5gb", 0, a_).status().message(),
               HasSubstr("MIG mode is off on GPU 1"));

@@ -161,6 +161,7 @@ absl::Status NodeAgent::Start() {
   pod_resources_ = std::make_unique<kubelet::PodResourcesClient>(options_.pod_resources_socket);
   RETURN_IF_ERROR(ledger_.Load());
   RETURN_IF_ERROR(RefreshInventory(/*publish=*/false));
+  RefreshOwnership();
   {
     std::set<int> template_gpus;
     for (int g = 0; g < node_state_->gpu_count(); ++g) {
@@ -208,7 +209,10 @@ absl::Status NodeAgent::Start() {
     Post(*loop, period);
   };
   every(options_.health_interval, [this] { CheckHealth(); });
-  every(options_.inventory_interval, [this] { (void)RefreshInventory(true); });
+  every(options_.inventory_interval, [this] {
+    RefreshOwnership();
+    (void)RefreshInventory(true);
+  });
   every(options_.reconcile_interval, [this] { Reconcile(); });
   LogInfo(kLog, "node agent for ", options_.node_name, " started: ", inventory_.gpus.size(),
           " GPUs, ", ledger_.size(), " allocations in the ledger");
@@ -488,6 +492,7 @@ absl::Status NodeAgent::RefreshInventory(bool publish) {
     for (const InventoryGpu& old : inventory_.gpus) {
       if (old.uuid == g.uuid) g.healthy = old.healthy;
     }
+    g.mig_dynamic = dynamic_gpus_.count(g.index) != 0;
     for (InventoryInstance& inst : g.instances) {
       if (held.count({g.index, inst.start}) != 0) inst.in_use = false;
     }
@@ -566,6 +571,41 @@ void NodeAgent::CheckHealth() {
     SchedulePublishInventory();
   }
   UpdateMetrics();
+}
+
+void NodeAgent::RefreshOwnership() {
+  absl::StatusOr<Json> node = client_->Get(k8s::kNodes, "", options_.node_name);
+  if (!node.ok()) {
+    LogWarning(kLog, "reading node ", options_.node_name,
+               " (MIG ownership unchanged): ", node.status().message());
+    return;
+  }
+  std::set<int> dynamic;
+  const std::map<std::string, std::string> labels = k8s::Labels(*node);
+  auto mode = labels.find(kMigModeLabel);
+  if (mode != labels.end() && mode->second == "dynamic") {
+    for (const InventoryGpu& g : inventory_.gpus) dynamic.insert(g.index);
+  } else if (std::optional<std::string> list = k8s::Annotation(*node, kDynamicGpusAnnotation)) {
+    for (std::string_view entry : StrSplit(*list, ',')) {
+      const std::string item(StripWhitespace(entry));
+      if (item.empty()) continue;
+      bool found = false;
+      for (const InventoryGpu& g : inventory_.gpus) {
+        if (item == g.uuid || item == std::to_string(g.index)) {
+          dynamic.insert(g.index);
+          found = true;
+        }
+      }
+      if (!found) LogWarning(kLog, kDynamicGpusAnnotation, " names no GPU of this node: ", item);
+    }
+  }
+  if (dynamic != dynamic_gpus_) {
+    LogInfo(kLog, "MIG layouts this agent owns: GPUs {", StrJoin(dynamic, ","), "}",
+            dynamic.empty() ? StrCat(" (label ", kMigModeLabel, "=dynamic to own them all)") : "");
+  }
+  dynamic_gpus_ = std::move(dynamic);
+  realizer_.SetDynamicGpus(dynamic_gpus_);
+  for (InventoryGpu& g : inventory_.gpus) g.mig_dynamic = dynamic_gpus_.count(g.index) != 0;
 }
 
 void NodeAgent::SchedulePublishInventory() {
@@ -1082,6 +1122,7 @@ void NodeAgent::Reconcile() {
       (void)RemoveCdiSpec(options_.cdi_dir, id);
     }
   }
+  RefreshOwnership();
   if (!FailClosedReason().empty()) {
     Adopt();  // Re-checks; clears the fault when consistent.
   } else if (absl::Status trimmed = realizer_.TrimIdle(); !trimmed.ok()) {

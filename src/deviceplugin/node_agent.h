@@ -39,6 +39,7 @@
 
 #include "core/sched/cluster.h"
 #include "core/sched/device_config.h"
+#include "deviceplugin/annotations.h"
 #include "deviceplugin/container_edits.h"
 #include "deviceplugin/inventory.h"
 #include "deviceplugin/ledger.h"
@@ -59,10 +60,11 @@ class PodResourcesClient;
 
 namespace prism::deviceplugin {
 
-// The pod annotation the agent writes: what each container got, or why it got nothing.
-inline constexpr char kAllocationStatusAnnotation[] = "prism.io/allocation-status";
 inline constexpr char kAllocationIdEnv[] = "PRISM_ALLOCATION_ID";
 inline constexpr char kAllocationErrorEnv[] = "PRISM_ALLOCATION_ERROR";
+// Who owns a node's MIG layouts (written by the admin; docs/mig-manager.md).
+inline constexpr char kMigModeLabel[] = "prism.io/mig.mode";
+inline constexpr char kDynamicGpusAnnotation[] = "prism.io/mig.dynamic-gpus";
 
 struct NodeAgentOptions {
   std::string node_name;
@@ -154,6 +156,8 @@ class NodeAgent {
   absl::Status RefreshInventory(bool publish);
   absl::Status RebuildNodeState();
   void CheckHealth();
+  // Reads the Node: which GPUs' MIG layouts this agent owns (docs/mig-manager.md).
+  void RefreshOwnership();
   void SchedulePublishInventory();
   void ResolvePending();
   void RealizeAndPublish(const std::string& pod_uid, const std::string& container);
@@ -190,6 +194,7 @@ class NodeAgent {
   // Worker-only state.
   MigRealizer realizer_;
   NodeInventory inventory_;
+  std::set<int> dynamic_gpus_;
   std::string published_inventory_;
   std::unique_ptr<sched::ClusterState> node_state_;
   std::map<std::string, PodEntry> pods_;  // By UID.

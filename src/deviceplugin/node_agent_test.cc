@@ -459,6 +459,43 @@ TEST_F(NodeAgentTest, AnInstanceInUseIsNeverTouched) {
   EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), 1u);
 }
 
+TEST_F(NodeAgentTest, OnAStaticNodeOnlyExistingInstancesAreHandedOut) {
+  h_ = std::make_unique<AgentHarness>(testing::TestDir(), kMixedNode, PlacementConfig());
+  ASSERT_TRUE(h_->StartCluster("static").ok());
+  // prism mig-manager laid out GPU 0: a 3g.20gb at 4 and a 1g.5gb at 0.
+  nvml::SimNvml direct(h_->state_file());
+  for (auto [profile, start, slices] : {std::tuple{9, 4, 3}, std::tuple{19, 0, 1}}) {
+    auto gi = direct.CreateGpuInstance(0, profile, start);
+    ASSERT_TRUE(gi.ok());
+    ASSERT_TRUE(direct.CreateComputeInstance(0, gi->id, slices).ok());
+  }
+  ASSERT_TRUE(h_->StartAgent([](NodeAgentOptions& o) {
+                  o.mig.max_idle_per_gpu = 0;
+                  o.realize_retry_timeout = absl::Milliseconds(100);
+                }).ok());
+  ASSERT_TRUE(h_->InitScheduler().ok());
+  auto inv = DecodeInventory(h_->NodeAnnotation(kInventoryAnnotation).value_or("{}"));
+  ASSERT_TRUE(inv.ok());
+  EXPECT_FALSE(inv->gpus[0].mig_dynamic);
+  // A decision naming an existing instance is served; it stays when the pod ends.
+  std::string uid;
+  kubelet::CreatedContainer c = Run(MigPod("fits", 15000), &uid);
+  EXPECT_EQ(c.env["NVIDIA_VISIBLE_DEVICES"], MigUuidAt(h_->state_file(), 0, 4));
+  ASSERT_TRUE(h_->DeletePod(uid).ok());
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), 2u);
+  EXPECT_EQ(h_->agent().mig_counters().gpu_instances_destroyed, 0);
+  // One that needs a new instance is refused, clearly.
+  absl::StatusOr<std::string> needs_new = h_->SubmitPod(MigPod("needs-new", 9000));
+  ASSERT_TRUE(needs_new.ok()) << needs_new.status();
+  ASSERT_TRUE(h_->Admit(*needs_new).ok());
+  auto refused = h_->CreateContainer(*needs_new, "main");
+  ASSERT_TRUE(refused.ok());
+  EXPECT_THAT(refused->env[kAllocationErrorEnv], HasSubstr("static MIG layout"));
+  EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), 2u);
+}
+
 // --- Restarts ---------------------------------------------------------------------------------
 
 TEST_F(NodeAgentTest, AgentRestartAdoptsLivePodsAndCleansIdleInstances) {

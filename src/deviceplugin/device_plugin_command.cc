@@ -1,0 +1,256 @@
+// `prism device-plugin`: the node agent (docs/device-plugin.md).
+//
+// Serves the kubelet device plugin API for one extended resource, realizes the scheduler's
+// decisions on this node's GPUs, publishes the GPU inventory on the Node, and serves Prometheus
+// metrics. Runs until SIGTERM or SIGINT; SIGHUP serves and registers the endpoint again.
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "cli/commands.h"
+
+#include "base/log.h"
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "config/device_config_yaml.h"
+#include "deviceplugin/metrics.h"
+#include "deviceplugin/node_agent.h"
+#include "deviceplugin/plugin_server.h"
+#include "k8s/client.h"
+#include "k8s/config.h"
+#include "kubelet/kubelet_client.h"
+#include "nvml/open_nvml.h"
+
+namespace prism::cli {
+namespace {
+
+using deviceplugin::NodeAgentOptions;
+using deviceplugin::PluginServerOptions;
+constexpr char kLog[] = "device-plugin";
+
+struct Flags {
+  std::string node_name;
+  std::string resource_name = "nvidia.com/gpu";
+  std::string device_plugin_path = kubelet::kDefaultDevicePluginPath;
+  std::string socket_name = "prism-gpu.sock";
+  std::string pod_resources_socket = kubelet::kDefaultPodResourcesSocket;
+  std::string cdi_dir = "/var/run/cdi";
+  std::string state_dir = "/var/lib/prism/device-plugin";
+  std::string nvml;
+  std::string kubeconfig;
+  std::string context;
+  std::string device_config;
+  int split_count = 0;
+  std::string vgpu_library = "/usr/local/prism/lib/libprism-vgpu.so";
+  std::string vgpu_dir = "/var/lib/prism/vgpu";
+  std::string vgpu_preload = "ld-so-preload";
+  int max_idle_instances = 1;
+  bool prepare_early = true;
+  bool cdi_annotations = false;
+  std::string metrics_address = "0.0.0.0:9401";
+  double resolve_timeout_s = 30;
+  double health_interval_s = 10;
+  double inventory_interval_s = 30;
+  double reconcile_interval_s = 30;
+};
+
+absl::StatusOr<std::pair<std::string, int>> ParseAddress(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(StrCat("--metrics-address '", address, "' is not host:port"));
+  }
+  std::string host = address.substr(0, colon);
+  if (host.empty()) host = "0.0.0.0";
+  int port = -1;
+  try {
+    port = std::stoi(address.substr(colon + 1));
+  } catch (const std::exception&) {
+  }
+  if (port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(StrCat("--metrics-address '", address, "' has a bad port"));
+  }
+  return std::make_pair(host, port);
+}
+
+absl::StatusOr<sched::DeviceConfig> LoadDeviceConfig(const std::string& path) {
+  if (path.empty()) return config::DefaultDeviceConfig();
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(StrCat("cannot read --device-config ", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  auto parsed = config::ParseDeviceConfigYaml(text.str());
+  if (!parsed.ok()) return Annotate(parsed.status(), path);
+  for (const std::string& w : parsed->warnings) LogWarning(kLog, path, ": ", w);
+  return parsed->config;
+}
+
+absl::Status Run(const Flags& flags) {
+  if (flags.node_name.empty()) {
+    return absl::InvalidArgumentError("--node-name (or $NODE_NAME) is required");
+  }
+  if (flags.vgpu_preload != "ld-so-preload" && flags.vgpu_preload != "env") {
+    return absl::InvalidArgumentError(
+        StrCat("--vgpu-preload must be ld-so-preload or env, got '", flags.vgpu_preload, "'"));
+  }
+  ASSIGN_OR_RETURN(auto address, ParseAddress(flags.metrics_address));
+  ASSIGN_OR_RETURN(sched::DeviceConfig device_config, LoadDeviceConfig(flags.device_config));
+  ASSIGN_OR_RETURN(std::unique_ptr<nvml::Nvml> nvml,
+                   flags.nvml.empty() ? nvml::OpenNvmlFromEnv() : nvml::OpenNvml(flags.nvml));
+  absl::StatusOr<k8s::ClusterConfig> cluster =
+      k8s::LoadDefaultConfig(flags.kubeconfig, flags.context);
+  if (!cluster.ok()) return Annotate(cluster.status(), "Kubernetes API configuration");
+  ASSIGN_OR_RETURN(std::unique_ptr<k8s::Client> client, k8s::Client::Create(*cluster));
+
+  NodeAgentOptions options;
+  options.node_name = flags.node_name;
+  options.resource_name = flags.resource_name;
+  int split = flags.split_count;
+  if (split <= 0) {
+    const sched::NodeDeviceConfig* node = device_config.FindNode(flags.node_name);
+    split = node != nullptr && node->device_split_count ? *node->device_split_count
+                                                        : device_config.device_split_count;
+  }
+  options.split_count = split;
+  options.pod_resources_socket = flags.pod_resources_socket;
+  options.cdi_dir = flags.cdi_dir;
+  options.state_dir = flags.state_dir;
+  options.vgpu.library_host_path = flags.vgpu_library;
+  options.vgpu.host_dir = flags.vgpu_dir;
+  options.vgpu.preload = flags.vgpu_preload == "env" ? deviceplugin::PreloadMode::kEnv
+                                                     : deviceplugin::PreloadMode::kMount;
+  options.mig.max_idle_per_gpu = flags.max_idle_instances;
+  options.device_config = device_config;
+  options.prepare_early = flags.prepare_early;
+  options.cdi_annotations = flags.cdi_annotations;
+  options.resolve_timeout = absl::Seconds(flags.resolve_timeout_s);
+  options.health_interval = absl::Seconds(flags.health_interval_s);
+  options.inventory_interval = absl::Seconds(flags.inventory_interval_s);
+  options.reconcile_interval = absl::Seconds(flags.reconcile_interval_s);
+
+  // The signals are waited for below; every thread started from here on inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  deviceplugin::MetricsRegistry metrics;
+  deviceplugin::NodeAgent agent(options, nvml.get(), client.get(), &metrics);
+  RETURN_IF_ERROR(Annotate(agent.Start(), "starting the node agent"));
+  PluginServerOptions plugin_options;
+  plugin_options.device_plugin_dir = flags.device_plugin_path;
+  plugin_options.socket_name = flags.socket_name;
+  plugin_options.resource_name = flags.resource_name;
+  auto plugin = std::make_unique<deviceplugin::PluginServer>(&agent, plugin_options);
+  RETURN_IF_ERROR(plugin->Start());
+  deviceplugin::MetricsServer server(
+      &metrics, {address.first, address.second}, nullptr, [&agent, &plugin]() -> std::string {
+        if (!plugin->registered()) return "not registered with the kubelet";
+        const std::string reason = agent.FailClosedReason();
+        return reason.empty() ? "" : StrCat("refusing allocations: ", reason);
+      });
+  RETURN_IF_ERROR(server.Start());
+  LogInfo(kLog, "serving ", flags.resource_name, " on ", plugin->socket_path(), ", metrics on ",
+          address.first, ":", server.port());
+
+  for (;;) {
+    int signal = 0;
+    sigwait(&signals, &signal);
+    if (signal == SIGHUP) {
+      LogInfo(kLog, "SIGHUP: serving and registering again");
+      plugin->Stop();
+      plugin = std::make_unique<deviceplugin::PluginServer>(&agent, plugin_options);
+      RETURN_IF_ERROR(plugin->Start());
+      continue;
+    }
+    LogInfo(kLog, "signal ", signal, ": stopping");
+    break;
+  }
+  server.Stop();
+  plugin->Stop();
+  agent.Stop();
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void AddDevicePluginCommand(CLI::App& app, int* exit_code) {
+  auto flags = std::make_shared<Flags>();
+  CLI::App* cmd = app.add_subcommand(
+      "device-plugin",
+      "Node agent: kubelet device plugin that realizes Prism's decisions (MIG instances, "
+      "software slices) and publishes the node's GPU inventory");
+  cmd->add_option("--node-name", flags->node_name, "This node's name")->envname("NODE_NAME");
+  cmd->add_option("--resource-name", flags->resource_name, "Extended resource to serve")
+      ->capture_default_str();
+  cmd->add_option("--device-plugin-path", flags->device_plugin_path,
+                  "The kubelet's device plugin directory (kubelet.sock and our socket)")
+      ->capture_default_str();
+  cmd->add_option("--socket-name", flags->socket_name, "Our socket's name in that directory")
+      ->capture_default_str();
+  cmd->add_option("--pod-resources-socket", flags->pod_resources_socket,
+                  "The kubelet's PodResources API socket")
+      ->capture_default_str();
+  cmd->add_option("--cdi-dir", flags->cdi_dir, "Where the container runtime reads CDI specs")
+      ->capture_default_str();
+  cmd->add_option("--state-dir", flags->state_dir,
+                  "Allocation ledger (a host directory: survives agent restarts)")
+      ->capture_default_str();
+  cmd->add_option("--nvml", flags->nvml, "NVML backend: nvml, nvml:<path> or sim:<file>")
+      ->envname("PRISM_NVML");
+  cmd->add_option("--kubeconfig", flags->kubeconfig,
+                  "Kubeconfig file (default: in-cluster, then $KUBECONFIG, ~/.kube/config)");
+  cmd->add_option("--context", flags->context, "Kubeconfig context");
+  cmd->add_option("--device-config", flags->device_config,
+                  "device-config.yaml (HAMi's format; default: the built-in one)");
+  cmd->add_option("--device-split-count", flags->split_count,
+                  "Device IDs per GPU (0: deviceSplitCount from the device config)");
+  cmd->add_option("--vgpu-library", flags->vgpu_library,
+                  "Host path of libprism-vgpu.so mounted into slice containers ('' = none)")
+      ->capture_default_str();
+  cmd->add_option("--vgpu-dir", flags->vgpu_dir,
+                  "Host directory for per-container vGPU regions and ld.so.preload")
+      ->capture_default_str();
+  cmd->add_option("--vgpu-preload", flags->vgpu_preload,
+                  "How slice containers load the library: ld-so-preload or env")
+      ->capture_default_str();
+  cmd->add_option("--max-idle-instances", flags->max_idle_instances,
+                  "Idle MIG instances kept per GPU for reuse")
+      ->capture_default_str();
+  cmd->add_option("--prepare-early", flags->prepare_early,
+                  "Create MIG instances when a pod is bound, before the kubelet allocates")
+      ->capture_default_str();
+  cmd->add_option("--cdi-annotations", flags->cdi_annotations,
+                  "Also name the CDI device in a cdi.k8s.io/ container annotation")
+      ->capture_default_str();
+  cmd->add_option("--metrics-address", flags->metrics_address,
+                  "host:port for /metrics, /healthz, /readyz (port 0: any)")
+      ->capture_default_str();
+  cmd->add_option("--resolve-timeout", flags->resolve_timeout_s,
+                  "Seconds an allocation may stay unattributed")
+      ->capture_default_str();
+  cmd->add_option("--health-interval", flags->health_interval_s, "Seconds between GPU checks")
+      ->capture_default_str();
+  cmd->add_option("--inventory-interval", flags->inventory_interval_s,
+                  "Seconds between inventory refreshes")
+      ->capture_default_str();
+  cmd->add_option("--reconcile-interval", flags->reconcile_interval_s,
+                  "Seconds between clean-ups (vanished pods, orphaned specs, idle instances)")
+      ->capture_default_str();
+  cmd->callback([flags, exit_code] {
+    // libcurl and gRPC write to sockets the peer may have closed.
+    signal(SIGPIPE, SIG_IGN);
+    absl::Status status = Run(*flags);
+    if (!status.ok()) {
+      std::fprintf(stderr, "Error: %s\n", std::string(status.message()).c_str());
+      *exit_code = 1;
+      return;
+    }
+    *exit_code = 0;
+  });
+}
+
+}  // namespace prism::cli

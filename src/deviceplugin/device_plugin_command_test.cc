@@ -1,0 +1,176 @@
+// `prism device-plugin` as a process: against a fake API server and a fake kubelet, on simulated
+// GPUs, allocating for a pod, serving metrics, stopping on SIGTERM; and refusing bad flags.
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+
+#include "config/annotations.h"
+#include "config/device_config_yaml.h"
+#include "config/pod_request.h"
+#include "core/sched/engine.h"
+#include "deviceplugin/inventory.h"
+#include "deviceplugin/test_util.h"
+#include "k8s/objects.h"
+#include "kubelet/fake_kubelet.h"
+#include "testing/fake_apiserver/fake_apiserver.h"
+
+extern char** environ;
+
+namespace prism::deviceplugin {
+namespace {
+
+namespace fs = std::filesystem;
+using k8s::Json;
+using ::testing::HasSubstr;
+
+// Runs the prism binary with `args`, stderr to `log`; returns the pid.
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<char*> argv;
+  argv.push_back(const_cast<char*>(PRISM_BINARY));
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  std::vector<std::string> env_storage;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::string(*e).rfind("NODE_NAME=", 0) != 0) env_storage.push_back(*e);
+  }
+  std::vector<char*> env;
+  for (std::string& e : env_storage) env.push_back(e.data());
+  env.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 2, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid = -1;
+  EXPECT_EQ(posix_spawn(&pid, PRISM_BINARY, &actions, nullptr, argv.data(), env.data()), 0);
+  posix_spawn_file_actions_destroy(&actions);
+  return pid;
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+int WaitExit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TEST(DevicePluginCommandTest, ServesAllocatesReportsAndStopsOnSigterm) {
+  const fs::path dir = testing::TestDir();
+  const std::string gpus = testing::WriteFile(dir / "gpus.yaml",
+                                              "gpus:\n  - model: Tesla T4\n"
+                                              "    memory_mib: 15360\n");
+  fakeapi::FakeApiServer api;
+  ASSERT_TRUE(api.Start().ok());
+  ASSERT_TRUE(api.Create("nodes", Json{{"metadata", {{"name", "n1"}}}}).ok());
+  const std::string kubeconfig = testing::WriteFile(dir / "kubeconfig", api.KubeconfigYaml());
+  kubelet::FakeKubeletOptions kubelet_options{
+      (dir / "dp").string(), (dir / "pr" / "k.sock").string(), (dir / "cdi").string()};
+  auto kubelet = kubelet::FakeKubelet::Start(kubelet_options);
+  ASSERT_TRUE(kubelet.ok());
+
+  const std::string log = (dir / "agent.log").string();
+  const pid_t pid =
+      Spawn({"device-plugin", "--node-name=n1", "--kubeconfig=" + kubeconfig, "--nvml=sim:" + gpus,
+             "--device-plugin-path=" + (dir / "dp").string(),
+             "--pod-resources-socket=" + kubelet_options.pod_resources_socket,
+             "--cdi-dir=" + (dir / "cdi").string(), "--state-dir=" + (dir / "state").string(),
+             "--vgpu-dir=" + (dir / "vgpu").string(),
+             "--vgpu-library=", "--metrics-address=127.0.0.1:0", "--device-split-count=4"},
+            log);
+  ASSERT_TRUE((*kubelet)->WaitForPlugin("nvidia.com/gpu", absl::Seconds(30))) << Slurp(log);
+  EXPECT_EQ((*kubelet)->Devices("nvidia.com/gpu").size(), 4u);
+
+  // The scheduler's part: decide from the published inventory.
+  std::optional<std::string> inventory;
+  for (int i = 0; i < 2000 && !inventory; ++i) {
+    inventory = k8s::Annotation(*api.Get("nodes", "", "n1"), kInventoryAnnotation);
+    if (!inventory) absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE(inventory.has_value()) << Slurp(log);
+  auto decoded = DecodeInventory(*inventory);
+  ASSERT_TRUE(decoded.ok());
+  sched::NodeSpec node{"n1", 8000, int64_t{64} << 30, ToGpuSpecs(*decoded)};
+  const sched::DeviceConfig device_config = config::DefaultDeviceConfig();
+  auto state = sched::ClusterState::Build({node}, device_config);
+  ASSERT_TRUE(state.ok());
+  sched::Engine engine(std::move(*state), device_config);
+  config::PodManifest manifest;
+  manifest.namespace_name = "ns";
+  manifest.name = "p";
+  manifest.containers.push_back(
+      {"main", false, {}, {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "3000"}}});
+  auto request = config::BuildPodRequest(manifest, device_config);
+  ASSERT_TRUE(request.ok());
+  sched::ScheduleResult placed = engine.Place(*request);
+  ASSERT_TRUE(placed.scheduled) << placed.Summary();
+  Json pod{
+      {"metadata",
+       {{"name", "p"},
+        {"namespace", "ns"},
+        {"annotations", config::EncodeDecisionAnnotations(placed.decision, engine.cluster())}}},
+      {"spec",
+       {{"nodeName", "n1"},
+        {"containers",
+         {{{"name", "main"},
+           {"resources",
+            {{"limits", {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "3000"}}}}}}}}}}};
+  auto created = api.Create("pods", pod);
+  ASSERT_TRUE(created.ok());
+  const std::string uid = k8s::Uid(*created);
+  ASSERT_TRUE(
+      (*kubelet)->AdmitPod({uid, "ns", "p", {{"main", false, false, 1}}}, "nvidia.com/gpu").ok());
+  absl::StatusOr<kubelet::CreatedContainer> container;
+  for (int i = 0; i < 5000; ++i) {
+    container = (*kubelet)->CreateContainer(uid, "main");
+    if (container.ok() || container.status().code() != absl::StatusCode::kNotFound) break;
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+  ASSERT_TRUE(container.ok()) << container.status() << Slurp(log);
+  EXPECT_EQ(container->env["CUDA_DEVICE_MEMORY_LIMIT_0"], "3000m");
+
+  // Metrics, on the port the agent logged.
+  const std::string text = Slurp(log);
+  const size_t at = text.find("metrics on 127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << text;
+  const int port = std::stoi(text.substr(at + std::string("metrics on 127.0.0.1:").size()));
+  httplib::Client http("127.0.0.1", port);
+  auto metrics = http.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_THAT(metrics->body,
+              HasSubstr("prism_device_plugin_allocate_requests_total{result=\"ok\"} 1"));
+  EXPECT_EQ(http.Get("/readyz")->status, 200);
+
+  kill(pid, SIGTERM);
+  EXPECT_EQ(WaitExit(pid), 0) << Slurp(log);
+  EXPECT_FALSE(fs::exists(dir / "dp" / "prism-gpu.sock"));
+  (*kubelet)->Stop();
+}
+
+TEST(DevicePluginCommandTest, BadFlagsAreClearErrors) {
+  const fs::path dir = testing::TestDir();
+  const std::string log = (dir / "agent.log").string();
+  EXPECT_EQ(WaitExit(Spawn({"device-plugin"}, log)), 1);
+  EXPECT_THAT(Slurp(log), HasSubstr("--node-name (or $NODE_NAME) is required"));
+  EXPECT_EQ(WaitExit(Spawn({"device-plugin", "--node-name=n", "--nvml=gpu"}, log)), 1);
+  EXPECT_THAT(Slurp(log), HasSubstr("Error:"));
+  EXPECT_EQ(WaitExit(Spawn({"device-plugin", "--node-name=n", "--metrics-address=nowhere"}, log)),
+            1);
+  EXPECT_THAT(Slurp(log), HasSubstr("--metrics-address 'nowhere' is not host:port"));
+  EXPECT_EQ(WaitExit(Spawn({"device-plugin", "--node-name=n", "--vgpu-preload=magic"}, log)), 1);
+  EXPECT_THAT(Slurp(log), HasSubstr("--vgpu-preload must be ld-so-preload or env"));
+}
+
+}  // namespace
+}  // namespace prism::deviceplugin
