@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   prism::cli::AddVersionCommand(app, &exit_code);
   prism::cli::AddMigCommand(app, &exit_code);
   prism::cli::AddSimCommand(app, &exit_code);
+  prism::cli::AddDevicePluginCommand(app, &exit_code);
   prism::cli::AddPlanCommand(app, &exit_code);
   // Component commands (each adds one line here).
 

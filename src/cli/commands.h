@@ -18,6 +18,9 @@ void AddMigCommand(CLI::App& app, int* exit_code);
 // `prism sim`: trace simulator and packing benchmark (docs/simulator.md).
 void AddSimCommand(CLI::App& app, int* exit_code);
 
+// `prism device-plugin`: the node agent (docs/device-plugin.md).
+void AddDevicePluginCommand(CLI::App& app, int* exit_code);
+
 // `prism plan`: dry-run placement of pods on a cluster file (docs/scheduling.md).
 void AddPlanCommand(CLI::App& app, int* exit_code);
 
