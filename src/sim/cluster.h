@@ -48,6 +48,8 @@ class Cluster {
   // Makes the GPUs of every node with at least `min_gpus` GPUs MIG GPUs of
   // `model` (other nodes keep software sharing). Returns how many GPUs changed.
   int EnableMig(const mig::GpuModel* model, int min_gpus = 1);
+  // Makes the GPUs of node `i` MIG GPUs of `model` (nullptr: software-shared).
+  void SetNodeMig(int i, const mig::GpuModel* model) { nodes_[i].mig_model = model; }
 
   const std::vector<NodeSpec>& nodes() const { return nodes_; }
   const NodeSpec& node(int i) const { return nodes_[i]; }

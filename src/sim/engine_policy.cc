@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cstdio>
 #include <map>
+#include <unordered_map>
 
 #include "base/status_macros.h"
 #include "base/strings.h"
@@ -82,6 +83,8 @@ class EnginePolicy : public Policy {
     engine_->SetTargetWorkload(sched::TargetWorkload::FromPods(mix, options_.typical_pod_coverage,
                                                                options_.max_typical_shapes));
     allowed_nodes_.clear();
+    keys_.clear();
+    name_count_.clear();
     return absl::OkStatus();
   }
 
@@ -109,13 +112,25 @@ class EnginePolicy : public Policy {
                       const Placement& placement) override {
     (void)state, (void)placement;
     RETURN_IF_ERROR(error_);
-    return Annotate(engine_->Apply(pod.name, pending_), StrCat("engine Apply of ", pod.name));
+    // Pod names key the engine's ledger; a name that repeats gets a suffix.
+    const int repeat = name_count_[pod.name]++;
+    std::string key = repeat == 0 ? pod.name : StrCat(pod.name, "#", repeat);
+    RETURN_IF_ERROR(Annotate(engine_->Apply(key, pending_), StrCat("engine Apply of ", key)));
+    keys_[&pod] = std::move(key);
+    return absl::OkStatus();
   }
 
   absl::Status Released(const ClusterState& state, const PodRequest& pod,
                         const Placement& placement) override {
     (void)state, (void)placement;
-    return Annotate(engine_->Release(pod.name), StrCat("engine Release of ", pod.name));
+    auto it = keys_.find(&pod);
+    if (it == keys_.end()) {
+      return absl::InternalError(StrCat("engine: released pod ", pod.name, " was never placed"));
+    }
+    RETURN_IF_ERROR(
+        Annotate(engine_->Release(it->second), StrCat("engine Release of ", it->second)));
+    keys_.erase(it);
+    return absl::OkStatus();
   }
 
  private:
@@ -198,6 +213,10 @@ class EnginePolicy : public Policy {
   sched::Decision pending_;
   absl::Status error_;
   std::map<uint64_t, std::vector<int32_t>> allowed_nodes_;
+  // The simulator passes the workload's own PodRequest objects, which stay put
+  // during a run: their addresses identify placed pods.
+  std::unordered_map<const PodRequest*, std::string> keys_;
+  std::unordered_map<std::string, int> name_count_;
 };
 
 absl::StatusOr<double> ParseDouble(std::string_view key, std::string_view value) {

@@ -49,7 +49,9 @@ class Policy {
   virtual std::optional<Placement> Place(const ClusterState& state, const PodRequest& pod) = 0;
 
   // After the simulator applied `placement` / released the pod placed there.
-  // An error aborts the run (the policy's own bookkeeping broke).
+  // `pod` is the same object Place() saw (an element of Workload::pods), so its
+  // address identifies the pod for the whole run. An error aborts the run (the
+  // policy's own bookkeeping broke).
   virtual absl::Status Placed(const ClusterState& state, const PodRequest& pod,
                               const Placement& placement) {
     (void)state, (void)pod, (void)placement;
