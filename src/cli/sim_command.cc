@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -19,12 +20,14 @@
 
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "config/device_config_yaml.h"
 #include "core/mig/gpu_model.h"
 #include "sim/policy.h"
 #include "sim/report.h"
 #include "sim/simulator.h"
 #include "sim/trace.h"
 #include "sim/workload.h"
+#include "sim/yaml_input.h"
 
 namespace prism::cli {
 namespace {
@@ -39,6 +42,9 @@ struct SimFlags {
   std::vector<std::string> traces = {"default"};
   std::string trace_dir;
   std::string nodes_file;
+  std::string cluster_file;
+  std::vector<std::string> pod_files;
+  std::string device_config_file;
   std::string seeds = "42-51";
   double tune = 1.3;
   std::string csv;
@@ -106,6 +112,22 @@ absl::StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& text) {
 
 // A trace name resolves to `openb_pod_list_<name>.csv` in --trace-dir; a path
 // to a .csv file is read as is; "paper" means the paper's 17 variants.
+absl::StatusOr<std::vector<TraceInput>> LoadPodYaml(const SimFlags& f,
+                                                    const sched::DeviceConfig& config,
+                                                    const sim::Cluster& cluster,
+                                                    int64_t gpu_memory_mib) {
+  std::vector<TraceInput> out;
+  for (const std::string& path : f.pod_files) {
+    ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+    TraceInput input;
+    input.name = fs::path(path).stem().string();
+    ASSIGN_OR_RETURN(input.pods,
+                     sim::PodsFromYaml(text, path, config, cluster.models(), gpu_memory_mib));
+    out.push_back(std::move(input));
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<TraceInput>> LoadTraces(const SimFlags& f) {
   std::vector<std::string> names;
   for (const std::string& t : f.traces) {
@@ -225,7 +247,16 @@ absl::Status RunSim(const SimFlags& f) {
     return absl::InvalidArgumentError(
         StrCat("--mig-mapping: expected memory or compute, got '", f.mig_mapping, "'"));
   }
-  ASSIGN_OR_RETURN(std::vector<sim::TraceNode> nodes, LoadNodes(f));
+  sched::DeviceConfig device_config = config::DefaultDeviceConfig();
+  if (!f.device_config_file.empty()) {
+    ASSIGN_OR_RETURN(std::string text, ReadFile(f.device_config_file));
+    auto parsed = config::ParseDeviceConfigYaml(text);
+    if (!parsed.ok()) return Annotate(parsed.status(), f.device_config_file);
+    for (const std::string& w : parsed->warnings) {
+      std::fprintf(stderr, "prism sim: %s: %s\n", f.device_config_file.c_str(), w.c_str());
+    }
+    device_config = parsed->config;
+  }
   const mig::GpuModel* mig_model = nullptr;
   if (f.mig) {
     const std::string model_name = f.mig_model.empty() ? "A100-SXM4-80GB" : f.mig_model;
@@ -234,12 +265,37 @@ absl::Status RunSim(const SimFlags& f) {
       return absl::InvalidArgumentError(StrCat("--mig: unknown MIG GPU model '", model_name,
                                                "' (known: ", mig::ModelList(), ")"));
     }
-    std::erase_if(nodes,
-                  [&](const sim::TraceNode& n) { return n.gpus > 0 && n.gpus < f.mig_min_gpus; });
   }
-  ASSIGN_OR_RETURN(sim::Cluster cluster, sim::Cluster::FromTrace(nodes));
-  if (mig_model != nullptr) cluster.EnableMig(mig_model, 1);
-  ASSIGN_OR_RETURN(std::vector<TraceInput> traces, LoadTraces(f));
+  std::optional<sim::Cluster> maybe_cluster;
+  int64_t gpu_memory_mib = 0;
+  if (!f.cluster_file.empty()) {
+    if (!f.nodes_file.empty()) {
+      return absl::InvalidArgumentError("give either --cluster (YAML) or --nodes (CSV), not both");
+    }
+    ASSIGN_OR_RETURN(std::string text, ReadFile(f.cluster_file));
+    auto yaml = sim::ClusterFromYaml(text, device_config);
+    if (!yaml.ok()) return Annotate(yaml.status(), f.cluster_file);
+    for (const std::string& w : yaml->warnings) {
+      std::fprintf(stderr, "prism sim: %s: %s\n", f.cluster_file.c_str(), w.c_str());
+    }
+    gpu_memory_mib = yaml->gpu_memory_mib;
+    maybe_cluster = std::move(yaml->cluster);
+  } else {
+    ASSIGN_OR_RETURN(std::vector<sim::TraceNode> nodes, LoadNodes(f));
+    if (mig_model != nullptr) {
+      std::erase_if(nodes,
+                    [&](const sim::TraceNode& n) { return n.gpus > 0 && n.gpus < f.mig_min_gpus; });
+    }
+    ASSIGN_OR_RETURN(maybe_cluster, sim::Cluster::FromTrace(nodes));
+  }
+  sim::Cluster& cluster = *maybe_cluster;
+  if (mig_model != nullptr) cluster.EnableMig(mig_model, f.mig_min_gpus);
+  std::vector<TraceInput> traces;
+  if (!f.pod_files.empty()) {
+    ASSIGN_OR_RETURN(traces, LoadPodYaml(f, device_config, cluster, gpu_memory_mib));
+  } else {
+    ASSIGN_OR_RETURN(traces, LoadTraces(f));
+  }
 
   std::vector<std::string> policies = f.policies;
   if (policies.empty()) {
@@ -411,6 +467,12 @@ void AddSimCommand(CLI::App& app, int* exit_code) {
                   "Directory with openb_node_list_gpu_node.csv and openb_pod_list_*.csv");
   cmd->add_option("--nodes", flags->nodes_file,
                   "Node list CSV (sn,cpu_milli,memory_mib,gpu,model)");
+  cmd->add_option("--cluster", flags->cluster_file,
+                  "Cluster YAML (prism plan's format; docs/scheduling.md) instead of a node list");
+  cmd->add_option("--pods", flags->pod_files,
+                  "Pod manifests (YAML) as the workload instead of a trace; repeatable");
+  cmd->add_option("--device-config", flags->device_config_file,
+                  "HAMi device-config.yaml for --cluster/--pods (default: HAMi v2.9's)");
   cmd->add_option("--seeds", flags->seeds, "Seeds: a range (42-51) or a list (1,5,9)")
       ->capture_default_str();
   cmd->add_option("--tune", flags->tune, "Inflate the workload to this share of GPU capacity")
