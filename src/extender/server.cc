@@ -78,7 +78,9 @@ absl::Status ExtenderServer::Start() {
   s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   s.set_payload_max_length(options_.max_body_bytes);
   s.set_keep_alive_max_count(100000);
-  s.set_keep_alive_timeout(90);
+  s.set_keep_alive_timeout(options_.keep_alive_timeout_seconds);
+  // Go's transport sets TCP_NODELAY; without it small replies wait for delayed ACKs (~40 ms).
+  s.set_tcp_nodelay(true);
   Scheduler* sched = scheduler_;
   s.Get("/healthz",
         [sched](const httplib::Request&, httplib::Response& res) { Reply(res, sched->Healthz()); });

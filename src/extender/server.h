@@ -29,6 +29,9 @@ struct ServerOptions {
   std::string tls_cert_file;  // Both or neither.
   std::string tls_key_file;
   int threads = 64;
+  // Idle keep-alive connections are closed after this long. Stop() waits for open connections,
+  // so this also bounds how long a stop takes.
+  int keep_alive_timeout_seconds = 5;
   bool probes_only = false;
   size_t max_body_bytes = size_t{256} << 20;  // A full NodeList of 5000 nodes fits.
 };

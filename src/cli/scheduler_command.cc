@@ -1,0 +1,227 @@
+// `prism scheduler`: the kube-scheduler extender and admission webhook (docs/scheduler.md).
+//
+// Runs until SIGTERM or SIGINT. Exit status: 0 after a clean stop, 2 for bad flags or an
+// unusable configuration (kubeconfig, device config, TLS files, address in use).
+#include <signal.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+
+#include "cli/commands.h"
+
+#include "base/log.h"
+#include "base/strings.h"
+#include "config/device_config_yaml.h"
+#include "extender/scheduler.h"
+#include "extender/server.h"
+#include "k8s/client.h"
+#include "k8s/config.h"
+
+namespace prism::cli {
+namespace {
+
+constexpr char kLog[] = "prism-scheduler";
+
+struct SchedulerFlags {
+  std::string kubeconfig;
+  std::string context;
+  std::string scheduler_name = "prism-scheduler";
+  std::string device_config_file;
+  std::string config_map;
+  std::string config_namespace;
+  std::string config_key = "device-config.yaml";
+  bool leader_elect = false;
+  std::string lease_name = "prism-scheduler";
+  std::string lease_namespace;
+  std::string identity;
+  std::string bind_address = "0.0.0.0";
+  int port = 8443;
+  int probe_port = 0;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  int threads = 64;
+  double kube_qps = 100;
+  int kube_burst = 200;
+  double assume_ttl_seconds = 30;
+  double requeue_grace_seconds = 30;
+  bool requeue_invalid = true;
+  bool events = true;
+  bool deny_privileged = true;
+  std::string log_format = "text";
+};
+
+std::string EnvOr(const char* name, std::string fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' ? std::string(v) : fallback;
+}
+
+int Run(const SchedulerFlags& f) {
+  if (f.log_format == "json") SetLogFormat(LogFormat::kJson);
+  extender::SchedulerOptions options;
+  options.scheduler_name = f.scheduler_name;
+  options.webhook.scheduler_name = f.scheduler_name;
+  options.webhook.deny_privileged = f.deny_privileged;
+  if (f.device_config_file.empty()) {
+    options.initial_config = config::DefaultDeviceConfig();
+  } else {
+    std::ifstream in(f.device_config_file);
+    if (!in) {
+      std::cerr << "prism scheduler: cannot read " << f.device_config_file << "\n";
+      return 2;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    absl::StatusOr<config::ParsedDeviceConfig> parsed = config::ParseDeviceConfigYaml(text.str());
+    if (!parsed.ok()) {
+      std::cerr << "prism scheduler: " << f.device_config_file << ": " << parsed.status().message()
+                << "\n";
+      return 2;
+    }
+    for (const std::string& w : parsed->warnings) LogWarning(kLog, f.device_config_file, ": ", w);
+    options.initial_config = std::move(parsed->config);
+  }
+  absl::StatusOr<k8s::ClusterConfig> cluster = k8s::LoadDefaultConfig(f.kubeconfig, f.context);
+  if (!cluster.ok()) {
+    std::cerr << "prism scheduler: Kubernetes configuration: " << cluster.status().message()
+              << "\n";
+    return 2;
+  }
+  const std::string own_namespace = EnvOr("POD_NAMESPACE", cluster->default_namespace);
+  options.config_map_name = f.config_map;
+  options.config_namespace = f.config_namespace.empty() ? own_namespace : f.config_namespace;
+  options.config_map_key = f.config_key;
+  options.leader_elect = f.leader_elect;
+  options.lease_name = f.lease_name;
+  options.lease_namespace = f.lease_namespace.empty() ? own_namespace : f.lease_namespace;
+  options.identity = f.identity.empty() ? EnvOr("POD_NAME", "") : f.identity;
+  options.cache.engine = extender::DefaultEngineOptions();
+  options.cache.assume_ttl = absl::Seconds(f.assume_ttl_seconds);
+  options.cache.problem_grace = absl::Seconds(f.requeue_grace_seconds);
+  options.requeue_invalid = f.requeue_invalid;
+  options.events = f.events;
+  k8s::ClientOptions client_options;
+  client_options.qps = f.kube_qps;
+  client_options.burst = f.kube_burst;
+  client_options.user_agent = StrCat("prism-scheduler/", f.scheduler_name);
+  absl::StatusOr<std::unique_ptr<k8s::Client>> client =
+      k8s::Client::Create(*cluster, client_options);
+  if (!client.ok()) {
+    std::cerr << "prism scheduler: " << client.status().message() << "\n";
+    return 2;
+  }
+
+  // Threads started from here on inherit the blocked signals; the main thread waits for them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  extender::Scheduler scheduler(options, client->get());
+  extender::ServerOptions server_options;
+  server_options.host = f.bind_address;
+  server_options.port = f.port;
+  server_options.tls_cert_file = f.tls_cert_file;
+  server_options.tls_key_file = f.tls_key_file;
+  server_options.threads = f.threads;
+  extender::ExtenderServer server(&scheduler, server_options);
+  std::unique_ptr<extender::ExtenderServer> probes;
+  if (f.probe_port > 0) {
+    extender::ServerOptions p;
+    p.host = f.bind_address;
+    p.port = f.probe_port;
+    p.probes_only = true;
+    p.threads = 4;
+    probes = std::make_unique<extender::ExtenderServer>(&scheduler, p);
+  }
+  if (absl::Status s = scheduler.Start(); !s.ok()) {
+    std::cerr << "prism scheduler: " << s.message() << "\n";
+    return 2;
+  }
+  if (absl::Status s = server.Start(); !s.ok()) {
+    std::cerr << "prism scheduler: " << s.message() << "\n";
+    return 2;
+  }
+  if (probes) {
+    if (absl::Status s = probes->Start(); !s.ok()) {
+      std::cerr << "prism scheduler: " << s.message() << "\n";
+      return 2;
+    }
+  }
+  LogInfo(kLog, "scheduler ", f.scheduler_name, " started against ", cluster->source,
+          f.leader_elect ? " (leader election on)" : "");
+  int received = 0;
+  sigwait(&signals, &received);
+  LogInfo(kLog, "signal ", received, ": stopping");
+  if (probes) probes->Stop();
+  server.Stop();
+  scheduler.Stop();
+  return 0;
+}
+
+}  // namespace
+
+void AddSchedulerCommand(CLI::App& app, int* exit_code) {
+  auto flags = std::make_shared<SchedulerFlags>();
+  CLI::App* cmd = app.add_subcommand(
+      "scheduler",
+      "kube-scheduler extender (filter, prioritize, bind) and admission webhook for GPU pods");
+  cmd->add_option("--kubeconfig", flags->kubeconfig,
+                  "kubeconfig file (default: in-cluster, then $KUBECONFIG, then ~/.kube/config)");
+  cmd->add_option("--context", flags->context, "kubeconfig context");
+  cmd->add_option("--scheduler-name", flags->scheduler_name,
+                  "schedulerName the webhook sets on GPU pods")
+      ->capture_default_str();
+  cmd->add_option("--device-config", flags->device_config_file,
+                  "device-config.yaml used until the ConfigMap is read (default: HAMi's defaults)");
+  cmd->add_option("--config-map", flags->config_map,
+                  "ConfigMap holding device-config.yaml, watched and hot-reloaded");
+  cmd->add_option("--config-namespace", flags->config_namespace,
+                  "its namespace (default: $POD_NAMESPACE or the kubeconfig's)");
+  cmd->add_option("--config-key", flags->config_key, "its key")->capture_default_str();
+  cmd->add_flag("--leader-elect,!--no-leader-elect", flags->leader_elect,
+                "run leader election; only the leader serves filter/prioritize/bind and is ready "
+                "(default: off)");
+  cmd->add_option("--lease-name", flags->lease_name, "Lease for leader election")
+      ->capture_default_str();
+  cmd->add_option("--lease-namespace", flags->lease_namespace,
+                  "its namespace (default: $POD_NAMESPACE or the kubeconfig's)");
+  cmd->add_option("--identity", flags->identity, "leader election identity (default: $POD_NAME)");
+  cmd->add_option("--bind-address", flags->bind_address, "address to listen on")
+      ->capture_default_str();
+  cmd->add_option("--port", flags->port, "port for the extender, webhook, metrics and probes")
+      ->capture_default_str();
+  cmd->add_option("--probe-port", flags->probe_port,
+                  "extra plain-HTTP port for /metrics, /healthz, /readyz (0: none)");
+  cmd->add_option("--tls-cert-file", flags->tls_cert_file,
+                  "serve HTTPS with this certificate chain (re-read on each TLS handshake)");
+  cmd->add_option("--tls-key-file", flags->tls_key_file, "its private key");
+  cmd->add_option("--threads", flags->threads, "HTTP worker threads (concurrent binds)")
+      ->capture_default_str();
+  cmd->add_option("--kube-api-qps", flags->kube_qps, "client-side API rate limit (0: none)")
+      ->capture_default_str();
+  cmd->add_option("--kube-api-burst", flags->kube_burst, "client-side API burst")
+      ->capture_default_str();
+  cmd->add_option("--assume-ttl", flags->assume_ttl_seconds,
+                  "seconds a pod stays assumed on the node Filter chose when no bind follows")
+      ->capture_default_str();
+  cmd->add_option("--requeue-grace", flags->requeue_grace_seconds,
+                  "seconds a bound pod's decision may fail to apply before it is requeued")
+      ->capture_default_str();
+  cmd->add_flag(
+      "--requeue-invalid,!--no-requeue-invalid", flags->requeue_invalid,
+      "delete Pending pods with a controller whose decision no longer holds (default: on)");
+  cmd->add_flag("--events,!--no-events", flags->events, "write Events about pods (default: on)");
+  cmd->add_flag("--deny-privileged,!--allow-privileged", flags->deny_privileged,
+                "webhook: reject privileged containers in GPU pods (default: on)");
+  cmd->add_option("--log-format", flags->log_format, "text or json")
+      ->check(CLI::IsMember({"text", "json"}))
+      ->capture_default_str();
+  cmd->callback([flags, exit_code] { *exit_code = Run(*flags); });
+}
+
+}  // namespace prism::cli
