@@ -335,8 +335,8 @@ class HamiV210Policy : public HamiMigPolicy {
     starts_.clear();
     for (int p : allowed_) {
       std::vector<int> starts = model_->profiles[p].starts;
-      const int slices = model_->profiles[p].compute_slices;
-      if (slices == 1 || slices == 3) std::reverse(starts.begin(), starts.end());
+      const int compute_slices = model_->profiles[p].compute_slices;
+      if (compute_slices == 1 || compute_slices == 3) std::reverse(starts.begin(), starts.end());
       starts_.push_back(std::move(starts));
     }
     return absl::OkStatus();
