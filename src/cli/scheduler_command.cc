@@ -47,6 +47,7 @@ struct SchedulerFlags {
   int kube_burst = 200;
   double assume_ttl_seconds = 30;
   double requeue_grace_seconds = 30;
+  double min_rebuild_interval_seconds = 0.5;
   bool requeue_invalid = true;
   bool events = true;
   bool deny_privileged = true;
@@ -100,6 +101,7 @@ int Run(const SchedulerFlags& f) {
   options.cache.engine = extender::DefaultEngineOptions();
   options.cache.assume_ttl = absl::Seconds(f.assume_ttl_seconds);
   options.cache.problem_grace = absl::Seconds(f.requeue_grace_seconds);
+  options.cache.min_rebuild_interval = absl::Seconds(f.min_rebuild_interval_seconds);
   options.requeue_invalid = f.requeue_invalid;
   options.events = f.events;
   k8s::ClientOptions client_options;

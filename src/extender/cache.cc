@@ -156,6 +156,7 @@ SchedulerCache::SchedulerCache(sched::DeviceConfig config, CacheOptions options)
     : options_(std::move(options)), config_(std::move(config)) {
   absl::MutexLock lock(&mu_);
   RebuildLocked();
+  last_rebuild_ = absl::InfinitePast();  // The first nodes need not wait.
 }
 
 SchedulerCache::~SchedulerCache() = default;
@@ -177,7 +178,6 @@ void SchedulerCache::UpsertNode(const Json& node) {
     LogWarning(kLog, "ignoring the GPUs of node ", name, ": ", entry.error);
   } else {
     entry.spec = std::move(*spec);
-    ValidateNodeLocked(name, entry);
   }
   nodes_[name] = std::move(entry);
   dirty_ = true;
@@ -189,16 +189,6 @@ void SchedulerCache::DeleteNode(std::string_view name) {
   if (it == nodes_.end()) return;
   nodes_.erase(it);
   dirty_ = true;
-}
-
-void SchedulerCache::ValidateNodeLocked(const std::string& name, NodeEntry& node) {
-  node.error.clear();
-  if (!node.spec.has_value()) return;
-  absl::StatusOr<sched::ClusterState> one = sched::ClusterState::Build({*node.spec}, config_);
-  if (!one.ok()) {
-    node.error = StrCat("node ", name, ": ", one.status().message());
-    LogWarning(kLog, "ignoring the GPUs of node ", name, ": ", one.status().message());
-  }
 }
 
 void SchedulerCache::UpsertPod(const Json& pod) {
@@ -270,7 +260,8 @@ void SchedulerCache::UpsertPod(const Json& pod) {
     return;
   }
   auto [pos, inserted] = pods_.insert_or_assign(key, std::move(entry));
-  if (!dirty_) ChargeFromAnnotationsLocked(key, pos->second);
+  // Charged at once, even while a rebuild is pending (it charges every pod again).
+  ChargeFromAnnotationsLocked(key, pos->second);
 }
 
 void SchedulerCache::DeletePod(const Json& pod) {
@@ -286,7 +277,12 @@ void SchedulerCache::DeletePod(const Json& pod) {
 void SchedulerCache::SetDeviceConfig(sched::DeviceConfig config) {
   absl::MutexLock lock(&mu_);
   config_ = std::move(config);
-  for (auto& [name, node] : nodes_) ValidateNodeLocked(name, node);
+  for (auto& [name, node] : nodes_) {
+    if (node.rejected) {  // The engine may take it under the new configuration.
+      node.rejected = false;
+      node.error.clear();
+    }
+  }
   for (auto& [key, e] : pods_) {
     if (e.manifest.name.empty()) continue;
     absl::StatusOr<sched::PodRequest> request = config::BuildPodRequest(e.manifest, config_);
@@ -325,7 +321,7 @@ std::string SchedulerCache::NodeProblemLocked(const std::string& name) const {
     return kNoInventory;
   }
   if (!it->second.error.empty()) return StrCat("unusable GPU inventory: ", it->second.error);
-  return "";
+  return "GPU inventory not loaded yet (next cache rebuild)";
 }
 
 void SchedulerCache::ChargeFromAnnotationsLocked(const std::string& key, PodEntry& entry) {
@@ -367,8 +363,12 @@ void SchedulerCache::ChargeFromAnnotationsLocked(const std::string& key, PodEntr
   ++generation_;
 }
 
-void SchedulerCache::MaybeRebuildLocked() {
-  if (dirty_) RebuildLocked();
+void SchedulerCache::MaybeRebuildLocked(bool force) {
+  if (!dirty_) return;
+  if (force || options_.min_rebuild_interval <= absl::ZeroDuration() ||
+      options_.clock->Now() - last_rebuild_ >= options_.min_rebuild_interval) {
+    RebuildLocked();
+  }
 }
 
 void SchedulerCache::RebuildLocked() {
@@ -389,15 +389,18 @@ void SchedulerCache::RebuildLocked() {
   }
   absl::StatusOr<sched::ClusterState> state = sched::ClusterState::Build(specs, config_);
   if (!state.ok()) {
-    LogError(kLog, "building the cluster view: ", state.status().message(),
-             "; dropping nodes that fail alone");
+    // Find the nodes the engine rejects on their own (an unknown MIG model, say), and go on
+    // without them.
     std::vector<sched::NodeSpec> good;
     for (sched::NodeSpec& spec : specs) {
       absl::StatusOr<sched::ClusterState> one = sched::ClusterState::Build({spec}, config_);
       if (one.ok()) {
         good.push_back(std::move(spec));
       } else {
-        nodes_[spec.name].error = std::string(one.status().message());
+        NodeEntry& node = nodes_[spec.name];
+        node.error = std::string(one.status().message());
+        node.rejected = true;
+        LogWarning(kLog, "ignoring the GPUs of node ", spec.name, ": ", node.error);
       }
     }
     state = sched::ClusterState::Build(good, config_);
@@ -427,6 +430,7 @@ void SchedulerCache::RebuildLocked() {
   scores_.clear();
   scores_order_.clear();
   dirty_ = false;
+  last_rebuild_ = options_.clock->Now();
   ++generation_;
   ++counters_.rebuilds;
   counters_.last_rebuild_seconds = absl::ToDoubleSeconds(absl::Now() - start);
@@ -715,7 +719,7 @@ void SchedulerCache::Tick() {
 
 void SchedulerCache::RebuildIfDirty() {
   absl::MutexLock lock(&mu_);
-  MaybeRebuildLocked();
+  MaybeRebuildLocked(/*force=*/true);
 }
 
 std::vector<PodRef> SchedulerCache::ExpiredUncertain() {

@@ -56,6 +56,10 @@ struct CacheOptions {
   absl::Duration assume_ttl = absl::Seconds(30);
   absl::Duration uncertain_ttl = absl::Seconds(10);
   absl::Duration problem_grace = absl::Seconds(30);
+  // Rebuilds after node changes happen at most this often (a rebuild costs O(nodes + pods); MIG
+  // nodes re-publish their inventory as instances come and go). Pods are charged at once either
+  // way; what waits is a node's new inventory. 0: rebuild before the next call.
+  absl::Duration min_rebuild_interval = absl::ZeroDuration();
   const k8s::Clock* clock = k8s::RealClock::Get();
 };
 
@@ -191,7 +195,8 @@ class SchedulerCache {
   enum class State { kAssumed, kBinding, kBound, kUncertain };
   struct NodeEntry {
     std::optional<sched::NodeSpec> spec;  // nullopt: no inventory.
-    std::string error;                    // Not empty: malformed or rejected by the engine.
+    std::string error;      // Not empty: malformed annotation or rejected by the engine.
+    bool rejected = false;  // `error` came from the engine (retried after a config change).
     std::string fingerprint;
   };
   struct PodEntry {
@@ -212,10 +217,9 @@ class SchedulerCache {
     bool allocation_failed = false;
   };
 
-  void MaybeRebuildLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rebuilds if dirty and `min_rebuild_interval` has passed (always with `force`).
+  void MaybeRebuildLocked(bool force = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RebuildLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ValidateNodeLocked(const std::string& name, NodeEntry& node)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseLocked(PodEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -234,6 +238,7 @@ class SchedulerCache {
   std::map<std::string, std::map<std::string, double>> scores_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> scores_order_ ABSL_GUARDED_BY(mu_);
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
+  absl::Time last_rebuild_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   CacheStats counters_ ABSL_GUARDED_BY(mu_);

@@ -36,8 +36,9 @@ class CacheTest : public ::testing::Test {
  protected:
   CacheTest() { Reset(); }
 
-  void Reset() {
+  void Reset(absl::Duration min_rebuild_interval = absl::ZeroDuration()) {
     CacheOptions options;
+    options.min_rebuild_interval = min_rebuild_interval;
     options.engine = DefaultEngineOptions();
     options.clock = &clock_;
     options.assume_ttl = absl::Seconds(30);
@@ -390,6 +391,27 @@ TEST_F(CacheTest, VanishedGpuTurnsItsPodsIntoProblems) {
   EXPECT_THAT(cache_->Problems()[0].problem, HasSubstr("GPU-n1-0"));
   cache_->Forget("default/p", "uid-default-p");
   EXPECT_THAT(cache_->Problems(), IsEmpty());
+}
+
+TEST_F(CacheTest, RebuildsAreRateLimitedButPodsAreChargedAtOnce) {
+  Reset(absl::Seconds(1));
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  EXPECT_EQ(cache_->Filter(Manifest(GpuPod("a", 1, 1000)), {"n1"}).assumed_node, "n1");
+  json bound = Schedule(GpuPod("b", 1, 20000), {"n1"});
+  cache_->UpsertNode(NodeJson("n2", {TestGpu{}}));  // Waits for the next rebuild.
+  FilterOutcome f = cache_->Filter(Manifest(GpuPod("c", 1, 1000)), {"n1", "n2"});
+  EXPECT_THAT(f.failed["n2"], HasSubstr("not loaded yet"));
+  // After a restart, a bound pod is charged even while a rebuild waits.
+  Reset(absl::Seconds(1));
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  cache_->Filter(Manifest(GpuPod("warm", 1, 1)), {"n1"});  // First rebuild.
+  cache_->UpsertNode(NodeJson("n2", {TestGpu{}}));
+  cache_->UpsertPod(bound);
+  EXPECT_EQ(cache_->EntryState("default/b"), "bound");
+  clock_.Advance(absl::Seconds(1));
+  cache_->Tick();
+  EXPECT_THAT(cache_->Filter(Manifest(GpuPod("e", 1, 1000)), {"n2"}).feasible, ElementsAre("n2"));
+  EXPECT_EQ(cache_->EntryState("default/b"), "bound");
 }
 
 TEST_F(CacheTest, ConfigReloadChangesCapacity) {

@@ -1,0 +1,242 @@
+// `prism scheduler` benchmarks (issue 5): Filter latency as kube-scheduler sees it (HTTP, JSON,
+// nodeCacheCapable) with 500 and 5,000 candidate nodes, next to the same Filter without HTTP and
+// the placement engine's own Filter; the restart cost (a fresh cache rebuilt from the API
+// objects); and pods/s through the whole harness (kube-scheduler stand-in → extender → fake API
+// server → simulated nodes).
+//
+// Cluster: N nodes × 8 GPUs, per 4 nodes 2 with software-sliced A100-80GB, 1 with H100-80GB in MIG
+// placement mode, 1 with A100-40GB in MIG template mode; about 2 pods already bound per node
+// (decisions in their annotations, as after a restart). Each measured Filter is for a new pod of
+// a 5-shape mix; it is assumed on its best node like a real one. Percentiles are per call.
+//
+//   build/<dir>/bench/extender/extender_bench --benchmark_counters_tabular=true
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "benchmark/benchmark.h"
+#include "httplib.h"
+
+#include "base/check.h"
+#include "base/log.h"
+#include "base/strings.h"
+#include "config/device_config_yaml.h"
+#include "extender/cache.h"
+#include "extender/test_util.h"
+#include "tests/e2e/harness/cluster.h"
+#include "tests/e2e/harness/driver.h"
+#include "tests/e2e/harness/node_sim.h"
+
+namespace prism::e2e {
+namespace {
+
+using json = nlohmann::json;
+using extender::testing::GpuPod;
+using extender::testing::NodeJson;
+
+std::vector<TestGpu> NodeGpus(int i) {
+  switch (i % 4) {
+    case 0:
+    case 1:
+      return std::vector<TestGpu>(8, TestGpu{"A100-SXM4-80GB", 81920, false});
+    case 2:
+      return std::vector<TestGpu>(8, TestGpu{"H100-SXM5-80GB", 81920, true});
+    default:
+      return std::vector<TestGpu>(8, TestGpu{"A100-SXM4-40GB", 40960, true});
+  }
+}
+
+std::string NodeName(int i) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "node-%05d", i);
+  return name;
+}
+
+json MixPod(const std::string& name, int i) {
+  switch (i % 5) {
+    case 0:
+      return GpuPod(name, 1, 10240, 20, {{"nvidia.com/vgpu-mode", "hami-core"}});
+    case 1:
+      return GpuPod(name, 1, 20000, 0, {{"nvidia.com/vgpu-mode", "mig"}});
+    case 2:
+      return GpuPod(name, 2, 16384, 30, {{"nvidia.com/vgpu-mode", "hami-core"}});
+    case 3:
+      return GpuPod(name, 1, 9000, 0, {{"nvidia.com/vgpu-mode", "mig"}});
+    default:
+      return GpuPod(name, 1, 4096, 10);
+  }
+}
+
+config::PodManifest Manifest(const json& pod) { return *extender::PodManifestFromJson(pod); }
+
+// A cluster of `n` nodes with ~2 bound pods each, in the fake API server, and an extender on it.
+struct Rig {
+  explicit Rig(int n) : nodes(n) {
+    SetLogLevel(LogLevel::kError);
+    PRISM_CHECK(cluster.Start().ok());
+    extender::CacheOptions co;
+    co.engine = extender::DefaultEngineOptions();
+    extender::SchedulerCache planner(config::DefaultDeviceConfig(), co);
+    for (int i = 0; i < n; ++i) {
+      json node = NodeJson(NodeName(i), NodeGpus(i));
+      names.push_back(NodeName(i));
+      PRISM_CHECK(cluster.api().Create("nodes", node).ok());
+      planner.UpsertNode(node);
+    }
+    // Bound pods, with decisions made the way the extender makes them.
+    for (int i = 0; i < 2 * n; ++i) {
+      json pod = MixPod(StrCat("bound-", i), i);
+      absl::StatusOr<extender::BindTicket> t =
+          planner.BeginBind(Manifest(pod), NodeName((i * 7919) % n));
+      if (!t.ok()) continue;
+      pod["spec"]["nodeName"] = t->node;
+      for (const auto& [k, v] : t->annotations) pod["metadata"]["annotations"][k] = v;
+      pod["status"]["phase"] = "Running";
+      PRISM_CHECK(cluster.api().Create("pods", pod).ok());
+      ++bound;
+    }
+    const absl::Time t0 = absl::Now();
+    PRISM_CHECK(cluster.StartExtender().ok());
+    start_seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+  }
+  E2eCluster cluster;
+  int nodes;
+  int bound = 0;
+  double start_seconds = 0;
+  std::vector<std::string> names;
+};
+
+void Percentiles(benchmark::State& state, std::vector<double> us) {
+  std::sort(us.begin(), us.end());
+  if (us.empty()) return;
+  state.counters["p50_us"] = us[us.size() / 2];
+  state.counters["p99_us"] = us[std::min(us.size() - 1, us.size() * 99 / 100)];
+  state.counters["max_us"] = us.back();
+}
+
+void BM_FilterOverHttp(benchmark::State& state) {
+  Rig rig(static_cast<int>(state.range(0)));
+  httplib::Client cli(rig.cluster.extender_url());
+  cli.set_keep_alive(true);
+  cli.set_tcp_nodelay(true);
+  std::vector<double> us;
+  int i = 0;
+  for (auto _ : state) {
+    const json args{
+        {"Pod", MixPod(StrCat("p-", i), i)}, {"Nodes", nullptr}, {"NodeNames", rig.names}};
+    const std::string body = args.dump();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto res = cli.Post("/filter", body, "application/json");
+    const auto t1 = std::chrono::steady_clock::now();
+    PRISM_CHECK(res && res->status == 200);
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    ++i;
+  }
+  Percentiles(state, us);
+  state.counters["request_kB"] =
+      static_cast<double>(
+          json{{"Pod", MixPod("p", 0)}, {"Nodes", nullptr}, {"NodeNames", rig.names}}
+              .dump()
+              .size()) /
+      1024;
+  state.counters["restart_s"] = rig.start_seconds;
+  state.counters["bound_pods"] = rig.bound;
+}
+BENCHMARK(BM_FilterOverHttp)->Arg(500)->Arg(5000)->Unit(benchmark::kMicrosecond)->Iterations(400);
+
+// The same Filter in process: the extender's logic without HTTP and JSON.
+void BM_CacheFilter(benchmark::State& state) {
+  Rig rig(static_cast<int>(state.range(0)));
+  extender::SchedulerCache& cache = rig.cluster.scheduler()->cache();
+  std::vector<double> us;
+  int i = 0;
+  for (auto _ : state) {
+    const config::PodManifest m = Manifest(MixPod(StrCat("p-", i), i));
+    const auto t0 = std::chrono::steady_clock::now();
+    extender::FilterOutcome out = cache.Filter(m, rig.names);
+    const auto t1 = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(out);
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    ++i;
+  }
+  Percentiles(state, us);
+}
+BENCHMARK(BM_CacheFilter)->Arg(500)->Arg(5000)->Unit(benchmark::kMicrosecond)->Iterations(400);
+
+// The placement engine's own Filter over the same nodes (per-node verdicts, no assumption).
+void BM_EngineFilter(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  std::vector<sched::NodeSpec> specs;
+  for (int i = 0; i < n; ++i) {
+    specs.push_back(**extender::NodeSpecFromJson(NodeJson(NodeName(i), NodeGpus(i))));
+  }
+  const sched::DeviceConfig config = config::DefaultDeviceConfig();
+  sched::Engine engine(*sched::ClusterState::Build(specs, config), config,
+                       extender::DefaultEngineOptions());
+  std::vector<int32_t> ids(n);
+  for (int i = 0; i < n; ++i) ids[i] = i;
+  for (int i = 0; i < 2 * n; ++i) {
+    sched::PodRequest r = *config::BuildPodRequest(Manifest(MixPod(StrCat("b", i), i)), config);
+    absl::StatusOr<sched::Decision> d = engine.Decide(r, (i * 7919) % n);
+    if (d.ok()) PRISM_CHECK(engine.Apply(r.Key(), *d).ok());
+  }
+  std::vector<double> us;
+  int i = 0;
+  for (auto _ : state) {
+    sched::PodRequest r = *config::BuildPodRequest(Manifest(MixPod(StrCat("p", i), i)), config);
+    const auto t0 = std::chrono::steady_clock::now();
+    auto v = engine.Filter(r, ids);
+    const auto t1 = std::chrono::steady_clock::now();
+    benchmark::DoNotOptimize(v);
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    ++i;
+  }
+  Percentiles(state, us);
+}
+BENCHMARK(BM_EngineFilter)->Arg(500)->Arg(5000)->Unit(benchmark::kMicrosecond)->Iterations(400);
+
+// Pods per second through the whole harness: range(0) nodes, range(1) pods.
+void BM_PodsPerSecond(benchmark::State& state) {
+  for (auto _ : state) {
+    state.PauseTiming();
+    SetLogLevel(LogLevel::kError);
+    E2eCluster cluster;
+    PRISM_CHECK(cluster.Start().ok());
+    const int n = static_cast<int>(state.range(0));
+    for (int i = 0; i < n; ++i) PRISM_CHECK(cluster.AddNode(NodeName(i), NodeGpus(i)).ok());
+    PRISM_CHECK(cluster.StartExtender().ok());
+    NodeSimulator nodes(&cluster.client(), NodeSimOptions{});
+    nodes.Start();
+    std::vector<std::string> keys;
+    for (int i = 0; i < state.range(1); ++i) {
+      keys.push_back(*cluster.SubmitPod(MixPod(StrCat("p-", i), i)));
+    }
+    DriverOptions d;
+    d.extender_url = [&cluster] { return cluster.extender_url(); };
+    SchedulerDriver driver(&cluster.client(), d);
+    state.ResumeTiming();
+    const absl::Time t0 = absl::Now();
+    driver.Start();
+    PRISM_CHECK(driver.WaitBound(keys, absl::Minutes(10)));
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+    state.PauseTiming();
+    state.counters["pods_per_s"] = static_cast<double>(keys.size()) / seconds;
+    state.counters["bind_failures"] = static_cast<double>(driver.stats().bind_failures);
+    PRISM_CHECK(cluster.Validate().ok());
+    driver.Stop();
+    nodes.Stop();
+    state.ResumeTiming();
+  }
+}
+BENCHMARK(BM_PodsPerSecond)
+    ->Args({100, 1000})
+    ->Args({500, 1000})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
+
+}  // namespace
+}  // namespace prism::e2e
+
+BENCHMARK_MAIN();
