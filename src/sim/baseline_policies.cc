@@ -138,9 +138,10 @@ class BestFitPolicy : public Policy {
 // node's fragmentation most, scored int(100 * sigmoid(delta / 1000)).
 class FgdPolicy : public Policy {
  public:
-  explicit FgdPolicy(const PolicyOptions& options) : options_(options) {}
+  explicit FgdPolicy(const PolicyOptions& options)
+      : options_(options), name_(options.fgd_name.empty() ? "fgd" : options.fgd_name) {}
 
-  std::string_view name() const override { return "fgd"; }
+  std::string_view name() const override { return name_; }
 
   absl::Status Begin(const RunContext& context) override {
     node_rank_ = &context.workload->node_rank;
@@ -156,10 +157,16 @@ class FgdPolicy : public Policy {
     candidates_.clear();
     scores_.clear();
     chosen_gpu_.clear();
+    const bool packed_cpu_pod = options_.fgd_cpu_pods_on_busy_gpus && pod.gpu_count == 0;
     for (int n = 0; n < state.cluster().node_count(); ++n) {
       if (!SharedFits(state, n, pod)) continue;
       int gpu = -1;
-      const int64_t score = ScoreNode(state, n, pod, &gpu);
+      // A CPU-only pod (option): the node with the least free GPU, then the
+      // least CPU left, so that CPU is taken where it strands no GPU.
+      const std::pair<int64_t, int64_t> score =
+          packed_cpu_pod ? std::pair<int64_t, int64_t>{-state.gpu_left_total(n),
+                                                       -(state.cpu_left(n) - pod.milli_cpu)}
+                         : std::pair<int64_t, int64_t>{ScoreNode(state, n, pod, &gpu), 0};
       candidates_.push_back(n);
       scores_.push_back(score);
       chosen_gpu_.push_back(gpu);
@@ -196,27 +203,36 @@ class FgdPolicy : public Policy {
       // GPUs with the same free share give the same result: score each value once.
       std::array<int, 16> seen_left{};
       std::array<int64_t, 16> seen_score{};
+      std::array<double, 16> seen_after{};
       int seen = 0;
       int64_t best = 0;
+      double best_after = 0;
       for (int g = 0; g < static_cast<int>(left.size()); ++g) {
         if (left[g] < pod.gpu_milli) continue;
         int64_t score = -1;
+        double after = 0;
         for (int k = 0; k < seen; ++k) {
-          if (seen_left[k] == left[g]) score = seen_score[k];
+          if (seen_left[k] == left[g]) score = seen_score[k], after = seen_after[k];
         }
         if (score < 0) {
           scratch_[g] -= pod.gpu_milli;
-          score = FragmentationModel::Score(before,
-                                            model_.NodeFragmentation(model, cpu_after, scratch_));
+          after = model_.NodeFragmentation(model, cpu_after, scratch_);
+          score = FragmentationModel::Score(before, after);
           scratch_[g] += pod.gpu_milli;
           if (seen < static_cast<int>(seen_left.size())) {
             seen_left[seen] = left[g];
             seen_score[seen] = score;
+            seen_after[seen] = after;
             ++seen;
           }
         }
-        if (*gpu < 0 || score > best) {
+        // The GPU with the best score; with the exact-GPU option, equal scores
+        // go to the lower fragmentation after placement.
+        const bool better =
+            score > best || (options_.fgd_exact_gpu_choice && score == best && after < best_after);
+        if (*gpu < 0 || better) {
           best = score;
+          best_after = after;
           *gpu = g;
         }
       }
@@ -235,8 +251,9 @@ class FgdPolicy : public Policy {
   FragmentationModel model_{{}};
   std::vector<double> before_;
   std::vector<uint64_t> before_version_;
+  std::string name_;
   std::vector<int> candidates_;
-  std::vector<int64_t> scores_;
+  std::vector<std::pair<int64_t, int64_t>> scores_;
   std::vector<int> chosen_gpu_;
   std::vector<int> scratch_;
 };

@@ -85,6 +85,34 @@ TEST(FgdTest, BreaksTiesByNodeRank) {
   EXPECT_EQ(p->Place(s, Pod("y", 1, 1000))->node, 1);
 }
 
+TEST(FgdPlusTest, PutsCpuOnlyPodsWhereNoGpuIsFree) {
+  Cluster c = SmallCluster({2, 2, 2});
+  ClusterState s(&c);
+  ASSERT_TRUE(s.Place(Pod("a", 2, 1000), Placement{1, {0, 1}, {}}).ok());
+  ASSERT_TRUE(s.Place(Pod("b", 1, 500, 30000), Placement{2, {0}, {}}).ok());
+  Workload w = TestWorkload(c, {Pod("t", 1, 500), Pod("cpu", 0, 0, 8000)});
+  auto p = Start("fgd+", c, w);
+  EXPECT_EQ(p->name(), "fgd+");
+  // Node 1 has no free GPU: CPU there strands nothing.
+  EXPECT_EQ(p->Place(s, Pod("cpu", 0, 0, 8000))->node, 1);
+}
+
+TEST(FgdPlusTest, BreaksGpuScoreTiesByExactFragmentation) {
+  // Typical pods: 94 % need 600 milli, 6 % need 630. GPU 0 has 645 left, GPU 1
+  // 640. A 30-milli pod leaves 615 or 610, both useless to the 630 pods: the
+  // fragmentation grows by 36.9 or 36.6 milli, the same quantized score (49).
+  // FGD takes the first GPU; fgd+ the lower exact fragmentation, GPU 1.
+  Cluster c = SmallCluster({2});
+  ClusterState s(&c);
+  ASSERT_TRUE(s.Place(Pod("x", 1, 355), Placement{0, {0}, {}}).ok());
+  ASSERT_TRUE(s.Place(Pod("y", 1, 360), Placement{0, {1}, {}}).ok());
+  std::vector<PodRequest> mix(94, Pod("t", 1, 600));
+  for (int i = 0; i < 6; ++i) mix.push_back(Pod("u", 1, 630));
+  Workload w = TestWorkload(c, mix);
+  EXPECT_THAT(Start("fgd", c, w)->Place(s, Pod("z", 1, 30))->gpus, ElementsAre(0));
+  EXPECT_THAT(Start("fgd+", c, w)->Place(s, Pod("z", 1, 30))->gpus, ElementsAre(1));
+}
+
 TEST(RandomTest, OnlyPicksFeasibleNodes) {
   Cluster c = SmallCluster({1, 1, 1, 1});
   ClusterState s(&c);

@@ -16,6 +16,7 @@ constexpr Entry kPolicies[] = {
     {"random", "uniformly random feasible node and GPU (FGD paper baseline)"},
     {"best-fit", "least CPU + GPU left after placement, tightest GPU (FGD paper baseline)"},
     {"fgd", "fragmentation gradient descent (Weng et al., USENIX ATC '23)"},
+    {"fgd+", "fgd with CPU-only pods on the busiest GPUs and exact GPU choice (a refinement)"},
     {"hami-legacy", "HAMi <= v2.9 MIG: first-fit geometry templates, node binpack, GPU spread"},
     {"hami-legacy-binpack", "hami-legacy with GPU binpack instead of spread"},
     {"hami-v2.10", "HAMi v2.10 MIG: smallest profile, 1g/3g high-first placement, GPU spread"},
@@ -54,6 +55,13 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeBuiltinPolicy(std::string_view name,
   if (name == "random") return MakeRandomPolicy();
   if (name == "best-fit") return MakeBestFitPolicy();
   if (name == "fgd") return MakeFgdPolicy(options);
+  if (name == "fgd+") {
+    PolicyOptions plus = options;
+    plus.fgd_cpu_pods_on_busy_gpus = true;
+    plus.fgd_exact_gpu_choice = true;
+    plus.fgd_name = "fgd+";
+    return MakeFgdPolicy(plus);
+  }
   if (name == "hami-legacy") return MakeHamiLegacyPolicy(false);
   if (name == "hami-legacy-binpack") return MakeHamiLegacyPolicy(true);
   if (name == "hami-v2.10") return MakeHamiV210Policy(false);

@@ -72,6 +72,12 @@ class Policy {
 struct PolicyOptions {
   // FGD's typical pods: the most frequent shapes covering this share of pods.
   double typical_pod_coverage = 0.95;
+  // FGD refinements (docs/results/prism-vs-fgd.md), off in the paper's FGD:
+  // a CPU-only pod goes to the node with the least free GPU, then least CPU left;
+  bool fgd_cpu_pods_on_busy_gpus = false;
+  // a share's GPU: among equal scores, the lowest fragmentation after placement.
+  bool fgd_exact_gpu_choice = false;
+  std::string fgd_name;  // Reported name (default "fgd").
 };
 
 // Names of the built-in policies, in the order reports list them.

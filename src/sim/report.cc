@@ -311,7 +311,9 @@ std::string FormatTable(const std::vector<Series>& series, const TableOptions& o
     StrAppend(&out,
               "\nAllocated GPU, % of capacity, at arrived GPU demand (% of capacity); "
               "mean over seeds\n");
-    std::string header = Pad("policy", 20);
+    size_t width = 20;
+    for (const Series* s : group) width = std::max(width, s->policy.size() + 2);
+    std::string header = Pad("policy", width);
     for (int pct : options.arrived_pcts) header += Pad(StrCat("@", pct), 8);
     bool any_published = false;
     for (const Series* s : group) {
@@ -323,7 +325,7 @@ std::string FormatTable(const std::vector<Series>& series, const TableOptions& o
     if (options.show_mig) header += Pad("GI-create", 11) + Pad("GI-destroy", 12) + "moved";
     out += header + "\n";
     for (const Series* s : group) {
-      std::string row = Pad(s->policy, 20);
+      std::string row = Pad(s->policy, width);
       for (int pct : options.arrived_pcts) row += Pad(Num(s->MeanAt(pct)), 8);
       if (published) {
         auto p100 = PublishedAllocation(s->trace, s->policy, 100);
