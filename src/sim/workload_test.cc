@@ -115,7 +115,9 @@ TEST(ChurnWorkloadTest, CapsLifetimes) {
     if (e.arrival) arrival[e.pod] = e.time;
   }
   for (const Event& e : w->events) {
-    if (!e.arrival) EXPECT_DOUBLE_EQ(e.time - arrival[e.pod], 50);
+    if (!e.arrival) {
+      EXPECT_DOUBLE_EQ(e.time - arrival[e.pod], 50);
+    }
   }
 }
 
