@@ -101,7 +101,9 @@ absl::StatusOr<PlacedGeometry> PlaceGeometry(const mig::GpuModel& model,
 
 int64_t DeviceMemoryNeed(const GpuRequest& request, int64_t total_mib) {
   if (request.memory_mib > 0) return request.memory_mib;
-  return (total_mib * request.memory_permille + kPermille - 1) / kPermille;
+  // Rounded down, as HAMi's Totalmem * pct / 100: shares that add up to the
+  // whole GPU must fit on it.
+  return total_mib * request.memory_permille / kPermille;
 }
 
 int MigMemorySlicesNeed(const GpuRequest& request, const mig::GpuModel& model) {

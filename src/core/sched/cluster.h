@@ -227,7 +227,8 @@ class ClusterState {
 
 // Helpers shared by the engine and the state.
 
-// Memory `request` needs on a device of `total_mib` (MiB; per-mille rounds up).
+// Memory `request` needs on a device of `total_mib` (MiB; per-mille rounds
+// down, as HAMi does, so that shares adding up to 1000 fit exactly).
 int64_t DeviceMemoryNeed(const GpuRequest& request, int64_t total_mib);
 // Memory slices a MIG instance needs for a per-mille request on `model`.
 int MigMemorySlicesNeed(const GpuRequest& request, const mig::GpuModel& model);

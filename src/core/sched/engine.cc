@@ -259,6 +259,8 @@ class Engine::Impl {
   std::vector<std::pair<GpuPref, int>> ranked_;
   std::vector<const GpuUsage*> view_;
   std::vector<const GpuUsage*> frag_view_;
+  std::vector<GpuUsage> slice_usage_;
+  std::vector<const GpuUsage*> slice_view_;
 
   // --- Setup --------------------------------------------------------------
 
@@ -654,6 +656,30 @@ class Engine::Impl {
     return {load, 0};
   }
 
+  // The GPU-level preference under FGD: the node's fragmentation change
+  // `delta` (GPUs), compared the way the node policy compares nodes
+  // (quantized: equal buckets fall to the lowest GPU index, as the paper's
+  // simulator does; exact: binpack breaks ties).
+  GpuPref FgdGpuPref(double delta, int g, const ScratchGpu& before, const ScratchGpu& after,
+                     int l) {
+    const PolicyOptions& p = options_.policy;
+    if (p.frag_resolution > 0 || p.fgd_quantize) {
+      return {FragTerm(delta), static_cast<double>(-l)};
+    }
+    return {-delta, SlicePref(GpuPolicy::kBinpack, g, before, after).primary};
+  }
+
+  // How fragmentation-aware policies score a fragmentation change `delta`
+  // (GPUs): higher is better. See PolicyOptions.
+  double FragTerm(double delta) const {
+    const PolicyOptions& p = options_.policy;
+    if (p.frag_resolution > 0) {
+      return -p.frag_resolution * std::floor(delta / p.frag_resolution + 1e-9);
+    }
+    if (p.fgd_quantize) return std::floor(100.0 * Sigmoid(-delta));
+    return -delta;
+  }
+
   void AddSlice(ScratchGpu& s, const ContainerRequest& c, int64_t need) {
     if (c.init) {
       s.init_any = true;
@@ -672,6 +698,19 @@ class Engine::Impl {
     const ContainerRequest& c = rp.pod.containers[ci];
     const NodeInfo& n = cluster_.node(node);
     ranked_.clear();
+    // FGD's GPU choice (as the paper): the node's fragmentation with the share
+    // on each candidate GPU, CPU taken, then binpack.
+    const bool exact_fgd = rp.gpu_policy == GpuPolicy::kFgd && !shapes_.empty();
+    const int64_t cpu_after = cluster_.node_usage(node).cpu_used + rp.cpu;
+    const int64_t mem_after = cluster_.node_usage(node).memory_used + rp.memory;
+    if (exact_fgd) {
+      slice_usage_.resize(n.gpu_count);
+      slice_view_.resize(n.gpu_count);
+      for (int l = 0; l < n.gpu_count; ++l) {
+        slice_usage_[l] = SliceUsageAfter(scratch_[l]);
+        slice_view_[l] = &slice_usage_[l];
+      }
+    }
     for (int l = 0; l < n.gpu_count; ++l) {
       const int g = n.first_gpu + l;
       if (cluster_.gpu(g).mode != GpuMode::kHamiCore) continue;
@@ -685,6 +724,16 @@ class Engine::Impl {
       reasons_[l] = kNoReason;
       ScratchGpu after = s;
       AddSlice(after, c, DeviceMemoryNeed(c.gpu, cluster_.gpu(g).memory_mib));
+      if (exact_fgd) {
+        const GpuUsage ua = SliceUsageAfter(after);
+        const GpuUsage* saved = slice_view_[l];
+        slice_view_[l] = &ua;
+        const double delta =
+            (NodeFrag(node, cpu_after, mem_after, slice_view_) - CurrentNodeFrag(node)) / kPermille;
+        slice_view_[l] = saved;
+        ranked_.emplace_back(FgdGpuPref(delta, g, s, after, l), l);
+        continue;
+      }
       ranked_.emplace_back(SlicePref(rp.gpu_policy, g, s, after), l);
     }
     if (static_cast<int>(ranked_.size()) < c.gpu.count) {
@@ -1201,18 +1250,18 @@ class Engine::Impl {
         return -(p.bestfit_cpu_share * cpu_left + (1 - p.bestfit_cpu_share) * gpu_left);
       }
       case NodePolicy::kFgd: {
+        // The paper's FGD: no MIG waste term.
         const double delta =
-            (NodeFrag(node, cpu_after, mem_after, after) - CurrentNodeFrag(node) + waste) /
-            kPermille;
-        if (p.fgd_quantize) return std::floor(100.0 * Sigmoid(-delta));
-        return -delta;
+            (NodeFrag(node, cpu_after, mem_after, after) - CurrentNodeFrag(node)) / kPermille;
+        return FragTerm(delta);
       }
       case NodePolicy::kPrism: {
         const double delta =
             (NodeFrag(node, cpu_after, mem_after, after) - CurrentNodeFrag(node) + waste) /
             kPermille;
-        return -p.frag_weight * delta +
-               p.pack_weight * Utilization(node, cpu_after, mem_after, after);
+        const double frag_term = p.frag_weight * FragTerm(delta);
+        if (p.pack_weight == 0) return frag_term;
+        return frag_term + p.pack_weight * Utilization(node, cpu_after, mem_after, after);
       }
     }
     return 0;

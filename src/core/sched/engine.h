@@ -41,7 +41,7 @@ namespace prism::sched {
 struct EngineOptions {
   PolicyOptions policy;
   bool use_indexes = true;   // false: score every node on every call (reference path).
-  size_t max_indexes = 128;  // Shape indexes kept, least recently used evicted.
+  size_t max_indexes = 256;  // Shape indexes kept, least recently used evicted.
 };
 
 struct NodeVerdict {

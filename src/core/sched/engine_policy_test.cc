@@ -73,10 +73,10 @@ TEST(FgdPolicyTest, AvoidsLeavingGpusTooSmallForTheWorkload) {
   EXPECT_NEAR(engine.NodeFragmentation(engine.cluster().FindNode("a")), 0, 1e-9);
 }
 
-TEST(FgdPolicyTest, PrismBreaksFragmentationTiesByPacking) {
+TEST(FgdPolicyTest, PrismBreaksFragmentationTiesByFirstFitOrPacking) {
   // Whole-GPU workload, idle nodes: every placement of a whole-GPU pod is
-  // fragmentation-neutral. Prism then packs onto the busier node (c), where
-  // plain FGD takes the lowest name (a).
+  // fragmentation-neutral. By default prism then takes the first node by
+  // name (a); with a packing weight it takes the busier node (c).
   Engine engine = MakeEngine(
       {Node("a", 16, 64, 2, T4()), Node("b", 16, 64, 2, T4()), Node("c", 16, 64, 2, T4())}, {});
   engine.SetTargetWorkload(TargetWorkload::FromPods({SharePod("typical", 1000)}));
@@ -84,7 +84,31 @@ TEST(FgdPolicyTest, PrismBreaksFragmentationTiesByPacking) {
   ASSERT_TRUE(d.ok());
   ASSERT_TRUE(engine.Apply("default/c-load", *d).ok());
   EXPECT_EQ(engine.Schedule(WithPolicy(SharePod("p", 1000), "fgd")).decision.node_name, "a");
+  EXPECT_EQ(engine.Schedule(WithPolicy(SharePod("p", 1000), "prism")).decision.node_name, "a");
+  PolicyOptions packing;
+  packing.pack_weight = 0.01;
+  engine.SetPolicy(packing);
   EXPECT_EQ(engine.Schedule(WithPolicy(SharePod("p", 1000), "prism")).decision.node_name, "c");
+}
+
+TEST(FgdPolicyTest, PrismResolutionTreatsNearEqualChangesAsEqual) {
+  // A 0.2 pod on a (0.7 free -> 0.5, fits the 0.5 workload: no change) or on
+  // b (0.6 free -> 0.4: 0.4 GPU stranded). With a resolution coarser than
+  // that, both count as equal and the first node wins; finer, a wins anyway.
+  Engine engine = MakeEngine({Node("a", 16, 64, 1, T4()), Node("b", 16, 64, 1, T4())}, {});
+  ASSERT_TRUE(engine.Apply("default/a-load", *engine.Decide(SharePod("a-load", 300), 0)).ok());
+  ASSERT_TRUE(engine.Apply("default/b-load", *engine.Decide(SharePod("b-load", 400), 1)).ok());
+  engine.SetTargetWorkload(TargetWorkload::FromPods({SharePod("typical", 500)}));
+  PolicyOptions coarse;
+  coarse.frag_resolution = 1.0;
+  coarse.pack_weight = 0.01;  // Binpack decides within the bucket: b is fuller.
+  engine.SetPolicy(coarse);
+  EXPECT_EQ(engine.Schedule(SharePod("p", 200)).decision.node_name, "b");
+  PolicyOptions fine;
+  fine.frag_resolution = 0.05;
+  fine.pack_weight = 0.01;
+  engine.SetPolicy(fine);
+  EXPECT_EQ(engine.Schedule(SharePod("p", 200)).decision.node_name, "a");
 }
 
 TEST(FgdPolicyTest, QuantizedScoreIsThePapersSigmoid) {

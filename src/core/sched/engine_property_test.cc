@@ -171,9 +171,8 @@ class Validator {
         }
         if (dev.mode == GpuMode::kHamiCore) {
           ASSERT_TRUE(slice_gpus.insert(dev.gpu).second) << "same GPU twice in a container";
-          const int64_t need = req.memory_mib > 0
-                                   ? req.memory_mib
-                                   : (gi.memory_mib * req.memory_permille + 999) / 1000;
+          const int64_t need =
+              req.memory_mib > 0 ? req.memory_mib : gi.memory_mib * req.memory_permille / 1000;
           ASSERT_EQ(dev.memory_mib, need);
           ASSERT_EQ(dev.cores_permille, req.cores_permille);
         } else {

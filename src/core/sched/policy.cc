@@ -115,6 +115,9 @@ TargetWorkload TargetWorkload::FromPods(const std::vector<PodRequest>& pods, dou
   std::map<Key, std::pair<size_t, WorkloadShape>> counts;  // Ordered: deterministic.
   for (const PodRequest& pod : pods) {
     WorkloadShape s = ShapeOfPod(pod);
+    // As FGD: shapes are (CPU, GPU share, GPU count, GPU type); host memory
+    // neither splits shapes nor decides whether one fits.
+    s.memory_bytes = 0;
     Key key{s.cpu_milli,           s.memory_bytes,       s.gpu_count, s.gpu.memory_mib,
             s.gpu.memory_permille, s.gpu.cores_permille, s.types};
     auto& entry = counts[key];

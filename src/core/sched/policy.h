@@ -11,11 +11,11 @@
 //   spread   1 - that utilization.
 //   bestfit  least capacity left: -(cpu_share * CPU left + (1 - cpu_share) *
 //            GPU left), each as a fraction of the node (FGD paper's Best-fit).
-//   fgd      -(fragmentation after - before), FGD (ATC '23): the expected free
-//            GPU a random pod of the target workload could not use. With
-//            `fgd_quantize` the score is the paper's int(100 * sigmoid(-delta)).
-//   prism    -frag_weight * fgd delta + pack_weight * binpack utilization:
-//            FGD with an explicit packing tie-break.
+//   fgd      FGD (ATC '23): the change in fragmentation, i.e. in the expected
+//            free GPU a random pod of the target workload could not use,
+//            scored int(100 * sigmoid(-delta)) as in the paper.
+//   prism    fgd, plus MIG internal waste (a grant larger than asked) counted
+//            as fragmentation, plus an optional packing term.
 // GPU policies (which GPUs of the chosen node; HAMi's gpu-scheduler-policy):
 //   binpack  the most used GPU that fits;  spread  the least used;
 //   fgd      the GPU whose fragmentation grows least (then binpack).
@@ -59,11 +59,20 @@ struct PolicyOptions {
   double weight_gpu_cores = 1.0;
   double weight_cpu = 1.0;
   double weight_memory = 1.0;
-  // prism: score = -frag_weight * delta_frag (GPUs) + pack_weight * utilization.
+  // fgd and prism compare a fragmentation change `delta` (GPUs) as
+  //   frag_resolution > 0:  -frag_resolution * floor(delta / frag_resolution)
+  //   else fgd_quantize:    int(100 * sigmoid(-delta))   (the paper's score)
+  //   else:                 -delta                       (exact)
+  // Changes scored equal are near-equal: the lowest node index (first fit in
+  // name order) decides among them, and inside a node the lowest GPU index.
+  // Exact scores without such ties pack badly (90.7 % instead of 95.3 % on
+  // the default trace): keep quantization on.
+  bool fgd_quantize = true;
+  double frag_resolution = 0;
+  // prism: score = frag_weight * (that term, with MIG internal waste counted
+  // as fragmentation) + pack_weight * binpack utilization.
   double frag_weight = 1.0;
-  double pack_weight = 0.01;
-  // fgd: quantize as the paper does (int(100 * sigmoid(-delta))).
-  bool fgd_quantize = false;
+  double pack_weight = 0.0;
   // bestfit: weight of CPU left (the rest is GPU left).
   double bestfit_cpu_share = 0.5;
 
@@ -83,9 +92,10 @@ struct WorkloadShape {
 struct TargetWorkload {
   std::vector<WorkloadShape> shapes;  // Weights need not sum to 1.
 
-  // The most frequent shapes of `pods` (by effective CPU, host memory, GPU
-  // count, per-device share and type filter), enough to cover `coverage` of
-  // them, at most `max_shapes`, weighted by frequency. FGD's "typical pods".
+  // The most frequent shapes of `pods` (by effective CPU, GPU count,
+  // per-device share and type filter; host memory is left out, as in FGD),
+  // enough to cover `coverage` of them, at most `max_shapes`, weighted by
+  // frequency. FGD's "typical pods".
   static TargetWorkload FromPods(const std::vector<PodRequest>& pods, double coverage = 0.95,
                                  size_t max_shapes = 64);
 };
