@@ -261,6 +261,12 @@ class Engine::Impl {
   std::vector<const GpuUsage*> frag_view_;
   std::vector<GpuUsage> slice_usage_;
   std::vector<const GpuUsage*> slice_view_;
+  std::vector<int32_t> part_free_;
+  std::vector<int32_t> part_usable_;
+  std::vector<int32_t> part_capacity_;
+  int64_t base_total_free_ = 0;
+  std::vector<int64_t> base_unusable_;
+  std::vector<int32_t> base_capacity_;
 
   // --- Setup --------------------------------------------------------------
 
@@ -552,6 +558,64 @@ class Engine::Impl {
     return frag;
   }
 
+  // Per-GPU parts of NodeFrag for one node view, so that the fragmentation
+  // with one GPU changed costs O(shapes) (FragWithGpu), not O(shapes x GPUs).
+  void FragBase(int node, const std::vector<const GpuUsage*>& gpus) {
+    const NodeInfo& n = cluster_.node(node);
+    const size_t count = static_cast<size_t>(n.gpu_count);
+    const size_t shapes = shapes_.size();
+    part_free_.assign(count, 0);
+    part_usable_.assign(shapes * count, 0);
+    part_capacity_.assign(shapes * count, 0);
+    base_total_free_ = 0;
+    base_unusable_.assign(shapes, 0);
+    base_capacity_.assign(shapes, 0);
+    for (size_t l = 0; l < count; ++l) {
+      part_free_[l] = FreeUnits(cluster_.gpu(n.first_gpu + static_cast<int>(l)), *gpus[l]);
+      base_total_free_ += part_free_[l];
+    }
+    for (size_t k = 0; k < shapes; ++k) {
+      if (shapes_[k].shape.gpu_count == 0) continue;
+      for (size_t l = 0; l < count; ++l) {
+        const auto [usable, cap] =
+            UsableFor(shapes_[k], n.first_gpu + static_cast<int>(l), *gpus[l], part_free_[l]);
+        part_usable_[k * count + l] = usable;
+        part_capacity_[k * count + l] = cap;
+        base_unusable_[k] += part_free_[l] - usable;
+        base_capacity_[k] += cap;
+      }
+    }
+  }
+
+  // NodeFrag of the FragBase view with GPU `l` replaced by `changed`.
+  double FragWithGpu(int node, int64_t cpu_after, int64_t mem_after, int l,
+                     const GpuUsage& changed) {
+    const NodeInfo& n = cluster_.node(node);
+    const size_t count = static_cast<size_t>(n.gpu_count);
+    const int g = n.first_gpu + l;
+    const int32_t free = FreeUnits(cluster_.gpu(g), changed);
+    const int64_t total_free = base_total_free_ - part_free_[l] + free;
+    if (total_free == 0) return 0;
+    const int64_t cpu_free = n.cpu_milli - cpu_after;
+    const int64_t mem_free = n.memory_bytes - mem_after;
+    double frag = 0;
+    for (size_t k = 0; k < shapes_.size(); ++k) {
+      const ShapeData& s = shapes_[k];
+      if (s.shape.gpu_count == 0 || cpu_free < s.shape.cpu_milli ||
+          mem_free < s.shape.memory_bytes) {
+        frag += s.weight * static_cast<double>(total_free);
+        continue;
+      }
+      const size_t at = k * count + static_cast<size_t>(l);
+      const auto [usable, cap] = UsableFor(s, g, changed, free);
+      const int64_t unusable =
+          base_unusable_[k] - (part_free_[l] - part_usable_[at]) + (free - usable);
+      const int32_t capacity = base_capacity_[k] - part_capacity_[at] + cap;
+      frag += s.weight * static_cast<double>(capacity >= s.shape.gpu_count ? unusable : total_free);
+    }
+    return frag;
+  }
+
   double CurrentNodeFrag(int node) {
     if (frag_cache_.size() != static_cast<size_t>(cluster_.node_count())) {
       frag_cache_.assign(cluster_.node_count(), {0, 0});
@@ -710,6 +774,7 @@ class Engine::Impl {
         slice_usage_[l] = SliceUsageAfter(scratch_[l]);
         slice_view_[l] = &slice_usage_[l];
       }
+      FragBase(node, slice_view_);
     }
     for (int l = 0; l < n.gpu_count; ++l) {
       const int g = n.first_gpu + l;
@@ -725,12 +790,9 @@ class Engine::Impl {
       ScratchGpu after = s;
       AddSlice(after, c, DeviceMemoryNeed(c.gpu, cluster_.gpu(g).memory_mib));
       if (exact_fgd) {
-        const GpuUsage ua = SliceUsageAfter(after);
-        const GpuUsage* saved = slice_view_[l];
-        slice_view_[l] = &ua;
-        const double delta =
-            (NodeFrag(node, cpu_after, mem_after, slice_view_) - CurrentNodeFrag(node)) / kPermille;
-        slice_view_[l] = saved;
+        const double delta = (FragWithGpu(node, cpu_after, mem_after, l, SliceUsageAfter(after)) -
+                              CurrentNodeFrag(node)) /
+                             kPermille;
         ranked_.emplace_back(FgdGpuPref(delta, g, s, after, l), l);
         continue;
       }
