@@ -77,8 +77,8 @@ class Engine {
   const EngineOptions& options() const;
   // Changing the policy or the workload drops every cached score.
   void SetPolicy(const PolicyOptions& policy);
-  // The workload fragmentation is measured against (fgd, prism). Empty: no
-  // fragmentation term (prism then packs).
+  // The workload fragmentation is measured against (fgd, prism). Empty: every
+  // change scores alike, so the first node by name that fits wins.
   void SetTargetWorkload(TargetWorkload workload);
   const TargetWorkload& target_workload() const;
 
