@@ -32,6 +32,7 @@ int main(int argc, char** argv) {
   prism::cli::AddDevicePluginCommand(app, &exit_code);
   prism::cli::AddPlanCommand(app, &exit_code);
   // Component commands (each adds one line here).
+  prism::cli::AddMigManagerCommand(app, &exit_code);
   prism::cli::AddSchedulerCommand(app, &exit_code);
 
   try {

@@ -24,6 +24,9 @@ void AddDevicePluginCommand(CLI::App& app, int* exit_code);
 // `prism plan`: dry-run placement of pods on a cluster file (docs/scheduling.md).
 void AddPlanCommand(CLI::App& app, int* exit_code);
 
+// `prism mig-manager`: label-driven MIG reconfiguration (docs/mig-manager.md).
+void AddMigManagerCommand(CLI::App& app, int* exit_code);
+
 // `prism scheduler`: kube-scheduler extender and admission webhook (docs/scheduler.md).
 void AddSchedulerCommand(CLI::App& app, int* exit_code);
 

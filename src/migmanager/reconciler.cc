@@ -40,18 +40,17 @@ std::string GoMap(const std::map<std::string, int>& m) {
 
 std::string ModeName(bool enabled) { return enabled ? "Enabled" : "Disabled"; }
 
+// As mig-parted logs a spec: "(devices=all)", "(device-filter=[0x20B010DE 0x20B110DE], devices=[0
+// 1])".
 std::string DescribeSpec(const migparted::MigConfigSpec& spec) {
-  std::string out =
-      spec.all_devices ? "(devices=all" : StrCat("(devices=[", StrJoin(spec.devices, ","), "]");
-  if (!spec.device_filter.empty()) {
-    StrAppend(&out, ", device-filter=[",
-              StrJoin(spec.device_filter, ",",
-                      [](std::string* o, const migparted::DeviceFilter& f) {
-                        StrAppend(o, f.ToString());
-                      }),
-              "]");
-  }
-  return out + ")";
+  const std::string devices =
+      spec.all_devices ? "all" : StrCat("[", StrJoin(spec.devices, " "), "]");
+  if (spec.device_filter.empty()) return StrCat("(devices=", devices, ")");
+  return StrCat(
+      "(device-filter=[",
+      StrJoin(spec.device_filter, " ",
+              [](std::string* o, const migparted::DeviceFilter& f) { StrAppend(o, f.ToString()); }),
+      "], devices=", devices, ")");
 }
 
 std::string PodKey(const k8s::Json& pod) {
@@ -577,10 +576,13 @@ void Reconciler::Attempt::LogWalk(const std::vector<migparted::MigConfigSpec>& s
                                   const migparted::ApplyPreview& preview) {
   auto walk = [&](bool mode) {
     for (const migparted::MigConfigSpec& spec : specs) {
-      LogInfo(kLog, "Walking MigConfig for ", DescribeSpec(spec));
+      bool walked = false;
       for (const migparted::GpuApplyPreview& g : preview.gpus) {
         if (!spec.Applies(g.info.index, g.info.pci_device_id, g.info.pci_subsystem_id)) continue;
         if (dynamic_gpus_.count(g.info.index)) continue;
+        // Specs for other models (NVIDIA's default file has one per PCI ID) are not worth a line.
+        if (!walked) LogInfo(kLog, "Walking MigConfig for ", DescribeSpec(spec));
+        walked = true;
         LogInfo(kLog, "  GPU ", g.info.index, ": ", Hex(g.info.pci_device_id));
         if (mode) {
           LogInfo(kLog, "    Asserting MIG mode: ", ModeName(spec.mig_enabled));
