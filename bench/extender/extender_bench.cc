@@ -98,7 +98,10 @@ struct Rig {
       ++bound;
     }
     const absl::Time t0 = absl::Now();
-    PRISM_CHECK(cluster.StartExtender().ok());
+    if (absl::Status s = cluster.StartExtender(); !s.ok()) {
+      std::fprintf(stderr, "starting the extender: %s\n", std::string(s.message()).c_str());
+      PRISM_CHECK(false);
+    }
     start_seconds = absl::ToDoubleSeconds(absl::Now() - t0);
   }
   E2eCluster cluster;

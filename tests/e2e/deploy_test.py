@@ -1,0 +1,280 @@
+#!/usr/bin/env python3
+"""Checks deploy/ (kustomize base) and charts/prism (Helm chart) without a cluster.
+
+- `kubectl kustomize deploy` must render (skipped, with a note, where kubectl is missing: the
+  raw files are checked instead);
+- the chart renders with tests/e2e/helm_render.py (Helm's template subset the chart uses) for
+  the default values and for the optional variants, into exactly the base's objects;
+- the wiring holds: kube-scheduler's extender config (verbs, nodeCacheCapable, managedResources
+  with ignoredByScheduler, the Service, the CA file it mounts), the webhook's Service and paths,
+  the certificate's names and Secret, the device config the scheduler watches, least-privilege
+  RBAC (no wildcards, no cluster-admin, exactly the verbs Prism uses), and every flag the
+  manifests pass to `prism` exists ($PRISM_BINARY's --help, when the binary is there).
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import unittest
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.environ.get("PRISM_SOURCE_DIR", os.path.abspath(os.path.join(HERE, "..", "..")))
+sys.path.insert(0, HERE)
+import helm_render  # noqa: E402
+
+DEPLOY = os.path.join(ROOT, "deploy")
+CHART = os.path.join(ROOT, "charts", "prism")
+NS = "prism-system"
+
+
+def kustomize_objects():
+    kubectl = shutil.which("kubectl")
+    if kubectl:
+        out = subprocess.run([kubectl, "kustomize", DEPLOY], check=True, capture_output=True,
+                             text=True).stdout
+        return [d for d in yaml.safe_load_all(out) if d], True
+    # No kubectl: the files as written, with the base's namespace and generated ConfigMaps.
+    with open(os.path.join(DEPLOY, "kustomization.yaml")) as f:
+        k = yaml.safe_load(f)
+    objects = []
+    for path in k["resources"]:
+        with open(os.path.join(DEPLOY, path)) as f:
+            objects += [d for d in yaml.safe_load_all(f) if d]
+    for gen in k.get("configMapGenerator", []):
+        data = {}
+        for spec in gen["files"]:
+            key, path = spec.split("=", 1)
+            with open(os.path.join(DEPLOY, path)) as f:
+                data[key] = f.read()
+        objects.append({"apiVersion": "v1", "kind": "ConfigMap",
+                        "metadata": {"name": gen["name"]}, "data": data})
+    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding",
+                      "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
+    for o in objects:
+        if o["kind"] not in cluster_scoped:
+            o["metadata"].setdefault("namespace", NS)
+    return objects, False
+
+
+def key(o):
+    name = re.sub(r"-[0-9a-z]{10}$", "", o["metadata"]["name"])  # Kustomize's hash suffix.
+    return (o["kind"], name, o["metadata"].get("namespace"))
+
+
+def find(objects, kind, name):
+    for o in objects:
+        if o["kind"] == kind and re.sub(r"-[0-9a-z]{10}$", "", o["metadata"]["name"]) == name:
+            return o
+    raise AssertionError(f"no {kind} {name}")
+
+
+def container(workload, name):
+    for c in workload["spec"]["template"]["spec"]["containers"]:
+        if c["name"] == name:
+            return c
+    raise AssertionError(f"no container {name} in {workload['metadata']['name']}")
+
+
+class Wiring:
+    """Checks shared by the kustomize base and the chart."""
+
+    objects = []
+
+    def test_kube_scheduler_consults_the_extender_as_designed(self):
+        cm = find(self.objects, "ConfigMap", "prism-kube-scheduler-config")
+        cfg = yaml.safe_load(cm["data"]["kube-scheduler-config.yaml"])
+        self.assertEqual(cfg["kind"], "KubeSchedulerConfiguration")
+        self.assertEqual([p["schedulerName"] for p in cfg["profiles"]], ["prism-scheduler"])
+        (ext,) = cfg["extenders"]
+        self.assertEqual((ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"]),
+                         ("filter", "prioritize", "bind"))
+        self.assertTrue(ext["nodeCacheCapable"])
+        self.assertTrue(ext["enableHTTPS"])
+        self.assertGreaterEqual(ext["weight"], 1)
+        self.assertEqual(ext["urlPrefix"], f"https://prism-scheduler.{NS}.svc:443")
+        self.assertEqual(ext["tlsConfig"]["serverName"], f"prism-scheduler.{NS}.svc")
+        managed = {m["name"]: m["ignoredByScheduler"] for m in ext["managedResources"]}
+        device_cfg = yaml.safe_load(find(self.objects, "ConfigMap", "prism-device-config")
+                                    ["data"]["device-config.yaml"])["nvidia"]
+        for field in ("resourceCountName", "resourceMemoryName", "resourceMemoryPercentageName",
+                      "resourceCoreName"):
+            self.assertIs(managed.get(device_cfg[field]), True, field)
+        # The CA file it verifies the extender with is mounted.
+        ks = find(self.objects, "Deployment", "prism-kube-scheduler")
+        mounts = {m["mountPath"]: m["name"] for m in container(ks, "kube-scheduler")["volumeMounts"]}
+        ca_dir = os.path.dirname(ext["tlsConfig"]["caFile"])
+        self.assertIn(ca_dir, mounts)
+        vols = {v["name"]: v for v in ks["spec"]["template"]["spec"]["volumes"]}
+        self.assertEqual(vols[mounts[ca_dir]]["secret"]["secretName"], "prism-scheduler-tls")
+        config_arg = [a for a in container(ks, "kube-scheduler")["command"]
+                      if a.startswith("--config=")][0]
+        self.assertIn(os.path.dirname(config_arg.split("=", 1)[1]), mounts)
+
+    def test_services_reach_the_scheduler(self):
+        dep = find(self.objects, "Deployment", "prism-scheduler")
+        labels = dep["spec"]["template"]["metadata"]["labels"]
+        ports = {p["name"] for p in container(dep, "scheduler")["ports"]}
+        for name in ("prism-scheduler", "prism-webhook"):
+            svc = find(self.objects, "Service", name)
+            for k, v in svc["spec"]["selector"].items():
+                self.assertEqual(labels.get(k), v, name)
+            for p in svc["spec"]["ports"]:
+                self.assertIn(p["targetPort"], ports)
+        self.assertTrue(find(self.objects, "Service", "prism-webhook")["spec"]
+                        ["publishNotReadyAddresses"])
+        probe = container(dep, "scheduler")["readinessProbe"]["httpGet"]
+        self.assertEqual(probe["path"], "/readyz")
+
+    def test_webhooks_call_the_webhook_service_over_the_certificates_names(self):
+        cert = find(self.objects, "Certificate", "prism-scheduler")
+        self.assertEqual(cert["spec"]["secretName"], "prism-scheduler-tls")
+        for kind, path in (("MutatingWebhookConfiguration", "/mutate"),
+                           ("ValidatingWebhookConfiguration", "/validate")):
+            cfg = find(self.objects, kind, "prism-webhook")
+            self.assertEqual(cfg["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+                             f"{NS}/prism-scheduler")
+            (hook,) = cfg["webhooks"]
+            svc = hook["clientConfig"]["service"]
+            self.assertEqual((svc["name"], svc["namespace"], svc["path"]),
+                             ("prism-webhook", NS, path))
+            self.assertIn(f"prism-webhook.{NS}.svc", cert["spec"]["dnsNames"])
+            self.assertEqual(hook["rules"][0]["resources"], ["pods"])
+            self.assertEqual(hook["rules"][0]["operations"], ["CREATE"])
+            self.assertEqual(hook["sideEffects"], "None")
+            excluded = [e for e in hook["namespaceSelector"]["matchExpressions"]
+                        if e["key"] == "kubernetes.io/metadata.name"][0]["values"]
+            self.assertIn(NS, excluded)  # Prism's own pods never wait for Prism's webhook.
+        self.assertIn(f"prism-scheduler.{NS}.svc", cert["spec"]["dnsNames"])
+
+    def test_scheduler_watches_the_device_config_it_is_given(self):
+        dep = find(self.objects, "Deployment", "prism-scheduler")
+        args = container(dep, "scheduler")["args"]
+        self.assertEqual(args[0], "scheduler")
+        cm_arg = [a for a in args if a.startswith("--config-map=")][0]
+        find(self.objects, "ConfigMap", cm_arg.split("=", 1)[1])
+        self.assertIn("--leader-elect", args)
+        with open(os.path.join(ROOT, "src", "config", "data", "hami-device-config-v2.9.yaml")) as f:
+            builtin = yaml.safe_load(f)
+        shipped = yaml.safe_load(find(self.objects, "ConfigMap", "prism-device-config")
+                                 ["data"]["device-config.yaml"])
+        self.assertEqual(shipped, builtin)
+
+    def test_rbac_is_least_privilege(self):
+        expected = {
+            "prism-scheduler": {("", "pods"): {"get", "list", "watch", "delete"},
+                                ("", "pods/binding"): {"create"},
+                                ("", "nodes"): {"get", "list", "watch"},
+                                ("", "events"): {"create", "patch"}},
+            "prism-device-plugin": {("", "pods"): {"get", "list", "watch", "patch"},
+                                    ("", "nodes"): {"get", "list", "watch", "patch"},
+                                    ("", "events"): {"create", "patch"}},
+        }
+        for o in self.objects:
+            if o["kind"] in ("ClusterRole", "Role"):
+                for rule in o["rules"]:
+                    for field in ("verbs", "resources", "apiGroups"):
+                        self.assertNotIn("*", rule.get(field, []), o["metadata"]["name"])
+            if o["kind"] in ("ClusterRoleBinding", "RoleBinding"):
+                self.assertNotIn(o["roleRef"]["name"], ("cluster-admin", "admin", "edit"))
+            if o["kind"] == "ClusterRole":
+                got = {}
+                for rule in o["rules"]:
+                    for g in rule["apiGroups"]:
+                        for r in rule["resources"]:
+                            got.setdefault((g, r), set()).update(rule["verbs"])
+                self.assertEqual(got, expected[o["metadata"]["name"]], o["metadata"]["name"])
+        role = find(self.objects, "Role", "prism-scheduler")
+        lease_updates = [r for r in role["rules"] if "update" in r["verbs"]]
+        self.assertEqual(lease_updates[0]["resourceNames"], ["prism-scheduler"])
+
+    def test_every_flag_passed_to_prism_exists(self):
+        binary = os.environ.get("PRISM_BINARY", "")
+        if not binary or not os.access(binary, os.X_OK):
+            self.skipTest("prism binary not built")
+        for kind, name, cname in (("Deployment", "prism-scheduler", "scheduler"),
+                                  ("DaemonSet", "prism-device-plugin", "device-plugin")):
+            args = container(find(self.objects, kind, name), cname)["args"]
+            help_text = subprocess.run([binary, args[0], "--help"], capture_output=True,
+                                       text=True).stdout
+            for a in args[1:]:
+                flag = a.split("=", 1)[0]
+                self.assertRegex(help_text, re.escape(flag) + r"\b", f"{name}: {flag}")
+
+
+class KustomizeBaseTest(Wiring, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.objects, cls.rendered = kustomize_objects()
+        if not cls.rendered:
+            print("note: kubectl not found; checked the raw files instead of `kubectl kustomize`")
+
+    def test_namespace_is_marked_for_the_webhook_to_skip(self):
+        ns = find(self.objects, "Namespace", NS)
+        self.assertEqual(ns["metadata"]["labels"]["prism.io/webhook"], "ignore")
+        rb = find(self.objects, "RoleBinding", "prism-kube-scheduler-auth-reader")
+        self.assertEqual(rb["metadata"]["namespace"], "kube-system")
+
+
+class HelmChartTest(Wiring, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.objects = helm_render.render_objects(CHART, namespace=NS)
+
+    def test_chart_renders_the_same_objects_as_the_base(self):
+        base, _ = kustomize_objects()
+        want = {key(o) for o in base if o["kind"] != "Namespace"}  # helm --create-namespace
+        self.assertEqual({key(o) for o in self.objects}, want)
+        for kind, name, cname in (("Deployment", "prism-scheduler", "scheduler"),
+                                  ("Deployment", "prism-kube-scheduler", "kube-scheduler"),
+                                  ("DaemonSet", "prism-device-plugin", "device-plugin")):
+            a = container(find(base, kind, name), cname)
+            b = container(find(self.objects, kind, name), cname)
+            for field in ("args", "command", "env", "ports", "volumeMounts", "securityContext"):
+                self.assertEqual(a.get(field), b.get(field), f"{name} {field}")
+        for kind, name in (("ClusterRole", "prism-scheduler"), ("Role", "prism-scheduler"),
+                           ("ClusterRole", "prism-device-plugin")):
+            self.assertEqual(find(base, kind, name)["rules"], find(self.objects, kind, name)["rules"])
+        kcfg = [yaml.safe_load(find(objs, "ConfigMap", "prism-kube-scheduler-config")["data"]
+                               ["kube-scheduler-config.yaml"]) for objs in (base, self.objects)]
+        self.assertEqual(kcfg[0], kcfg[1])
+
+    def test_variants(self):
+        objs = helm_render.render_objects(CHART, {
+            "tls": {"certManager": False, "caBundle": "Q0E="},
+            "devicePlugin": {"enabled": False},
+            "scheduler": {"leaderElect": False, "extraArgs": ["--threads=128"]},
+            "webhook": {"denyPrivileged": False},
+            "deviceConfig": "nvidia:\n  deviceSplitCount: 4\n",
+        }, namespace="gpu")
+        kinds = {o["kind"] for o in objs}
+        self.assertNotIn("Certificate", kinds)
+        self.assertNotIn("DaemonSet", kinds)
+        hook = find(objs, "MutatingWebhookConfiguration", "prism-webhook")
+        self.assertEqual(hook["webhooks"][0]["clientConfig"]["caBundle"], "Q0E=")
+        self.assertNotIn("annotations", hook["metadata"])
+        args = container(find(objs, "Deployment", "prism-scheduler"), "scheduler")["args"]
+        self.assertNotIn("--leader-elect", args)
+        self.assertIn("--threads=128", args)
+        self.assertIn("--allow-privileged", args)
+        cfg = yaml.safe_load(find(objs, "ConfigMap", "prism-kube-scheduler-config")["data"]
+                             ["kube-scheduler-config.yaml"])
+        self.assertEqual(cfg["extenders"][0]["urlPrefix"], "https://prism-scheduler.gpu.svc:443")
+        dc = yaml.safe_load(find(objs, "ConfigMap", "prism-device-config")["data"]
+                            ["device-config.yaml"])
+        self.assertEqual(dc["nvidia"]["deviceSplitCount"], 4)
+
+    def test_renderer_refuses_what_it_does_not_understand(self):
+        with self.assertRaises(helm_render.TemplateError):
+            helm_render._parse(helm_render._tokenize("{{ range .Values.x }}{{ end }}", "t"), "t")
+        r = helm_render.Renderer(CHART, {"a": 1}, NS)
+        with self.assertRaises(helm_render.TemplateError):
+            r._eval(".Values.missing", "t")
+        with self.assertRaises(helm_render.TemplateError):
+            r._eval("lower .Values.a", "t")
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)

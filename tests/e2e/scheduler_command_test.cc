@@ -1,0 +1,159 @@
+// `prism scheduler` as a process: flags, kubeconfig, serving, a bind through the real binary,
+// SIGTERM. The fake API server runs in this test's process.
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+
+#include "base/strings.h"
+#include "extender/test_util.h"
+#include "k8s/test_util.h"
+#include "testing/fake_apiserver/fake_apiserver.h"
+
+namespace prism::e2e {
+namespace {
+
+using json = nlohmann::json;
+using k8s::testing_util::WaitUntil;
+using ::testing::HasSubstr;
+
+int FreePort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int port = ntohs(addr.sin_port);
+  close(fd);
+  return port;
+}
+
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    FILE* out = std::fopen(log.c_str(), "w");
+    if (out != nullptr) {
+      dup2(fileno(out), 1);
+      dup2(fileno(out), 2);
+    }
+    std::vector<char*> argv;
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+int WaitExit(pid_t pid) {
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+class SchedulerCommandTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           StrCat("prism-scheduler-command-", getpid(), "-", reinterpret_cast<uintptr_t>(this));
+    std::filesystem::create_directories(dir_);
+    ASSERT_OK(api_.Start());
+    std::ofstream(dir_ / "kubeconfig") << api_.KubeconfigYaml();
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::filesystem::path dir_;
+  fakeapi::FakeApiServer api_;
+};
+
+TEST_F(SchedulerCommandTest, ServesBindsAndStopsOnSigterm) {
+  ASSERT_OK(
+      api_.Create("nodes", extender::testing::NodeJson("n1", {extender::testing::TestGpu{}})));
+  absl::StatusOr<json> pod = api_.Create("pods", extender::testing::GpuPod("p", 1, 8000));
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  const int port = FreePort();
+  const int probe_port = FreePort();
+  const std::string log = (dir_ / "scheduler.log").string();
+  const pid_t pid =
+      Spawn({PRISM_BINARY, "scheduler", "--kubeconfig", (dir_ / "kubeconfig").string(),
+             "--bind-address", "127.0.0.1", "--port", std::to_string(port), "--probe-port",
+             std::to_string(probe_port), "--log-format", "json"},
+            log);
+  ASSERT_GT(pid, 0);
+  httplib::Client probes("127.0.0.1", probe_port);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        auto res = probes.Get("/readyz");
+        return res && res->status == 200;
+      },
+      absl::Seconds(30)))
+      << ReadFile(log);
+  httplib::Client cli("127.0.0.1", port);
+  json args{{"Pod", *pod}, {"NodeNames", {"n1"}}};
+  auto res = cli.Post("/filter", args.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(json::parse(res->body)["NodeNames"], json({"n1"}));
+  res = cli.Post("/bind",
+                 json{{"PodName", "p"},
+                      {"PodNamespace", "default"},
+                      {"PodUID", (*pod)["metadata"]["uid"]},
+                      {"Node", "n1"}}
+                     .dump(),
+                 "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(json::parse(res->body)["Error"], "");
+  absl::StatusOr<json> bound = api_.Get("pods", "default", "p");
+  ASSERT_TRUE(bound.ok());
+  EXPECT_EQ((*bound)["spec"]["nodeName"], "n1");
+  EXPECT_TRUE((*bound)["metadata"]["annotations"].contains("prism.io/decision"));
+  res = probes.Get("/metrics");
+  ASSERT_TRUE(res);
+  EXPECT_THAT(res->body,
+              HasSubstr("prism_scheduler_requests_total{result=\"ok\",verb=\"bind\"} 1"));
+  kill(pid, SIGTERM);
+  EXPECT_EQ(WaitExit(pid), 0) << ReadFile(log);
+  // Structured logs: one JSON object per line.
+  const std::string text = ReadFile(log);
+  ASSERT_FALSE(text.empty());
+  EXPECT_EQ(text.front(), '{') << text;
+}
+
+TEST_F(SchedulerCommandTest, BadConfigurationExitsTwoWithTheReason) {
+  const std::string log = (dir_ / "bad.log").string();
+  pid_t pid = Spawn({PRISM_BINARY, "scheduler", "--kubeconfig", (dir_ / "missing").string()}, log);
+  EXPECT_EQ(WaitExit(pid), 2);
+  EXPECT_THAT(ReadFile(log), HasSubstr("missing"));
+  std::ofstream(dir_ / "device-config.yaml") << "nvidia:\n  deviceSplitCount: lots\n";
+  pid = Spawn({PRISM_BINARY, "scheduler", "--kubeconfig", (dir_ / "kubeconfig").string(),
+               "--device-config", (dir_ / "device-config.yaml").string()},
+              log);
+  EXPECT_EQ(WaitExit(pid), 2);
+  EXPECT_THAT(ReadFile(log), HasSubstr("deviceSplitCount"));
+  pid = Spawn({PRISM_BINARY, "scheduler", "--kubeconfig", (dir_ / "kubeconfig").string(),
+               "--tls-cert-file", (dir_ / "nope.crt").string(), "--port", "0"},
+              log);
+  EXPECT_EQ(WaitExit(pid), 2);
+  EXPECT_THAT(ReadFile(log), HasSubstr("TLS"));
+}
+
+}  // namespace
+}  // namespace prism::e2e
