@@ -1,8 +1,9 @@
 // Time per placed pod for each simulator policy: one full run of the shipped
 // default trace (FGD paper's method, seed 42: 10,818 pods on 1,213 nodes /
 // 6,212 GPUs), software-shared GPUs and MIG GPUs (A100-SXM4-80GB, memory
-// mapping). Counters: `per_pod` (wall time per arriving pod, including pods that
-// fit nowhere), `per_placed_pod`, and the run's allocation at 100 % arrived.
+// mapping). Counters: `per_pod` (CPU time per arriving pod, including pods that
+// fit nowhere), `per_placed_pod`, and the run's allocation at 100 % arrived. CPU
+// time, not wall time, so that a busy machine does not inflate the figures.
 //
 //   build/<dir>/bench/sim/sim_bench [--benchmark_filter=fgd]
 #include <memory>
@@ -66,14 +67,12 @@ void Register() {
   for (const char* p : {"random", "best-fit", "fgd", "prism", "prism-fgd", "prism-bestfit"}) {
     benchmark::RegisterBenchmark((std::string("shared/") + p).c_str(), BM_Policy, p, false)
         ->Unit(benchmark::kMillisecond)
-        ->MeasureProcessCPUTime()
-        ->UseRealTime();
+        ->MeasureProcessCPUTime();
   }
   for (const char* p : {"hami-legacy", "hami-v2.10", "prism"}) {
     benchmark::RegisterBenchmark((std::string("mig/") + p).c_str(), BM_Policy, p, true)
         ->Unit(benchmark::kMillisecond)
-        ->MeasureProcessCPUTime()
-        ->UseRealTime();
+        ->MeasureProcessCPUTime();
   }
 }
 

@@ -42,7 +42,7 @@ absl::Status RequireSharedGpus(const RunContext& context, std::string_view polic
         StrCat("policy '", policy,
                "' places on software-shared GPUs only; this cluster has MIG "
                "GPUs (use a MIG policy: ",
-               StrJoin(MigPolicyNames(), ", "), ")"));
+               StrJoin(MigPolicyNames(), ", "), " or prism)"));
   }
   return absl::OkStatus();
 }
