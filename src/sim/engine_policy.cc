@@ -288,11 +288,13 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view 
         o.typical_pod_coverage = v;
       } else if (key == "bestfit_cpu_share") {
         o.policy.bestfit_cpu_share = v;
+      } else if (key == "resolution") {
+        o.policy.frag_resolution = v;
       } else {
         return absl::InvalidArgumentError(
             StrCat("unknown policy option '", key,
-                   "' (known: frag_weight, pack_weight, gpu, quantize, split, coverage, "
-                   "bestfit_cpu_share)"));
+                   "' (known: frag_weight, pack_weight, gpu, quantize, resolution, split, "
+                   "coverage, bestfit_cpu_share)"));
       }
     }
   }
