@@ -17,7 +17,7 @@ namespace {
 
 constexpr char kLog[] = "extender-cache";
 constexpr char kAllocationStatusAnnotation[] = "prism.io/allocation-status";
-constexpr size_t kMaxRememberedScores = 256;
+constexpr size_t kMaxRememberedScores = 16;
 constexpr char kNoInventory[] = "node has no GPU inventory (annotation prism.io/gpu-inventory)";
 
 const char* StateName(int state) {
@@ -125,6 +125,13 @@ bool AllocationFailedEverywhere(const std::map<std::string, std::string>& annota
     }
   }
   return gpu_containers > 0;
+}
+
+std::string FilterOutcome::Reason(std::string_view node) const {
+  for (const auto& [n, reason] : failed) {
+    if (n == node) return reason;
+  }
+  return "";
 }
 
 std::string FilterOutcome::Summary(size_t candidates) const {
@@ -419,6 +426,7 @@ void SchedulerCache::RebuildLocked() {
     order.emplace_back(it->second.seq, it->first);
     ++it;
   }
+  assumed_.clear();
   std::sort(order.begin(), order.end());
   std::vector<sched::PodRequest> requests;
   for (const auto& [seq, key] : order) {
@@ -440,15 +448,20 @@ void SchedulerCache::RebuildLocked() {
 }
 
 void SchedulerCache::ExpireLocked(absl::Time now) {
-  for (auto it = pods_.begin(); it != pods_.end();) {
-    PodEntry& e = it->second;
-    if (e.state == State::kAssumed && e.expires <= now) {
-      ReleaseLocked(e);
-      ++counters_.assumptions_expired;
-      it = pods_.erase(it);
+  for (auto k = assumed_.begin(); k != assumed_.end();) {
+    auto it = pods_.find(*k);
+    if (it == pods_.end() || it->second.state != State::kAssumed) {
+      k = assumed_.erase(k);
       continue;
     }
-    ++it;
+    if (it->second.expires <= now) {
+      ReleaseLocked(it->second);
+      ++counters_.assumptions_expired;
+      pods_.erase(it);
+      k = assumed_.erase(k);
+      continue;
+    }
+    ++k;
   }
 }
 
@@ -467,7 +480,7 @@ FilterOutcome SchedulerCache::Filter(const config::PodManifest& pod,
     out.request_status = request.status();
   if (!out.request_status.ok()) {
     for (const std::string& n : nodes) {
-      out.failed[n] = StrCat("invalid GPU request: ", out.request_status.message());
+      out.failed.emplace_back(n, StrCat("invalid GPU request: ", out.request_status.message()));
     }
     return out;
   }
@@ -485,7 +498,7 @@ FilterOutcome SchedulerCache::Filter(const config::PodManifest& pod,
   for (const std::string& n : nodes) {
     const int id = engine_->cluster().FindNode(n);
     if (id < 0) {
-      out.failed[n] = NodeProblemLocked(n);
+      out.failed.emplace_back(n, NodeProblemLocked(n));
       ++out.nodes_without_inventory;
       continue;
     }
@@ -496,24 +509,24 @@ FilterOutcome SchedulerCache::Filter(const config::PodManifest& pod,
   if (!verdicts.ok()) {
     out.request_status = verdicts.status();
     for (const std::string* n : id_names) {
-      out.failed[*n] = StrCat("invalid GPU request: ", verdicts.status().message());
+      out.failed.emplace_back(*n, StrCat("invalid GPU request: ", verdicts.status().message()));
     }
     return out;
   }
-  std::map<std::string, double> scores;
+  std::vector<std::pair<int32_t, double>> scores;
   int best = -1;
   double best_score = 0;
   for (size_t i = 0; i < verdicts->size(); ++i) {
     const sched::NodeVerdict& v = (*verdicts)[i];
     if (v.feasible) {
       out.feasible.push_back(*id_names[i]);
-      scores[*id_names[i]] = v.score;
+      scores.emplace_back(v.node, v.score);
       if (best < 0 || v.score > best_score || (v.score == best_score && v.node < best)) {
         best = v.node;
         best_score = v.score;
       }
     } else {
-      out.failed[*id_names[i]] = v.failure.ToString();
+      out.failed.emplace_back(*id_names[i], v.failure.ToString());
       ++out.reason_counts[v.failure.Main()];
     }
   }
@@ -533,6 +546,7 @@ FilterOutcome SchedulerCache::Filter(const config::PodManifest& pod,
       entry.manifest = pod;
       entry.request = *request;
       pods_[key] = std::move(entry);
+      assumed_.insert(key);
       out.assumed_node = decision->node_name;
       ++generation_;
     }
@@ -543,6 +557,7 @@ FilterOutcome SchedulerCache::Filter(const config::PodManifest& pod,
       scores_order_.erase(scores_order_.begin());
     }
     if (!scores_.count(request->uid)) scores_order_.push_back(request->uid);
+    std::sort(scores.begin(), scores.end());
     scores_[request->uid] = std::move(scores);
   }
   return out;
@@ -559,24 +574,23 @@ std::vector<HostPriority> SchedulerCache::Prioritize(const config::PodManifest& 
     for (const std::string& n : nodes) out.push_back({n, 0});
     return out;
   }
-  std::map<std::string, double> scores;
+  // Engine score per node id, from the Filter of this pod if remembered.
+  std::vector<std::pair<int32_t, double>> scores;
   if (auto it = scores_.find(request->uid); it != scores_.end() && !request->uid.empty()) {
     scores = it->second;
   } else {
     std::vector<int32_t> ids;
-    std::vector<std::string> names;
     for (const std::string& n : nodes) {
       const int id = engine_->cluster().FindNode(n);
-      if (id < 0) continue;
-      ids.push_back(id);
-      names.push_back(n);
+      if (id >= 0) ids.push_back(id);
     }
     absl::StatusOr<std::vector<sched::NodeVerdict>> verdicts = engine_->Filter(*request, ids);
     if (verdicts.ok()) {
-      for (size_t i = 0; i < verdicts->size(); ++i) {
-        if ((*verdicts)[i].feasible) scores[names[i]] = (*verdicts)[i].score;
+      for (const sched::NodeVerdict& v : *verdicts) {
+        if (v.feasible) scores.emplace_back(v.node, v.score);
       }
     }
+    std::sort(scores.begin(), scores.end());
   }
   std::string assumed;
   if (auto it = pods_.find(request->Key());
@@ -587,7 +601,9 @@ std::vector<HostPriority> SchedulerCache::Prioritize(const config::PodManifest& 
   for (const std::string& n : nodes) {
     sched::NodeVerdict v;
     v.node = static_cast<int32_t>(verdicts.size());
-    if (auto it = scores.find(n); it != scores.end()) {
+    const int32_t id = engine_->cluster().FindNode(n);
+    auto it = std::lower_bound(scores.begin(), scores.end(), std::make_pair(id, -1e300));
+    if (id >= 0 && it != scores.end() && it->first == id) {
       v.feasible = true;
       v.score = it->second;
     }

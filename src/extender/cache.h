@@ -70,11 +70,13 @@ sched::EngineOptions DefaultEngineOptions();
 struct FilterOutcome {
   absl::Status request_status;  // Not OK: the pod's GPU request is invalid (every node failed).
   bool wants_gpu = false;
-  std::vector<std::string> feasible;           // In request order.
-  std::map<std::string, std::string> failed;   // Node -> reason.
+  std::vector<std::string> feasible;                        // In request order.
+  std::vector<std::pair<std::string, std::string>> failed;  // Node -> reason, in request order.
   std::map<sched::Reason, int> reason_counts;  // Over the failed nodes with engine reasons.
   int nodes_without_inventory = 0;
   std::string assumed_node;  // Where the pod is now assumed ("" if nowhere).
+  // The reason `node` failed ("" if it did not).
+  std::string Reason(std::string_view node) const;
   // "0/3 nodes are available: 2 CardInsufficientMemory, 1 node has no GPU inventory".
   std::string Summary(size_t candidates) const;
 };
@@ -234,9 +236,12 @@ class SchedulerCache {
   std::unique_ptr<sched::Engine> engine_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, NodeEntry, std::less<>> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, PodEntry, std::less<>> pods_ ABSL_GUARDED_BY(mu_);
-  // Last Filter's engine scores per pod UID (for Prioritize), oldest evicted first.
-  std::map<std::string, std::map<std::string, double>> scores_ ABSL_GUARDED_BY(mu_);
+  // The last Filters' engine scores (node id, score; by id) per pod UID, for Prioritize, which
+  // kube-scheduler calls right after Filter. Cleared by rebuilds (node ids change).
+  std::map<std::string, std::vector<std::pair<int32_t, double>>> scores_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> scores_order_ ABSL_GUARDED_BY(mu_);
+  // Keys of assumed entries (may hold stale keys; ExpireLocked drops them).
+  std::set<std::string> assumed_ ABSL_GUARDED_BY(mu_);
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
   absl::Time last_rebuild_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;

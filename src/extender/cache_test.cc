@@ -79,9 +79,9 @@ TEST_F(CacheTest, FilterGivesPerNodeReasonsAndAssumesOnTheBestNode) {
   ASSERT_TRUE(f.request_status.ok());
   EXPECT_TRUE(f.wants_gpu);
   EXPECT_THAT(f.feasible, ElementsAre("big"));
-  EXPECT_EQ(f.failed["small"], "1/1 CardInsufficientMemory");
-  EXPECT_THAT(f.failed["cpu-only"], HasSubstr("no GPU inventory"));
-  EXPECT_THAT(f.failed["ghost"], HasSubstr("no GPU inventory"));
+  EXPECT_EQ(f.Reason("small"), "1/1 CardInsufficientMemory");
+  EXPECT_THAT(f.Reason("cpu-only"), HasSubstr("no GPU inventory"));
+  EXPECT_THAT(f.Reason("ghost"), HasSubstr("no GPU inventory"));
   EXPECT_EQ(f.assumed_node, "big");
   EXPECT_EQ(UsedMiB("big"), 20000);
   EXPECT_EQ(cache_->EntryState("default/p"), "assumed");
@@ -94,7 +94,7 @@ TEST_F(CacheTest, NextFilterSeesTheAssumption) {
   EXPECT_EQ(a.assumed_node, "n1");
   FilterOutcome b = cache_->Filter(Manifest(GpuPod("b", 1, 30000)), {"n1"});
   EXPECT_THAT(b.feasible, IsEmpty());
-  EXPECT_EQ(b.failed["n1"], "1/1 CardInsufficientMemory");
+  EXPECT_EQ(b.Reason("n1"), "1/1 CardInsufficientMemory");
 }
 
 TEST_F(CacheTest, RefilteringAPodDropsItsOldAssumption) {
@@ -337,7 +337,7 @@ TEST_F(CacheTest, MalformedNodeInventoryExcludesOnlyThatNode) {
   cache_->UpsertNode(bad);
   FilterOutcome f = cache_->Filter(Manifest(GpuPod("p", 1, 1000)), {"good", "bad"});
   EXPECT_THAT(f.feasible, ElementsAre("good"));
-  EXPECT_THAT(f.failed["bad"], HasSubstr("unusable GPU inventory"));
+  EXPECT_THAT(f.Reason("bad"), HasSubstr("unusable GPU inventory"));
   EXPECT_EQ(cache_->stats().nodes_invalid, 1);
 }
 
@@ -356,7 +356,7 @@ TEST_F(CacheTest, UnknownGpuModelInMigModeIsRejectedPerNode) {
   cache_->UpsertNode(weird);
   FilterOutcome f = cache_->Filter(Manifest(GpuPod("p", 1, 1000)), {"good", "odd", "weird"});
   EXPECT_THAT(f.feasible, ElementsAre("good", "odd"));
-  EXPECT_THAT(f.failed["weird"], HasSubstr("unusable GPU inventory"));
+  EXPECT_THAT(f.Reason("weird"), HasSubstr("unusable GPU inventory"));
 }
 
 TEST_F(CacheTest, InventoryChangeRebuildsAndKeepsBoundPods) {
@@ -400,7 +400,7 @@ TEST_F(CacheTest, RebuildsAreRateLimitedButPodsAreChargedAtOnce) {
   json bound = Schedule(GpuPod("b", 1, 20000), {"n1"});
   cache_->UpsertNode(NodeJson("n2", {TestGpu{}}));  // Waits for the next rebuild.
   FilterOutcome f = cache_->Filter(Manifest(GpuPod("c", 1, 1000)), {"n1", "n2"});
-  EXPECT_THAT(f.failed["n2"], HasSubstr("not loaded yet"));
+  EXPECT_THAT(f.Reason("n2"), HasSubstr("not loaded yet"));
   // After a restart, a bound pod is charged even while a rebuild waits.
   Reset(absl::Seconds(1));
   cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
@@ -422,7 +422,7 @@ TEST_F(CacheTest, ConfigReloadChangesCapacity) {
   cache_->UpsertPod(Schedule(GpuPod("a", 1, 1000), {"n1"}));
   cache_->UpsertPod(Schedule(GpuPod("b", 1, 1000), {"n1"}));
   FilterOutcome f = cache_->Filter(Manifest(GpuPod("c", 1, 1000)), {"n1"});
-  EXPECT_EQ(f.failed["n1"], "1/1 CardTimeSlicingExhausted");
+  EXPECT_EQ(f.Reason("n1"), "1/1 CardTimeSlicingExhausted");
   config.device_split_count = 10;
   cache_->SetDeviceConfig(config);
   EXPECT_THAT(cache_->Filter(Manifest(GpuPod("c", 1, 1000)), {"n1"}).feasible, ElementsAre("n1"));
@@ -433,8 +433,8 @@ TEST_F(CacheTest, InvalidRequestFailsEveryNodeWithTheReason) {
   json pod = GpuPod("p", 1, 1000, 0, {{"nvidia.com/vgpu-mode", "mps"}});
   FilterOutcome f = cache_->Filter(Manifest(pod), {"n1"});
   EXPECT_FALSE(f.request_status.ok());
-  EXPECT_THAT(f.failed["n1"], HasSubstr("invalid GPU request"));
-  EXPECT_THAT(f.failed["n1"], HasSubstr("vgpu-mode"));
+  EXPECT_THAT(f.Reason("n1"), HasSubstr("invalid GPU request"));
+  EXPECT_THAT(f.Reason("n1"), HasSubstr("vgpu-mode"));
 }
 
 TEST_F(CacheTest, PodsWithoutGpusPassEverywhere) {

@@ -232,29 +232,33 @@ HttpReply Scheduler::Filter(std::string_view body) {
     LogWarning(kLog, "filter: ", args.status().message());
     FilterResult r;
     r.error = std::string(args.status().message());
-    return done("bad-request", JsonReply(400, FilterResultToJson(r)));
+    return done("bad-request", HttpReply{400, FilterResultToJson(r)});
   }
   if (std::string why = NotServingReason(); !why.empty()) {
     FilterResult r;
     r.error = why;
-    return done("not-serving", JsonReply(503, FilterResultToJson(r)));
+    return done("not-serving", HttpReply{503, FilterResultToJson(r)});
   }
   FilterResult result;
   absl::StatusOr<config::PodManifest> manifest = PodManifestFromJson(args->pod);
   if (!manifest.ok()) {
     const std::string why = StrCat("invalid pod: ", manifest.status().message());
-    for (const std::string& n : args->node_names) result.failed_unresolvable_nodes[n] = why;
+    for (const std::string& n : args->node_names)
+      result.failed_unresolvable_nodes.emplace_back(n, why);
     if (args->nodes.has_value()) result.nodes = std::vector<Json>();
     LogWarning(kLog, "filter: ", why);
-    return done("invalid-pod", JsonReply(200, FilterResultToJson(result)));
+    return done("invalid-pod", HttpReply{200, FilterResultToJson(result)});
   }
   FilterOutcome outcome = cache_.Filter(*manifest, args->node_names);
-  result.node_names = outcome.feasible;
+  const bool unschedulable =
+      outcome.feasible.empty() && (outcome.wants_gpu || !outcome.request_status.ok());
+  const std::string summary = unschedulable ? outcome.Summary(args->node_names.size()) : "";
+  result.node_names = std::move(outcome.feasible);
   // No preemption verb: kube-scheduler cannot tell whether evicting pods frees GPUs, so every
   // GPU reason is unresolvable (no pointless preemption attempts).
-  result.failed_unresolvable_nodes = outcome.failed;
+  result.failed_unresolvable_nodes = std::move(outcome.failed);
   if (args->nodes.has_value()) {
-    std::set<std::string> keep(outcome.feasible.begin(), outcome.feasible.end());
+    std::set<std::string> keep(result.node_names.begin(), result.node_names.end());
     std::vector<Json> kept;
     for (const Json& n : *args->nodes) {
       if (keep.count(k8s::Name(n))) kept.push_back(n);
@@ -268,11 +272,11 @@ HttpReply Scheduler::Filter(std::string_view body) {
     metrics_.CountFilterRejections("NoGpuInventory", outcome.nodes_without_inventory);
   }
   std::string result_label = "ok";
-  if (outcome.feasible.empty() && (outcome.wants_gpu || !outcome.request_status.ok())) {
+  if (unschedulable) {
     result_label = outcome.request_status.ok() ? "unschedulable" : "invalid-request";
-    std::string message = outcome.Summary(args->node_names.size());
+    std::string message = summary;
     int listed = 0;
-    for (const auto& [node, reason] : outcome.failed) {
+    for (const auto& [node, reason] : result.failed_unresolvable_nodes) {
       if (listed++ >= options_.event_node_reasons) {
         StrAppend(&message, "; ...");
         break;
@@ -282,7 +286,7 @@ HttpReply Scheduler::Filter(std::string_view body) {
     LogInfo(kLog, "pod ", manifest->Key(), ": ", message);
     RecordEvent(args->pod, "Pod", k8s::EventType::kWarning, "FilteringFailed", message);
   }
-  return done(result_label, JsonReply(200, FilterResultToJson(result)));
+  return done(result_label, HttpReply{200, FilterResultToJson(result)});
 }
 
 HttpReply Scheduler::Prioritize(std::string_view body) {

@@ -46,12 +46,6 @@ absl::StatusOr<std::string> OptionalString(const Json& object, std::string_view 
   return field->get<std::string>();
 }
 
-Json StringMap(const std::map<std::string, std::string>& map) {
-  Json out = Json::object();
-  for (const auto& [k, v] : map) out[k] = v;
-  return out;
-}
-
 // metadata.annotations / labels: strings only (the API server guarantees it; be lenient).
 std::map<std::string, std::string> StringEntries(const Json* object) {
   std::map<std::string, std::string> out;
@@ -190,21 +184,82 @@ absl::StatusOr<ExtenderArgs> ParseExtenderArgs(std::string_view body) {
   return args;
 }
 
-Json FilterResultToJson(const FilterResult& result) {
-  Json out = Json::object();
+void AppendJsonString(std::string* out, std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out->push_back('"');
+  for (char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      default:
+        if (c < 0x20) {
+          out->append("\\u00");
+          out->push_back(kHex[c >> 4]);
+          out->push_back(kHex[c & 15]);
+        } else {
+          out->push_back(ch);
+        }
+    }
+  }
+  out->push_back('"');
+}
+
+namespace {
+
+void AppendReasons(std::string* out, const std::vector<std::pair<std::string, std::string>>& m) {
+  out->push_back('{');
+  bool first = true;
+  for (const auto& [node, reason] : m) {
+    if (!first) out->push_back(',');
+    first = false;
+    AppendJsonString(out, node);
+    out->push_back(':');
+    AppendJsonString(out, reason);
+  }
+  out->push_back('}');
+}
+
+}  // namespace
+
+std::string FilterResultToJson(const FilterResult& result) {
+  std::string out;
+  out.reserve(64 + 24 * result.node_names.size() + 48 * result.failed_unresolvable_nodes.size());
+  out.append("{\"Nodes\":");
   if (result.nodes.has_value()) {
     Json items = Json::array();
     for (const Json& n : *result.nodes) items.push_back(n);
-    out["Nodes"] = Json{{"items", std::move(items)}};
-    out["NodeNames"] = nullptr;
+    out.append(Json{{"items", std::move(items)}}.dump());
+    out.append(",\"NodeNames\":null");
   } else {
-    out["Nodes"] = nullptr;
     // Explicitly [] when nothing fits (null would mean "not node-cache capable").
-    out["NodeNames"] = result.node_names;
+    out.append("null,\"NodeNames\":[");
+    for (size_t i = 0; i < result.node_names.size(); ++i) {
+      if (i > 0) out.push_back(',');
+      AppendJsonString(&out, result.node_names[i]);
+    }
+    out.push_back(']');
   }
-  out["FailedNodes"] = StringMap(result.failed_nodes);
-  out["FailedAndUnresolvableNodes"] = StringMap(result.failed_unresolvable_nodes);
-  out["Error"] = result.error;
+  out.append(",\"FailedNodes\":");
+  AppendReasons(&out, result.failed_nodes);
+  out.append(",\"FailedAndUnresolvableNodes\":");
+  AppendReasons(&out, result.failed_unresolvable_nodes);
+  out.append(",\"Error\":");
+  AppendJsonString(&out, result.error);
+  out.push_back('}');
   return out;
 }
 

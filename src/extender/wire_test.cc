@@ -78,8 +78,8 @@ TEST(ExtenderArgsTest, MalformedRequestsNameTheProblem) {
 
 TEST(FilterResultTest, UsesGoFieldNamesAndAnExplicitEmptyList) {
   FilterResult r;
-  r.failed_unresolvable_nodes["n1"] = "1/1 CardInsufficientMemory";
-  json j = FilterResultToJson(r);
+  r.failed_unresolvable_nodes.emplace_back("n1", "1/1 CardInsufficientMemory");
+  json j = json::parse(FilterResultToJson(r));
   ASSERT_TRUE(j.contains("NodeNames"));
   EXPECT_TRUE(j["NodeNames"].is_array());
   EXPECT_TRUE(j["NodeNames"].empty());
@@ -92,9 +92,20 @@ TEST(FilterResultTest, UsesGoFieldNamesAndAnExplicitEmptyList) {
 TEST(FilterResultTest, ReturnsNodesWhenGivenNodes) {
   FilterResult r;
   r.nodes = std::vector<json>{NodeJson("n1", {})};
-  json j = FilterResultToJson(r);
+  json j = json::parse(FilterResultToJson(r));
   EXPECT_TRUE(j["NodeNames"].is_null());
   EXPECT_EQ(j["Nodes"]["items"][0]["metadata"]["name"], "n1");
+}
+
+TEST(FilterResultTest, EscapesNamesAndReasons) {
+  FilterResult r;
+  r.node_names = {"a\"b"};
+  r.failed_unresolvable_nodes.emplace_back("n\\1", std::string("tab\there, nl\n, ctl\x01"));
+  r.error = "bad \"quote\"";
+  json j = json::parse(FilterResultToJson(r));
+  EXPECT_EQ(j["NodeNames"][0], "a\"b");
+  EXPECT_EQ(j["FailedAndUnresolvableNodes"]["n\\1"], "tab\there, nl\n, ctl\x01");
+  EXPECT_EQ(j["Error"], "bad \"quote\"");
 }
 
 TEST(HostPriorityTest, HostAndScore) {
