@@ -116,7 +116,8 @@ absl::Status Run(const Flags& flags) {
   options.pod_resources_socket = flags.pod_resources_socket;
   options.cdi_dir = flags.cdi_dir;
   options.state_dir = flags.state_dir;
-  options.vgpu.library_host_path = flags.vgpu_library;
+  // 'none' spells "no library": CLI11 2.1 reads `--vgpu-library=` as taking the next argument.
+  options.vgpu.library_host_path = flags.vgpu_library == "none" ? "" : flags.vgpu_library;
   options.vgpu.host_dir = flags.vgpu_dir;
   options.vgpu.preload = flags.vgpu_preload == "env" ? deviceplugin::PreloadMode::kEnv
                                                      : deviceplugin::PreloadMode::kMount;
@@ -208,8 +209,9 @@ void AddDevicePluginCommand(CLI::App& app, int* exit_code) {
                   "device-config.yaml (HAMi's format; default: the built-in one)");
   cmd->add_option("--device-split-count", flags->split_count,
                   "Device IDs per GPU (0: deviceSplitCount from the device config)");
-  cmd->add_option("--vgpu-library", flags->vgpu_library,
-                  "Host path of libprism-vgpu.so mounted into slice containers ('' = none)")
+  cmd->add_option(
+         "--vgpu-library", flags->vgpu_library,
+         "Host path of libprism-vgpu.so mounted into slice containers ('none': no library)")
       ->capture_default_str();
   cmd->add_option("--vgpu-dir", flags->vgpu_dir,
                   "Host directory for per-container vGPU regions and ld.so.preload")

@@ -66,6 +66,19 @@ int WaitExit(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+// Kills the agent if the test fails before stopping it: a leftover child would hold CTest's
+// output pipe open and turn a failure into a hang.
+struct KillOnExit {
+  pid_t pid;
+  bool waited = false;
+  ~KillOnExit() {
+    if (!waited && pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
 TEST(DevicePluginCommandTest, ServesAllocatesReportsAndStopsOnSigterm) {
   const fs::path dir = testing::TestDir();
   const std::string gpus = testing::WriteFile(dir / "gpus.yaml",
@@ -86,9 +99,10 @@ TEST(DevicePluginCommandTest, ServesAllocatesReportsAndStopsOnSigterm) {
              "--device-plugin-path=" + (dir / "dp").string(),
              "--pod-resources-socket=" + kubelet_options.pod_resources_socket,
              "--cdi-dir=" + (dir / "cdi").string(), "--state-dir=" + (dir / "state").string(),
-             "--vgpu-dir=" + (dir / "vgpu").string(),
-             "--vgpu-library=", "--metrics-address=127.0.0.1:0", "--device-split-count=4"},
+             "--vgpu-dir=" + (dir / "vgpu").string(), "--vgpu-library=none",
+             "--metrics-address=127.0.0.1:0", "--device-split-count=4"},
             log);
+  KillOnExit guard{pid};
   ASSERT_TRUE((*kubelet)->WaitForPlugin("nvidia.com/gpu", absl::Seconds(30))) << Slurp(log);
   EXPECT_EQ((*kubelet)->Devices("nvidia.com/gpu").size(), 4u);
 
@@ -153,6 +167,7 @@ TEST(DevicePluginCommandTest, ServesAllocatesReportsAndStopsOnSigterm) {
   EXPECT_EQ(http.Get("/readyz")->status, 200);
 
   kill(pid, SIGTERM);
+  guard.waited = true;
   EXPECT_EQ(WaitExit(pid), 0) << Slurp(log);
   EXPECT_FALSE(fs::exists(dir / "dp" / "prism-gpu.sock"));
   (*kubelet)->Stop();

@@ -14,6 +14,7 @@
 #include "config/annotations.h"
 #include "config/pod_request.h"
 #include "config/pod_yaml.h"
+#include "core/sched/engine.h"
 #include "deviceplugin/attribution.h"
 #include "deviceplugin/cdi_spec.h"
 #include "deviceplugin/device_ids.h"
@@ -301,7 +302,7 @@ void NodeAgent::PatchLoop() {
       patches_.erase(patches_.begin());
       ++patch_in_flight_;
     }
-    Json patch{{"metadata", {{"annotations", {{target.annotation, target.value}}}}}};
+    Json patch{{"metadata", {{"annotations", target.annotations}}}};
     absl::StatusOr<Json> result =
         target.node ? client_->Patch(k8s::kNodes, "", target.name, k8s::PatchType::kMerge, patch)
                     : client_->Patch(k8s::kPods, target.namespace_name, target.name,
@@ -512,7 +513,7 @@ absl::Status NodeAgent::RefreshInventory(bool publish) {
     if (text != published_inventory_) {
       absl::MutexLock lock(&patch_mu_);
       patches_[StrCat("node/", options_.node_name)] =
-          PatchTarget{true, "", options_.node_name, kInventoryAnnotation, text};
+          PatchTarget{true, "", options_.node_name, {{kInventoryAnnotation, text}}};
       published_inventory_ = text;
     }
   }
@@ -656,6 +657,9 @@ NodeAgent::PodEntry* NodeAgent::EntryFor(const Json& pod) {
   e.namespace_name = k8s::Namespace(pod);
   e.name = k8s::Name(pod);
   e.object = pod;
+  if (!e.local_decision.empty() && !k8s::Annotation(pod, config::kPrismDecisionAnnotation)) {
+    for (const auto& [k, v] : e.local_decision) e.object["metadata"]["annotations"][k] = v;
+  }
   return &e;
 }
 
@@ -705,6 +709,73 @@ absl::StatusOr<sched::Decision> NodeAgent::DecodeDecision(const Json& pod) const
   return decision;
 }
 
+absl::StatusOr<sched::Decision> NodeAgent::PlaceLocally(PodEntry& pod) {
+  const std::string who = StrCat(pod.namespace_name, "/", pod.name);
+  auto parse = [this](const Json& object) -> absl::StatusOr<sched::PodRequest> {
+    Json copy = object;
+    copy["kind"] = "Pod";
+    YAML::Node node;
+    try {
+      node = YAML::Load(copy.dump());
+    } catch (const YAML::Exception& e) {
+      return absl::InvalidArgumentError(e.what());
+    }
+    const std::string where = StrCat("pod ", k8s::Namespace(object), "/", k8s::Name(object));
+    ASSIGN_OR_RETURN(config::PodManifest manifest, config::ParsePodNode(node, where));
+    return config::BuildPodRequest(manifest, options_.device_config);
+  };
+  ASSIGN_OR_RETURN(sched::PodRequest request, parse(pod.object));
+  // The node as it is: its instances (those Prism pods hold are theirs, not in use) and every
+  // other live pod's decision.
+  NodeInventory inventory = inventory_;
+  inventory.fault.clear();
+  const auto held = realizer_.Held();
+  for (InventoryGpu& g : inventory.gpus) {
+    for (InventoryInstance& inst : g.instances) {
+      if (held.count({g.index, inst.start}) != 0) inst.in_use = false;
+    }
+  }
+  sched::NodeSpec node;
+  node.name = options_.node_name;
+  node.cpu_milli = int64_t{1} << 40;
+  node.memory_bytes = int64_t{1} << 60;
+  node.gpus = ToGpuSpecs(inventory);
+  absl::StatusOr<sched::ClusterState> state =
+      sched::ClusterState::Build({node}, options_.device_config);
+  if (!state.ok()) return Annotate(state.status(), StrCat("placing ", who, " on this node"));
+  for (const auto& [uid, other] : pods_) {
+    if (uid == pod.uid || !PodLive(uid)) continue;
+    absl::StatusOr<sched::PodRequest> other_request = parse(other.object);
+    if (!other_request.ok()) continue;
+    absl::StatusOr<sched::Decision> d =
+        config::DecodeDecisionAnnotations(k8s::Annotations(other.object), *other_request, *state);
+    if (!d.ok()) continue;
+    if (absl::Status applied = state->Apply(other_request->Key(), *d); !applied.ok()) {
+      LogWarning(kLog, "placing ", who, ": the decision of ", other_request->Key(),
+                 " does not fit the node: ", applied.message());
+    }
+  }
+  sched::Engine engine(std::move(*state), options_.device_config);
+  absl::StatusOr<sched::Decision> decision = engine.Decide(request, 0);
+  if (!decision.ok()) {
+    return absl::ResourceExhaustedError(
+        StrCat(who, " (scheduler ", k8s::PodSchedulerName(pod.object),
+               ") carries no Prism decision and does not fit this node's GPUs: ",
+               decision.status().message()));
+  }
+  pod.local_decision = config::EncodeDecisionAnnotations(*decision, engine.cluster());
+  for (const auto& [k, v] : pod.local_decision) pod.object["metadata"]["annotations"][k] = v;
+  {
+    absl::MutexLock lock(&patch_mu_);
+    patches_[StrCat("pod-decision/", pod.uid)] =
+        PatchTarget{false, pod.namespace_name, pod.name, pod.local_decision};
+  }
+  LogInfo(kLog, "placed ", who, " (scheduler ", k8s::PodSchedulerName(pod.object),
+          ") on this node's GPUs: ", pod.local_decision[config::kPrismDecisionAnnotation]);
+  // Decode what was recorded, exactly as a decision written by the scheduler.
+  return DecodeDecision(pod.object);
+}
+
 void NodeAgent::OnPodEvent(const Json& pod, bool deleted) {
   const std::string uid = k8s::Uid(pod);
   if (uid.empty()) return;
@@ -750,7 +821,12 @@ void NodeAgent::Prepare(const std::string& pod_uid) {
 
 absl::StatusOr<std::vector<RealizedDevice>> NodeAgent::RealizeContainer(
     PodEntry& pod, const std::string& container, EnsureMode mode) {
-  ASSIGN_OR_RETURN(sched::Decision decision, DecodeDecision(pod.object));
+  absl::StatusOr<sched::Decision> decoded = DecodeDecision(pod.object);
+  if (decoded.status().code() == absl::StatusCode::kNotFound && options_.place_undecided &&
+      mode == EnsureMode::kAllocate) {
+    decoded = PlaceLocally(pod);
+  }
+  ASSIGN_OR_RETURN(sched::Decision decision, std::move(decoded));
   const sched::ContainerAssignment* assignment = nullptr;
   for (const sched::ContainerAssignment& c : decision.containers) {
     if (c.name == container) assignment = &c;
@@ -1050,8 +1126,8 @@ void NodeAgent::QueueStatusPatch(const PodEntry& pod) {
   }
   Json status{{"node", options_.node_name}, {"containers", Json(containers)}};
   absl::MutexLock lock(&patch_mu_);
-  patches_[StrCat("pod/", pod.uid)] =
-      PatchTarget{false, pod.namespace_name, pod.name, kAllocationStatusAnnotation, status.dump()};
+  patches_[StrCat("pod/", pod.uid)] = PatchTarget{
+      false, pod.namespace_name, pod.name, {{kAllocationStatusAnnotation, status.dump()}}};
 }
 
 void NodeAgent::RecordFailureEvent(const PodEntry& pod, const std::string& container,

@@ -79,6 +79,10 @@ struct NodeAgentOptions {
   sched::DeviceConfig device_config;
   // Create MIG instances when a pod with a decision is bound, before the kubelet allocates.
   bool prepare_early = true;
+  // A pod bound here without a Prism decision (another scheduler placed it) is placed on this
+  // node's GPUs by the agent, with the placement engine, and the decision written on the pod.
+  // false: such pods get no GPU (PRISM_ALLOCATION_ERROR says why).
+  bool place_undecided = true;
   // Also name the CDI device in the cdi.k8s.io/ container annotation (runtimes that read CDI
   // names from annotations, for kubelets without the cdi_devices field).
   bool cdi_annotations = false;
@@ -145,6 +149,8 @@ class NodeAgent {
     k8s::Json object;
     bool released = false;
     std::map<std::string, ContainerResult> containers;
+    // Decision annotations the agent wrote itself (place_undecided), kept until the API shows them.
+    std::map<std::string, std::string> local_decision;
   };
 
   // Worker queue.
@@ -174,6 +180,8 @@ class NodeAgent {
   PodEntry* FindEntryByKey(const std::string& pod_key);
   std::optional<k8s::Json> LookupPod(const std::string& ns, const std::string& name);
   absl::StatusOr<sched::Decision> DecodeDecision(const k8s::Json& pod) const;
+  // Places a pod without a decision on this node (place_undecided) and records the decision.
+  absl::StatusOr<sched::Decision> PlaceLocally(PodEntry& pod);
   bool PodLive(const std::string& pod_uid);
   void QueueStatusPatch(const PodEntry& pod);
   void RecordFailureEvent(const PodEntry& pod, const std::string& container,
@@ -224,8 +232,7 @@ class NodeAgent {
     bool node = false;
     std::string namespace_name;
     std::string name;
-    std::string annotation;
-    std::string value;
+    std::map<std::string, std::string> annotations;
   };
   absl::Mutex patch_mu_;
   std::map<std::string, PatchTarget> patches_ ABSL_GUARDED_BY(patch_mu_);

@@ -224,7 +224,7 @@ TEST_F(NodeAgentTest, AnIdlePoolLetsTheNextPodReuseAnInstance) {
 }
 
 TEST_F(NodeAgentTest, APodWithoutADecisionFailsWithAClearReason) {
-  Start();
+  Start(kMixedNode, PlacementConfig(), [](NodeAgentOptions& o) { o.place_undecided = false; });
   absl::StatusOr<std::string> uid = h_->SubmitPod(MigPod("rogue"), /*decide=*/false);
   ASSERT_TRUE(uid.ok());
   ASSERT_TRUE(h_->Admit(*uid).ok());
@@ -239,6 +239,30 @@ TEST_F(NodeAgentTest, APodWithoutADecisionFailsWithAClearReason) {
   EXPECT_EQ(h_->metrics().Value("prism_device_plugin_allocation_failures_total",
                                 {{"reason", "no_decision"}}),
             1);
+}
+
+TEST_F(NodeAgentTest, PodsOfAnotherSchedulerArePlacedByTheAgent) {
+  Start();
+  // Two pods bound by the default scheduler: no Prism decision.
+  std::vector<std::string> uids;
+  for (const char* name : {"default-a", "default-b"}) {
+    absl::StatusOr<std::string> uid = h_->SubmitPod(MigPod(name, 9000), /*decide=*/false);
+    ASSERT_TRUE(uid.ok());
+    ASSERT_TRUE(h_->Admit(*uid).ok());
+    uids.push_back(*uid);
+  }
+  std::set<std::string> devices;
+  for (const std::string& uid : uids) {
+    auto c = h_->CreateContainer(uid, "main");
+    ASSERT_TRUE(c.ok()) << c.status();
+    EXPECT_EQ(c->env[kAllocationErrorEnv], "");
+    EXPECT_THAT(c->env["NVIDIA_VISIBLE_DEVICES"], StartsWith("MIG-"));
+    devices.insert(c->env["NVIDIA_VISIBLE_DEVICES"]);
+    // The decision is written on the pod, for the scheduler to count.
+    ASSERT_TRUE(Eventually([&] { return h_->PodAnnotation(uid, "prism.io/decision").has_value(); }));
+  }
+  EXPECT_EQ(devices.size(), 2u);  // The second placement saw the first.
+  EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), 2u);
 }
 
 TEST_F(NodeAgentTest, InitAndAppContainersEachGetTheirOwnDevices) {

@@ -1,6 +1,8 @@
 // src/deviceplugin/test_util.h: helpers for the node agent's tests (tests only).
 #pragma once
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -16,8 +18,10 @@ namespace prism::deviceplugin::testing {
 // A fresh directory under the test temp dir, named after the running test.
 inline std::filesystem::path TestDir(const std::string& tag = "") {
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  // Unix socket paths are limited to 107 bytes: a short, unique name.
-  const std::string full = std::string(info->test_suite_name()) + "." + info->name() + tag;
+  // Unix socket paths are limited to 107 bytes: a short, unique name. The pid keeps concurrent
+  // runs of one test (a dev and an ASan build side by side) apart.
+  const std::string full = std::string(info->test_suite_name()) + "." + info->name() + tag + "@" +
+                           std::to_string(::getpid());
   char hash[17];
   snprintf(hash, sizeof(hash), "%016zx", std::hash<std::string>()(full));
   std::string name = full.substr(0, 24) + "-" + hash;

@@ -331,6 +331,11 @@ std::string SchedulerCache::NodeProblemLocked(const std::string& name) const {
   return "GPU inventory not loaded yet (next cache rebuild)";
 }
 
+int SchedulerCache::NodeIdLocked(std::string_view name) const {
+  auto it = node_ids_.find(absl::string_view(name.data(), name.size()));
+  return it == node_ids_.end() ? -1 : it->second;
+}
+
 void SchedulerCache::ChargeFromAnnotationsLocked(const std::string& key, PodEntry& entry) {
   if (entry.charged || entry.allocation_failed) return;
   auto fail = [&](std::string problem) {
@@ -344,7 +349,7 @@ void SchedulerCache::ChargeFromAnnotationsLocked(const std::string& key, PodEntr
     return;
   }
   entry.request = std::move(*request);
-  const int node = engine_->cluster().FindNode(entry.node);
+  const int node = NodeIdLocked(entry.node);
   if (node < 0) {
     fail(StrCat("node ", entry.node, ": ", NodeProblemLocked(entry.node)));
     return;
@@ -414,6 +419,11 @@ void SchedulerCache::RebuildLocked() {
     if (!state.ok()) state = sched::ClusterState::Build({}, config_);
   }
   engine_ = std::make_unique<sched::Engine>(std::move(*state), config_, options_.engine);
+  node_ids_.clear();
+  node_ids_.reserve(engine_->cluster().node_count());
+  for (int n = 0; n < engine_->cluster().node_count(); ++n) {
+    node_ids_[engine_->cluster().node(n).name] = n;
+  }
   // Assumptions are only hints; bound pods are charged again from their annotations, in the
   // order they were first seen.
   std::vector<std::pair<uint64_t, std::string>> order;
@@ -496,7 +506,7 @@ FilterOutcome SchedulerCache::Filter(const config::PodManifest& pod,
   std::vector<int32_t> ids;
   std::vector<const std::string*> id_names;
   for (const std::string& n : nodes) {
-    const int id = engine_->cluster().FindNode(n);
+    const int id = NodeIdLocked(n);
     if (id < 0) {
       out.failed.emplace_back(n, NodeProblemLocked(n));
       ++out.nodes_without_inventory;
@@ -514,6 +524,9 @@ FilterOutcome SchedulerCache::Filter(const config::PodManifest& pod,
     return out;
   }
   std::vector<std::pair<int32_t, double>> scores;
+  // Many nodes fail alike ("8/8 CardTypeMismatch"): format each distinct failure once.
+  absl::flat_hash_map<std::string, std::string> reason_text;
+  std::string failure_key;
   int best = -1;
   double best_score = 0;
   for (size_t i = 0; i < verdicts->size(); ++i) {
@@ -526,7 +539,13 @@ FilterOutcome SchedulerCache::Filter(const config::PodManifest& pod,
         best_score = v.score;
       }
     } else {
-      out.failed.emplace_back(*id_names[i], v.failure.ToString());
+      failure_key.assign(reinterpret_cast<const char*>(v.failure.gpu_counts.data()),
+                         sizeof(v.failure.gpu_counts));
+      StrAppend(&failure_key, v.failure.node_level, static_cast<int>(v.failure.node_reason), ",",
+                v.failure.gpus, ",", v.failure.too_few_cards);
+      auto [text, inserted] = reason_text.try_emplace(failure_key);
+      if (inserted) text->second = v.failure.ToString();
+      out.failed.emplace_back(*id_names[i], text->second);
       ++out.reason_counts[v.failure.Main()];
     }
   }
@@ -581,7 +600,7 @@ std::vector<HostPriority> SchedulerCache::Prioritize(const config::PodManifest& 
   } else {
     std::vector<int32_t> ids;
     for (const std::string& n : nodes) {
-      const int id = engine_->cluster().FindNode(n);
+      const int id = NodeIdLocked(n);
       if (id >= 0) ids.push_back(id);
     }
     absl::StatusOr<std::vector<sched::NodeVerdict>> verdicts = engine_->Filter(*request, ids);
@@ -601,7 +620,7 @@ std::vector<HostPriority> SchedulerCache::Prioritize(const config::PodManifest& 
   for (const std::string& n : nodes) {
     sched::NodeVerdict v;
     v.node = static_cast<int32_t>(verdicts.size());
-    const int32_t id = engine_->cluster().FindNode(n);
+    const int32_t id = NodeIdLocked(n);
     auto it = std::lower_bound(scores.begin(), scores.end(), std::make_pair(id, -1e300));
     if (id >= 0 && it != scores.end() && it->first == id) {
       v.feasible = true;
@@ -668,7 +687,7 @@ absl::StatusOr<BindTicket> SchedulerCache::BeginBind(const config::PodManifest& 
     if (it != pods_.end()) EraseLocked(key);
     return ticket;  // Nothing to charge: bind as is.
   }
-  const int node_id = engine_->cluster().FindNode(node);
+  const int node_id = NodeIdLocked(node);
   std::optional<sched::Decision> decision;
   if (it != pods_.end() && it->second.state == State::kAssumed && it->second.node == node &&
       it->second.charged) {

@@ -38,6 +38,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
@@ -229,11 +230,14 @@ class SchedulerCache {
   void ChargeFromAnnotationsLocked(const std::string& key, PodEntry& entry)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string NodeProblemLocked(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The engine's id of node `name`, or -1 (a SwissTable lookup: Filter does one per candidate).
+  int NodeIdLocked(std::string_view name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const CacheOptions options_;
   mutable absl::Mutex mu_;
   sched::DeviceConfig config_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<sched::Engine> engine_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, int32_t> node_ids_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, NodeEntry, std::less<>> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, PodEntry, std::less<>> pods_ ABSL_GUARDED_BY(mu_);
   // The last Filters' engine scores (node id, score; by id) per pod UID, for Prioritize, which

@@ -41,7 +41,7 @@ absl::StatusOr<CdiEdits> ParseEdits(const YAML::Node& node, const std::string& w
     return absl::InvalidArgumentError(StrCat(where, ": containerEdits is not a map"));
   for (auto it = node.begin(); it != node.end(); ++it) {
     const std::string key = it->first.Scalar();
-    const YAML::Node& value = it->second;
+    const YAML::Node value = it->second;  // A copy: the iterator hands out temporaries.
     if (key == "env") {
       if (!value.IsSequence())
         return absl::InvalidArgumentError(StrCat(where, ": env is not a list"));

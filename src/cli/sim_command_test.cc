@@ -1,0 +1,91 @@
+// Runs the real `prism sim`: the shipped trace, its outputs and its errors.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace prism::cli {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+namespace fs = std::filesystem;
+
+struct Result {
+  int exit_code;
+  std::string out;
+  std::string err;
+};
+
+class SimCommandTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (fs::temp_directory_path() / "prism-simcli-XXXXXX").string();
+    dir_ = ::mkdtemp(tmpl.data());
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  std::string Read(const std::string& name) {
+    std::stringstream s;
+    s << std::ifstream(dir_ + "/" + name).rdbuf();
+    return s.str();
+  }
+
+  Result Run(const std::string& args) {
+    const std::string cmd = "cd '" + dir_ + "' && " + PRISM_BINARY + " sim " + args + " >out 2>err";
+    const int status = std::system(cmd.c_str());
+    return Result{WEXITSTATUS(status), Read("out"), Read("err")};
+  }
+
+  std::string dir_;
+};
+
+TEST_F(SimCommandTest, ComparesPoliciesOnTheShippedTraceAndWritesCsvAndPlot) {
+  Result r = Run("--policy random,best-fit --seeds 42 --csv runs.csv --progress off");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Trace default: 1 run(s) per policy (seeds 42), 10818 pods"));
+  EXPECT_THAT(r.out, HasSubstr("best-fit"));
+  EXPECT_THAT(r.out, HasSubstr("92.86"));  // The paper's best-fit at 100 %.
+  EXPECT_THAT(r.err, HasSubstr("1 trace(s) x 2 policies x 1 seeds"));
+  EXPECT_THAT(Read("runs.csv"), StartsWith("policy,seed,arrived_pct,alloc_pct\nrandom,42,0,"));
+  EXPECT_THAT(Read("prism-sim.svg"), HasSubstr("<polyline"));
+}
+
+TEST_F(SimCommandTest, RunsTheMigBenchmarkWithDepartures) {
+  // Twenty 8-GPU nodes keep the run short (the whole trace takes minutes under ASan).
+  std::ofstream nodes(dir_ + "/nodes.csv");
+  nodes << "sn,cpu_milli,memory_mib,gpu,model\n";
+  for (int i = 0; i < 20; ++i) nodes << "n" << i << ",96000,786432,8,V100M32\n";
+  nodes.close();
+  Result r =
+      Run("--nodes nodes.csv --mig --departures --policy hami-v2.10,prism --seeds 7 "
+          "--max-lifetime 600 --lifetimes 2 --load 0.3 --no-plot --progress off");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("on 20 nodes, 160 GPUs (MIG A100-SXM4-80GB"));
+  EXPECT_THAT(r.out, HasSubstr("Runs with departures"));
+  EXPECT_THAT(r.out, HasSubstr("hami-v2.10"));
+  EXPECT_THAT(r.out, HasSubstr("GI-create/1k"));
+  EXPECT_FALSE(fs::exists(dir_ + "/prism-sim.svg"));
+}
+
+TEST_F(SimCommandTest, ExplainsBadInput) {
+  Result unknown = Run("--policy tetris");
+  EXPECT_EQ(unknown.exit_code, 1);
+  EXPECT_THAT(unknown.err, HasSubstr("unknown policy 'tetris' (known: random"));
+  Result variant = Run("--trace gpushare40");
+  EXPECT_EQ(variant.exit_code, 1);
+  EXPECT_THAT(variant.err, HasSubstr("pass --trace-dir"));
+  Result seeds = Run("--seeds 9-3");
+  EXPECT_EQ(seeds.exit_code, 1);
+  EXPECT_THAT(seeds.err, HasSubstr("--seeds: bad range '9-3'"));
+  Result mig = Run("--mig --policy fgd --seeds 1 --no-plot");
+  EXPECT_EQ(mig.exit_code, 1);
+  EXPECT_THAT(mig.err, HasSubstr("places on software-shared GPUs only"));
+}
+
+}  // namespace
+}  // namespace prism::cli
