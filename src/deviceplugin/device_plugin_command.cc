@@ -48,6 +48,7 @@ struct Flags {
   std::string vgpu_preload = "ld-so-preload";
   int max_idle_instances = 1;
   bool prepare_early = true;
+  bool place_undecided = true;
   bool cdi_annotations = false;
   std::string metrics_address = "0.0.0.0:9401";
   double resolve_timeout_s = 30;
@@ -124,6 +125,7 @@ absl::Status Run(const Flags& flags) {
   options.mig.max_idle_per_gpu = flags.max_idle_instances;
   options.device_config = device_config;
   options.prepare_early = flags.prepare_early;
+  options.place_undecided = flags.place_undecided;
   options.cdi_annotations = flags.cdi_annotations;
   options.resolve_timeout = absl::Seconds(flags.resolve_timeout_s);
   options.health_interval = absl::Seconds(flags.health_interval_s);
@@ -224,6 +226,10 @@ void AddDevicePluginCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--prepare-early", flags->prepare_early,
                   "Create MIG instances when a pod is bound, before the kubelet allocates")
+      ->capture_default_str();
+  cmd->add_option("--place-undecided", flags->place_undecided,
+                  "Place pods that another scheduler bound here (no Prism decision) on this "
+                  "node's GPUs")
       ->capture_default_str();
   cmd->add_option("--cdi-annotations", flags->cdi_annotations,
                   "Also name the CDI device in a cdi.k8s.io/ container annotation")
