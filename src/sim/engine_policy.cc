@@ -290,11 +290,15 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view 
         o.policy.bestfit_cpu_share = v;
       } else if (key == "resolution") {
         o.policy.frag_resolution = v;
+      } else if (key == "cpu_pack") {
+        o.policy.cpu_pods_on_busy_gpus = v != 0;
+      } else if (key == "exact_gpu") {
+        o.policy.exact_gpu_tiebreak = v != 0;
       } else {
         return absl::InvalidArgumentError(
             StrCat("unknown policy option '", key,
-                   "' (known: frag_weight, pack_weight, gpu, quantize, resolution, split, "
-                   "coverage, bestfit_cpu_share)"));
+                   "' (known: frag_weight, pack_weight, gpu, quantize, resolution, cpu_pack, "
+                   "exact_gpu, split, coverage, bestfit_cpu_share)"));
       }
     }
   }

@@ -42,7 +42,8 @@ std::unique_ptr<Policy> MakeEnginePolicy(const EnginePolicyOptions& options);
 // "prism-fgd", "prism-bestfit", "prism-binpack", "prism-spread". A suffix
 // ":key=value,..." sets engine knobs, e.g. "prism:pack_weight=0.05,frag_weight=1"
 // (keys: frag_weight, pack_weight, gpu=binpack|spread|fgd, quantize=0|1,
-// resolution=GPUs, split=N, coverage=F; see core/sched/policy.h).
+// resolution=GPUs, cpu_pack=0|1, exact_gpu=0|1, split=N, coverage=F; see
+// core/sched/policy.h).
 absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view name);
 std::vector<std::string> EnginePolicyNames();
 

@@ -723,11 +723,18 @@ class Engine::Impl {
   // The GPU-level preference under FGD: the node's fragmentation change
   // `delta` (GPUs), compared the way the node policy compares nodes
   // (quantized: equal buckets fall to the lowest GPU index, as the paper's
-  // simulator does; exact: binpack breaks ties).
-  GpuPref FgdGpuPref(double delta, int g, const ScratchGpu& before, const ScratchGpu& after,
-                     int l) {
+  // simulator does, or under prism's exact tie-break to the lower exact
+  // change first; exact: binpack breaks ties).
+  GpuPref FgdGpuPref(const Resolved& rp, double delta, int g, const ScratchGpu& before,
+                     const ScratchGpu& after, int l) {
     const PolicyOptions& p = options_.policy;
     if (p.frag_resolution > 0 || p.fgd_quantize) {
+      // Inside a node there is no first-fit order worth keeping: the exact
+      // change decides among equal buckets (equal changes keep the lower
+      // index, the ranking being a stable sort in index order).
+      if (rp.node_policy == NodePolicy::kPrism && p.exact_gpu_tiebreak) {
+        return {FragTerm(delta), -delta};
+      }
       return {FragTerm(delta), static_cast<double>(-l)};
     }
     return {-delta, SlicePref(GpuPolicy::kBinpack, g, before, after).primary};
@@ -793,7 +800,7 @@ class Engine::Impl {
         const double delta = (FragWithGpu(node, cpu_after, mem_after, l, SliceUsageAfter(after)) -
                               CurrentNodeFrag(node)) /
                              kPermille;
-        ranked_.emplace_back(FgdGpuPref(delta, g, s, after, l), l);
+        ranked_.emplace_back(FgdGpuPref(rp, delta, g, s, after, l), l);
         continue;
       }
       ranked_.emplace_back(SlicePref(rp.gpu_policy, g, s, after), l);
@@ -1287,6 +1294,24 @@ class Engine::Impl {
     return weights > 0 ? sum / weights : 0;
   }
 
+  // prism's score for a pod without GPUs: the least free GPU on the node, then
+  // the least CPU left after placement (best fit on CPU), as one number:
+  // -(free GPU units * 2^35 + CPU left), exact in a double (free units stay
+  // under 2^18 for up to 256 GPUs; CPU left is clamped to 2^35 - 1 milli-CPU).
+  // FGD scores most of these placements alike (the pod changes no GPU), so
+  // first fit would put them on nodes with free GPUs and strand those GPUs
+  // once their CPU is gone.
+  double CpuPodScore(int node, int64_t cpu_after, const std::vector<const GpuUsage*>& gpus) const {
+    const NodeInfo& n = cluster_.node(node);
+    int64_t gpu_free = 0;
+    for (int l = 0; l < n.gpu_count; ++l) {
+      gpu_free += FreeUnits(cluster_.gpu(n.first_gpu + l), *gpus[l]);
+    }
+    constexpr int64_t kCpuSpan = int64_t{1} << 35;
+    const int64_t cpu_left = std::clamp<int64_t>(n.cpu_milli - cpu_after, 0, kCpuSpan - 1);
+    return -static_cast<double>(gpu_free * kCpuSpan + cpu_left);
+  }
+
   // `waste`: internal waste of the pod's MIG grants (per-mille units), which
   // fragmentation-aware policies count as fragmentation created.
   double NodeScore(const Resolved& rp, int node, const std::vector<const GpuUsage*>& after,
@@ -1318,6 +1343,7 @@ class Engine::Impl {
         return FragTerm(delta);
       }
       case NodePolicy::kPrism: {
+        if (!rp.wants_gpu && p.cpu_pods_on_busy_gpus) return CpuPodScore(node, cpu_after, after);
         const double delta =
             (NodeFrag(node, cpu_after, mem_after, after) - CurrentNodeFrag(node) + waste) /
             kPermille;

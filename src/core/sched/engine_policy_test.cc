@@ -125,6 +125,88 @@ TEST(FgdPolicyTest, QuantizedScoreIsThePapersSigmoid) {
   EXPECT_EQ(r.decision.score, 50);
 }
 
+PodRequest CpuPod(std::string name, int64_t cpu_milli) {
+  PodRequest p;
+  p.namespace_name = "default";
+  p.name = std::move(name);
+  ContainerRequest c;
+  c.name = "main";
+  c.cpu_milli = cpu_milli;
+  c.memory_bytes = kGiB;
+  p.containers.push_back(c);
+  return p;
+}
+
+// Puts `pod` on node `node` whatever the policies would choose.
+void PutOn(Engine& engine, const PodRequest& pod, const std::string& node) {
+  auto d = engine.Decide(pod, engine.cluster().FindNode(node));
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_TRUE(engine.Apply(pod.Key(), *d).ok());
+}
+
+TEST(PrismPolicyTest, CpuOnlyPodGoesToTheNodeWhoseGpusAreUsedUp) {
+  // b's GPU is taken; a's is free. A CPU-only pod changes no node's
+  // fragmentation, so FGD first-fits it onto a (where its CPU could later
+  // strand a's GPU); prism puts it on b, where it strands nothing.
+  Engine engine = MakeEngine({Node("a", 16, 64, 1, T4()), Node("b", 16, 64, 1, T4())}, {});
+  PutOn(engine, SharePod("b-load", 1000), "b");
+  engine.SetTargetWorkload(TargetWorkload::FromPods({SharePod("typical", 500)}));
+  EXPECT_EQ(engine.Schedule(WithPolicy(CpuPod("c", 2000), "fgd")).decision.node_name, "a");
+  EXPECT_EQ(engine.Schedule(CpuPod("c", 2000)).decision.node_name, "b");
+  PolicyOptions first_fit;
+  first_fit.cpu_pods_on_busy_gpus = false;
+  engine.SetPolicy(first_fit);
+  EXPECT_EQ(engine.Schedule(CpuPod("c", 2000)).decision.node_name, "a");
+}
+
+TEST(PrismPolicyTest, CpuOnlyPodTakesTheTightestCpuAmongNodesWithEqualFreeGpu) {
+  // Every GPU is in use; the pod goes where the least CPU is left after it,
+  // not to the first node by name; a node without GPUs counts as none free.
+  Engine engine = MakeEngine({Node("a", 32, 64, 1, T4()), Node("b", 8, 64, 1, T4()),
+                              Node("c", 16, 64, 1, T4()), Node("d", 12, 64, {})},
+                             {});
+  for (const std::string n : {"a", "b", "c"}) PutOn(engine, SharePod(n + "-load", 1000), n);
+  engine.SetTargetWorkload(TargetWorkload::FromPods({SharePod("typical", 500)}));
+  // b keeps 3 cores, d 8, c 11, a 27.
+  EXPECT_EQ(engine.Schedule(CpuPod("p", 4000)).decision.node_name, "b");
+  // Too big for b's 7 free cores: d (no GPU at all) keeps 4.5, c 7.5.
+  EXPECT_EQ(engine.Schedule(CpuPod("q", 7500)).decision.node_name, "d");
+  EXPECT_EQ(engine.ScheduleAmong(CpuPod("q", 7500), {0, 2}).decision.node_name, "c");
+  // Less free GPU beats less CPU left: a node with a free share loses to a
+  // node with none, however roomy.
+  ASSERT_TRUE(engine.Release("default/c-load").ok());
+  PutOn(engine, SharePod("c-half", 500), "c");
+  EXPECT_EQ(engine.ScheduleAmong(CpuPod("q", 7500), {0, 2}).decision.node_name, "a");
+}
+
+TEST(PrismPolicyTest, SliceTakesTheGpuWithTheLowestExactFragmentationAmongEqualScores) {
+  // Typical pods: 94 % ask for 600 milli, 6 % for 630. GPU 0 has 645 free,
+  // GPU 1 640. A 30-milli slice leaves 615 or 610, both useless to the 630
+  // pods: fragmentation grows by 36.9 or 36.6 milli, the same quantized score
+  // (49). FGD takes the first GPU; prism the lower exact growth, GPU 1.
+  Engine engine = MakeEngine({Node("n", 16, 64, 2, T4())}, {});
+  ASSERT_TRUE(engine.Place(WithPolicy(SharePod("x", 355), "prism", "spread")).scheduled);
+  ASSERT_TRUE(engine.Place(WithPolicy(SharePod("y", 360), "prism", "spread")).scheduled);
+  ASSERT_EQ(engine.cluster().gpu_usage(1).memory_used_mib, 5760);  // y on GPU 1.
+  std::vector<PodRequest> mix(94, SharePod("t", 600));
+  for (int i = 0; i < 6; ++i) mix.push_back(SharePod("u", 630));
+  engine.SetTargetWorkload(TargetWorkload::FromPods(mix));
+  auto gpu_of = [](const ScheduleResult& r) {
+    EXPECT_TRUE(r.scheduled);
+    return r.scheduled ? r.decision.containers[0].devices[0].gpu : -1;
+  };
+  const ScheduleResult fgd = engine.Schedule(WithPolicy(SharePod("z", 30), "fgd"));
+  const ScheduleResult prism = engine.Schedule(SharePod("z", 30));
+  EXPECT_EQ(gpu_of(fgd), 0);
+  EXPECT_EQ(gpu_of(prism), 1);
+  EXPECT_EQ(fgd.decision.score, 49);
+  EXPECT_EQ(prism.decision.score, 49);
+  PolicyOptions index_order;
+  index_order.exact_gpu_tiebreak = false;
+  engine.SetPolicy(index_order);
+  EXPECT_EQ(gpu_of(engine.Schedule(SharePod("z", 30))), 0);
+}
+
 TEST(BestFitPolicyTest, PicksTheTightestNode) {
   Engine engine = MakeEngine({Node("a", 16, 64, 1, T4()), Node("b", 8, 64, 1, T4())}, {});
   EXPECT_EQ(engine.Schedule(WithPolicy(SharePod("p", 500, 4000), "bestfit")).decision.node_name,

@@ -15,7 +15,15 @@
 //            free GPU a random pod of the target workload could not use,
 //            scored int(100 * sigmoid(-delta)) as in the paper.
 //   prism    fgd, plus MIG internal waste (a grant larger than asked) counted
-//            as fragmentation, plus an optional packing term.
+//            as fragmentation, plus an optional packing term, with two
+//            refinements (each a knob, on by default):
+//            - a pod without GPUs goes to the node with the least free GPU,
+//              then the least CPU left after placement (FGD scores most such
+//              placements alike and first-fit then strands free GPUs on
+//              nodes whose CPU it used up);
+//            - a software slice goes, among the node's GPUs whose quantized
+//              score is best, to the one with the lowest exact fragmentation
+//              after placement (FGD: the lowest-indexed one).
 // GPU policies (which GPUs of the chosen node; HAMi's gpu-scheduler-policy):
 //   binpack  the most used GPU that fits;  spread  the least used;
 //   fgd      the GPU whose fragmentation grows least (then binpack).
@@ -73,6 +81,13 @@ struct PolicyOptions {
   // as fragmentation) + pack_weight * binpack utilization.
   double frag_weight = 1.0;
   double pack_weight = 0.0;
+  // prism: a pod asking for no GPU scores -(free GPU units of the node, then
+  // CPU left after placement), lexicographically: it goes where it strands
+  // the least GPU. Depends only on the node's own state (cache stays exact).
+  bool cpu_pods_on_busy_gpus = true;
+  // prism: equal quantized GPU scores inside a node fall to the lower exact
+  // fragmentation change (then the lower GPU index), not the lower index.
+  bool exact_gpu_tiebreak = true;
   // bestfit: weight of CPU left (the rest is GPU left).
   double bestfit_cpu_share = 0.5;
 
