@@ -462,7 +462,8 @@ TEST_F(CacheTest, MigDecisionSurvivesTheAgentReportingItsInstance) {
   cache_->RebuildIfDirty();
   EXPECT_EQ(cache_->EntryState("default/p"), "bound");
   int assigned = 0;
-  for (const InstanceSnapshot& i : cache_->GpuSnapshots()[0].instances) {
+  const std::vector<GpuSnapshot> gpus = cache_->GpuSnapshots();  // Outlives the loop.
+  for (const InstanceSnapshot& i : gpus[0].instances) {
     if (i.start == dev.start && i.profile == dev.profile_name) {
       EXPECT_EQ(i.state, "assigned");
       ++assigned;
