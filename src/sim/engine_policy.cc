@@ -1,5 +1,6 @@
 #include "sim/engine_policy.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <map>
@@ -260,7 +261,11 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view 
         "unknown engine policy '", base, "' (known: ", StrJoin(EnginePolicyNames(), ", "), ")"));
   }
   if (colon != std::string_view::npos) {
-    for (std::string_view kv : StrSplit(full_name.substr(colon + 1), ',', /*skip_empty=*/true)) {
+    // Knobs are separated by ',' or ';' (';' survives `prism sim --policy`,
+    // which splits its list at commas).
+    std::string knobs(full_name.substr(colon + 1));
+    std::replace(knobs.begin(), knobs.end(), ';', ',');
+    for (std::string_view kv : StrSplit(knobs, ',', /*skip_empty=*/true)) {
       const size_t eq = kv.find('=');
       if (eq == std::string_view::npos) {
         return absl::InvalidArgumentError(

@@ -86,6 +86,10 @@ TEST(EnginePolicyTest, HonoursModelConstraintsOnMigClusters) {
 
 TEST(EnginePolicyTest, ParsesKnobsAndRejectsUnknownOnes) {
   EXPECT_TRUE(MakeEnginePolicyByName("prism:pack_weight=0.1,frag_weight=2,gpu=binpack").ok());
+  EXPECT_TRUE(MakeEnginePolicyByName("prism:cpu_pack=0,exact_gpu=0").ok());
+  EXPECT_TRUE(MakeEnginePolicyByName("prism:cpu_pack=0;exact_gpu=0").ok());
+  EXPECT_THAT(std::string(MakeEnginePolicyByName("prism:cpu_pack=0;speed").status().message()),
+              HasSubstr("'speed' is not key=value"));
   EXPECT_THAT(std::string(MakeEnginePolicyByName("prism:speed=3").status().message()),
               HasSubstr("unknown policy option 'speed'"));
   EXPECT_THAT(std::string(MakeEnginePolicyByName("prism:pack_weight=x").status().message()),
