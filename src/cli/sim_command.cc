@@ -51,7 +51,7 @@ struct SimFlags {
   std::string plot = "prism-sim.svg";
   bool no_plot = false;
   std::vector<int> at = {90, 95, 100, 110, 130};
-  int jobs = 1;
+  int jobs = 0;  // 0: one per CPU.
   std::string progress = "auto";
   // MIG.
   std::string mig_model;
@@ -299,8 +299,9 @@ absl::Status RunSim(const SimFlags& f) {
 
   std::vector<std::string> policies = f.policies;
   if (policies.empty()) {
-    policies = f.mig ? std::vector<std::string>{"hami-legacy", "hami-v2.10"}
-                     : std::vector<std::string>{"random", "best-fit", "fgd"};
+    // Prism's own engine against the baselines it has to beat.
+    policies = f.mig ? std::vector<std::string>{"hami-legacy", "hami-v2.10", "prism"}
+                     : std::vector<std::string>{"random", "best-fit", "fgd", "prism"};
   }
   for (const std::string& p : policies) {
     RETURN_IF_ERROR(sim::MakeBuiltinPolicy(p).status());
@@ -369,7 +370,9 @@ absl::Status RunSim(const SimFlags& f) {
       progress.Finished(label, results[i]);
     }
   };
-  const int threads = std::clamp(f.jobs, 1, 256);
+  // Runs are independent and each is deterministic for its seed: parallelism changes no number.
+  const int threads = std::clamp(
+      f.jobs > 0 ? f.jobs : static_cast<int>(std::thread::hardware_concurrency()), 1, 256);
   std::vector<std::thread> pool;
   for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
   worker();
@@ -455,7 +458,7 @@ void AddSimCommand(CLI::App& app, int* exit_code) {
       "Replay a GPU trace against a simulated cluster and compare placement policies "
       "(FGD paper's method; no GPU or cluster needed)");
   cmd->footer(PolicyHelp() +
-              "\n\nWith no options: random, best-fit and fgd on the shipped default trace "
+              "\n\nWith no options: random, best-fit, fgd and prism on the shipped default trace "
               "(1,213 nodes, 6,212 GPUs), seeds 42-51; writes prism-sim.svg. See "
               "docs/simulator.md.");
   cmd->add_option("--policy,-p", flags->policies, "Policies to compare")->delimiter(',');
@@ -482,7 +485,8 @@ void AddSimCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_flag("--no-plot", flags->no_plot, "Do not write the plot");
   cmd->add_option("--at", flags->at, "Arrived demand (%) columns of the table")->delimiter(',');
-  cmd->add_option("--jobs,-j", flags->jobs, "Runs in parallel")->capture_default_str();
+  cmd->add_option("--jobs,-j", flags->jobs, "Runs in parallel (0: one per CPU)")
+      ->capture_default_str();
   cmd->add_option("--progress", flags->progress, "auto, on or off")
       ->check(CLI::IsMember({"auto", "on", "off"}))
       ->capture_default_str();

@@ -21,7 +21,9 @@ constexpr Entry kPolicies[] = {
     {"hami-legacy-binpack", "hami-legacy with GPU binpack instead of spread"},
     {"hami-v2.10", "HAMi v2.10 MIG: smallest profile, 1g/3g high-first placement, GPU spread"},
     {"hami-v2.10-binpack", "hami-v2.10 with GPU binpack instead of spread"},
-    {"prism", "Prism's placement engine, default policy (fragmentation-aware with packing)"},
+    {"prism",
+     "Prism's placement engine, default policy (FGD score, CPU-only pods on the busiest GPUs, "
+     "exact in-node GPU ties)"},
     {"prism-fgd", "Prism's engine with its FGD node policy (the paper's quantized score)"},
     {"prism-bestfit", "Prism's engine with its best-fit node policy"},
     {"prism-binpack", "Prism's engine with its binpack node policy"},
