@@ -5,6 +5,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 
@@ -403,6 +405,109 @@ absl::StatusOr<std::vector<ProcessInfo>> DlNvml::ListProcesses(int gpu) {
     }
     return out;
   }
+}
+
+namespace {
+
+// Owns an NVML event set registered for critical XIDs.
+class DlXidEventWatcher final : public XidEventWatcher {
+ public:
+  using WaitFn = decltype(&::nvmlEventSetWait_v2);
+  using FreeFn = decltype(&::nvmlEventSetFree);
+
+  DlXidEventWatcher(nvmlEventSet_t set, WaitFn wait, FreeFn free)
+      : set_(set), wait_(wait), free_(free) {}
+  ~DlXidEventWatcher() override { free_(set_); }
+  DlXidEventWatcher(const DlXidEventWatcher&) = delete;
+  DlXidEventWatcher& operator=(const DlXidEventWatcher&) = delete;
+
+  void AddDevice(nvmlDevice_t device, int gpu) { devices_.emplace_back(device, gpu); }
+  void AddUnsupported(int gpu) { unsupported_.push_back(gpu); }
+  bool empty() const { return devices_.empty(); }
+
+  absl::StatusOr<std::optional<XidEvent>> Wait(absl::Duration timeout) override {
+    const absl::Time deadline = absl::Now() + timeout;
+    for (;;) {
+      const absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
+      const unsigned int ms = static_cast<unsigned int>(
+          std::min<int64_t>(absl::ToInt64Milliseconds(left), int64_t{UINT_MAX} - 1));
+      nvmlEventData_t data{};
+      const int rc = wait_(set_, &data, ms);
+      if (rc == kNvmlErrorTimeout) return std::nullopt;
+      RETURN_IF_ERROR(NvmlError(rc, "nvmlEventSetWait_v2"));
+      // Only XIDs are registered; anything else is skipped until the deadline.
+      if ((static_cast<unsigned long long>(data.eventType) & nvmlEventTypeXidCriticalError) == 0) {
+        if (left <= absl::ZeroDuration()) return std::nullopt;
+        continue;
+      }
+      XidEvent event;
+      for (const auto& [device, gpu] : devices_) {
+        if (device == data.device) event.gpu = gpu;
+      }
+      if (event.gpu < 0) {
+        return absl::InternalError("nvmlEventSetWait_v2 returned an event for an unknown device");
+      }
+      event.xid = data.eventData;
+      event.gpu_instance_id =
+          data.gpuInstanceId == 0xFFFFFFFFu ? -1 : static_cast<int>(data.gpuInstanceId);
+      event.compute_instance_id =
+          data.computeInstanceId == 0xFFFFFFFFu ? -1 : static_cast<int>(data.computeInstanceId);
+      return event;
+    }
+  }
+
+  const std::vector<int>& unsupported_gpus() const override { return unsupported_; }
+
+ private:
+  nvmlEventSet_t set_;
+  WaitFn wait_;
+  FreeFn free_;
+  std::vector<std::pair<nvmlDevice_t, int>> devices_;
+  std::vector<int> unsupported_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<XidEventWatcher>> DlNvml::WatchXidEvents(
+    const std::vector<int>& gpus) {
+  std::vector<std::string> missing;
+  if (sym_->nvmlEventSetCreate == nullptr) missing.push_back("nvmlEventSetCreate");
+  if (sym_->nvmlDeviceGetSupportedEventTypes == nullptr) {
+    missing.push_back("nvmlDeviceGetSupportedEventTypes");
+  }
+  if (sym_->nvmlDeviceRegisterEvents == nullptr) missing.push_back("nvmlDeviceRegisterEvents");
+  if (sym_->nvmlEventSetWait_v2 == nullptr) missing.push_back("nvmlEventSetWait_v2");
+  if (sym_->nvmlEventSetFree == nullptr) missing.push_back("nvmlEventSetFree");
+  if (!missing.empty()) {
+    return absl::UnimplementedError(
+        StrCat("the NVML library lacks the event API (driver too old?): ", StrJoin(missing, ", ")));
+  }
+  nvmlEventSet_t set = nullptr;
+  RETURN_IF_ERROR(NvmlError(sym_->nvmlEventSetCreate(&set), "nvmlEventSetCreate"));
+  auto watcher =
+      std::make_unique<DlXidEventWatcher>(set, sym_->nvmlEventSetWait_v2, sym_->nvmlEventSetFree);
+  for (int gpu : gpus) {
+    ASSIGN_OR_RETURN(nvmlDevice_t device, Device(*sym_, gpu));
+    unsigned long long supported = 0;
+    int rc = sym_->nvmlDeviceGetSupportedEventTypes(device, &supported);
+    if (rc == kNvmlErrorNotSupported ||
+        (rc == kNvmlSuccess && (supported & nvmlEventTypeXidCriticalError) == 0)) {
+      watcher->AddUnsupported(gpu);
+      continue;
+    }
+    RETURN_IF_ERROR(NvmlError(rc, "nvmlDeviceGetSupportedEventTypes", StrCat("GPU ", gpu)));
+    rc = sym_->nvmlDeviceRegisterEvents(device, nvmlEventTypeXidCriticalError, set);
+    if (rc == kNvmlErrorNotSupported) {
+      watcher->AddUnsupported(gpu);
+      continue;
+    }
+    RETURN_IF_ERROR(NvmlError(rc, "nvmlDeviceRegisterEvents", StrCat("GPU ", gpu)));
+    watcher->AddDevice(device, gpu);
+  }
+  if (watcher->empty()) {
+    return absl::UnimplementedError("no GPU supports critical XID events");
+  }
+  return watcher;
 }
 
 }  // namespace prism::nvml

@@ -40,6 +40,10 @@ class DlNvml : public Nvml {
                                       int compute_instance_id) override;
   absl::Status DestroyGpuInstance(int gpu, int gpu_instance_id) override;
   absl::StatusOr<std::vector<ProcessInfo>> ListProcesses(int gpu) override;
+  // nvmlEventSetCreate + nvmlDeviceRegisterEvents(nvmlEventTypeXidCriticalError);
+  // the watcher waits with nvmlEventSetWait_v2 and frees the set when destroyed.
+  absl::StatusOr<std::unique_ptr<XidEventWatcher>> WatchXidEvents(
+      const std::vector<int>& gpus) override;
 
   // The driver version, or "unknown".
   std::string DriverVersion();

@@ -12,17 +12,24 @@
 // NvmlError (nvml_errors.h): INSUFFICIENT_RESOURCES -> ResourceExhausted,
 // IN_USE -> FailedPrecondition, NOT_FOUND -> NotFound, NOT_SUPPORTED ->
 // Unimplemented, INVALID_ARGUMENT -> InvalidArgument, NO_PERMISSION ->
-// PermissionDenied, GPU_IS_LOST / UNINITIALIZED -> Unavailable, others Unknown.
+// PermissionDenied, GPU_IS_LOST / UNINITIALIZED -> Unavailable, TIMEOUT ->
+// DeadlineExceeded, others Unknown.
 //
-// Implementations are not thread-safe; callers serialize access.
+// Implementations are not thread-safe; callers serialize access. The one
+// exception is an XidEventWatcher: its Wait may run on its own thread while
+// other calls go on (NVML's event API is thread-safe; the simulator locks its
+// file per call), as NVIDIA's device plugin does.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 namespace prism::nvml {
 
@@ -87,6 +94,29 @@ struct ProcessInfo {
   int compute_instance_id = -1;
 };
 
+// A critical XID error NVML reported on a GPU (nvmlEventTypeXidCriticalError).
+struct XidEvent {
+  int gpu = -1;      // GPU index.
+  uint64_t xid = 0;  // The XID (nvmlEventData_t.eventData).
+  // The MIG instance the error hit; -1 when it concerns the whole GPU (NVML
+  // reports 0xFFFFFFFF) or MIG is off.
+  int gpu_instance_id = -1;
+  int compute_instance_id = -1;
+};
+
+// An NVML event set registered for critical XID events on some GPUs.
+// Wait may run on a thread of its own (see above); the watcher must not
+// outlive the Nvml that made it.
+class XidEventWatcher {
+ public:
+  virtual ~XidEventWatcher() = default;
+  // The next event, or nullopt when none arrives within `timeout` (also for a
+  // zero timeout: a poll). An error for anything else (GPU_IS_LOST: Unavailable).
+  virtual absl::StatusOr<std::optional<XidEvent>> Wait(absl::Duration timeout) = 0;
+  // GPUs the driver cannot report XID events for (left out of the set).
+  virtual const std::vector<int>& unsupported_gpus() const = 0;
+};
+
 class Nvml {
  public:
   virtual ~Nvml() = default;
@@ -122,6 +152,16 @@ class Nvml {
 
   // Compute processes running on the GPU (on any of its MIG devices).
   virtual absl::StatusOr<std::vector<ProcessInfo>> ListProcesses(int gpu) = 0;
+
+  // Registers for critical XID events on `gpus`. GPUs whose driver does not
+  // support them are skipped (unsupported_gpus); Unimplemented when the driver
+  // lacks the event API (the message names the missing entry points) or no GPU
+  // supports it.
+  virtual absl::StatusOr<std::unique_ptr<XidEventWatcher>> WatchXidEvents(
+      const std::vector<int>& gpus) {
+    (void)gpus;
+    return absl::UnimplementedError("this NVML backend does not report XID events");
+  }
 };
 
 }  // namespace prism::nvml

@@ -14,6 +14,7 @@ typedef int nvmlReturn_t;
 typedef struct nvmlDevice_st* nvmlDevice_t;
 typedef struct nvmlGpuInstance_st* nvmlGpuInstance_t;
 typedef struct nvmlComputeInstance_st* nvmlComputeInstance_t;
+typedef struct nvmlEventSet_st* nvmlEventSet_t;
 
 #define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
 #define NVML_DEVICE_NAME_V2_BUFFER_SIZE 96
@@ -25,6 +26,10 @@ typedef struct nvmlComputeInstance_st* nvmlComputeInstance_t;
 #define NVML_GPU_INSTANCE_PROFILE_COUNT 0x12
 #define NVML_COMPUTE_INSTANCE_PROFILE_COUNT 0x9
 #define NVML_COMPUTE_INSTANCE_ENGINE_PROFILE_SHARED 0
+#define nvmlEventTypeSingleBitEccError 0x0000000000000001LL
+#define nvmlEventTypeDoubleBitEccError 0x0000000000000002LL
+#define nvmlEventTypePState 0x0000000000000004LL
+#define nvmlEventTypeXidCriticalError 0x0000000000000008LL
 
 typedef struct nvmlMemory_st {
   unsigned long long total;
@@ -112,6 +117,14 @@ typedef struct nvmlDeviceAttributes_st {
   unsigned long long memorySizeMB;
 } nvmlDeviceAttributes_t;
 
+typedef struct nvmlEventData_st {
+  nvmlDevice_t device;  // The physical GPU (also for an event on one of its MIG devices).
+  unsigned long long eventType;
+  unsigned long long eventData;  // The XID for nvmlEventTypeXidCriticalError.
+  unsigned int gpuInstanceId;    // 0xFFFFFFFF: the whole GPU.
+  unsigned int computeInstanceId;
+} nvmlEventData_t;
+
 nvmlReturn_t nvmlInit_v2(void);
 nvmlReturn_t nvmlShutdown(void);
 const char* nvmlErrorString(nvmlReturn_t result);
@@ -160,6 +173,12 @@ nvmlReturn_t nvmlComputeInstanceDestroy(nvmlComputeInstance_t computeInstance);
 nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int* infoCount,
                                                      nvmlProcessInfo_t* infos);
 nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device, nvmlDeviceAttributes_t* attributes);
+nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set);
+nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device, unsigned long long* eventTypes);
+nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long eventTypes,
+                                      nvmlEventSet_t set);
+nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data, unsigned int timeoutms);
+nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -212,6 +212,75 @@ TEST_P(NvmlConformanceTest, InjectedFaultsSurfaceAsErrors) {
   EXPECT_TRUE(nvml_->CreateComputeInstance(1, gi->id, 1).ok());
 }
 
+TEST_P(NvmlConformanceTest, InjectedXidEventsReachTheWatcherInOrder) {
+  auto watcher = nvml_->WatchXidEvents({0, 1});
+  ASSERT_TRUE(watcher.ok()) << watcher.status();
+  EXPECT_TRUE((*watcher)->unsupported_gpus().empty());
+  Edit([](sim::SimState& s) {
+    s.xid_events.push_back(sim::SimXidEvent{2, 48, -1, -1});  // GPU 2 is not watched.
+    s.xid_events.push_back(sim::SimXidEvent{1, 79, -1, -1});
+    s.xid_events.push_back(sim::SimXidEvent{0, 13, 1, 0});
+  });
+  auto first = (*watcher)->Wait(absl::Seconds(5));
+  ASSERT_TRUE(first.ok()) << first.status();
+  ASSERT_TRUE(first->has_value());
+  EXPECT_EQ((*first)->gpu, 1);
+  EXPECT_EQ((*first)->xid, 79u);
+  EXPECT_EQ((*first)->gpu_instance_id, -1);
+  EXPECT_EQ((*first)->compute_instance_id, -1);
+  auto second = (*watcher)->Wait(absl::Seconds(5));
+  ASSERT_TRUE(second.ok() && second->has_value());
+  EXPECT_EQ((*second)->gpu, 0);
+  EXPECT_EQ((*second)->xid, 13u);
+  EXPECT_EQ((*second)->gpu_instance_id, 1);
+  EXPECT_EQ((*second)->compute_instance_id, 0);
+  // The unwatched GPU's event stays queued; the wait times out cleanly.
+  auto none = (*watcher)->Wait(absl::Milliseconds(30));
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->has_value());
+  ASSERT_EQ(Read().xid_events.size(), 1u);
+  EXPECT_EQ(Read().xid_events[0].gpu, 2);
+}
+
+TEST_P(NvmlConformanceTest, XidWaitTimesOutAndPolls) {
+  auto watcher = nvml_->WatchXidEvents({0, 1, 2});
+  ASSERT_TRUE(watcher.ok()) << watcher.status();
+  auto poll = (*watcher)->Wait(absl::ZeroDuration());
+  ASSERT_TRUE(poll.ok()) << poll.status();
+  EXPECT_FALSE(poll->has_value());
+  const absl::Time start = absl::Now();
+  auto waited = (*watcher)->Wait(absl::Milliseconds(50));
+  ASSERT_TRUE(waited.ok()) << waited.status();
+  EXPECT_FALSE(waited->has_value());
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(40));
+  Edit([](sim::SimState& s) { s.xid_events.push_back(sim::SimXidEvent{2, 79, -1, -1}); });
+  auto polled = (*watcher)->Wait(absl::ZeroDuration());
+  ASSERT_TRUE(polled.ok() && polled->has_value());
+  EXPECT_EQ((*polled)->gpu, 2);
+}
+
+TEST_P(NvmlConformanceTest, GpusWithoutXidEventsAreLeftOut) {
+  Edit([](sim::SimState& s) { s.gpus[2].events_supported = false; });
+  auto watcher = nvml_->WatchXidEvents({0, 1, 2});
+  ASSERT_TRUE(watcher.ok()) << watcher.status();
+  EXPECT_EQ((*watcher)->unsupported_gpus(), std::vector<int>{2});
+  auto none = nvml_->WatchXidEvents({2});
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(none.status().message()), HasSubstr("no GPU supports critical XID"));
+}
+
+TEST_P(NvmlConformanceTest, ALostGpuDuringAnXidWaitIsAnError) {
+  auto watcher = nvml_->WatchXidEvents({0});
+  ASSERT_TRUE(watcher.ok()) << watcher.status();
+  Edit([](sim::SimState& s) {
+    s.faults.push_back(sim::SimFault{"WaitXidEvent", 0, 1, 15 /* GPU_IS_LOST */});
+  });
+  auto lost = (*watcher)->Wait(absl::Seconds(1));
+  EXPECT_EQ(lost.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(lost.status().message()), HasSubstr("nvmlEventSetWait_v2"));
+  EXPECT_TRUE(Read().faults.empty());
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, NvmlConformanceTest,
                          ::testing::Values(Backend::kSim, Backend::kDlFake),
                          [](const auto& param_info) {
@@ -236,6 +305,22 @@ TEST(DlNvmlTest, MissingSymbolIsNamed) {
   EXPECT_THAT(std::string(dl.status().message()),
               HasSubstr("lacks required NVML entry points (driver too old?): "
                         "nvmlDeviceCreateGpuInstanceWithPlacement"));
+}
+
+TEST(DlNvmlTest, ADriverWithoutTheEventApiStillWorksAndNamesWhatIsMissing) {
+  TempDir dir;
+  std::ofstream(dir.path() + "/gpus.yaml") << "gpus: [{model: A100-SXM4-40GB}]\n";
+  ::setenv("PRISM_FAKE_NVML_STATE", (dir.path() + "/gpus.yaml").c_str(), 1);
+  auto dl = DlNvml::Open(BinaryDir() + "/fake-nvml-noevents/libnvidia-ml.so.1");
+  ASSERT_TRUE(dl.ok()) << dl.status();
+  EXPECT_TRUE((*dl)->ListGpus().ok());
+  auto watcher = (*dl)->WatchXidEvents({0});
+  ::unsetenv("PRISM_FAKE_NVML_STATE");
+  EXPECT_EQ(watcher.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(watcher.status().message()),
+              HasSubstr("lacks the event API (driver too old?): nvmlEventSetCreate, "
+                        "nvmlDeviceGetSupportedEventTypes, nvmlDeviceRegisterEvents, "
+                        "nvmlEventSetWait_v2, nvmlEventSetFree"));
 }
 
 TEST(DlNvmlTest, FailingInitIsReported) {

@@ -22,6 +22,7 @@ constexpr Entry kNames[] = {
     {kNvmlErrorNotFound, "NVML_ERROR_NOT_FOUND"},
     {kNvmlErrorInsufficientSize, "NVML_ERROR_INSUFFICIENT_SIZE"},
     {kNvmlErrorDriverNotLoaded, "NVML_ERROR_DRIVER_NOT_LOADED"},
+    {kNvmlErrorTimeout, "NVML_ERROR_TIMEOUT"},
     {kNvmlErrorGpuIsLost, "NVML_ERROR_GPU_IS_LOST"},
     {kNvmlErrorResetRequired, "NVML_ERROR_RESET_REQUIRED"},
     {kNvmlErrorInUse, "NVML_ERROR_IN_USE"},
@@ -50,6 +51,8 @@ absl::StatusCode CodeFor(int code) {
       return absl::StatusCode::kFailedPrecondition;
     case kNvmlErrorInsufficientResources:
       return absl::StatusCode::kResourceExhausted;
+    case kNvmlErrorTimeout:
+      return absl::StatusCode::kDeadlineExceeded;
     case kNvmlErrorUninitialized:
     case kNvmlErrorDriverNotLoaded:
     case kNvmlErrorGpuIsLost:

@@ -18,6 +18,7 @@ enum NvmlReturn : int {
   kNvmlErrorNotFound = 6,
   kNvmlErrorInsufficientSize = 7,
   kNvmlErrorDriverNotLoaded = 9,
+  kNvmlErrorTimeout = 10,
   kNvmlErrorGpuIsLost = 15,
   kNvmlErrorResetRequired = 16,
   kNvmlErrorInUse = 19,

@@ -1,5 +1,7 @@
 #include "nvml/sim_nvml.h"
 
+#include <algorithm>
+
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "core/mig/gpu_model.h"
@@ -213,6 +215,62 @@ absl::StatusOr<std::vector<ProcessInfo>> SimNvml::ListProcesses(int gpu) {
     return absl::OkStatus();
   }));
   return out;
+}
+
+namespace {
+
+class SimXidEventWatcher final : public XidEventWatcher {
+ public:
+  SimXidEventWatcher(std::string path, std::vector<int> gpus, std::vector<int> unsupported)
+      : file_(std::move(path)), gpus_(std::move(gpus)), unsupported_(std::move(unsupported)) {}
+
+  absl::StatusOr<std::optional<XidEvent>> Wait(absl::Duration timeout) override {
+    // How often the file is re-read while waiting: the events come from another writer.
+    constexpr absl::Duration kPoll = absl::Milliseconds(10);
+    const absl::Time deadline = absl::Now() + timeout;
+    for (;;) {
+      sim::SimXidEvent taken;
+      int rc = kNvmlErrorUnknown;
+      RETURN_IF_ERROR(file_.Transact([&](sim::SimState& s, bool* changed) -> absl::Status {
+        const std::vector<sim::SimFault> faults_before = s.faults;
+        rc = sim::TakeXidEvent(s, gpus_, &taken);
+        *changed = rc == kNvmlSuccess || s.faults != faults_before;
+        return absl::OkStatus();
+      }));
+      if (rc == kNvmlSuccess) {
+        return XidEvent{taken.gpu, taken.xid, taken.gpu_instance_id, taken.compute_instance_id};
+      }
+      if (rc != kNvmlErrorTimeout) return NvmlError(rc, "nvmlEventSetWait_v2");
+      const absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) return std::nullopt;
+      absl::SleepFor(std::min(left, kPoll));
+    }
+  }
+
+  const std::vector<int>& unsupported_gpus() const override { return unsupported_; }
+
+ private:
+  sim::SimStateFile file_;
+  std::vector<int> gpus_;
+  std::vector<int> unsupported_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<XidEventWatcher>> SimNvml::WatchXidEvents(
+    const std::vector<int>& gpus) {
+  std::vector<int> watched;
+  std::vector<int> unsupported;
+  RETURN_IF_ERROR(file_.Transact([&](sim::SimState& s, bool*) -> absl::Status {
+    for (int gpu : gpus) {
+      RETURN_IF_ERROR(CheckIndex(s, gpu, "nvmlDeviceRegisterEvents"));
+      (s.gpus[gpu].events_supported ? watched : unsupported).push_back(gpu);
+    }
+    return absl::OkStatus();
+  }));
+  if (watched.empty()) return absl::UnimplementedError("no GPU supports critical XID events");
+  return std::unique_ptr<XidEventWatcher>(std::make_unique<SimXidEventWatcher>(
+      file_.path(), std::move(watched), std::move(unsupported)));
 }
 
 }  // namespace prism::nvml

@@ -33,6 +33,10 @@ class SimNvml : public Nvml {
                                       int compute_instance_id) override;
   absl::Status DestroyGpuInstance(int gpu, int gpu_instance_id) override;
   absl::StatusOr<std::vector<ProcessInfo>> ListProcesses(int gpu) override;
+  // Waits take the file's pending `xid_events` for the watched GPUs, polling
+  // the file (another process, e.g. a test, appends them).
+  absl::StatusOr<std::unique_ptr<XidEventWatcher>> WatchXidEvents(
+      const std::vector<int>& gpus) override;
 
   // The backing file, for tests and tools that inspect or edit the state
   // (add a process, inject a fault, read call counters).

@@ -3,11 +3,17 @@
 // file named by PRISM_FAKE_NVML_STATE. It lets tests drive the production
 // DlNvml backend (dlopen, symbol resolution, struct layouts, handle lifetimes)
 // without a GPU. Built twice: complete, and with -DPRISM_FAKE_NVML_OLD_DRIVER
-// lacking nvmlDeviceCreateGpuInstanceWithPlacement, to test a missing symbol.
+// lacking nvmlDeviceCreateGpuInstanceWithPlacement, to test a missing symbol,
+// and -DPRISM_FAKE_NVML_NO_EVENTS, lacking the event API (a driver that cannot
+// report XID events).
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "base/status_macros.h"
 #include "core/mig/gpu_model.h"
@@ -502,3 +508,87 @@ NVML_API nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device,
     return nv::kNvmlSuccess;
   });
 }
+
+#ifndef PRISM_FAKE_NVML_NO_EVENTS
+// An event set: the GPUs registered for critical XIDs. Waits take the state
+// file's pending `xid_events` on those GPUs.
+struct nvmlEventSet_st {
+  std::vector<int> gpus;
+};
+
+NVML_API nvmlReturn_t nvmlEventSetCreate(nvmlEventSet_t* set) {
+  if (!g_initialized) return nv::kNvmlErrorUninitialized;
+  if (set == nullptr) return nv::kNvmlErrorInvalidArgument;
+  *set = new nvmlEventSet_st();
+  return nv::kNvmlSuccess;
+}
+
+NVML_API nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set) {
+  if (set == nullptr) return nv::kNvmlErrorInvalidArgument;
+  delete set;
+  return nv::kNvmlSuccess;
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetSupportedEventTypes(nvmlDevice_t device,
+                                                       unsigned long long* types) {
+  return WithState([&](SimState& s, bool*) -> int {
+    const Decoded d = Decode(device);
+    if (d.kind != kDevice || !ValidDevice(s, d) || types == nullptr) {
+      return nv::kNvmlErrorInvalidArgument;
+    }
+    *types =
+        s.gpus[d.gpu].events_supported
+            ? static_cast<unsigned long long>(nvmlEventTypeXidCriticalError | nvmlEventTypePState)
+            : static_cast<unsigned long long>(nvmlEventTypePState);
+    return nv::kNvmlSuccess;
+  });
+}
+
+NVML_API nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long types,
+                                               nvmlEventSet_t set) {
+  return WithState([&](SimState& s, bool*) -> int {
+    const Decoded d = Decode(device);
+    if (d.kind != kDevice || !ValidDevice(s, d) || set == nullptr) {
+      return nv::kNvmlErrorInvalidArgument;
+    }
+    if ((types & static_cast<unsigned long long>(nvmlEventTypeXidCriticalError)) != 0 &&
+        !s.gpus[d.gpu].events_supported) {
+      return nv::kNvmlErrorNotSupported;
+    }
+    set->gpus.push_back(d.gpu);
+    return nv::kNvmlSuccess;
+  });
+}
+
+NVML_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data,
+                                          unsigned int timeout_ms) {
+  if (set == nullptr || data == nullptr) return nv::kNvmlErrorInvalidArgument;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    sim::SimXidEvent event;
+    const nvmlReturn_t rc = WithState([&](SimState& s, bool* changed) -> int {
+      const auto faults_before = s.faults;
+      const int taken = sim::TakeXidEvent(s, set->gpus, &event);
+      *changed = taken == nv::kNvmlSuccess || s.faults != faults_before;
+      return taken;
+    });
+    if (rc == nv::kNvmlSuccess) {
+      std::memset(data, 0, sizeof(*data));
+      data->device = ToHandle<nvmlDevice_t>(Encode(kDevice, event.gpu));
+      data->eventType = static_cast<unsigned long long>(nvmlEventTypeXidCriticalError);
+      data->eventData = event.xid;
+      data->gpuInstanceId =
+          event.gpu_instance_id < 0 ? 0xFFFFFFFFu : static_cast<unsigned>(event.gpu_instance_id);
+      data->computeInstanceId = event.compute_instance_id < 0
+                                    ? 0xFFFFFFFFu
+                                    : static_cast<unsigned>(event.compute_instance_id);
+      return rc;
+    }
+    if (rc != nv::kNvmlErrorTimeout) return rc;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return nv::kNvmlErrorTimeout;
+    std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(
+        deadline - now, std::chrono::milliseconds(10)));
+  }
+}
+#endif  // PRISM_FAKE_NVML_NO_EVENTS

@@ -116,7 +116,7 @@ absl::Status ParseGpu(const YAML::Node& node, int index, SimGpu* gpu) {
   const std::string where = StrCat("gpus[", index, "]");
   if (auto s = CheckKeys(node, where,
                          {"model", "name", "uuid", "pci_bus_id", "memory_mib", "mig",
-                          "reset_supported", "gpu_instances", "processes"});
+                          "reset_supported", "events_supported", "gpu_instances", "processes"});
       !s.ok()) {
     return s;
   }
@@ -146,6 +146,7 @@ absl::Status ParseGpu(const YAML::Node& node, int index, SimGpu* gpu) {
   gpu->pci_bus_id = bus;
   RETURN_IF_ERROR(Read(node, "pci_bus_id", where, &gpu->pci_bus_id));
   RETURN_IF_ERROR(Read(node, "reset_supported", where, &gpu->reset_supported));
+  RETURN_IF_ERROR(Read(node, "events_supported", where, &gpu->events_supported));
   if (const YAML::Node mig = node["mig"]) {
     RETURN_IF_ERROR(CheckKeys(mig, where + ".mig", {"enabled", "pending"}));
     RETURN_IF_ERROR(Read(mig, "enabled", where + ".mig", &gpu->mig_current));
@@ -254,7 +255,8 @@ absl::StatusOr<SimState> ParseSimState(const std::string& yaml_text) {
     return absl::InvalidArgumentError(StrCat("simulated GPU file: malformed YAML: ", e.what()));
   }
   if (!root.IsMap()) return Bad("top level", "expected a mapping with a 'gpus' list");
-  RETURN_IF_ERROR(CheckKeys(root, "top level", {"gpus", "faults", "calls", "generation"}));
+  RETURN_IF_ERROR(
+      CheckKeys(root, "top level", {"gpus", "faults", "xid_events", "calls", "generation"}));
   const YAML::Node gpus = root["gpus"];
   if (!gpus || !gpus.IsSequence()) {
     return Bad("top level", "missing 'gpus' list (e.g. gpus: [{model: A100-SXM4-40GB}])");
@@ -288,6 +290,25 @@ absl::StatusOr<SimState> ParseSimState(const std::string& yaml_text) {
       state.faults.push_back(f);
     }
   }
+  if (const YAML::Node events = root["xid_events"]) {
+    if (!events.IsSequence()) return Bad("xid_events", "must be a list");
+    for (size_t i = 0; i < events.size(); ++i) {
+      const std::string ew = StrCat("xid_events[", i, "]");
+      RETURN_IF_ERROR(CheckKeys(events[i], ew, {"gpu", "xid", "gpu_instance", "compute_instance"}));
+      SimXidEvent e;
+      e.gpu = -1;
+      RETURN_IF_ERROR(Read(events[i], "gpu", ew, &e.gpu));
+      RETURN_IF_ERROR(Read(events[i], "xid", ew, &e.xid));
+      RETURN_IF_ERROR(Read(events[i], "gpu_instance", ew, &e.gpu_instance_id));
+      RETURN_IF_ERROR(Read(events[i], "compute_instance", ew, &e.compute_instance_id));
+      if (!ValidGpu(state, e.gpu)) {
+        return Bad(ew, StrCat("needs 'gpu', the index of a simulated GPU (0..",
+                              static_cast<int>(state.gpus.size()) - 1, ")"));
+      }
+      if (e.xid == 0) return Bad(ew, "needs 'xid', a positive XID number (e.g. 79)");
+      state.xid_events.push_back(e);
+    }
+  }
   if (const YAML::Node calls = root["calls"]) {
     try {
       state.calls = calls.as<std::map<std::string, int>>();
@@ -310,6 +331,7 @@ std::string SerializeSimState(const SimState& state) {
     out << YAML::Key << "pci_bus_id" << YAML::Value << g.pci_bus_id;
     if (g.mig_model == nullptr) out << YAML::Key << "memory_mib" << YAML::Value << g.memory_mib;
     if (!g.reset_supported) out << YAML::Key << "reset_supported" << YAML::Value << false;
+    if (!g.events_supported) out << YAML::Key << "events_supported" << YAML::Value << false;
     if (g.mig_model != nullptr) {
       out << YAML::Key << "mig" << YAML::Value << YAML::Flow << YAML::BeginMap << YAML::Key
           << "enabled" << YAML::Value << g.mig_current << YAML::Key << "pending" << YAML::Value
@@ -362,6 +384,21 @@ std::string SerializeSimState(const SimState& state) {
     }
     out << YAML::EndSeq;
   }
+  if (!state.xid_events.empty()) {
+    out << YAML::Key << "xid_events" << YAML::Value << YAML::BeginSeq;
+    for (const SimXidEvent& e : state.xid_events) {
+      out << YAML::Flow << YAML::BeginMap << YAML::Key << "gpu" << YAML::Value << e.gpu << YAML::Key
+          << "xid" << YAML::Value << e.xid;
+      if (e.gpu_instance_id >= 0) {
+        out << YAML::Key << "gpu_instance" << YAML::Value << e.gpu_instance_id;
+      }
+      if (e.compute_instance_id >= 0) {
+        out << YAML::Key << "compute_instance" << YAML::Value << e.compute_instance_id;
+      }
+      out << YAML::EndMap;
+    }
+    out << YAML::EndSeq;
+  }
   if (!state.calls.empty()) {
     out << YAML::Key << "calls" << YAML::Value << YAML::BeginMap;
     for (const auto& [call, count] : state.calls) out << YAML::Key << call << YAML::Value << count;
@@ -373,6 +410,17 @@ std::string SerializeSimState(const SimState& state) {
 }
 
 int CheckFault(SimState& state, const std::string& call) { return TakeFault(state, call); }
+
+int TakeXidEvent(SimState& state, const std::vector<int>& gpus, SimXidEvent* out) {
+  if (int rc = TakeFault(state, "WaitXidEvent"); rc != kNvmlSuccess) return rc;
+  for (auto it = state.xid_events.begin(); it != state.xid_events.end(); ++it) {
+    if (std::find(gpus.begin(), gpus.end(), it->gpu) == gpus.end()) continue;
+    *out = *it;
+    state.xid_events.erase(it);
+    return kNvmlSuccess;
+  }
+  return kNvmlErrorTimeout;
+}
 
 int GetMigMode(SimState& state, int gpu, bool* current, bool* pending) {
   if (!ValidGpu(state, gpu)) return kNvmlErrorInvalidArgument;

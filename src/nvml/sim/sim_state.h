@@ -64,7 +64,8 @@ struct SimGpu {
   int64_t memory_mib = 0;
   bool mig_current = false;
   bool mig_pending = false;
-  bool reset_supported = true;  // false: a passthrough VM where resets do nothing.
+  bool reset_supported = true;   // false: a passthrough VM where resets do nothing.
+  bool events_supported = true;  // false: the driver reports no XID events for this GPU.
   std::vector<SimGpuInstance> gpu_instances;
   std::vector<SimProcess> processes;
 };
@@ -79,11 +80,22 @@ struct SimFault {
   friend bool operator==(const SimFault&, const SimFault&) = default;
 };
 
+// A critical XID waiting to be reported by an event-set wait (injected by tests).
+struct SimXidEvent {
+  int gpu = 0;
+  uint64_t xid = 0;
+  int gpu_instance_id = -1;  // -1: the whole GPU.
+  int compute_instance_id = -1;
+
+  friend bool operator==(const SimXidEvent&, const SimXidEvent&) = default;
+};
+
 struct SimState {
   std::vector<SimGpu> gpus;
   std::vector<SimFault> faults;
-  std::map<std::string, int> calls;  // Mutating calls made, by operation name.
-  uint64_t generation = 0;           // Feeds MIG UUIDs: a re-created instance gets a new one.
+  std::vector<SimXidEvent> xid_events;  // Pending, oldest first.
+  std::map<std::string, int> calls;     // Mutating calls made, by operation name.
+  uint64_t generation = 0;              // Feeds MIG UUIDs: a re-created instance gets a new one.
 };
 
 // Parses the YAML state file (format in docs/nvml-simulator.md). Fills in
@@ -94,7 +106,7 @@ std::string SerializeSimState(const SimState& state);
 
 // Operation names used in `faults` and `calls`: GetMigMode, SetMigMode, ResetGpu,
 // CreateGpuInstance, DestroyGpuInstance, CreateComputeInstance,
-// DestroyComputeInstance, ListGpuInstances, ListProcesses.
+// DestroyComputeInstance, ListGpuInstances, ListProcesses, WaitXidEvent.
 //
 // Each function returns an NVML return code. `gpu` is an index into state.gpus.
 int GetMigMode(SimState& state, int gpu, bool* current, bool* pending);
@@ -109,6 +121,10 @@ int DestroyGpuInstance(SimState& state, int gpu, int gpu_instance_id);
 int CreateComputeInstance(SimState& state, int gpu, int gpu_instance_id, int ci_profile_index,
                           int* compute_instance_id);
 int DestroyComputeInstance(SimState& state, int gpu, int gpu_instance_id, int compute_instance_id);
+// Takes the oldest pending XID event on one of `gpus` into `*out`:
+// NVML_SUCCESS, or NVML_ERROR_TIMEOUT when there is none (or an injected fault
+// of WaitXidEvent). Events on other GPUs stay queued.
+int TakeXidEvent(SimState& state, const std::vector<int>& gpus, SimXidEvent* out);
 // Fault check for read-only operations; mutating ones check internally.
 int CheckFault(SimState& state, const std::string& call);
 // A host reboot: instances vanish; Ampere applies a pending mode (it lives in

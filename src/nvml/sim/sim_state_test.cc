@@ -53,6 +53,32 @@ TEST(SimStateTest, RejectsBadFilesWithTheReason) {
               HasSubstr("'enabled' has an invalid value"));
   EXPECT_THAT(ParseError("gpus: [{model: A100-SXM4-40GB}]\nfaults: [{call: X, error: NOPE}]"),
               HasSubstr("NVML error name"));
+  EXPECT_THAT(ParseError("gpus: [{model: A100-SXM4-40GB}]\nxid_events: [{gpu: 1, xid: 79}]"),
+              HasSubstr("xid_events[0]: needs 'gpu'"));
+  EXPECT_THAT(ParseError("gpus: [{model: A100-SXM4-40GB}]\nxid_events: [{gpu: 0}]"),
+              HasSubstr("needs 'xid'"));
+  EXPECT_THAT(ParseError("gpus: [{model: A100-SXM4-40GB}]\nxid_events: [{gpu: 0, xid: 79, "
+                         "when: now}]"),
+              HasSubstr("unknown key 'when'"));
+}
+
+TEST(SimStateTest, XidEventsAreTakenOldestFirstForTheWatchedGpus) {
+  SimState s = Parse(
+      "gpus: [{model: A100-SXM4-40GB}, {model: A100-SXM4-40GB, events_supported: false}]\n"
+      "xid_events: [{gpu: 1, xid: 48}, {gpu: 0, xid: 79}, {gpu: 0, xid: 94, gpu_instance: 2, "
+      "compute_instance: 0}]\n");
+  EXPECT_FALSE(s.gpus[1].events_supported);
+  EXPECT_EQ(Parse(SerializeSimState(s)).xid_events, s.xid_events);
+  EXPECT_FALSE(Parse(SerializeSimState(s)).gpus[1].events_supported);
+  SimXidEvent e;
+  ASSERT_EQ(TakeXidEvent(s, {0}, &e), kNvmlSuccess);
+  EXPECT_EQ(e.xid, 79u);
+  ASSERT_EQ(TakeXidEvent(s, {0}, &e), kNvmlSuccess);
+  EXPECT_EQ(e.xid, 94u);
+  EXPECT_EQ(e.gpu_instance_id, 2);
+  EXPECT_EQ(TakeXidEvent(s, {0}, &e), kNvmlErrorTimeout);
+  ASSERT_EQ(s.xid_events.size(), 1u);
+  EXPECT_EQ(s.xid_events[0].gpu, 1);
 }
 
 TEST(SimStateTest, SerializesAndParsesBackTheSameState) {
