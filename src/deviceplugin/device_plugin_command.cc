@@ -5,9 +5,11 @@
 // metrics. Runs until SIGTERM or SIGINT; SIGHUP serves and registers the endpoint again.
 #include <signal.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "cli/commands.h"
 
@@ -53,6 +55,8 @@ struct Flags {
   std::string metrics_address = "0.0.0.0:9401";
   double resolve_timeout_s = 30;
   double health_interval_s = 10;
+  bool xid_health = true;
+  std::vector<uint64_t> ignore_xids;
   double inventory_interval_s = 30;
   double reconcile_interval_s = 30;
 };
@@ -129,6 +133,8 @@ absl::Status Run(const Flags& flags) {
   options.cdi_annotations = flags.cdi_annotations;
   options.resolve_timeout = absl::Seconds(flags.resolve_timeout_s);
   options.health_interval = absl::Seconds(flags.health_interval_s);
+  options.xid_health = flags.xid_health;
+  options.ignored_xids.insert(flags.ignore_xids.begin(), flags.ignore_xids.end());
   options.inventory_interval = absl::Seconds(flags.inventory_interval_s);
   options.reconcile_interval = absl::Seconds(flags.reconcile_interval_s);
 
@@ -242,6 +248,15 @@ void AddDevicePluginCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--health-interval", flags->health_interval_s, "Seconds between GPU checks")
       ->capture_default_str();
+  cmd->add_option("--xid-health", flags->xid_health,
+                  "Mark a GPU unhealthy on an NVML critical XID event")
+      ->envname("PRISM_XID_HEALTH")
+      ->capture_default_str();
+  cmd->add_option("--ignore-xids", flags->ignore_xids,
+                  "XIDs (comma-separated) that never mark a GPU unhealthy, besides the "
+                  "application errors 13,31,43,45,68,109")
+      ->delimiter(',')
+      ->envname("PRISM_IGNORE_XIDS");
   cmd->add_option("--inventory-interval", flags->inventory_interval_s,
                   "Seconds between inventory refreshes")
       ->capture_default_str();

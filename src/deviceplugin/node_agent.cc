@@ -196,8 +196,25 @@ absl::Status NodeAgent::Start() {
 
   Adopt();
 
+  if (options_.xid_health) {
+    std::vector<int> indices;
+    for (const InventoryGpu& g : inventory_.gpus) indices.push_back(g.index);
+    absl::StatusOr<std::unique_ptr<nvml::XidEventWatcher>> watcher = nvml_->WatchXidEvents(indices);
+    if (watcher.ok()) {
+      xid_watcher_ = std::move(*watcher);
+      for (int gpu : xid_watcher_->unsupported_gpus()) {
+        LogWarning(kLog, "GPU ", gpu, " cannot report XID events: its health relies on the probe");
+      }
+    } else {
+      LogWarning(kLog, "XID health events are not available (", watcher.status().message(),
+                 "): GPU health relies on the NVML probe every ",
+                 absl::FormatDuration(options_.health_interval));
+    }
+  }
+
   patcher_ = std::thread([this] { PatchLoop(); });
   worker_ = std::thread([this] { WorkerLoop(); });
+  if (xid_watcher_ != nullptr) xid_thread_ = std::thread([this] { XidLoop(); });
   Post([this] { (void)RefreshInventory(true); });
   // Periodic work re-posts itself.
   auto every = [this](absl::Duration period, std::function<void()> fn) {
@@ -227,6 +244,8 @@ void NodeAgent::Stop() {
     stopping_ = true;
   }
   if (informer_) informer_->Stop();
+  if (xid_thread_.joinable()) xid_thread_.join();
+  xid_watcher_.reset();
   {
     absl::MutexLock lock(&queue_mu_);
     worker_stop_ = true;
@@ -558,7 +577,9 @@ void NodeAgent::CheckHealth() {
   bool changed = false;
   for (InventoryGpu& g : inventory_.gpus) {
     absl::StatusOr<std::vector<nvml::ProcessInfo>> probe = nvml_->ListProcesses(g.index);
-    const bool healthy = probe.ok() || probe.status().code() != absl::StatusCode::kUnavailable;
+    // A critical XID keeps the GPU unhealthy whatever the probe says.
+    const bool healthy = (probe.ok() || probe.status().code() != absl::StatusCode::kUnavailable) &&
+                         xid_failed_.count(g.uuid) == 0;
     if (healthy != g.healthy) {
       LogWarning(kLog, "GPU ", g.index, " (", g.uuid, ") is now ",
                  healthy ? "healthy" : "unhealthy",
@@ -572,6 +593,56 @@ void NodeAgent::CheckHealth() {
     SchedulePublishInventory();
   }
   UpdateMetrics();
+}
+
+void NodeAgent::XidLoop() {
+  std::string last_error;
+  while (!stopping()) {
+    absl::StatusOr<std::optional<nvml::XidEvent>> event = xid_watcher_->Wait(options_.xid_wait);
+    if (!event.ok()) {
+      const std::string error(event.status().message());
+      if (error != last_error) {
+        LogWarning(kLog, "waiting for XID events: ", error, " (the health probe still runs)");
+      }
+      last_error = error;
+      // A persistent error must not spin; Stop still ends the wait at once.
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(&stopping_), options_.xid_wait);
+      continue;
+    }
+    last_error.clear();
+    if (!event->has_value()) continue;
+    const nvml::XidEvent xid = **event;
+    metrics_->Add("prism_device_plugin_xid_events_total", 1, {{"xid", StrCat(xid.xid)}});
+    Post([this, xid] { OnXidEvent(xid); });
+  }
+}
+
+void NodeAgent::OnXidEvent(const nvml::XidEvent& event) {
+  const std::string mig = event.gpu_instance_id >= 0
+                              ? StrCat(" (MIG GPU instance ", event.gpu_instance_id,
+                                       ", compute instance ", event.compute_instance_id, ")")
+                              : std::string();
+  if (options_.ignored_xids.count(event.xid) != 0) {
+    LogInfo(kLog, "GPU ", event.gpu, mig, ": XID ", event.xid,
+            " ignored (an application error, or listed in --ignore-xids)");
+    return;
+  }
+  for (InventoryGpu& g : inventory_.gpus) {
+    if (g.index != event.gpu) continue;
+    // The advertised devices are per GPU, so an error on one MIG instance fails the whole GPU.
+    LogWarning(kLog, "GPU ", g.index, " (", g.uuid, ")", mig, ": critical XID ", event.xid,
+               ": unhealthy until the device plugin restarts");
+    xid_failed_.emplace(g.uuid, event.xid);
+    if (g.healthy) {
+      g.healthy = false;
+      UpdateDevices();
+      SchedulePublishInventory();
+      UpdateMetrics();
+    }
+    return;
+  }
+  LogWarning(kLog, "XID ", event.xid, " on GPU ", event.gpu, ", which this agent does not know");
 }
 
 void NodeAgent::RefreshOwnership() {

@@ -92,6 +92,16 @@ struct NodeAgentOptions {
   // unavailable GPU is retried before it fails.
   absl::Duration realize_retry_timeout = absl::Seconds(20);
   absl::Duration health_interval = absl::Seconds(10);
+  // Also watch NVML critical XID events (nvmlEventTypeXidCriticalError), as NVIDIA's device
+  // plugin does: a GPU with a critical XID turns unhealthy until the agent restarts. Where the
+  // driver cannot report them, health relies on the probe every health_interval alone.
+  bool xid_health = true;
+  // XIDs that never mark a GPU unhealthy: NVIDIA's default list of application-caused errors
+  // (13 graphics engine exception, 31 MMU fault, 43 GPU stopped processing, 45 preemptive
+  // cleanup, 68 video processor exception, 109 context switch timeout), plus any the admin adds.
+  std::set<uint64_t> ignored_xids = {13, 31, 43, 45, 68, 109};
+  // Longest single XID wait; bounds how long Stop waits for the XID thread.
+  absl::Duration xid_wait = absl::Milliseconds(500);
   absl::Duration inventory_interval = absl::Seconds(30);
   absl::Duration reconcile_interval = absl::Seconds(30);
   absl::Duration informer_sync_timeout = absl::Seconds(60);
@@ -162,6 +172,9 @@ class NodeAgent {
   absl::Status RefreshInventory(bool publish);
   absl::Status RebuildNodeState();
   void CheckHealth();
+  // XID thread: waits for events and posts them to the worker.
+  void XidLoop();
+  void OnXidEvent(const nvml::XidEvent& event);
   // Reads the Node: which GPUs' MIG layouts this agent owns (docs/mig-manager.md).
   void RefreshOwnership();
   void SchedulePublishInventory();
@@ -210,6 +223,11 @@ class NodeAgent {
   bool resolve_scheduled_ = false;
   bool inventory_publish_scheduled_ = false;
   std::vector<std::shared_ptr<std::function<void()>>> periodic_;
+  std::map<std::string, uint64_t> xid_failed_;  // GPU UUID -> the critical XID it reported.
+
+  // XID events: the watcher is used by xid_thread_ only.
+  std::unique_ptr<nvml::XidEventWatcher> xid_watcher_;
+  std::thread xid_thread_;
 
   // Shared with the gRPC threads.
   mutable absl::Mutex mu_;
