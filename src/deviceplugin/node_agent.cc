@@ -118,6 +118,19 @@ Json DeviceJson(const RealizedDevice& d) {
   return j;
 }
 
+// A pod object as the API server returns it, read with the same parser and rules as pod YAML.
+absl::StatusOr<config::PodManifest> ParsePodObject(const Json& pod, const std::string& where) {
+  Json copy = pod;
+  copy["kind"] = "Pod";
+  YAML::Node node;
+  try {
+    node = YAML::Load(copy.dump());
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(StrCat(where, ": ", e.what()));
+  }
+  return config::ParsePodNode(node, where);
+}
+
 }  // namespace
 
 NodeAgent::NodeAgent(NodeAgentOptions options, nvml::Nvml* nvml, k8s::Client* client,
@@ -756,16 +769,8 @@ bool NodeAgent::PodLive(const std::string& pod_uid) {
 }
 
 absl::StatusOr<sched::Decision> NodeAgent::DecodeDecision(const Json& pod) const {
-  Json copy = pod;
-  copy["kind"] = "Pod";
   const std::string where = StrCat("pod ", k8s::Namespace(pod), "/", k8s::Name(pod));
-  YAML::Node node;
-  try {
-    node = YAML::Load(copy.dump());
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(StrCat(where, ": ", e.what()));
-  }
-  ASSIGN_OR_RETURN(config::PodManifest manifest, config::ParsePodNode(node, where));
+  ASSIGN_OR_RETURN(config::PodManifest manifest, ParsePodObject(pod, where));
   ASSIGN_OR_RETURN(sched::PodRequest request,
                    config::BuildPodRequest(manifest, options_.device_config));
   absl::StatusOr<sched::Decision> decision =
@@ -783,16 +788,8 @@ absl::StatusOr<sched::Decision> NodeAgent::DecodeDecision(const Json& pod) const
 absl::StatusOr<sched::Decision> NodeAgent::PlaceLocally(PodEntry& pod) {
   const std::string who = StrCat(pod.namespace_name, "/", pod.name);
   auto parse = [this](const Json& object) -> absl::StatusOr<sched::PodRequest> {
-    Json copy = object;
-    copy["kind"] = "Pod";
-    YAML::Node node;
-    try {
-      node = YAML::Load(copy.dump());
-    } catch (const YAML::Exception& e) {
-      return absl::InvalidArgumentError(e.what());
-    }
     const std::string where = StrCat("pod ", k8s::Namespace(object), "/", k8s::Name(object));
-    ASSIGN_OR_RETURN(config::PodManifest manifest, config::ParsePodNode(node, where));
+    ASSIGN_OR_RETURN(config::PodManifest manifest, ParsePodObject(object, where));
     return config::BuildPodRequest(manifest, options_.device_config);
   };
   ASSIGN_OR_RETURN(sched::PodRequest request, parse(pod.object));

@@ -23,6 +23,7 @@ namespace {
 namespace fs = std::filesystem;
 using testing::AgentHarness;
 using testing::ContainerSpec;
+using testing::Eventually;
 using ::testing::HasSubstr;
 using testing::PodSpec;
 using ::testing::StartsWith;
@@ -61,17 +62,6 @@ std::string MigUuidAt(const std::string& state_file, int gpu, int start) {
 k8s::Json Status(AgentHarness& h, const std::string& uid) {
   std::optional<std::string> text = h.PodAnnotation(uid, kAllocationStatusAnnotation);
   return text ? k8s::Json::parse(*text, nullptr, false) : k8s::Json();
-}
-
-// Waits for `predicate` (the agent reacts to API events asynchronously).
-template <typename F>
-bool Eventually(F predicate, absl::Duration timeout = absl::Seconds(10)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!predicate()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return true;
 }
 
 class NodeAgentTest : public ::testing::Test {
@@ -259,7 +249,8 @@ TEST_F(NodeAgentTest, PodsOfAnotherSchedulerArePlacedByTheAgent) {
     EXPECT_THAT(c->env["NVIDIA_VISIBLE_DEVICES"], StartsWith("MIG-"));
     devices.insert(c->env["NVIDIA_VISIBLE_DEVICES"]);
     // The decision is written on the pod, for the scheduler to count.
-    ASSERT_TRUE(Eventually([&] { return h_->PodAnnotation(uid, "prism.io/decision").has_value(); }));
+    ASSERT_TRUE(
+        Eventually([&] { return h_->PodAnnotation(uid, "prism.io/decision").has_value(); }));
   }
   EXPECT_EQ(devices.size(), 2u);  // The second placement saw the first.
   EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), 2u);

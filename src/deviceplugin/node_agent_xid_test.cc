@@ -16,6 +16,7 @@ namespace prism::deviceplugin {
 namespace {
 
 using testing::AgentHarness;
+using testing::Eventually;
 
 // GPU 0 in MIG mode, GPU 1 without.
 constexpr char kNode[] = R"(gpus:
@@ -23,16 +24,6 @@ constexpr char kNode[] = R"(gpus:
     mig: {enabled: true, pending: true}
   - model: A100-SXM4-40GB
 )";
-
-template <typename F>
-bool Eventually(F predicate, absl::Duration timeout = absl::Seconds(10)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!predicate()) {
-    if (absl::Now() > deadline) return false;
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  return true;
-}
 
 class NodeAgentXidTest : public ::testing::Test {
  protected:

@@ -9,6 +9,8 @@
 #include <functional>
 #include <string>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gtest/gtest.h"
 
 #include "nvml/sim/sim_state_file.h"
@@ -90,5 +92,16 @@ inline constexpr int kNvmlGpuIsLost = 15;
 inline constexpr int kNvmlInUse = 19;
 inline constexpr int kNvmlInsufficientResources = 23;
 inline constexpr int kNvmlUnknown = 999;
+
+// Waits for `predicate` (the agent reacts to API events asynchronously).
+template <typename F>
+bool Eventually(F predicate, absl::Duration timeout = absl::Seconds(10)) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!predicate()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  return true;
+}
 
 }  // namespace prism::deviceplugin::testing

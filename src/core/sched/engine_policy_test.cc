@@ -125,18 +125,6 @@ TEST(FgdPolicyTest, QuantizedScoreIsThePapersSigmoid) {
   EXPECT_EQ(r.decision.score, 50);
 }
 
-PodRequest CpuPod(std::string name, int64_t cpu_milli) {
-  PodRequest p;
-  p.namespace_name = "default";
-  p.name = std::move(name);
-  ContainerRequest c;
-  c.name = "main";
-  c.cpu_milli = cpu_milli;
-  c.memory_bytes = kGiB;
-  p.containers.push_back(c);
-  return p;
-}
-
 // Puts `pod` on node `node` whatever the policies would choose.
 void PutOn(Engine& engine, const PodRequest& pod, const std::string& node) {
   auto d = engine.Decide(pod, engine.cluster().FindNode(node));

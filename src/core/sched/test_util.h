@@ -70,9 +70,8 @@ inline PodRequest GpuPod(std::string name, int32_t count, int64_t memory_mib, in
   return p;
 }
 
-// A pod asking for a fraction of one GPU (the Alibaba trace's gpu_milli).
-inline PodRequest SharePod(std::string name, int32_t milli, int64_t cpu_milli = 1000,
-                           int32_t count = 1) {
+// A pod asking for CPU and host memory only.
+inline PodRequest CpuPod(std::string name, int64_t cpu_milli) {
   PodRequest p;
   p.namespace_name = "default";
   p.name = std::move(name);
@@ -80,10 +79,18 @@ inline PodRequest SharePod(std::string name, int32_t milli, int64_t cpu_milli = 
   c.name = "main";
   c.cpu_milli = cpu_milli;
   c.memory_bytes = kGiB;
-  c.gpu.count = count;
-  c.gpu.memory_permille = milli;
-  c.gpu.cores_permille = milli;
   p.containers.push_back(c);
+  return p;
+}
+
+// A pod asking for a fraction of one GPU (the Alibaba trace's gpu_milli).
+inline PodRequest SharePod(std::string name, int32_t milli, int64_t cpu_milli = 1000,
+                           int32_t count = 1) {
+  PodRequest p = CpuPod(std::move(name), cpu_milli);
+  GpuRequest& gpu = p.containers[0].gpu;
+  gpu.count = count;
+  gpu.memory_permille = milli;
+  gpu.cores_permille = milli;
   return p;
 }
 
