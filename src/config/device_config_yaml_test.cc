@@ -1,7 +1,13 @@
 #include "config/device_config_yaml.h"
 
+#include <map>
+#include <string>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
+#include "core/mig/gpu_model.h"
+#include "core/sched/cluster.h"
 
 namespace prism::config {
 namespace {
@@ -24,6 +30,84 @@ TEST(DeviceConfigYamlTest, HamiChartDefaultsParseWithoutWarnings) {
   EXPECT_EQ(a100.geometries[1][1].name, "2g.10gb");
   EXPECT_EQ(a100.geometries[1][1].memory_mib, 10240);
   EXPECT_EQ(a100.geometries[1][1].count, 3);
+}
+
+// Every MIG model of the catalog, in mig mode under the shipped default device config, gets the
+// geometries written for it or none (placement mode), never another model's: HAMi's substring
+// rule made "H20" name the H200 NVL and GH200 144GB, whose profiles differ (issue 11, item 4).
+TEST(DeviceConfigYamlTest, EveryCatalogModelGetsItsOwnGeometriesFromTheDefaults) {
+  auto parsed = ParseDeviceConfigYaml(DefaultDeviceConfigYaml());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  const std::map<std::string, std::string> expected_first_profile = {
+      {"A30-24GB", "1g.6gb"},         {"A100-SXM4-40GB", "1g.5gb"},
+      {"A100-PCIE-40GB", "1g.5gb"},   {"A100-SXM4-80GB", "1g.10gb"},
+      {"A100-PCIE-80GB", "1g.10gb"},  {"H100-SXM5-80GB", "1g.10gb"},
+      {"H100-PCIE-80GB", "1g.10gb"},  {"H100-NVL-94GB", "1g.12gb"},
+      {"GH200-96GB", "1g.12gb"},      {"H200-SXM5-141GB", "1g.18gb"},
+      {"H200-NVL-141GB", "1g.18gb"},  {"B200-180GB", "1g.23gb"},
+  };
+  for (const mig::GpuModel& model : mig::Catalog()) {
+    SCOPED_TRACE(model.name);
+    sched::GpuSpec gpu;
+    gpu.model = model.name;
+    gpu.mode = sched::GpuMode::kMig;
+    sched::NodeSpec node;
+    node.name = "n";
+    node.cpu_milli = 1000;
+    node.gpus = {gpu};
+    auto state = sched::ClusterState::Build({node}, parsed->config);
+    ASSERT_TRUE(state.ok()) << state.status();
+    const sched::TemplateSet* set = state->template_set_of(0);
+    auto want = expected_first_profile.find(model.name);
+    if (want == expected_first_profile.end()) {
+      EXPECT_EQ(set, nullptr) << "no knownMigGeometries entry is written for this model";
+      continue;
+    }
+    ASSERT_NE(set, nullptr);
+    const auto& first_slot = set->geometries.front().slots.front();
+    EXPECT_EQ(model.profiles[first_slot.profile].Name(), want->second);
+  }
+}
+
+TEST(DeviceConfigYamlTest, ModelPatternsMatchWholeWordsAndExactNamesFirst) {
+  constexpr char kYaml[] = R"(
+nvidia:
+  knownMigGeometries:
+    - models: [ "H20" ]
+      allowedGeometries:
+        - - {name: 1g.12gb, memory: 12288, count: 7}
+    - models: [ "H100" ]
+      allowedGeometries:
+        - - {name: 1g.10gb, memory: 10240, count: 7}
+    - models: [ "H100-PCIE-80GB" ]
+      allowedGeometries:
+        - - {name: 3g.40gb, memory: 40960, count: 2}
+)";
+  auto parsed = ParseDeviceConfigYaml(kYaml);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  auto build = [&](const std::string& model) {
+    sched::GpuSpec gpu;
+    gpu.model = model;
+    gpu.mode = sched::GpuMode::kMig;
+    sched::NodeSpec node;
+    node.name = "n";
+    node.gpus = {gpu};
+    return sched::ClusterState::Build({node}, parsed->config);
+  };
+  // "H20" is not a word of "H200-NVL-141GB": placement mode, not an error.
+  auto h200 = build("H200-NVL-141GB");
+  ASSERT_TRUE(h200.ok()) << h200.status();
+  EXPECT_EQ(h200->template_set_of(0), nullptr);
+  // The entry naming the model exactly wins over an earlier whole-word match.
+  auto pcie = build("H100-PCIE-80GB");
+  ASSERT_TRUE(pcie.ok()) << pcie.status();
+  ASSERT_NE(pcie->template_set_of(0), nullptr);
+  EXPECT_EQ(pcie->template_set_of(0)->geometries[0].slots.size(), 2u);
+  // "H100" is a word of "H100-SXM5-80GB" (and a catalog alias of it).
+  auto sxm = build("H100-SXM5-80GB");
+  ASSERT_TRUE(sxm.ok()) << sxm.status();
+  ASSERT_NE(sxm->template_set_of(0), nullptr);
+  EXPECT_EQ(sxm->template_set_of(0)->geometries[0].slots.size(), 7u);
 }
 
 TEST(DeviceConfigYamlTest, ReadsAConfigMapAndPrismExtensions) {

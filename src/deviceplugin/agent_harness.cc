@@ -55,16 +55,13 @@ AgentHarness::~AgentHarness() {
   if (api_) api_->Stop();
 }
 
-absl::Status AgentHarness::StartCluster(const std::string& node_mig_mode) {
-  node_mig_mode_ = node_mig_mode;
+absl::Status AgentHarness::StartCluster(const std::map<std::string, std::string>& labels) {
   api_ = std::make_unique<fakeapi::FakeApiServer>();
   RETURN_IF_ERROR(api_->Start());
+  Json metadata{{"name", kNode}};
+  if (!labels.empty()) metadata["labels"] = labels;
   RETURN_IF_ERROR(
-      api_->Create("nodes",
-                   Json{{"apiVersion", "v1"},
-                        {"kind", "Node"},
-                        {"metadata",
-                         {{"name", kNode}, {"labels", {{"prism.io/mig.mode", node_mig_mode_}}}}}})
+      api_->Create("nodes", Json{{"apiVersion", "v1"}, {"kind", "Node"}, {"metadata", metadata}})
           .status());
   k8s::ClusterConfig cluster;
   cluster.server = api_->url();
@@ -172,6 +169,23 @@ absl::StatusOr<std::string> AgentHarness::SubmitPod(const PodSpec& pod, bool dec
     for (auto& [k, v] : config::EncodeDecisionAnnotations(result.decision, engine_->cluster())) {
       annotations[k] = v;
     }
+  }
+  ASSIGN_OR_RETURN(Json created, api_->Create("pods", PodJson(pod, annotations)));
+  record.uid = k8s::Uid(created);
+  pods_[record.uid] = record;
+  return record.uid;
+}
+
+absl::StatusOr<std::string> AgentHarness::SubmitPodWithDecision(const PodSpec& pod,
+                                                                const sched::Decision& decision) {
+  if (engine_ == nullptr) RETURN_IF_ERROR(InitScheduler());
+  PodRecord record;
+  record.spec = pod;
+  record.decided = true;
+  record.decision = decision;
+  std::map<std::string, std::string> annotations = pod.annotations;
+  for (auto& [k, v] : config::EncodeDecisionAnnotations(decision, engine_->cluster())) {
+    annotations[k] = v;
   }
   ASSIGN_OR_RETURN(Json created, api_->Create("pods", PodJson(pod, annotations)));
   record.uid = k8s::Uid(created);

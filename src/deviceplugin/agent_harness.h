@@ -53,8 +53,9 @@ class AgentHarness {
   AgentHarness(std::filesystem::path dir, const std::string& gpus_yaml, sched::DeviceConfig config);
   ~AgentHarness();
 
-  // API server with the node (labelled prism.io/mig.mode=`node_mig_mode`), and the kubelet.
-  absl::Status StartCluster(const std::string& node_mig_mode = "dynamic");
+  // API server with the node, and the kubelet. The node carries `labels` (none by default: a
+  // fresh install, where the device plugin owns the MIG layouts; core/mig/ownership.h).
+  absl::Status StartCluster(const std::map<std::string, std::string>& labels = {});
   // The agent and its gRPC endpoint; returns once the kubelet has its device list.
   absl::Status StartAgent(const std::function<void(NodeAgentOptions&)>& tweak = {},
                           bool wait_for_kubelet = true);
@@ -64,6 +65,10 @@ class AgentHarness {
 
   // Creates the pod bound to the node, with the scheduler's decision unless `decide` is false.
   absl::StatusOr<std::string> SubmitPod(const PodSpec& pod, bool decide = true);
+  // Creates the pod carrying `decision` as given (one the engine would not make: a stale or
+  // foreign scheduler's), encoded as the scheduler encodes its own.
+  absl::StatusOr<std::string> SubmitPodWithDecision(const PodSpec& pod,
+                                                    const sched::Decision& decision);
   // The scheduler's decision for `uid` (as written into its annotations).
   const sched::Decision* DecisionOf(const std::string& uid) const;
   // The kubelet admits the pod (Allocate for each GPU container).
@@ -107,7 +112,6 @@ class AgentHarness {
 
   const std::filesystem::path dir_;
   const sched::DeviceConfig config_;
-  std::string node_mig_mode_ = "dynamic";
   std::string state_file_;
   std::unique_ptr<nvml::SimNvml> nvml_;
   std::unique_ptr<fakeapi::FakeApiServer> api_;

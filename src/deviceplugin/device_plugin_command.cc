@@ -51,6 +51,7 @@ struct Flags {
   int max_idle_instances = 1;
   bool prepare_early = true;
   bool place_undecided = true;
+  std::string default_mig_mode = "dynamic";
   bool cdi_annotations = false;
   std::string metrics_address = "0.0.0.0:9401";
   double resolve_timeout_s = 30;
@@ -130,6 +131,7 @@ absl::Status Run(const Flags& flags) {
   options.device_config = device_config;
   options.prepare_early = flags.prepare_early;
   options.place_undecided = flags.place_undecided;
+  options.unlabelled_mig_dynamic = flags.default_mig_mode == mig::kMigModeDynamic;
   options.cdi_annotations = flags.cdi_annotations;
   options.resolve_timeout = absl::Seconds(flags.resolve_timeout_s);
   options.health_interval = absl::Seconds(flags.health_interval_s);
@@ -236,6 +238,12 @@ void AddDevicePluginCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--place-undecided", flags->place_undecided,
                   "Place pods that another scheduler bound here (no Prism decision) on this "
                   "node's GPUs")
+      ->capture_default_str();
+  cmd->add_option("--default-mig-mode", flags->default_mig_mode,
+                  "MIG ownership of a node with neither prism.io/mig.mode nor "
+                  "nvidia.com/mig.config: dynamic (this agent creates instances per pod) or "
+                  "static (only existing instances are handed out)")
+      ->check(CLI::IsMember({std::string(mig::kMigModeDynamic), std::string(mig::kMigModeStatic)}))
       ->capture_default_str();
   cmd->add_option("--cdi-annotations", flags->cdi_annotations,
                   "Also name the CDI device in a cdi.k8s.io/ container annotation")

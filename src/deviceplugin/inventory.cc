@@ -146,6 +146,7 @@ std::vector<sched::GpuSpec> ToGpuSpecs(const NodeInventory& inventory) {
     spec.memory_mib = g.memory_mib;
     spec.mode = g.mode;
     spec.healthy = g.healthy && inventory.fault.empty();
+    spec.mig_layout_fixed = g.mig_capable && !g.mig_dynamic;
     for (const InventoryInstance& i : g.instances) {
       spec.instances.push_back(sched::MigInstanceSpec{i.profile, i.start, i.in_use});
     }

@@ -257,7 +257,8 @@ absl::Status MigRealizer::Undo(const MigInstanceRef& ref, const InstanceOwner& o
 
 absl::StatusOr<MigInstanceRef> MigRealizer::EnsureInGeometry(
     int gpu_index, const std::vector<std::pair<std::string, int>>& geometry,
-    std::string_view profile, int start, const InstanceOwner& owner) {
+    std::string_view profile, int start, const InstanceOwner& owner, EnsureMode mode) {
+  if (mode == EnsureMode::kAdopt) return Ensure(gpu_index, profile, start, owner, mode);
   ASSIGN_OR_RETURN(GpuContext gpu, Read(gpu_index));
   std::set<std::pair<int, int>> want;
   for (const auto& [name, s] : geometry) {
@@ -300,7 +301,7 @@ absl::StatusOr<MigInstanceRef> MigRealizer::EnsureInGeometry(
       created.push_back(*gi);
     }
   }
-  return Ensure(gpu_index, profile, start, owner);
+  return Ensure(gpu_index, profile, start, owner, mode);
 }
 
 absl::Status MigRealizer::ReleasePod(const std::string& pod_uid) {

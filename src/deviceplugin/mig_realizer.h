@@ -97,9 +97,12 @@ class MigRealizer {
                                         EnsureMode mode = EnsureMode::kAllocate);
   // Template mode: first makes the GPU's instances exactly `geometry` ((profile, start) pairs,
   // destroying and creating whole layouts only when no instance is held or busy), then Ensure.
+  // Adopt mode leaves the layout as it is: the pod already holds its instance (Ensure re-creates
+  // it if it is gone), and the other instances may be busy with other pods' processes.
   absl::StatusOr<MigInstanceRef> EnsureInGeometry(
       int gpu_index, const std::vector<std::pair<std::string, int>>& geometry,
-      std::string_view profile, int start, const InstanceOwner& owner);
+      std::string_view profile, int start, const InstanceOwner& owner,
+      EnsureMode mode = EnsureMode::kAllocate);
 
   // Undoes one Ensure of a container whose later devices failed: destroys the instance if that
   // Ensure created it (and nothing runs on it), else only drops the hold.

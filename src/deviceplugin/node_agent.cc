@@ -667,8 +667,8 @@ void NodeAgent::RefreshOwnership() {
   }
   std::set<int> dynamic;
   const std::map<std::string, std::string> labels = k8s::Labels(*node);
-  auto mode = labels.find(kMigModeLabel);
-  if (mode != labels.end() && mode->second == "dynamic") {
+  const mig::MigOwnership owner = mig::NodeMigOwnership(labels, options_.unlabelled_mig_dynamic);
+  if (owner.dynamic) {
     for (const InventoryGpu& g : inventory_.gpus) dynamic.insert(g.index);
   } else if (std::optional<std::string> list = k8s::Annotation(*node, kDynamicGpusAnnotation)) {
     for (std::string_view entry : StrSplit(*list, ',')) {
@@ -685,8 +685,8 @@ void NodeAgent::RefreshOwnership() {
     }
   }
   if (dynamic != dynamic_gpus_) {
-    LogInfo(kLog, "MIG layouts this agent owns: GPUs {", StrJoin(dynamic, ","), "}",
-            dynamic.empty() ? StrCat(" (label ", kMigModeLabel, "=dynamic to own them all)") : "");
+    LogInfo(kLog, "MIG layouts this agent owns: GPUs {", StrJoin(dynamic, ","), "} (",
+            owner.why, ")");
   }
   dynamic_gpus_ = std::move(dynamic);
   realizer_.SetDynamicGpus(dynamic_gpus_);
@@ -956,7 +956,7 @@ absl::StatusOr<std::vector<RealizedDevice>> NodeAgent::RealizeContainer(
       for (const auto& s : slots) {
         geometry.emplace_back(info.mig_model->profiles[s.profile].Name(), s.start);
       }
-      ref = realizer_.EnsureInGeometry(gpu->index, geometry, d.profile_name, d.start, owner);
+      ref = realizer_.EnsureInGeometry(gpu->index, geometry, d.profile_name, d.start, owner, mode);
     } else {
       ref = realizer_.Ensure(gpu->index, d.profile_name, d.start, owner, mode);
     }

@@ -37,6 +37,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
+#include "core/mig/ownership.h"
 #include "core/sched/cluster.h"
 #include "core/sched/device_config.h"
 #include "deviceplugin/annotations.h"
@@ -62,9 +63,9 @@ namespace prism::deviceplugin {
 
 inline constexpr char kAllocationIdEnv[] = "PRISM_ALLOCATION_ID";
 inline constexpr char kAllocationErrorEnv[] = "PRISM_ALLOCATION_ERROR";
-// Who owns a node's MIG layouts (written by the admin; docs/mig-manager.md).
-inline constexpr char kMigModeLabel[] = "prism.io/mig.mode";
-inline constexpr char kDynamicGpusAnnotation[] = "prism.io/mig.dynamic-gpus";
+// Who owns a node's MIG layouts (written by the admin; core/mig/ownership.h).
+using mig::kDynamicGpusAnnotation;
+using mig::kMigModeLabel;
 
 struct NodeAgentOptions {
   std::string node_name;
@@ -83,6 +84,9 @@ struct NodeAgentOptions {
   // node's GPUs by the agent, with the placement engine, and the decision written on the pod.
   // false: such pods get no GPU (PRISM_ALLOCATION_ERROR says why).
   bool place_undecided = true;
+  // Who owns the MIG layouts of a node that has neither prism.io/mig.mode nor
+  // nvidia.com/mig.config: this agent (true, the default) or nobody but the MIG manager.
+  bool unlabelled_mig_dynamic = true;
   // Also name the CDI device in the cdi.k8s.io/ container annotation (runtimes that read CDI
   // names from annotations, for kubelets without the cdi_devices field).
   bool cdi_annotations = false;

@@ -476,7 +476,7 @@ TEST_F(NodeAgentTest, AnInstanceInUseIsNeverTouched) {
 
 TEST_F(NodeAgentTest, OnAStaticNodeOnlyExistingInstancesAreHandedOut) {
   h_ = std::make_unique<AgentHarness>(testing::TestDir(), kMixedNode, PlacementConfig());
-  ASSERT_TRUE(h_->StartCluster("static").ok());
+  ASSERT_TRUE(h_->StartCluster({{"prism.io/mig.mode", "static"}}).ok());
   // prism mig-manager laid out GPU 0: a 3g.20gb at 4 and a 1g.5gb at 0.
   nvml::SimNvml direct(h_->state_file());
   for (auto [profile, start, slices] : {std::tuple{9, 4, 3}, std::tuple{19, 0, 1}}) {
@@ -501,14 +501,64 @@ TEST_F(NodeAgentTest, OnAStaticNodeOnlyExistingInstancesAreHandedOut) {
   absl::SleepFor(absl::Milliseconds(100));
   EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), 2u);
   EXPECT_EQ(h_->agent().mig_counters().gpu_instances_destroyed, 0);
-  // One that needs a new instance is refused, clearly.
-  absl::StatusOr<std::string> needs_new = h_->SubmitPod(MigPod("needs-new", 9000));
+  // The scheduler reads the ownership from the inventory: a pod that would need a new
+  // instance (no idle one is large enough) is not placed here at all...
+  absl::StatusOr<std::string> too_big = h_->SubmitPod(MigPod("too-big", 25000));
+  EXPECT_FALSE(too_big.ok());
+  // ...and a smaller pod takes the idle 3g.20gb as it is instead of a new 2g.10gb.
+  std::string small_uid;
+  kubelet::CreatedContainer small = Run(MigPod("small", 9000), &small_uid);
+  EXPECT_EQ(small.env["NVIDIA_VISIBLE_DEVICES"], MigUuidAt(h_->state_file(), 0, 4));
+  const sched::Decision* decision = h_->DecisionOf(small_uid);
+  ASSERT_NE(decision, nullptr);
+  EXPECT_TRUE(decision->mig.empty());  // Nothing to create or destroy.
+  // A decision from elsewhere that needs a new instance is refused by the agent, clearly.
+  sched::Decision forged;
+  forged.node = 0;
+  forged.node_name = h_->engine().cluster().node(0).name;
+  sched::ContainerAssignment ca;
+  ca.name = "main";
+  sched::DeviceAssignment dev;
+  dev.gpu = 0;
+  dev.gpu_index = 0;
+  dev.size = 2;
+  dev.uuid = h_->engine().cluster().gpu(0).uuid;
+  dev.mode = sched::GpuMode::kMig;
+  dev.profile = h_->engine().cluster().gpu(0).mig_model->FindProfile("2g.10gb");
+  dev.profile_name = "2g.10gb";
+  dev.start = 2;
+  dev.memory_mib = 9856;
+  ca.devices.push_back(dev);
+  forged.containers.push_back(ca);
+  absl::StatusOr<std::string> needs_new = h_->SubmitPodWithDecision(MigPod("needs-new"), forged);
   ASSERT_TRUE(needs_new.ok()) << needs_new.status();
   ASSERT_TRUE(h_->Admit(*needs_new).ok());
   auto refused = h_->CreateContainer(*needs_new, "main");
   ASSERT_TRUE(refused.ok());
   EXPECT_THAT(refused->env[kAllocationErrorEnv], HasSubstr("static MIG layout"));
   EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), 2u);
+}
+
+// Issue 11, item 1: with no label at all (a fresh install), the node agent owns the MIG layouts
+// and says so in the inventory; a MIG manager config label hands the node to the MIG manager.
+TEST_F(NodeAgentTest, AnUnlabelledNodeIsDynamicAndAMigConfigLabelMakesItStatic) {
+  Start();
+  auto inv = DecodeInventory(h_->NodeAnnotation(kInventoryAnnotation).value_or("{}"));
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_TRUE(inv->gpus[0].mig_dynamic);
+  EXPECT_FALSE(ToGpuSpecs(*inv)[0].mig_layout_fixed);
+  std::string uid;
+  kubelet::CreatedContainer c = Run(MigPod("seed"), &uid);
+  EXPECT_FALSE(c.env["NVIDIA_VISIBLE_DEVICES"].empty());
+  EXPECT_NE(c.env["NVIDIA_VISIBLE_DEVICES"], "void");
+
+  h_ = std::make_unique<AgentHarness>(testing::TestDir(), kMixedNode, PlacementConfig());
+  ASSERT_TRUE(h_->StartCluster({{"nvidia.com/mig.config", "all-1g.5gb"}}).ok());
+  ASSERT_TRUE(h_->StartAgent().ok());
+  auto static_inv = DecodeInventory(h_->NodeAnnotation(kInventoryAnnotation).value_or("{}"));
+  ASSERT_TRUE(static_inv.ok()) << static_inv.status();
+  EXPECT_FALSE(static_inv->gpus[0].mig_dynamic);
+  EXPECT_TRUE(ToGpuSpecs(*static_inv)[0].mig_layout_fixed);
 }
 
 // --- Restarts ---------------------------------------------------------------------------------
@@ -556,6 +606,41 @@ TEST_F(NodeAgentTest, AgentRestartAdoptsLivePodsAndCleansIdleInstances) {
   testing::ClearProcesses(h_->state_file());
   ASSERT_TRUE(h_->DeletePod(mig_uid).ok());
   ASSERT_TRUE(Eventually([&] { return MigUuidAt(h_->state_file(), 0, start).empty(); }));
+}
+
+// Issue 11, item 2: template mode (HAMi's geometries, what every A100/H100 gets by default) with
+// a process on the pod's instance. Adoption used to re-check the instance as if it were being
+// allocated, found "processes of no Prism pod" and failed the whole node closed.
+TEST_F(NodeAgentTest, AgentRestartAdoptsATemplateModeInstanceWithAProcessOnIt) {
+  Start(kMixedNode, config::DefaultDeviceConfig());
+  std::string uid;
+  kubelet::CreatedContainer c = Run(MigPod("seed", 8000), &uid);
+  const sched::DeviceAssignment& d = h_->DecisionOf(uid)->containers[0].devices[0];
+  ASSERT_GE(d.template_index, 0);
+  nvml::SimNvml direct(h_->state_file());
+  auto gis = direct.ListGpuInstances(0);
+  ASSERT_TRUE(gis.ok());
+  int gi_id = -1;
+  for (const auto& gi : *gis) {
+    if (gi.start == d.start) gi_id = gi.id;
+  }
+  ASSERT_GE(gi_id, 0);
+  testing::AddProcess(h_->state_file(), 0, 4242, gi_id, 0);
+  const size_t instances = testing::InstanceCount(h_->state_file(), 0);
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  h_->StopAgent();
+
+  ASSERT_TRUE(h_->StartAgent().ok());
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  EXPECT_EQ(h_->agent().FailClosedReason(), "");
+  EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), instances);
+  EXPECT_EQ(MigUuidAt(h_->state_file(), 0, d.start), c.env["NVIDIA_VISIBLE_DEVICES"]);
+  // The next pod is served from the same geometry's free slots.
+  std::string next_uid;
+  kubelet::CreatedContainer next = Run(MigPod("next", 8000), &next_uid);
+  EXPECT_THAT(next.env[kAllocationErrorEnv], ::testing::IsEmpty());
+  EXPECT_NE(next.env["NVIDIA_VISIBLE_DEVICES"], c.env["NVIDIA_VISIBLE_DEVICES"]);
+  EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), instances);
 }
 
 TEST_F(NodeAgentTest, AnUnresolvedAllocationSurvivesAnAgentRestart) {

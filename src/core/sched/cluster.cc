@@ -16,10 +16,59 @@ std::string GpuName(const NodeSpec& node, size_t index) {
   return StrCat("node ", node.name, " GPU ", index);
 }
 
-bool ModelMatches(const std::string& pattern, const GpuSpec& gpu, const mig::GpuModel* model) {
-  if (TypeContains(gpu.model, pattern)) return true;
+// How a `models:` pattern of knownMigGeometries / migProfileAllowlist names a GPU. HAMi takes
+// the first entry whose pattern is a substring of the GPU's type, so a short pattern also names
+// longer models: "H20" is inside "H200-NVL-141GB" and "GH200-144GB", and the H20 geometries
+// (1g.12gb...) do not exist there. Prism takes an entry that names the model exactly (any
+// catalog spelling of it, or the type itself) over every substring entry, and a substring
+// counts only where it stands as whole words of the type ("H100" in "H100-PCIE-80GB", not "H20"
+// in "H200").
+enum class ModelMatch : uint8_t { kNone, kSubstring, kExact };
+
+bool IsWordChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; }
+
+bool ContainsAsWords(std::string_view type, std::string_view pattern) {
+  if (pattern.empty() || pattern.size() > type.size()) return false;
+  auto lower = [](char c) {
+    return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  };
+  for (size_t i = 0; i + pattern.size() <= type.size(); ++i) {
+    size_t j = 0;
+    while (j < pattern.size() && lower(type[i + j]) == lower(pattern[j])) ++j;
+    if (j != pattern.size()) continue;
+    const bool starts_word = i == 0 || !IsWordChar(type[i - 1]) || !IsWordChar(pattern.front());
+    const size_t end = i + pattern.size();
+    const bool ends_word =
+        end == type.size() || !IsWordChar(type[end]) || !IsWordChar(pattern.back());
+    if (starts_word && ends_word) return true;
+  }
+  return false;
+}
+
+ModelMatch MatchModel(const std::string& pattern, const GpuSpec& gpu, const mig::GpuModel* model) {
   const mig::GpuModel* named = mig::FindModel(pattern);
-  return named != nullptr && named == model;
+  if (named != nullptr && named == model) return ModelMatch::kExact;
+  if (mig::FindModel(gpu.model) == nullptr && TypeContains(gpu.model, pattern) &&
+      pattern.size() == gpu.model.size()) {
+    return ModelMatch::kExact;  // Same spelling (case aside) of a type the catalog lacks.
+  }
+  return ContainsAsWords(gpu.model, pattern) ? ModelMatch::kSubstring : ModelMatch::kNone;
+}
+
+// The first of `entries` (each with a `models` list) that names the GPU exactly, else the first
+// that names it as whole words of its type; -1 when none does.
+template <typename Entry>
+int FindModelEntry(const std::vector<Entry>& entries, const GpuSpec& gpu,
+                   const mig::GpuModel* model) {
+  int substring = -1;
+  for (size_t e = 0; e < entries.size(); ++e) {
+    for (const std::string& pattern : entries[e].models) {
+      const ModelMatch m = MatchModel(pattern, gpu, model);
+      if (m == ModelMatch::kExact) return static_cast<int>(e);
+      if (m == ModelMatch::kSubstring && substring < 0) substring = static_cast<int>(e);
+    }
+  }
+  return substring;
 }
 
 // Recomputes `usage.busy` from its instances.
@@ -218,20 +267,20 @@ absl::StatusOr<ClusterState> ClusterState::Build(const std::vector<NodeSpec>& no
         const MigStrategy strategy = node_config && node_config->mig_strategy
                                          ? *node_config->mig_strategy
                                          : config.mig_strategy;
-        // Template set: the first knownMigGeometries entry naming the model.
+        // Template set: the knownMigGeometries entry naming the model (FindModelEntry).
         int set = -1;
-        if (strategy != MigStrategy::kPlacement) {
-          for (size_t e = 0; e < config.known_mig_geometries.size() && set < 0; ++e) {
-            const KnownMigGeometries& known = config.known_mig_geometries[e];
-            bool match = false;
-            for (const std::string& m : known.models) match = match || ModelMatches(m, g, &model);
-            if (!match) continue;
-            auto key = std::make_pair(e, &model);
-            auto it = template_cache.find(key);
-            if (it != template_cache.end()) {
-              set = it->second;
-              break;
-            }
+        const int known_entry =
+            strategy == MigStrategy::kPlacement
+                ? -1
+                : FindModelEntry(config.known_mig_geometries, g, &model);
+        if (known_entry >= 0) {
+          const size_t e = static_cast<size_t>(known_entry);
+          const KnownMigGeometries& known = config.known_mig_geometries[e];
+          auto key = std::make_pair(e, &model);
+          auto it = template_cache.find(key);
+          if (it != template_cache.end()) {
+            set = it->second;
+          } else {
             TemplateSet ts;
             ts.model = &model;
             for (size_t k = 0; k < known.geometries.size(); ++k) {
@@ -249,21 +298,19 @@ absl::StatusOr<ClusterState> ClusterState::Build(const std::vector<NodeSpec>& no
             state.template_sets_.push_back(std::move(ts));
             template_cache[key] = set;
           }
-          if (set < 0 && strategy == MigStrategy::kTemplate) {
-            return absl::InvalidArgumentError(
-                StrCat(where, ": migStrategy is template but no knownMigGeometries entry names ",
-                       g.model));
-          }
+        }
+        if (set < 0 && strategy == MigStrategy::kTemplate) {
+          return absl::InvalidArgumentError(
+              StrCat(where, ": migStrategy is template but no knownMigGeometries entry names ",
+                     g.model));
         }
         gi.template_set = set;
         gi.template_mode = set >= 0;
+        gi.fixed_layout = g.mig_layout_fixed;
         // Placement mode: plain profiles, or the allowlist when one names the model.
-        const MigProfileAllowlist* allow = nullptr;
-        for (const MigProfileAllowlist& a : config.mig_profile_allowlist) {
-          for (const std::string& m : a.models) {
-            if (allow == nullptr && ModelMatches(m, g, &model)) allow = &a;
-          }
-        }
+        const int allow_entry = FindModelEntry(config.mig_profile_allowlist, g, &model);
+        const MigProfileAllowlist* allow =
+            allow_entry >= 0 ? &config.mig_profile_allowlist[allow_entry] : nullptr;
         if (allow != nullptr) {
           for (const std::string& p : allow->profiles) {
             const int idx = model.FindProfile(p);
@@ -433,6 +480,12 @@ absl::Status ClusterState::Apply(std::string_view key, const Decision& decision)
     }
     const mig::GpuModel& model = *gi.mig_model;
     GpuUsage& u = work[l];
+    if (gi.fixed_layout &&
+        (r.template_index >= 0 || !r.destroy.empty() || !r.create.empty())) {
+      return absl::FailedPreconditionError(
+          StrCat(gi.uuid, ": its MIG layout is static (owned by the MIG manager); a decision may ",
+                 "only use its existing instances"));
+    }
     if (r.template_index >= 0) {
       if (!gi.template_mode ||
           r.template_index >= static_cast<int>(template_sets_[gi.template_set].geometries.size())) {
@@ -636,7 +689,7 @@ absl::Status ClusterState::Release(std::string_view key) {
     GpuUsage& u = gpu_usage_[inst.gpu];
     for (int i = 0; i < u.instance_count; ++i) {
       if (u.instances[i].start != inst.start) continue;
-      if (gi.template_mode) {
+      if (gi.template_mode || gi.fixed_layout) {
         u.instances[i].state = InstanceState::kIdle;
       } else {
         RemoveInstance(u, i);

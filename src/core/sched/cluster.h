@@ -51,6 +51,10 @@ struct GpuSpec {
   bool healthy = true;
   std::vector<MigInstanceSpec> instances;  // Existing MIG instances.
   int32_t template_index = -1;  // Geometry the instances realise (template mode); -1: infer.
+  // The MIG layout is not the scheduler's to change (a static node: the MIG manager owns it,
+  // docs/mig-manager.md): pods may only take existing idle instances, none is created or
+  // destroyed, and a released instance stays.
+  bool mig_layout_fixed = false;
 };
 
 struct NodeSpec {
@@ -105,6 +109,7 @@ struct GpuInfo {
   GpuMode mode = GpuMode::kHamiCore;
   bool healthy = true;
   bool template_mode = false;                // MIG: geometries instead of free placement.
+  bool fixed_layout = false;                 // MIG: existing instances only (GpuSpec).
   const mig::GpuModel* mig_model = nullptr;  // Set for every MIG-capable model.
   int32_t template_set = -1;                 // Index into ClusterState::template_sets().
   uint32_t allowed_profiles = 0;    // Placement mode: bit p set = profile p may be created.

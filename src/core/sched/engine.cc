@@ -477,7 +477,7 @@ class Engine::Impl {
     }
     const mig::GpuModel& model = *gi.mig_model;
     const int cat = CatalogIndex(&model);
-    if (!gi.template_mode) {
+    if (!gi.template_mode && !gi.fixed_layout) {
       const OccEntry& e = Occ(cluster_.gpu_type_id(g), model, u.busy);
       for (int8_t p : s.mig_candidates[cat]) {
         if (!(gi.allowed_profiles & (1u << p))) continue;
@@ -487,7 +487,7 @@ class Engine::Impl {
       }
       return {0, 0};
     }
-    if (!u.HasBusyInstance()) {
+    if (!u.HasBusyInstance() && !gi.fixed_layout) {
       return {std::min(free, s.idle_usable[gi.template_set]), s.idle_capacity[gi.template_set]};
     }
     int32_t usable = 0;
@@ -828,7 +828,7 @@ class Engine::Impl {
     return true;
   }
 
-  // Workload-usable units of a template-mode GPU state (see UsableFor).
+  // Workload-usable units of a template-mode or fixed-layout GPU state (see UsableFor).
   double TemplateUsable(int g, const GpuUsage& u) {
     if (shapes_.empty()) return 0;
     const int32_t free = FreeUnits(cluster_.gpu(g), u);
@@ -869,7 +869,13 @@ class Engine::Impl {
   // that fits. Idle GPU: any geometry; each is judged by placing all of the
   // container's `remaining` instances that fit it, so that a pod asking for
   // two 8000 MiB instances takes {1g.5gb, 3x 2g.10gb} (the seed's example)
-  // rather than two 3g.20gb.
+  // rather than two 3g.20gb. Order: more of the container's instances on this
+  // GPU, then the smallest grant (internal waste), then fewer operations, then
+  // the least fragmentation. The grant comes before fragmentation because the
+  // target workload is made of other pods' shapes: with fragmentation first, a
+  // software-slice pod elsewhere in the cluster could make a MIG pod get a
+  // 3g.20gb where a 2g.10gb fits; and operations before fragmentation keep a
+  // GPU's idle instances in use instead of re-carving it for the same grant.
   MigOption BestTemplateOption(const Resolved& rp, int oi, int g, const ScratchGpu& s,
                                int remaining, uint8_t* reason) {
     const GpuInfo& gi = cluster_.gpu(g);
@@ -880,6 +886,9 @@ class Engine::Impl {
     const int32_t requested = RequestedUnits(gi, req);
     MigOption best;
     double best_cost = 0;
+    int best_take = 0;
+    double best_waste = 0;
+    int64_t best_memory = 0;
     bool any_profile = false;
     // Plans `want` instances on `layout` (smallest fitting slots first).
     auto consider = [&](const GpuUsage& layout, int geometry, int ops, int want) {
@@ -908,19 +917,34 @@ class Engine::Impl {
       GpuUsage after = layout;
       mig::Occupancy busy = layout.busy;
       double waste = 0;
+      int64_t memory = 0;
       const int take = std::min<int>(want, static_cast<int>(fits.size()));
       for (int k = 0; k < take; ++k) {
         MigInstance& inst = after.instances[fits[k].index];
         inst.state = InstanceState::kAssigned;
         mig::Add(model, &busy, inst.profile, inst.start);
         waste += std::max(0, fits[k].core - requested);
+        memory += fits[k].memory;
       }
       after.busy = busy;
-      const double cost = MigFrag(FreeUnits(gi, after), TemplateUsable(g, after)) + waste;
+      const double cost = MigFrag(FreeUnits(gi, after), TemplateUsable(g, after));
       const MigInstance& first = layout.instances[fits[0].index];
-      bool better = !best.ok || cost < best_cost - 1e-9;
-      if (!better && cost <= best_cost + 1e-9) better = ops < best.ops;
+      bool better = !best.ok;
+      if (!better && take != best_take) {
+        better = take > best_take;
+      } else if (!better && waste != best_waste) {
+        better = waste < best_waste;
+      } else if (!better && memory != best_memory) {
+        better = memory < best_memory;
+      } else if (!better && ops != best.ops) {
+        better = ops < best.ops;
+      } else if (!better) {
+        better = cost < best_cost - 1e-9;
+      }
       if (!better) return;
+      best_take = take;
+      best_waste = waste;
+      best_memory = memory;
       best = MigOption{};
       best.ok = true;
       best.profile = first.profile;
@@ -944,7 +968,8 @@ class Engine::Impl {
       consider(s.u, -1, 0, 1);  // Frozen: only the free slots of the current geometry.
     } else {
       if (s.u.instance_count > 0) consider(s.u, -1, 0, remaining);
-      for (size_t k = 0; k < ts.geometries.size(); ++k) {
+      // A fixed layout (static node) is never switched to another geometry.
+      for (size_t k = 0; k < ts.geometries.size() && !gi.fixed_layout; ++k) {
         if (static_cast<int>(k) == s.u.template_index && s.u.instance_count > 0) continue;
         GpuUsage layout = s.u;
         layout.instance_count = 0;
@@ -990,10 +1015,20 @@ class Engine::Impl {
     const int32_t requested = RequestedUnits(gi, req);
     MigOption best;
     bool any_profile = false;
+    // A fixed layout (static node) offers its idle instances and nothing else; the allowlist
+    // limits what may be created, so it does not apply there.
+    auto idle_instance_at = [&s](int8_t profile, int start) {
+      for (int i = 0; i < s.u.instance_count; ++i) {
+        const MigInstance& inst = s.u.instances[i];
+        if (!inst.Busy() && inst.profile == profile && inst.start == start) return true;
+      }
+      return false;
+    };
     for (int8_t p : rp.mig_candidates[oi][cat]) {
-      if (!(gi.allowed_profiles & (1u << p))) continue;
+      if (!gi.fixed_layout && !(gi.allowed_profiles & (1u << p))) continue;
       any_profile = true;
       for (int start : model.profiles[p].starts) {
+        if (gi.fixed_layout && !idle_instance_at(p, start)) continue;
         if (!mig::CanAdd(model, s.u.busy, p, start)) continue;
         mig::Occupancy after = s.u.busy;
         mig::Add(model, &after, p, start);
@@ -1004,6 +1039,18 @@ class Engine::Impl {
         o.start = static_cast<int8_t>(start);
         o.usable_after = e.workload_usable;
         o.utility_after = e.free_space_utility;
+        if (gi.fixed_layout) {
+          GpuUsage taken = s.u;
+          for (int i = 0; i < taken.instance_count; ++i) {
+            MigInstance& inst = taken.instances[i];
+            if (!inst.Busy() && inst.profile == p && inst.start == start) {
+              inst.state = InstanceState::kAssigned;
+              break;
+            }
+          }
+          taken.busy = after;
+          o.usable_after = TemplateUsable(g, taken);
+        }
         o.busy_after = after;
         const uint32_t mask = mig::PlacementMask(model, p, start);
         o.ops = 1;
@@ -1061,7 +1108,7 @@ class Engine::Impl {
         const int32_t free_after = (cs - o.busy_after.compute_used) * kPermille / cs;
         double usable_before = 0;
         if (!shapes_.empty()) {
-          usable_before = gi.template_mode
+          usable_before = gi.template_mode || gi.fixed_layout
                               ? TemplateUsable(g, s.u)
                               : Occ(cluster_.gpu_type_id(g), model, s.u.busy).workload_usable;
         }
@@ -1202,8 +1249,20 @@ class Engine::Impl {
         }
         reasons_[l] = kNoReason;
         const GpuPref pref = MigPref(rp.gpu_policy, g, s, o);
-        bool better = best_l < 0 || pref > best_pref;
-        if (!better && pref == best_pref) {
+        // The smallest grant first (compute beyond the request, then memory), whatever the
+        // policy: the policy chooses among GPUs that give the pod the same instance size, so a
+        // grant never grows with other pods' shapes (see BestTemplateOption).
+        bool better = best_l < 0;
+        bool same_grant = false;
+        if (!better && o.waste != best.waste) {
+          better = o.waste < best.waste;
+        } else if (!better && o.grant_memory != best.grant_memory) {
+          better = o.grant_memory < best.grant_memory;
+        } else if (!better) {
+          same_grant = true;
+          better = pref > best_pref;
+        }
+        if (!better && same_grant && pref == best_pref) {
           // Same GPU-level preference: the better within-GPU outcome, then fewer ops.
           if (o.usable_after != best.usable_after) {
             better = o.usable_after > best.usable_after;

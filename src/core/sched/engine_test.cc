@@ -344,5 +344,90 @@ TEST(ValidateTest, RejectsAbsurdRequests) {
   EXPECT_FALSE(engine.Schedule(empty).status.ok());
 }
 
+// Issue 11, item 3: a software-slice pod elsewhere in the cluster made the MIG pod's grant grow
+// from 2g.10gb (geometry 1) to 3g.20gb (geometry 2): its shape entered the target workload, and
+// the geometry was chosen by fragmentation before the grant.
+TEST(TemplateModeTest, GrantDoesNotGrowWithOtherPodsShapes) {
+  auto place_mig_pod = [](bool with_slice_pod) {
+    Engine engine = MakeEngine({Node("a100-node", 32, 128, 1, Gpu("A100-PCIE-40GB", GpuMode::kMig)),
+                                Node("t4-node", 32, 128, 1, Gpu("Tesla T4", GpuMode::kHamiCore, 15360))},
+                               HamiDefaultConfig());
+    const PodRequest slice = GpuPod("slice", 1, 4000, 30, kModeHamiCore);
+    const PodRequest mig = GpuPod("mig", 1, 8000, 0, kModeMig);
+    std::vector<PodRequest> pods = {mig};
+    if (with_slice_pod) pods.insert(pods.begin(), slice);
+    engine.SetTargetWorkload(TargetWorkload::FromPods(pods));
+    if (with_slice_pod) {
+      EXPECT_TRUE(engine.Place(slice).scheduled);
+    }
+    return engine.Place(mig);
+  };
+  for (bool with_slice_pod : {false, true}) {
+    SCOPED_TRACE(with_slice_pod ? "with the slice pod" : "alone");
+    ScheduleResult r = place_mig_pod(with_slice_pod);
+    ASSERT_TRUE(r.scheduled) << r.Summary();
+    EXPECT_EQ(r.decision.containers[0].devices[0].profile_name, "2g.10gb");
+    EXPECT_EQ(r.decision.containers[0].devices[0].template_index, 1);
+  }
+}
+
+TEST(TemplateModeTest, IdleInstancesAreReusedRatherThanRecarvedForTheSameGrant) {
+  Engine engine = MakeEngine({Node("a100", 32, 128, 1, Gpu("A100-PCIE-40GB", GpuMode::kMig))},
+                             HamiDefaultConfig());
+  // Every shape of the workload would rather see another geometry; the grant is the same.
+  engine.SetTargetWorkload(TargetWorkload::FromPods(
+      {GpuPod("w1", 1, 4000, 0, kModeMig), GpuPod("w2", 1, 4000, 0, kModeMig),
+       GpuPod("w3", 1, 8000, 0, kModeMig)}));
+  ASSERT_TRUE(engine.Place(GpuPod("p1", 1, 8000, 0, kModeMig)).scheduled);
+  ASSERT_TRUE(engine.Release("default/p1").ok());
+  ScheduleResult r = engine.Place(GpuPod("p2", 1, 8000, 0, kModeMig));
+  ASSERT_TRUE(r.scheduled) << r.Summary();
+  EXPECT_EQ(r.decision.containers[0].devices[0].profile_name, "2g.10gb");
+  EXPECT_TRUE(r.decision.mig.empty()) << "an idle 2g.10gb was there to take";
+}
+
+// Issue 11, item 1: a static node's layout belongs to the MIG manager. The engine offers its
+// idle instances as they are and never plans a create or destroy there.
+TEST(FixedLayoutTest, StaticGpuOffersOnlyItsIdleInstances) {
+  for (const DeviceConfig& config : {HamiDefaultConfig(), DeviceConfig{}}) {
+    GpuSpec gpu = Gpu("A100-PCIE-40GB", GpuMode::kMig);
+    gpu.mig_layout_fixed = true;
+    gpu.instances = {{"3g.20gb", 4, false}, {"1g.5gb", 0, false}};
+    Engine engine = MakeEngine({Node("static", 32, 128, 1, gpu)}, config);
+    SCOPED_TRACE(engine.cluster().gpu(0).template_mode ? "template mode" : "placement mode");
+    ScheduleResult small = engine.Place(GpuPod("small", 1, 4000, 0, kModeMig));
+    ASSERT_TRUE(small.scheduled) << small.Summary();
+    EXPECT_EQ(small.decision.containers[0].devices[0].profile_name, "1g.5gb");
+    EXPECT_TRUE(small.decision.mig.empty());
+    // 9000 MiB: a new 2g.10gb would be smaller, but only the idle 3g.20gb exists.
+    ScheduleResult mid = engine.Place(GpuPod("mid", 1, 9000, 0, kModeMig));
+    ASSERT_TRUE(mid.scheduled) << mid.Summary();
+    EXPECT_EQ(mid.decision.containers[0].devices[0].profile_name, "3g.20gb");
+    EXPECT_TRUE(mid.decision.mig.empty());
+    // Nothing left that fits: refused, although an empty GPU slot exists.
+    EXPECT_FALSE(engine.Place(GpuPod("more", 1, 4000, 0, kModeMig)).scheduled);
+    // A released instance stays (it is the MIG manager's), and is offered again.
+    ASSERT_TRUE(engine.Release("default/mid").ok());
+    EXPECT_EQ(engine.cluster().gpu_usage(0).instance_count, 2);
+    ScheduleResult again = engine.Place(GpuPod("again", 1, 15000, 0, kModeMig));
+    ASSERT_TRUE(again.scheduled) << again.Summary();
+    EXPECT_TRUE(again.decision.mig.empty());
+  }
+}
+
+TEST(FixedLayoutTest, ADecisionThatChangesAStaticLayoutIsRefused) {
+  GpuSpec dynamic = Gpu("A100-PCIE-40GB", GpuMode::kMig);
+  Engine planner = MakeEngine({Node("n", 32, 128, 1, dynamic)}, DeviceConfig{});
+  ScheduleResult r = planner.Place(GpuPod("p", 1, 4000, 0, kModeMig));
+  ASSERT_TRUE(r.scheduled);
+  ASSERT_FALSE(r.decision.mig.empty());
+  GpuSpec fixed = dynamic;
+  fixed.mig_layout_fixed = true;
+  Engine engine = MakeEngine({Node("n", 32, 128, 1, fixed)}, DeviceConfig{});
+  absl::Status applied = engine.Apply("default/p", r.decision);
+  EXPECT_EQ(applied.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(applied.message(), HasSubstr("static"));
+}
+
 }  // namespace
 }  // namespace prism::sched

@@ -20,11 +20,13 @@ constexpr char kLog[] = "e2e-driver";
 // One keep-alive connection per extender URL and thread, as Go's transport keeps them.
 class Connections {
  public:
-  explicit Connections(absl::Duration timeout) : timeout_(timeout) {}
+  Connections(absl::Duration timeout, std::string ca_file)
+      : timeout_(timeout), ca_file_(std::move(ca_file)) {}
   httplib::Client& For(const std::string& url) {
     auto it = clients_.find(url);
     if (it == clients_.end()) {
       auto c = std::make_unique<httplib::Client>(url);
+      if (!ca_file_.empty()) c->set_ca_cert_path(ca_file_.c_str());
       const auto seconds = static_cast<time_t>(absl::ToInt64Seconds(timeout_));
       c->set_read_timeout(seconds, 0);
       c->set_write_timeout(seconds, 0);
@@ -38,6 +40,7 @@ class Connections {
 
  private:
   absl::Duration timeout_;
+  std::string ca_file_;
   std::map<std::string, std::unique_ptr<httplib::Client>> clients_;
 };
 
@@ -183,7 +186,7 @@ void SchedulerDriver::ScheduleLoop() {
 }
 
 void SchedulerDriver::ScheduleOne(const std::string& key) {
-  thread_local Connections conns(options_.http_timeout);
+  thread_local Connections conns(options_.http_timeout, options_.ca_file);
   std::optional<json> pod = pods_->Get(key);
   if (!pod.has_value() || !k8s::PodNodeName(*pod).empty()) {
     absl::MutexLock lock(&mu_);
@@ -266,7 +269,7 @@ void SchedulerDriver::ScheduleOne(const std::string& key) {
 }
 
 void SchedulerDriver::BindLoop() {
-  thread_local Connections conns(options_.http_timeout);
+  thread_local Connections conns(options_.http_timeout, options_.ca_file);
   while (true) {
     std::string key;
     std::string node;

@@ -36,6 +36,8 @@ struct DriverOptions {
   std::string scheduler_name = "prism-scheduler";
   // The extender's base URL (read on every call, so a test can point it at a restarted one).
   std::function<std::string()> extender_url;
+  // HTTPS: the CA that signs the extender's certificate (kube-scheduler's tlsConfig.caFile).
+  std::string ca_file;
   int bind_threads = 16;
   int64_t weight = 10;
   absl::Duration http_timeout = absl::Seconds(30);

@@ -1,0 +1,277 @@
+#include "tests/e2e/harness/deploy_bundle.h"
+
+#include <fcntl.h>
+#include <spawn.h>
+
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "yaml-cpp/yaml.h"
+
+#include "base/strings.h"
+
+
+namespace prism::e2e {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+absl::StatusOr<std::string> ReadText(const fs::path& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(StrCat("cannot read ", path.string()));
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// YAML -> JSON, scalars as YAML 1.2's core schema reads them (what kubectl sends).
+json ToJson(const YAML::Node& node) {
+  switch (node.Type()) {
+    case YAML::NodeType::Map: {
+      json out = json::object();
+      for (const auto& kv : node) out[kv.first.as<std::string>()] = ToJson(kv.second);
+      return out;
+    }
+    case YAML::NodeType::Sequence: {
+      json out = json::array();
+      for (const auto& item : node) out.push_back(ToJson(item));
+      return out;
+    }
+    case YAML::NodeType::Scalar: {
+      const std::string s = node.Scalar();
+      if (node.Tag() == "!") return s;  // Quoted: a string whatever it looks like.
+      if (s == "true") return true;
+      if (s == "false") return false;
+      if (s == "null" || s == "~") return nullptr;
+      if (!s.empty() && s.find_first_not_of("-0123456789") == std::string::npos &&
+          s != "-" && s.size() < 18) {
+        return std::stoll(s);
+      }
+      return s;
+    }
+    default:
+      return nullptr;
+  }
+}
+
+absl::StatusOr<std::vector<json>> LoadDocuments(const fs::path& path) {
+  absl::StatusOr<std::string> text = ReadText(path);
+  if (!text.ok()) return text.status();
+  std::vector<json> out;
+  try {
+    for (const YAML::Node& doc : YAML::LoadAll(*text)) {
+      if (doc.IsNull()) continue;
+      out.push_back(ToJson(doc));
+    }
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(StrCat(path.string(), ": ", e.what()));
+  }
+  return out;
+}
+
+const json* PodSpecOf(const json& workload) {
+  if (!workload.contains("spec") || !workload["spec"].contains("template")) return nullptr;
+  return &workload["spec"]["template"]["spec"];
+}
+
+}  // namespace
+
+absl::StatusOr<DeployBundle> DeployBundle::Load(const fs::path& root) {
+  const fs::path base = root / "deploy";
+  absl::StatusOr<std::vector<json>> kustomization = LoadDocuments(base / "kustomization.yaml");
+  if (!kustomization.ok()) return kustomization.status();
+  if (kustomization->size() != 1) {
+    return absl::InvalidArgumentError("deploy/kustomization.yaml: expected one document");
+  }
+  const json& k = kustomization->front();
+  DeployBundle bundle;
+  // The base sets its namespace with a NamespaceTransformer (unsetOnly) or `namespace:`.
+  if (k.contains("namespace")) bundle.namespace_ = k["namespace"].get<std::string>();
+  for (const json& t : k.value("transformers", json::array())) {
+    if (!t.is_string()) continue;
+    const json transformer = ToJson(YAML::Load(t.get<std::string>()));
+    if (transformer.value("kind", "") == "NamespaceTransformer") {
+      bundle.namespace_ = transformer["metadata"].value("namespace", bundle.namespace_);
+    }
+  }
+  for (const json& path : k.at("resources")) {
+    absl::StatusOr<std::vector<json>> docs = LoadDocuments(base / path.get<std::string>());
+    if (!docs.ok()) return docs.status();
+    for (json& d : *docs) bundle.objects_.push_back(std::move(d));
+  }
+  for (const json& gen : k.value("configMapGenerator", json::array())) {
+    json data = json::object();
+    for (const json& spec : gen.at("files")) {
+      const std::string entry = spec.get<std::string>();
+      const size_t eq = entry.find('=');
+      const std::string key = eq == std::string::npos ? fs::path(entry).filename().string()
+                                                       : entry.substr(0, eq);
+      const std::string file = eq == std::string::npos ? entry : entry.substr(eq + 1);
+      absl::StatusOr<std::string> text = ReadText(base / file);
+      if (!text.ok()) return text.status();
+      data[key] = *text;
+    }
+    bundle.objects_.push_back(json{{"apiVersion", "v1"},
+                                   {"kind", "ConfigMap"},
+                                   {"metadata", {{"name", gen.at("name")}}},
+                                   {"data", data}});
+  }
+  static const std::set<std::string> kClusterScoped = {
+      "Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+      "ValidatingWebhookConfiguration"};
+  for (json& o : bundle.objects_) {
+    if (kClusterScoped.count(o.value("kind", "")) != 0) continue;
+    if (!o["metadata"].contains("namespace")) o["metadata"]["namespace"] = bundle.namespace_;
+  }
+  return bundle;
+}
+
+const Object* DeployBundle::Find(const std::string& kind, const std::string& name) const {
+  for (const Object& o : objects_) {
+    if (o.value("kind", "") == kind && o["metadata"].value("name", "") == name) return &o;
+  }
+  return nullptr;
+}
+
+std::vector<const Object*> DeployBundle::All(const std::string& kind) const {
+  std::vector<const Object*> out;
+  for (const Object& o : objects_) {
+    if (o.value("kind", "") == kind) out.push_back(&o);
+  }
+  return out;
+}
+
+void LocalProcess::SetFlag(const std::string& name, const std::string& value) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].rfind(name + "=", 0) == 0) {
+      args[i] = name + "=" + value;
+      return;
+    }
+    if (args[i] == name && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) {
+      args[i + 1] = value;
+      return;
+    }
+  }
+  args.push_back(name + "=" + value);
+}
+
+std::optional<std::string> LocalProcess::Flag(const std::string& name) const {
+  for (size_t i = 0; i < args.size(); ++i) {
+    if (args[i].rfind(name + "=", 0) == 0) return args[i].substr(name.size() + 1);
+    if (args[i] == name) return i + 1 < args.size() ? args[i + 1] : "";
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<LocalProcess> LocalProcessFor(const DeployBundle& bundle, const Object& workload,
+                                             const std::string& container,
+                                             const LocalProcessOptions& options) {
+  const std::string where =
+      StrCat(workload.value("kind", ""), " ", workload["metadata"].value("name", ""));
+  const json* pod = PodSpecOf(workload);
+  if (pod == nullptr) return absl::InvalidArgumentError(StrCat(where, ": no pod template"));
+  const json containers = pod->value("containers", json::array());
+  const json* spec = nullptr;
+  for (const json& c : containers) {
+    if (c.value("name", "") == container) spec = &c;
+  }
+  if (spec == nullptr) {
+    return absl::NotFoundError(StrCat(where, ": no container ", container));
+  }
+  LocalProcess p;
+  for (const json& a : spec->value("args", json::array())) {
+    p.args.push_back(a.is_string() ? a.get<std::string>() : a.dump());
+  }
+  for (const json& e : spec->value("env", json::array())) {
+    const std::string name = e.at("name");
+    if (e.contains("value")) {
+      p.env[name] = e["value"].is_string() ? e["value"].get<std::string>() : e["value"].dump();
+    } else if (e.contains("valueFrom") && e["valueFrom"].contains("fieldRef")) {
+      const std::string field = e["valueFrom"]["fieldRef"].at("fieldPath");
+      auto v = options.field_refs.find(field);
+      if (v == options.field_refs.end()) {
+        return absl::InvalidArgumentError(StrCat(where, ": env ", name, " needs fieldRef ", field,
+                                                 ", which the test does not supply"));
+      }
+      p.env[name] = v->second;
+    } else {
+      return absl::UnimplementedError(StrCat(where, ": env ", name, " has an unsupported source"));
+    }
+  }
+  std::map<std::string, json> volumes;
+  for (const json& v : pod->value("volumes", json::array())) volumes[v.at("name")] = v;
+  for (const json& m : spec->value("volumeMounts", json::array())) {
+    const std::string mount_path = m.at("mountPath");
+    auto v = volumes.find(m.at("name").get<std::string>());
+    if (v == volumes.end()) {
+      return absl::InvalidArgumentError(StrCat(where, ": volumeMount ", m.at("name").dump(),
+                                               " names no volume"));
+    }
+    const json& volume = v->second;
+    std::map<std::string, std::string> files;
+    if (volume.contains("hostPath")) {
+      p.host_paths.push_back(mount_path);
+      continue;
+    } else if (volume.contains("configMap")) {
+      const std::string name = volume["configMap"].at("name");
+      const Object* cm = bundle.Find("ConfigMap", name);
+      if (cm == nullptr) {
+        return absl::NotFoundError(StrCat(where, ": mounts ConfigMap ", name,
+                                          ", which deploy/ does not create"));
+      }
+      const json data = cm->value("data", json::object());
+      for (const auto& [key, value] : data.items()) {
+        files[key] = value.get<std::string>();
+      }
+    } else if (volume.contains("secret")) {
+      const std::string name = volume["secret"].at("secretName");
+      auto s = options.secrets.find(name);
+      if (s == options.secrets.end()) {
+        return absl::NotFoundError(StrCat(where, ": mounts Secret ", name,
+                                          ", which the test does not supply"));
+      }
+      files = s->second;
+    } else {
+      continue;  // emptyDir and the like: nothing the process reads at start.
+    }
+    const fs::path local = options.dir / "mounts" / fs::path(mount_path).relative_path();
+    fs::create_directories(local);
+    for (const auto& [key, text] : files) std::ofstream(local / key) << text;
+    p.mounts[mount_path] = local.string();
+  }
+  // Paths under a mount now live under the test's directory.
+  for (std::string& a : p.args) {
+    for (const auto& [mount_path, local] : p.mounts) {
+      const size_t at = a.find(mount_path + "/");
+      if (at != std::string::npos) a.replace(at, mount_path.size(), local);
+    }
+  }
+  return p;
+}
+
+pid_t SpawnProcess(const std::string& binary, const LocalProcess& process,
+                   const std::string& log) {
+  std::vector<std::string> argv_storage = {binary};
+  argv_storage.insert(argv_storage.end(), process.args.begin(), process.args.end());
+  std::vector<char*> argv;
+  for (std::string& a : argv_storage) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  std::vector<std::string> env_storage;
+  if (const char* path = std::getenv("PATH")) env_storage.push_back(StrCat("PATH=", path));
+  for (const auto& [k, v] : process.env) env_storage.push_back(StrCat(k, "=", v));
+  std::vector<char*> env;
+  for (std::string& e : env_storage) env.push_back(e.data());
+  env.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = -1;
+  if (posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), env.data()) != 0) pid = -1;
+  posix_spawn_file_actions_destroy(&actions);
+  return pid;
+}
+
+}  // namespace prism::e2e

@@ -1,0 +1,74 @@
+// tests/e2e/harness/deploy_bundle.h: the shipped kustomize base (deploy/) as a test reads it,
+// and the processes its workloads describe, started on this machine.
+//
+// What `kubectl kustomize deploy/` renders, without kubectl: the `resources` files and the
+// `configMapGenerator` ConfigMaps, with the base's namespace. A test then takes a workload's
+// container (args, env, volume mounts) *as written* and runs it as a local process: ConfigMap and
+// Secret mounts become files under the test's directory (their mount path is rewritten in the
+// args), fieldRef env vars get the pod's values, and only the flags a test must change (ports,
+// kubeconfig, host paths) are overridden, each by name. Tests only.
+#pragma once
+
+#include <sys/types.h>
+
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+namespace prism::e2e {
+
+// A rendered object, as JSON (the API server's form).
+using Object = nlohmann::json;
+
+class DeployBundle {
+ public:
+  // Reads `<root>/deploy/kustomization.yaml` and what it names. Errors name the file.
+  static absl::StatusOr<DeployBundle> Load(const std::filesystem::path& root);
+
+  const std::vector<Object>& objects() const { return objects_; }
+  // The object of `kind` named `name`, or nullptr.
+  const Object* Find(const std::string& kind, const std::string& name) const;
+  // The objects of `kind`.
+  std::vector<const Object*> All(const std::string& kind) const;
+  const std::string& namespace_name() const { return namespace_; }
+
+ private:
+  std::vector<Object> objects_;
+  std::string namespace_ = "default";
+};
+
+// One container of a workload (Deployment / DaemonSet), turned into a local command line.
+struct LocalProcess {
+  std::vector<std::string> args;            // argv[1..], the manifest's `args` after rewriting.
+  std::map<std::string, std::string> env;   // The manifest's env, fieldRefs resolved.
+  std::map<std::string, std::string> mounts;  // mountPath -> local directory (ConfigMap, Secret).
+  std::vector<std::string> host_paths;      // mountPaths of hostPath volumes (not rewritten).
+
+  // Replaces `--name=...` / `--name ...` or appends `--name=value`.
+  void SetFlag(const std::string& name, const std::string& value);
+  std::optional<std::string> Flag(const std::string& name) const;
+};
+
+struct LocalProcessOptions {
+  std::filesystem::path dir;  // ConfigMap/Secret files are written under it.
+  // fieldRef values (metadata.name, metadata.namespace, spec.nodeName).
+  std::map<std::string, std::string> field_refs;
+  // Secret contents the test supplies (name -> key -> value); a mounted Secret must be here.
+  std::map<std::string, std::map<std::string, std::string>> secrets;
+};
+
+// The container `container` of workload `workload` (its pod template). Mounted ConfigMaps come
+// from the bundle; Secrets from `options.secrets`.
+absl::StatusOr<LocalProcess> LocalProcessFor(const DeployBundle& bundle, const Object& workload,
+                                             const std::string& container,
+                                             const LocalProcessOptions& options);
+
+// Starts `binary args...` with exactly `env` plus PATH, stdout and stderr to `log`.
+pid_t SpawnProcess(const std::string& binary, const LocalProcess& process, const std::string& log);
+
+}  // namespace prism::e2e
