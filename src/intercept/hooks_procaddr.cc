@@ -96,5 +96,13 @@ PRISM_VGPU_EXPORT CUresult cuGetProcAddress_v2(const char* symbol, void** pfn, i
   return rc;
 }
 
+PRISM_VGPU_EXPORT CUresult cuInit(unsigned int flags) {
+  // A driver that cannot be loaded, or that turned out to be this library (its wrappers would
+  // call themselves until the stack overflows), fails initialization, before anything else.
+  if (!EnsureDriver()) return CUDA_ERROR_SHARED_OBJECT_INIT_FAILED;
+  if (g_cuda.cuInit == nullptr) return CUDA_ERROR_NOT_FOUND;
+  return g_cuda.cuInit(flags);
+}
+
 }  // extern "C"
 }  // namespace prism::vgpu

@@ -376,7 +376,7 @@ void* WatcherMain(void*) {
       region->ReclaimDead();  // Returns dead processes' memory promptly.
       last_reclaim = now;
       for (int entry = 0; nvml && g_config.charge_overhead && entry < kMaxDevices; ++entry) {
-        if ((mapped & (1u << entry)) == 0 || region->device(entry).memory_limit == 0) continue;
+        if ((mapped & (1u << entry)) == 0 || region->EffectiveLimit(entry) == 0) continue;
         ReconcileOverhead(region, entry);
       }
     }
@@ -442,7 +442,7 @@ void SmLimiterDeviceMapped(int entry) {
   // The watcher runs the SM controller; for memory-limited devices it also charges the driver's
   // own memory and returns dead processes' memory promptly.
   const RegionDevice& device = region->device(entry);
-  if (DeviceHasLimit(device) || (device.memory_limit != 0 && g_config.charge_overhead)) {
+  if (DeviceHasLimit(device) || (region->EffectiveLimit(entry) != 0 && g_config.charge_overhead)) {
     StartWatcher();
   }
 }
