@@ -96,6 +96,16 @@ void LoadConfig(Config* config) {
                      value, config->lock_timeout_ms);
     }
   }
+  if (const char* value = getenv("PRISM_VGPU_CONTEXT_ESTIMATE"); value != nullptr) {
+    const quota::Parsed<uint64_t> bytes = quota::ParseBytes(value);
+    if (bytes.ok()) {
+      config->context_estimate = bytes.value;
+    } else {
+      PRISM_VGPU_LOG(kError, "PRISM_VGPU_CONTEXT_ESTIMATE=\"%s\": %s; using %llu", value,
+                     quota::ParseErrorName(bytes.error),
+                     static_cast<unsigned long long>(config->context_estimate));
+    }
+  }
   for (char** env = environ; env != nullptr && *env != nullptr; ++env) {
     const char* value = nullptr;
     if (!IsLimitVariable(*env, "CUDA_DEVICE_MEMORY_LIMIT", &value)) continue;

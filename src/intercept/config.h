@@ -33,6 +33,9 @@ struct Config {
   // Some CUDA_DEVICE_MEMORY_LIMIT[_<i>] is set to anything but a valid 0: a memory limit was asked
   // for, so when it cannot be enforced the library fails closed instead of passing through.
   bool memory_limit_requested = false;
+  // PRISM_VGPU_CONTEXT_ESTIMATE: device memory charged for a new context when NVML cannot
+  // measure it (bytes, with the memory-limit units).
+  uint64_t context_estimate = uint64_t{256} << 20;
   // PRISM_VGPU_LOCK_TIMEOUT_MS: bound on a wait for the region lock.
   int lock_timeout_ms = 2000;
   char region_path[512] = {};

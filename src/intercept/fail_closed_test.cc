@@ -228,5 +228,27 @@ TEST_F(FailClosedTest, StoppedLockHolderWedgesNobodyAndAccountingStaysExact) {
   }
 }
 
+// Item 7: a context's memory was charged only once NVML showed it, up to about two seconds later;
+// meanwhile the container could exceed its limit by that much.
+TEST_F(FailClosedTest, ContextMemoryIsChargedWhenTheContextIsCreated) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  env.Set("PRISM_FAKE_CUDA_CONTEXT_BYTES", U(300 * kMiB));
+  const ExitInfo r = Probe(env, {"init", "meminfo", "alloc", "800m", "alloc", "700m"});
+  EXPECT_EQ(Field(r.out, "meminfo", "free"), U(kGiB - 300 * kMiB)) << r.out << r.err;
+  EXPECT_NE(r.out.find("alloc err=2\nalloc ok id=0\n"), std::string::npos) << r.out << r.err;
+}
+
+// Without NVML nothing can measure a context: the estimate is charged, and stays.
+TEST_F(FailClosedTest, ContextEstimateIsChargedWithoutNvml) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  env.Set("PRISM_VGPU_REAL_NVML", "/nonexistent/libnvidia-ml.so.1");
+  env.Set("PRISM_VGPU_CONTEXT_ESTIMATE", "300m");
+  const ExitInfo r = Probe(env, {"init", "meminfo", "alloc", "800m", "alloc", "700m"});
+  EXPECT_EQ(Field(r.out, "meminfo", "free"), U(kGiB - 300 * kMiB)) << r.out << r.err;
+  EXPECT_NE(r.out.find("alloc err=2\nalloc ok id=0\n"), std::string::npos) << r.out << r.err;
+}
+
 }  // namespace
 }  // namespace prism::vgpu
