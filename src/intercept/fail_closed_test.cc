@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -226,6 +227,53 @@ TEST_F(FailClosedTest, StoppedLockHolderWedgesNobodyAndAccountingStaysExact) {
     }
     if (resume_signal == SIGCONT) holder->Wait();
   }
+}
+
+// Item 4 at random: six processes allocate and free at random while others are stopped (inside or
+// outside the lock) and continued, or killed, at random instants. Nobody wedges (a stop never
+// outlasts the test's patience, every churner still running finishes its run), and afterwards
+// exactly the whole limit is allocatable again.
+TEST_F(FailClosedTest, SurvivesStopsAndKillsAtRandomInstants) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  env.Set("PRISM_FAKE_CUDA_ALLOC_DELAY_US", "50");
+  env.Set("PRISM_VGPU_LOCK_TIMEOUT_MS", "200");
+  env.Set("LIBCUDA_LOG_LEVEL", "0");
+  std::mt19937 rng(20261201);
+  std::vector<std::unique_ptr<Child>> live;
+  int spawned = 0, stops = 0, kills = 0;
+  auto spawn = [&] {
+    live.push_back(
+        Child::Start(Argv({"init", "churn", "4", "200m", std::to_string(spawned++)}), env));
+  };
+  for (int i = 0; i < 6; ++i) spawn();
+  for (int step = 0; step < 24; ++step) {
+    usleep(20000 + rng() % 60000);
+    const size_t victim = rng() % live.size();
+    if (rng() % 2 == 0) {
+      live[victim]->Kill(SIGSTOP);
+      ++stops;
+      usleep(100000 + rng() % 400000);  // Longer than the lock bound, sometimes.
+      live[victim]->Kill(SIGCONT);
+    } else {
+      live[victim]->Kill(SIGKILL);
+      live[victim]->Wait();
+      live.erase(live.begin() + static_cast<long>(victim));
+      ++kills;
+      spawn();
+    }
+  }
+  // Survivors finish their run (4 s of churn each) on their own: none is wedged.
+  for (auto& child : live) {
+    const ExitInfo r = child->Wait(30000);
+    EXPECT_EQ(r.term_signal, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("churn ok="), std::string::npos) << r.out << r.err;
+  }
+  EXPECT_GT(stops, 0);
+  EXPECT_GT(kills, 0);
+  const ExitInfo r = Probe(env, {"init", "fill", "64m", "meminfo"});
+  EXPECT_EQ(Field(r.out, "fill", "count"), "16") << r.out << r.err;
+  EXPECT_EQ(Field(r.out, "meminfo", "free"), "0");
 }
 
 // Item 7: a context's memory was charged only once NVML showed it, up to about two seconds later;

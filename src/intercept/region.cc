@@ -33,6 +33,9 @@ const char* RegionErrorName(RegionError error) {
 }
 
 namespace {
+// The calling thread's ID and the process it was read in (a forked child must read it again).
+thread_local int32_t t_tid = 0;
+thread_local pid_t t_tid_pid = 0;
 // More bytes than any GPU has or will have (64 PiB): a count above it was never written by Prism.
 constexpr uint64_t kImplausibleBytes = uint64_t{1} << 56;
 }  // namespace
@@ -135,6 +138,7 @@ RegionError Region::OpenAnonymous(int* sys_errno) {
 }
 
 RegionError Region::MapAndInit(int fd, bool anonymous, int* sys_errno) {
+  self_pid_ = getpid();
   bool fresh = anonymous;
   if (!anonymous) {
     struct stat st;
@@ -243,9 +247,13 @@ bool Region::Lock() {
     PRISM_VGPU_LOG(kError, "region lock unusable (error %d); refusing what needs it", rc);
     return false;
   }
-  layout_->header.holder_pid.store(getpid(), std::memory_order_relaxed);
-  layout_->header.holder_tid.store(static_cast<int32_t>(syscall(SYS_gettid)),
-                                   std::memory_order_relaxed);
+  // Cached IDs: gettid/getpid are system calls, which cost microseconds in sandboxed kernels.
+  if (t_tid_pid != self_pid_) {
+    t_tid = static_cast<int32_t>(syscall(SYS_gettid));
+    t_tid_pid = self_pid_;
+  }
+  layout_->header.holder_pid.store(self_pid_, std::memory_order_relaxed);
+  layout_->header.holder_tid.store(t_tid, std::memory_order_relaxed);
   layout_->header.holder_since_ns.store(MonotonicNs(), std::memory_order_relaxed);
   if (stuck_reported_.load(std::memory_order_relaxed)) {
     stuck_reported_.store(false, std::memory_order_relaxed);
@@ -293,6 +301,8 @@ void Region::ReportStuckLock(int64_t waited_ns) {
 }
 
 void Region::ApplyPendingReleasesLocked() {
+  if (!has_pending_.load(std::memory_order_acquire)) return;
+  has_pending_.store(false, std::memory_order_relaxed);
   const int slot = pending_slot_.load(std::memory_order_acquire);
   if (slot < 0) return;
   for (int d = 0; d < kMaxDevices; ++d) {
@@ -302,6 +312,8 @@ void Region::ApplyPendingReleasesLocked() {
 }
 
 void Region::ForgetPendingReleasesAfterFork() {
+  self_pid_ = getpid();
+  has_pending_.store(false, std::memory_order_relaxed);
   pending_slot_.store(-1, std::memory_order_relaxed);
   for (auto& bytes : pending_release_) bytes.store(0, std::memory_order_relaxed);
   stuck_reported_.store(false, std::memory_order_relaxed);
@@ -520,6 +532,7 @@ void Region::Release(int slot_index, int device_index, uint64_t bytes) {
     // is too high, never too low.
     pending_slot_.store(slot_index, std::memory_order_release);
     pending_release_[device_index].fetch_add(bytes, std::memory_order_acq_rel);
+    has_pending_.store(true, std::memory_order_release);
     return;
   }
   ReleaseLocked(slot_index, device_index, bytes);

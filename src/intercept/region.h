@@ -242,7 +242,8 @@ class Region {
   // stopped, dead, or a lock word nobody holds) and the operation fails closed.
   void set_lock_timeout_ms(int ms) { lock_timeout_ms_ = ms > 0 ? ms : kDefaultLockTimeoutMs; }
 
-  // In a forked child: forget the parent's remembered releases (they belong to the parent's slot).
+  // In a forked child: forget the parent's remembered releases (they belong to the parent's slot)
+  // and the parent's PID.
   void ForgetPendingReleasesAfterFork();
 
   // Sets the slot's overhead on `device` (memory the driver took beyond the tracked allocations),
@@ -278,6 +279,8 @@ class Region {
   // could not take the lock (slot, bytes per device).
   std::atomic<uint64_t> local_limit_[kMaxDevices] = {};
   std::atomic<uint8_t> local_mode_[kMaxDevices] = {};  // 0: region's limit, 1: local, 2: closed.
+  pid_t self_pid_ = 0;  // Cached: getpid() is a system call.
+  std::atomic<bool> has_pending_{false};
   std::atomic<int> pending_slot_{-1};
   std::atomic<uint64_t> pending_release_[kMaxDevices] = {};
 };
