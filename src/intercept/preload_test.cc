@@ -360,8 +360,9 @@ TEST_F(PreloadTest, SurvivesKillsAtRandomInstants) {
   }
   EXPECT_EQ(killed, 40);
   // Every byte of every killed process is reclaimed: 16 x 64 MiB fit exactly, a 17th does not.
+  env.Set("LIBCUDA_LOG_LEVEL", "3");
   const ExitInfo r = Probe(env, {"init", "fill", "64m", "meminfo"});
-  EXPECT_EQ(Field(r.out, "fill", "count"), "16") << r.out << r.err;
+  EXPECT_EQ(Field(r.out, "fill", "count"), "16") << r.out << r.err << DescribeRegion(dir_ + "/region");
   EXPECT_EQ(Field(r.out, "meminfo", "free"), "0");
 }
 

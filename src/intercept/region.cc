@@ -306,6 +306,15 @@ void Region::ApplyPendingReleasesLocked() {
   const int slot = pending_slot_.load(std::memory_order_acquire);
   if (slot < 0) return;
   for (int d = 0; d < kMaxDevices; ++d) {
+    const uint64_t charge = pending_charge_[d].exchange(0, std::memory_order_acq_rel);
+    if (charge != 0) {
+      RegionDevice& device = layout_->devices[d];
+      RegionSlot& own = layout_->slots[slot];
+      device.used.store(quota::AddSaturating(device.used.load(std::memory_order_relaxed), charge),
+                        std::memory_order_relaxed);
+      own.used[d].store(quota::AddSaturating(own.used[d].load(std::memory_order_relaxed), charge),
+                        std::memory_order_relaxed);
+    }
     const uint64_t bytes = pending_release_[d].exchange(0, std::memory_order_acq_rel);
     if (bytes != 0) ReleaseLocked(slot, d, bytes);
   }
@@ -316,6 +325,7 @@ void Region::ForgetPendingReleasesAfterFork() {
   has_pending_.store(false, std::memory_order_relaxed);
   pending_slot_.store(-1, std::memory_order_relaxed);
   for (auto& bytes : pending_release_) bytes.store(0, std::memory_order_relaxed);
+  for (auto& bytes : pending_charge_) bytes.store(0, std::memory_order_relaxed);
   stuck_reported_.store(false, std::memory_order_relaxed);
 }
 
@@ -493,7 +503,15 @@ Reservation Region::Reserve(int slot_index, int device_index, uint64_t bytes, bo
   }
   Locker lock(this);
   if (!lock.locked()) {
-    device.refusals.fetch_add(1, std::memory_order_relaxed);
+    if (force) {
+      // A correction for memory already taken: remembered like a release, and charged the next
+      // time this process holds the lock.
+      pending_slot_.store(slot_index, std::memory_order_release);
+      pending_charge_[device_index].fetch_add(bytes, std::memory_order_acq_rel);
+      has_pending_.store(true, std::memory_order_release);
+    } else {
+      device.refusals.fetch_add(1, std::memory_order_relaxed);
+    }
     return {false, device.used.load(std::memory_order_relaxed), EffectiveLimit(device_index),
             Refusal::kLockTimeout};
   }

@@ -11,7 +11,12 @@
 // change together, only while holding the region lock, a process-shared *robust* mutex. If a
 // process dies holding it, the next locker gets EOWNERDEAD, marks it consistent and recomputes
 // every device's `used` from the slots (idempotent, so dying during the repair is also safe);
-// nobody ever waits on a dead owner (hami#2500, core#86). A reservation checks and adds under the
+// nobody ever waits on a dead owner (hami#2500, core#86). Nor forever on a live one: a wait ends
+// after a bound (a stopped holder, a lock word no process holds) and the operation fails closed,
+// a reservation refused, a release remembered and applied the next time this process holds the
+// lock; nothing is taken from a live holder, so the invariant holds throughout (issue 14). The
+// region's contents are validated (FindDeviceTableDamage, FindSlotTableDamage) on open and on
+// every device claim. A reservation checks and adds under the
 // lock, so two processes can never both pass the check (core#273). Slots of dead processes
 // (liveness.h) are reclaimed under the lock before a reservation is refused, when slots run out,
 // and periodically; their bytes return to their devices. Counters saturate at 0 (an underflow is
@@ -222,7 +227,8 @@ class Region {
   // Charges `bytes` on `device` to `slot` if they fit under the limit that applies in this process
   // (EffectiveLimit; reclaiming dead processes' bytes first if they do not). With `force`, charges
   // even over the limit (for corrections after the fact); the result's `ok` then tells whether it
-  // fit. Refused without waiting longer than the lock bound, and always on a fail-closed device.
+  // fit. Refused without waiting longer than the lock bound, and always on a fail-closed device;
+  // a forced charge that cannot take the lock is remembered and applied with the next lock.
   Reservation Reserve(int slot, int device, uint64_t bytes, bool force = false);
 
   // Returns `bytes` on `device` from `slot`, clamping both counters at 0. If the lock is not
@@ -283,6 +289,7 @@ class Region {
   std::atomic<bool> has_pending_{false};
   std::atomic<int> pending_slot_{-1};
   std::atomic<uint64_t> pending_release_[kMaxDevices] = {};
+  std::atomic<uint64_t> pending_charge_[kMaxDevices] = {};  // Forced charges (Reserve's `force`).
 };
 
 }  // namespace prism::vgpu

@@ -7,7 +7,9 @@
 #pragma once
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include <string>
 #include <vector>
@@ -28,6 +30,39 @@ inline constexpr uint64_t kMiB = uint64_t{1} << 20;
 inline constexpr uint64_t kGiB = uint64_t{1} << 30;
 
 inline std::string U(uint64_t v) { return std::to_string(v); }
+
+// The region file's counters, device 0 and live slots, for failure messages.
+inline std::string DescribeRegion(const std::string& path) {
+  std::string text = "\nregion " + path + ":";
+  FILE* file = fopen(path.c_str(), "rb");
+  if (file == nullptr) return text + " unreadable";
+  std::vector<unsigned char> bytes(332992);
+  const size_t n = fread(bytes.data(), 1, bytes.size(), file);
+  fclose(file);
+  if (n != bytes.size()) return text + " short";
+  auto u64 = [&](size_t offset) {
+    uint64_t v;
+    memcpy(&v, &bytes[offset], sizeof(v));
+    return v;
+  };
+  auto u32 = [&](size_t offset) {
+    uint32_t v;
+    memcpy(&v, &bytes[offset], sizeof(v));
+    return v;
+  };
+  text += " recoveries=" + std::to_string(u64(40)) + " reclaimed=" + std::to_string(u64(48)) +
+          " underflows=" + std::to_string(u64(64)) + " holder=" + std::to_string(u32(80)) +
+          " lock_timeouts=" + std::to_string(u64(96)) + " lockword=" + std::to_string(u32(128)) +
+          " device0.used=" + std::to_string(u64(192 + 40));
+  for (size_t s = 0; s < 1024; ++s) {
+    const size_t base = 5312 + s * 320;
+    if (u32(base) != 1) continue;
+    text += "\n  slot " + std::to_string(s) + " pid=" + std::to_string(u32(base + 4)) +
+            " start=" + std::to_string(u64(base + 8)) + " used0=" + std::to_string(u64(base + 24)) +
+            " overhead0=" + std::to_string(u64(base + 152));
+  }
+  return text + "\n";
+}
 
 class PreloadTest : public ::testing::Test {
  protected:
