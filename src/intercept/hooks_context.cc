@@ -2,11 +2,29 @@
 // (missing, or PRISM_VGPU_REAL_LIBCUDA naming this library, whose wrappers would call themselves);
 // a new context's device memory is charged when the context is created (docs/intercept.md,
 // "Driver overhead"), not seconds later when NVML shows it.
+#include <unistd.h>
+
+#include <atomic>
+
 #include "intercept/hooks.h"
 #include "intercept/runtime.h"
 #include "intercept/sm_limiter.h"
 
 namespace prism::vgpu {
+namespace {
+
+// The process that last charged the primary context of each ordinal: frameworks retain it again
+// and again, and only the first retain in a process creates it (a forked child starts over).
+constexpr int kMaxPrimaryOrdinals = 64;
+std::atomic<pid_t> g_primary_charged_by[kMaxPrimaryOrdinals];
+
+bool FirstPrimaryRetain(CUdevice dev) {
+  if (dev < 0 || dev >= kMaxPrimaryOrdinals) return true;
+  const pid_t self = getpid();
+  return g_primary_charged_by[dev].exchange(self, std::memory_order_relaxed) != self;
+}
+
+}  // namespace
 
 extern "C" {
 
@@ -22,7 +40,9 @@ PRISM_VGPU_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext* pctx, CUdevice de
   if (!EnsureDriver()) return CUDA_ERROR_NOT_INITIALIZED;
   if (g_cuda.cuDevicePrimaryCtxRetain == nullptr) return CUDA_ERROR_NOT_FOUND;
   const CUresult rc = g_cuda.cuDevicePrimaryCtxRetain(pctx, dev);
-  if (rc == CUDA_SUCCESS && ControlEnabled()) ChargeContextOverhead(DeviceEntryForOrdinal(dev));
+  if (rc == CUDA_SUCCESS && ControlEnabled() && FirstPrimaryRetain(dev)) {
+    ChargeContextOverhead(DeviceEntryForOrdinal(dev));
+  }
   return rc;
 }
 
