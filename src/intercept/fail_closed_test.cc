@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -161,6 +162,25 @@ TEST_F(FailClosedTest, LockWordNamingAnotherLiveThreadDoesNotWedge) {
   EXPECT_LT(seconds, 10.0);
   EXPECT_NE(r.out.find("alloc err=2\nalloc err=2\n"), std::string::npos) << r.out << r.err;
   EXPECT_NE(r.err.find("no Prism process holds it"), std::string::npos) << r.err;
+}
+
+// A lock word naming a thread that no longer exists (and that no Prism process recorded holding
+// the lock) is damage nobody can release: it is reset, and the allocations go through.
+TEST_F(FailClosedTest, LockWordNamingADeadThreadIsReset) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  env.Set("PRISM_VGPU_LOCK_TIMEOUT_MS", "300");
+  CreateRegion(env);
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  const int32_t dead_tid = child;
+  Overwrite(RegionPath(), kLockOffset, &dead_tid, sizeof(dead_tid));
+  Overwrite(RegionPath(), kLockOffset + 8, &dead_tid, sizeof(dead_tid));
+  const ExitInfo r = RunChild(Argv({"init", "alloc", "600m", "alloc", "600m"}), env, 20000);
+  EXPECT_NE(r.out.find("alloc ok id=0\nalloc err=2\n"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.err.find("reset it"), std::string::npos) << r.err;
 }
 
 // Item 4: a holder stopped inside the lock blocked every allocation of every process forever.

@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
@@ -211,6 +212,7 @@ void Region::InitLocked() {
 bool Region::Lock() {
   pthread_mutex_t* mutex = &layout_->header.lock.mutex;
   int rc = pthread_mutex_trylock(mutex);
+  bool reset = false;
   if (rc == EBUSY) {
     // Wait in slices, so a wait on a holder that never gives the lock back (stopped, or a lock
     // word no process holds) ends after the bound instead of wedging the application.
@@ -228,6 +230,10 @@ bool Region::Lock() {
       if (rc != ETIMEDOUT) break;
       const int64_t waited = MonotonicNs() - start;
       if (waited >= bound) {
+        if (ResetLockWordOfDeadThread()) {  // Damage that names nobody: try again.
+          reset = true;
+          continue;
+        }
         layout_->header.lock_timeouts.fetch_add(1, std::memory_order_relaxed);
         ReportStuckLock(waited);
         return false;
@@ -241,6 +247,8 @@ bool Region::Lock() {
     layout_->header.lock_recoveries.fetch_add(1, std::memory_order_relaxed);
     PRISM_VGPU_LOG(kWarning, "region lock owner died; recovered the lock and repaired usage");
     RepairLocked();
+  } else if (rc == 0 && reset) {
+    RepairLocked();  // Whatever wrote that word may have left an update half done.
   } else if (rc != 0) {
     // ENOTRECOVERABLE (a locker died during a repair without marking the mutex consistent, which
     // Prism never does) or garbage in the mutex: the region cannot be locked. Fail closed.
@@ -267,6 +275,33 @@ void Region::Unlock() {
   layout_->header.holder_tid.store(0, std::memory_order_relaxed);
   layout_->header.holder_pid.store(0, std::memory_order_relaxed);
   pthread_mutex_unlock(&layout_->header.lock.mutex);
+}
+
+bool Region::ResetLockWordOfDeadThread() {
+#if defined(__GLIBC__)
+  // glibc keeps the futex word (owner TID | FUTEX_WAITERS | FUTEX_OWNER_DIED) first in the mutex.
+  // A word naming a thread that does not exist, with no Prism process recorded as holder and no
+  // OWNER_DIED mark (the kernel sets it when a holder dies), was never written by a holder: it is
+  // damage. Only a word naming nobody is reset, with a compare-and-swap, so one waiter does it and
+  // a live holder (even a stopped one) is never robbed.
+  static_assert(sizeof(int) == 4);
+  auto* word = reinterpret_cast<std::atomic<int>*>(&layout_->header.lock.mutex.__data.__lock);
+  int observed = word->load(std::memory_order_acquire);
+  const int tid = observed & 0x3fffffff;  // FUTEX_TID_MASK.
+  if (tid == 0 || (observed & 0x40000000) != 0) return false;  // FUTEX_OWNER_DIED.
+  if (layout_->header.holder_pid.load(std::memory_order_relaxed) != 0) return false;
+  if (kill(tid, 0) == 0 || errno != ESRCH) return false;
+  if (!word->compare_exchange_strong(observed, 0, std::memory_order_acq_rel)) return false;
+  layout_->header.lock.mutex.__data.__owner = 0;
+  layout_->header.lock_recoveries.fetch_add(1, std::memory_order_relaxed);
+  PRISM_VGPU_LOG(kError,
+                 "region lock word named thread %d, which does not exist and never recorded "
+                 "holding it (damaged region); reset it",
+                 tid);
+  return true;
+#else
+  return false;
+#endif
 }
 
 void Region::ReportStuckLock(int64_t waited_ns) {

@@ -271,6 +271,7 @@ class Region {
   bool Lock();  // False when the lock was not available within the bound.
   void Unlock();
   void ReportStuckLock(int64_t waited_ns);
+  bool ResetLockWordOfDeadThread();
   void ReleaseLocked(int slot, int device, uint64_t bytes);
   void ApplyPendingReleasesLocked();
   void RepairLocked();
