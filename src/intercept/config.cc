@@ -19,13 +19,20 @@ void CopyString(char* out, size_t size, const char* value) {
   snprintf(out, size, "%s", value);
 }
 
-// Reads `<name>_<ordinal>` if set, else `<name>`. Returns the variable name used in `used_name`.
-const char* GetPerDeviceEnv(const char* name, int ordinal, char* used_name, size_t size) {
-  snprintf(used_name, size, "%s_%d", name, ordinal);
-  const char* value = getenv(used_name);
-  if (value != nullptr) return value;
-  snprintf(used_name, size, "%s", name);
-  return getenv(name);
+// True for "<prefix>" and "<prefix>_<digits>" followed by '=' at `entry` (an environ line).
+// Sets `*value` to what follows the '='.
+bool IsLimitVariable(const char* entry, const char* prefix, const char** value) {
+  const size_t length = strlen(prefix);
+  if (strncmp(entry, prefix, length) != 0) return false;
+  const char* p = entry + length;
+  if (*p == '_') {
+    ++p;
+    if (*p < '0' || *p > '9') return false;
+    while (*p >= '0' && *p <= '9') ++p;
+  }
+  if (*p != '=') return false;
+  *value = p + 1;
+  return true;
 }
 
 }  // namespace
@@ -80,6 +87,31 @@ void LoadConfig(Config* config) {
                      quota::ParseErrorName(charge.error));
     }
   }
+  if (const char* value = getenv("PRISM_VGPU_LOCK_TIMEOUT_MS"); value != nullptr) {
+    const int timeout = atoi(value);
+    if (timeout >= 10 && timeout <= 600000) {
+      config->lock_timeout_ms = timeout;
+    } else {
+      PRISM_VGPU_LOG(kError, "PRISM_VGPU_LOCK_TIMEOUT_MS=\"%s\": not in 10..600000; using %d",
+                     value, config->lock_timeout_ms);
+    }
+  }
+  if (const char* value = getenv("PRISM_VGPU_CONTEXT_ESTIMATE"); value != nullptr) {
+    const quota::Parsed<uint64_t> bytes = quota::ParseBytes(value);
+    if (bytes.ok()) {
+      config->context_estimate = bytes.value;
+    } else {
+      PRISM_VGPU_LOG(kError, "PRISM_VGPU_CONTEXT_ESTIMATE=\"%s\": %s; using %llu", value,
+                     quota::ParseErrorName(bytes.error),
+                     static_cast<unsigned long long>(config->context_estimate));
+    }
+  }
+  for (char** env = environ; env != nullptr && *env != nullptr; ++env) {
+    const char* value = nullptr;
+    if (!IsLimitVariable(*env, "CUDA_DEVICE_MEMORY_LIMIT", &value)) continue;
+    const quota::Parsed<uint64_t> bytes = quota::ParseBytes(value);
+    if (!bytes.ok() || bytes.value != 0) config->memory_limit_requested = true;
+  }
   if (const char* value = getenv("PRISM_VGPU_TEST_LOCK_STALL_MS"); value != nullptr) {
     config->test_lock_stall_ms = atoi(value);
   }
@@ -102,30 +134,45 @@ void LoadConfig(Config* config) {
   CopyString(config->real_nvml, sizeof(config->real_nvml), getenv("PRISM_VGPU_REAL_NVML"));
 }
 
-uint64_t MemoryLimitForOrdinal(int ordinal) {
+MemoryLimitRequest MemoryLimitForOrdinal(int ordinal) {
+  MemoryLimitRequest request;
   char name[64];
-  const char* value = GetPerDeviceEnv("CUDA_DEVICE_MEMORY_LIMIT", ordinal, name, sizeof(name));
-  if (value == nullptr) return 0;
+  snprintf(name, sizeof(name), "CUDA_DEVICE_MEMORY_LIMIT_%d", ordinal);
+  const char* value = getenv(name);
+  if (value == nullptr) {
+    snprintf(name, sizeof(name), "CUDA_DEVICE_MEMORY_LIMIT");
+    value = getenv(name);
+  }
+  if (value == nullptr) return request;
   const quota::Parsed<uint64_t> bytes = quota::ParseBytes(value);
   if (!bytes.ok()) {
-    PRISM_VGPU_LOG(kError, "%s=\"%s\": %s; device %d has no memory limit", name, value,
-                   quota::ParseErrorName(bytes.error), ordinal);
-    return 0;
+    PRISM_VGPU_LOG(kError,
+                   "%s=\"%s\": %s; the memory limit of device %d cannot be established, so every "
+                   "allocation on it is refused (fail closed)",
+                   name, value, quota::ParseErrorName(bytes.error), ordinal);
+    request.source = LimitSource::kInvalid;
+    return request;
   }
-  return bytes.value;
+  request.source = LimitSource::kValue;
+  request.bytes = bytes.value;
+  return request;
 }
 
 uint32_t SmLimitForOrdinal(int ordinal) {
   char name[64];
-  const char* value = GetPerDeviceEnv("CUDA_DEVICE_SM_LIMIT", ordinal, name, sizeof(name));
-  if (value == nullptr) return 0;
-  const quota::Parsed<uint32_t> percent = quota::ParsePercent(value);
-  if (!percent.ok()) {
-    PRISM_VGPU_LOG(kError, "%s=\"%s\": %s (use 0..100); device %d has no SM limit", name, value,
-                   quota::ParseErrorName(percent.error), ordinal);
-    return 0;
+  snprintf(name, sizeof(name), "CUDA_DEVICE_SM_LIMIT_%d", ordinal);
+  for (int pass = 0; pass < 2; ++pass) {
+    const char* value = getenv(name);
+    if (value != nullptr) {
+      const quota::Parsed<uint32_t> percent = quota::ParsePercent(value);
+      if (percent.ok()) return percent.value == 100 ? 0 : percent.value;
+      PRISM_VGPU_LOG(kError, "%s=\"%s\": %s (use a whole number 0..100)%s", name, value,
+                     quota::ParseErrorName(percent.error),
+                     pass == 0 ? "; trying CUDA_DEVICE_SM_LIMIT" : "; no SM limit");
+    }
+    snprintf(name, sizeof(name), "CUDA_DEVICE_SM_LIMIT");
   }
-  return percent.value == 100 ? 0 : percent.value;
+  return 0;
 }
 
 }  // namespace prism::vgpu

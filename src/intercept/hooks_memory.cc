@@ -31,10 +31,21 @@ std::atomic<int> g_pool_count{0};
     if (g_cuda.name == nullptr) return CUDA_ERROR_NOT_FOUND; \
   } while (0)
 
+// An allocation refused because the limit that applies cannot be enforced right now (the error
+// saying why was logged once when it happened).
+CUresult Unenforceable(const char* what) {
+  PRISM_VGPU_LOG(kDebug, "%s refused: the memory limit cannot be enforced (fail closed)", what);
+  return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
 // Charges `bytes` on `entry`; logs and returns false when they do not fit.
 bool Reserve(Region* region, int entry, uint64_t bytes, const char* what) {
   const Reservation r = region->Reserve(SelfSlot(), entry, bytes);
   if (r.ok) return true;
+  if (r.refusal != Refusal::kLimit) {
+    Unenforceable(what);
+    return false;
+  }
   PRISM_VGPU_LOG(kNotice,
                  "%s of %llu bytes refused on device entry %d: %llu of %llu bytes already in use "
                  "by the container",
@@ -79,11 +90,11 @@ void Remember(const AllocRecord& record) {
 Region* ActiveRegion() { return ControlEnabled() ? EnsureAccounting() : nullptr; }
 
 int EntryOfPointer(CUdeviceptr ptr) {
-  if (g_cuda.cuPointerGetAttribute == nullptr) return -1;
+  if (g_cuda.cuPointerGetAttribute == nullptr) return kNoEntry;
   int ordinal = -1;
   if (g_cuda.cuPointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr) !=
       CUDA_SUCCESS) {
-    return -1;
+    return kNoEntry;
   }
   return DeviceEntryForOrdinal(ordinal);
 }
@@ -93,6 +104,10 @@ int EntryOfPointer(CUdeviceptr ptr) {
 CUresult ChargeAfterTheFact(Region* region, CUdeviceptr ptr, uint64_t bytes, AllocKind kind,
                             const char* what) {
   const int entry = EntryOfPointer(ptr);
+  if (entry == kRefuseEntry) {
+    g_cuda.cuMemFree_v2(ptr);
+    return Unenforceable(what);
+  }
   if (entry < 0) {
     PRISM_VGPU_LOG(kWarning, "%s: device of pointer 0x%llx unknown; not charged", what,
                    static_cast<unsigned long long>(ptr));
@@ -114,9 +129,11 @@ CUresult ChargeAfterTheFact(Region* region, CUdeviceptr ptr, uint64_t bytes, All
 template <typename Call>
 CUresult AllocateLinear(CUdeviceptr* dptr, size_t size, const char* what, Call call) {
   Region* region = ActiveRegion();
-  if (region == nullptr || size == 0 || dptr == nullptr) return call();
+  if (size == 0 || dptr == nullptr) return call();
+  if (region == nullptr) return RefuseWithoutAccounting() ? Unenforceable(what) : call();
   const uint64_t charge = quota::ChargeForLinearAllocation(size);
   const int entry = CurrentDeviceEntry();
+  if (entry == kRefuseEntry) return Unenforceable(what);
   if (entry < 0) {
     const CUresult rc = call();
     if (rc != CUDA_SUCCESS) return rc;
@@ -224,9 +241,11 @@ template <typename Call>
 CUresult AllocateFromPool(CUdeviceptr* dptr, size_t size, uint64_t explicit_pool, const char* what,
                           Call call) {
   Region* region = ActiveRegion();
-  if (region == nullptr || size == 0 || dptr == nullptr) return call();
+  if (size == 0 || dptr == nullptr) return call();
+  if (region == nullptr) return RefuseWithoutAccounting() ? Unenforceable(what) : call();
   const uint64_t charge = quota::ChargeForLinearAllocation(size);
   int entry = CurrentDeviceEntry();
+  if (entry == kRefuseEntry) return Unenforceable(what);
   // Which pool will serve it: the explicit one, or the device's current pool.
   uint64_t pool = explicit_pool;
   const int ordinal = entry >= 0 ? OrdinalForEntry(entry) : -1;
@@ -252,6 +271,10 @@ CUresult AllocateFromPool(CUdeviceptr* dptr, size_t size, uint64_t explicit_pool
   const int pointer_entry = EntryOfPointer(*dptr);
   uint64_t held = reserved_first ? reserved : 0;  // What this call has charged so far.
   if (!reserved_first) {
+    if (pointer_entry == kRefuseEntry) {
+      if (g_cuda.cuMemFreeAsync != nullptr) g_cuda.cuMemFreeAsync(*dptr, nullptr);
+      return Unenforceable(what);
+    }
     if (pointer_entry < 0) return CUDA_SUCCESS;  // Unknown device: cannot charge.
     entry = pointer_entry;
   } else if (pointer_entry >= 0 && pointer_entry != entry) {
@@ -357,8 +380,10 @@ uint32_t ArrayFormatBytes(CUarray_format format) {
 template <typename Call>
 CUresult CreateArray(CUarray* handle, uint64_t estimate, const char* what, Call call) {
   Region* region = ActiveRegion();
-  if (region == nullptr || handle == nullptr) return call();
+  if (handle == nullptr) return call();
+  if (region == nullptr) return RefuseWithoutAccounting() ? Unenforceable(what) : call();
   const int entry = CurrentDeviceEntry();
+  if (entry == kRefuseEntry) return Unenforceable(what);
   if (entry < 0) return call();  // No current context: the driver refuses anyway.
   if (!Reserve(region, entry, estimate, what)) return CUDA_ERROR_OUT_OF_MEMORY;
   const CUresult rc = call();
@@ -413,11 +438,12 @@ PRISM_VGPU_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr* dptr, size_t* pPitch,
     return g_cuda.cuMemAllocPitch_v2(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes);
   };
   Region* region = ActiveRegion();
-  if (region == nullptr || dptr == nullptr || pPitch == nullptr || WidthInBytes == 0 ||
-      Height == 0) {
-    return call();
+  if (dptr == nullptr || pPitch == nullptr || WidthInBytes == 0 || Height == 0) return call();
+  if (region == nullptr) {
+    return RefuseWithoutAccounting() ? Unenforceable("cuMemAllocPitch") : call();
   }
   const int entry = CurrentDeviceEntry();
+  if (entry == kRefuseEntry) return Unenforceable("cuMemAllocPitch");
   if (entry < 0) return call();
   const uint64_t upper = quota::PitchedAllocationUpperBound(WidthInBytes, Height);
   if (!Reserve(region, entry, upper, "cuMemAllocPitch")) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -548,13 +574,15 @@ PRISM_VGPU_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle* handle, siz
   auto call = [&] { return g_cuda.cuMemCreate(handle, size, prop, flags); };
   Region* region = ActiveRegion();
   // Only device memory counts; host and host-NUMA locations are not GPU memory.
-  if (region == nullptr || handle == nullptr || prop == nullptr || size == 0 ||
+  if (handle == nullptr || prop == nullptr || size == 0 ||
       prop->location.type != CU_MEM_LOCATION_TYPE_DEVICE) {
     return call();
   }
+  if (region == nullptr) return RefuseWithoutAccounting() ? Unenforceable("cuMemCreate") : call();
   // The device comes from the allocation's properties, never from the current context, which
   // worker threads often lack (core#187).
   const int entry = DeviceEntryForOrdinal(prop->location.id);
+  if (entry == kRefuseEntry) return Unenforceable("cuMemCreate");
   if (entry < 0) return call();
   const uint64_t charge = quota::ChargeForLinearAllocation(size);
   if (!Reserve(region, entry, charge, "cuMemCreate")) return CUDA_ERROR_OUT_OF_MEMORY;
@@ -625,9 +653,14 @@ PRISM_VGPU_EXPORT CUresult cuMemGetInfo_v2(size_t* free, size_t* total) {
   const int entry = CurrentDeviceEntry();
   if (entry < 0) return rc;
   const RegionDevice& device = region->device(entry);
-  if (device.memory_limit == 0) return rc;
+  if (region->FailsClosed(entry)) {
+    *free = 0;  // Nothing can be allocated.
+    return rc;
+  }
+  const uint64_t limit = region->EffectiveLimit(entry);
+  if (limit == 0) return rc;
   const quota::MemoryView view = quota::VirtualizeMemory(
-      device.memory_limit, device.used.load(std::memory_order_relaxed), *total, *free);
+      limit, device.used.load(std::memory_order_relaxed), *total, *free);
   *free = view.free;
   *total = view.total;
   return rc;
@@ -640,7 +673,7 @@ PRISM_VGPU_EXPORT CUresult cuDeviceTotalMem_v2(size_t* bytes, CUdevice dev) {
   if (rc != CUDA_SUCCESS || region == nullptr || bytes == nullptr) return rc;
   const int entry = DeviceEntryForOrdinal(dev);
   if (entry < 0) return rc;
-  *bytes = quota::VirtualTotal(region->device(entry).memory_limit, *bytes);
+  *bytes = quota::VirtualTotal(region->EffectiveLimit(entry), *bytes);
   return rc;
 }
 

@@ -34,8 +34,14 @@ int EntryForNvmlDevice(Region* region, nvmlDevice_t device) {
   }
   const int ordinal = static_cast<int>(index);
   bool mismatch = false;
-  return region->ClaimDevice(uuid, MemoryLimitForOrdinal(ordinal), SmLimitForOrdinal(ordinal),
-                             static_cast<uint32_t>(g_config.policy), 0, &mismatch);
+  const MemoryLimitRequest request = MemoryLimitForOrdinal(ordinal);
+  const int entry = region->ClaimDevice(
+      uuid, request.source == LimitSource::kValue ? request.bytes : 0, SmLimitForOrdinal(ordinal),
+      static_cast<uint32_t>(g_config.policy), 0, &mismatch);
+  if (entry < 0) return -1;
+  if (request.source == LimitSource::kValue) region->SetLocalLimit(entry, request.bytes);
+  if (request.source == LimitSource::kInvalid) region->SetFailClosed(entry);
+  return entry;
 }
 
 // Virtualizes total/free/used in place. Returns false when the device has no limit.
@@ -46,9 +52,15 @@ bool Virtualize(nvmlDevice_t device, unsigned long long* total, unsigned long lo
   const int entry = EntryForNvmlDevice(region, device);
   if (entry < 0) return false;
   const RegionDevice& d = region->device(entry);
-  if (d.memory_limit == 0) return false;
-  const quota::MemoryView view = quota::VirtualizeMemory(
-      d.memory_limit, d.used.load(std::memory_order_relaxed), *total, *free);
+  const uint64_t limit = region->EffectiveLimit(entry);
+  if (region->FailsClosed(entry)) {
+    *used = *total - *free;
+    *free = 0;
+    return true;
+  }
+  if (limit == 0) return false;
+  const quota::MemoryView view =
+      quota::VirtualizeMemory(limit, d.used.load(std::memory_order_relaxed), *total, *free);
   *total = view.total;
   *free = view.free;
   *used = view.used;

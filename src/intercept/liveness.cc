@@ -60,6 +60,12 @@ uint64_t ProcessStartTime(pid_t pid) {
   return ReadProcessStat(pid, &state, &start_time) ? start_time : 0;
 }
 
+char ProcessState(pid_t pid) {
+  char state = 0;
+  uint64_t start_time = 0;
+  return ReadProcessStat(pid, &state, &start_time) ? state : 0;
+}
+
 bool IsProcessAlive(pid_t pid, uint64_t start_time) {
   if (pid <= 0) return false;
   if (kill(pid, 0) != 0 && errno == ESRCH) return false;

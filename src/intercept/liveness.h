@@ -17,6 +17,10 @@ uint64_t ProcessStartTime(pid_t pid);
 // belongs to another user counts as alive. `start_time` 0 skips the reuse check.
 bool IsProcessAlive(pid_t pid, uint64_t start_time);
 
+// The state letter of `pid` in /proc/<pid>/stat ('R', 'S', 'T' stopped, 't' traced, 'Z', ...), or
+// 0 when the process does not exist or /proc cannot be read.
+char ProcessState(pid_t pid);
+
 // The PID of this process in the outermost PID namespace this /proc shows (the first NSpid
 // entry), or 0 when /proc shows only one namespace level.
 pid_t OutermostPid();

@@ -20,70 +20,12 @@
 
 #include "gtest/gtest.h"
 
+#include "intercept/testing/preload_fixture.h"
 #include "intercept/testing/race_shared.h"
 #include "intercept/testing/spawn.h"
 
 namespace prism::vgpu {
 namespace {
-
-using testing::Child;
-using testing::Env;
-using testing::ExitInfo;
-using testing::Field;
-using testing::RunChild;
-
-constexpr uint64_t kMiB = uint64_t{1} << 20;
-constexpr uint64_t kGiB = uint64_t{1} << 30;
-
-std::string U(uint64_t v) { return std::to_string(v); }
-
-class PreloadTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char dir[] = "/tmp/prism-preload-test-XXXXXX";
-    ASSERT_NE(mkdtemp(dir), nullptr);
-    dir_ = dir;
-  }
-  void TearDown() override {
-    const std::string cmd = "rm -rf " + dir_;
-    ASSERT_EQ(system(cmd.c_str()), 0);
-  }
-
-  // A container: its own region file; all containers of a test share one fake GPU.
-  Env ContainerEnv(const std::string& region = "region", bool preload = true,
-                   const std::string& libdir = PRISM_FAKE_GPU_DIR) const {
-    Env env;
-    for (const char* name :
-         {"CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_SM_LIMIT", "CUDA_DISABLE_CONTROL",
-          "GPU_CORE_UTILIZATION_POLICY", "LIBCUDA_LOG_LEVEL", "CUDA_VISIBLE_DEVICES",
-          "PRISM_VGPU_REAL_LIBCUDA", "PRISM_VGPU_REAL_NVML", "PRISM_FAKE_CUDA_FAIL",
-          "PRISM_FAKE_NVML_PID_OFFSET", "PRISM_FAKE_CUDA_PROCADDR_ALIASES", "LD_PRELOAD"}) {
-      env.Unset(name);
-    }
-    env.Set("LD_LIBRARY_PATH", libdir);
-    env.Set("PRISM_FAKE_GPU_STATE", dir_ + "/gpu.state");
-    env.Set("CUDA_DEVICE_MEMORY_SHARED_CACHE", dir_ + "/" + region);
-    // The fakes keep driver objects for the process's lifetime, as a driver does.
-    env.Set("ASAN_OPTIONS", "detect_leaks=0");
-    if (preload) {
-      const std::string sanitizer = PRISM_SANITIZER_PRELOAD;
-      env.Set("LD_PRELOAD", (sanitizer.empty() ? "" : sanitizer + ":") + PRISM_VGPU_LIB);
-    }
-    return env;
-  }
-
-  static std::vector<std::string> Argv(const std::vector<std::string>& args, bool linked = false) {
-    std::vector<std::string> argv = {linked ? PRISM_VGPU_PROBE_LINKED : PRISM_VGPU_PROBE};
-    argv.insert(argv.end(), args.begin(), args.end());
-    return argv;
-  }
-
-  static ExitInfo Probe(const Env& env, const std::vector<std::string>& args, bool linked = false) {
-    return RunChild(Argv(args, linked), env);
-  }
-
-  std::string dir_;
-};
 
 // Every lookup path an application can take reaches the wrappers.
 TEST_F(PreloadTest, MemoryLimitHoldsOnEveryLookupPath) {
@@ -418,8 +360,9 @@ TEST_F(PreloadTest, SurvivesKillsAtRandomInstants) {
   }
   EXPECT_EQ(killed, 40);
   // Every byte of every killed process is reclaimed: 16 x 64 MiB fit exactly, a 17th does not.
+  env.Set("LIBCUDA_LOG_LEVEL", "3");
   const ExitInfo r = Probe(env, {"init", "fill", "64m", "meminfo"});
-  EXPECT_EQ(Field(r.out, "fill", "count"), "16") << r.out << r.err;
+  EXPECT_EQ(Field(r.out, "fill", "count"), "16") << r.out << r.err << DescribeRegion(dir_ + "/region");
   EXPECT_EQ(Field(r.out, "meminfo", "free"), "0");
 }
 

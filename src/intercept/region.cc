@@ -2,10 +2,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "core/quota/memory.h"
@@ -25,19 +27,82 @@ const char* RegionErrorName(RegionError error) {
       return "cannot map the region file";
     case RegionError::kIncompatible:
       return "the region file has another layout (another version, or not a Prism region)";
+    case RegionError::kDamaged:
+      return "the region file is damaged";
   }
   return "unknown error";
 }
 
+namespace {
+// The calling thread's ID and the process it was read in (a forked child must read it again).
+thread_local int32_t t_tid = 0;
+thread_local pid_t t_tid_pid = 0;
+// More bytes than any GPU has or will have (64 PiB): a count above it was never written by Prism.
+constexpr uint64_t kImplausibleBytes = uint64_t{1} << 56;
+}  // namespace
+
+bool HeaderIsCompatible(const RegionHeader& h) {
+  return memcmp(h.magic, kRegionMagic, sizeof(kRegionMagic)) == 0 &&
+         h.abi_version == kRegionAbiVersion && h.header_size == sizeof(RegionHeader) &&
+         h.device_size == sizeof(RegionDevice) && h.slot_size == sizeof(RegionSlot) &&
+         h.max_devices == kMaxDevices && h.max_slots == kMaxSlots &&
+         h.total_size == sizeof(RegionLayout);
+}
+
+const char* FindDeviceTableDamage(const RegionLayout& layout, int* index) {
+  for (int d = 0; d < kMaxDevices; ++d) {
+    *index = d;
+    const RegionDevice& device = layout.devices[d];
+    const uint32_t claimed = device.claimed.load(std::memory_order_acquire);
+    if (claimed > 1) return "device entry neither free nor claimed";
+    if (claimed == 0) {
+      // Identity and limits of a free entry may be mid-claim (and a reader racing a claim may
+      // see usage already), so only impossible values count.
+      if (device.used.load(std::memory_order_relaxed) > kImplausibleBytes) {
+        return "free device entry with usage beyond any GPU";
+      }
+      continue;
+    }
+    if (device.sm_limit_percent > 100) return "device SM limit above 100%";
+    if (device.policy > 2) return "device utilization policy unknown";
+    if (device.used.load(std::memory_order_relaxed) > kImplausibleBytes) {
+      return "device usage beyond any GPU";
+    }
+  }
+  *index = -1;
+  return nullptr;
+}
+
+const char* FindSlotTableDamage(const RegionLayout& layout, int* index) {
+  for (int s = 0; s < kMaxSlots; ++s) {
+    *index = s;
+    const RegionSlot& slot = layout.slots[s];
+    const uint32_t state = slot.state.load(std::memory_order_acquire);
+    if (state != kSlotFree && state != kSlotLive) return "process slot in an unknown state";
+    if (state == kSlotLive && slot.pid <= 0) return "live process slot without a PID";
+    for (int d = 0; d < kMaxDevices; ++d) {
+      if (slot.used[d].load(std::memory_order_relaxed) > kImplausibleBytes) {
+        return "process slot usage beyond any GPU";
+      }
+    }
+  }
+  *index = -1;
+  return nullptr;
+}
+
 class Region::Locker {
  public:
-  explicit Locker(Region* region) : region_(region) { region_->Lock(); }
-  ~Locker() { region_->Unlock(); }
+  explicit Locker(Region* region) : region_(region), locked_(region_->Lock()) {}
+  ~Locker() {
+    if (locked_) region_->Unlock();
+  }
   Locker(const Locker&) = delete;
   Locker& operator=(const Locker&) = delete;
+  bool locked() const { return locked_; }
 
  private:
   Region* region_;
+  bool locked_;
 };
 
 Region::~Region() {
@@ -74,6 +139,7 @@ RegionError Region::OpenAnonymous(int* sys_errno) {
 }
 
 RegionError Region::MapAndInit(int fd, bool anonymous, int* sys_errno) {
+  self_pid_ = getpid();
   bool fresh = anonymous;
   if (!anonymous) {
     struct stat st;
@@ -105,14 +171,17 @@ RegionError Region::MapAndInit(int fd, bool anonymous, int* sys_errno) {
     InitLocked();
     return RegionError::kNone;
   }
-  const RegionHeader& h = layout->header;
-  if (memcmp(h.magic, kRegionMagic, sizeof(kRegionMagic)) != 0 ||
-      h.abi_version != kRegionAbiVersion || h.header_size != sizeof(RegionHeader) ||
-      h.device_size != sizeof(RegionDevice) || h.slot_size != sizeof(RegionSlot) ||
-      h.max_devices != kMaxDevices || h.max_slots != kMaxSlots ||
-      h.total_size != sizeof(RegionLayout)) {
+  if (!HeaderIsCompatible(layout->header)) {
     munmap(memory, sizeof(RegionLayout));
     return RegionError::kIncompatible;
+  }
+  int index = -1;
+  const char* damage = FindDeviceTableDamage(*layout, &index);
+  if (damage == nullptr) damage = FindSlotTableDamage(*layout, &index);
+  if (damage != nullptr) {
+    PRISM_VGPU_LOG(kError, "shared region: %s (entry %d)", damage, index);
+    munmap(memory, sizeof(RegionLayout));
+    return RegionError::kDamaged;
   }
   layout_ = layout;
   return RegionError::kNone;
@@ -140,24 +209,182 @@ void Region::InitLocked() {
   std::atomic_thread_fence(std::memory_order_release);
 }
 
-void Region::Lock() {
-  const int rc = pthread_mutex_lock(&layout_->header.lock.mutex);
-  if (rc == 0) return;
+bool Region::Lock() {
+  pthread_mutex_t* mutex = &layout_->header.lock.mutex;
+  int rc = pthread_mutex_trylock(mutex);
+  bool reset = false;
+  if (rc == EBUSY) {
+    // Wait in slices, so a wait on a holder that never gives the lock back (stopped, or a lock
+    // word no process holds) ends after the bound instead of wedging the application.
+    const int64_t start = MonotonicNs();
+    const int64_t bound = int64_t{lock_timeout_ms_} * 1'000'000;
+    for (;;) {
+      timespec deadline;
+      clock_gettime(CLOCK_MONOTONIC, &deadline);
+      deadline.tv_nsec += 50'000'000;
+      if (deadline.tv_nsec >= 1'000'000'000) {
+        deadline.tv_nsec -= 1'000'000'000;
+        ++deadline.tv_sec;
+      }
+      rc = pthread_mutex_clocklock(mutex, CLOCK_MONOTONIC, &deadline);
+      if (rc != ETIMEDOUT) break;
+      const int64_t waited = MonotonicNs() - start;
+      if (waited >= bound) {
+        if (ResetLockWordOfDeadThread()) {  // Damage that names nobody: try again.
+          reset = true;
+          continue;
+        }
+        layout_->header.lock_timeouts.fetch_add(1, std::memory_order_relaxed);
+        ReportStuckLock(waited);
+        return false;
+      }
+    }
+  }
   if (rc == EOWNERDEAD) {
     // The owner died holding the lock, maybe halfway through an update. Mark the mutex usable
     // first: if this process dies during the repair, the next locker repairs again.
-    pthread_mutex_consistent(&layout_->header.lock.mutex);
+    pthread_mutex_consistent(mutex);
     layout_->header.lock_recoveries.fetch_add(1, std::memory_order_relaxed);
     PRISM_VGPU_LOG(kWarning, "region lock owner died; recovered the lock and repaired usage");
     RepairLocked();
-    return;
+  } else if (rc == 0 && reset) {
+    RepairLocked();  // Whatever wrote that word may have left an update half done.
+  } else if (rc != 0) {
+    // ENOTRECOVERABLE (a locker died during a repair without marking the mutex consistent, which
+    // Prism never does) or garbage in the mutex: the region cannot be locked. Fail closed.
+    PRISM_VGPU_LOG(kError, "region lock unusable (error %d); refusing what needs it", rc);
+    return false;
   }
-  // Only ENOTRECOVERABLE is possible here, which no Prism process causes. Proceeding unlocked
-  // degrades exactness but never wedges the application.
-  PRISM_VGPU_LOG(kError, "region lock unusable (error %d); continuing without it", rc);
+  // Cached IDs: gettid/getpid are system calls, which cost microseconds in sandboxed kernels.
+  if (t_tid_pid != self_pid_) {
+    t_tid = static_cast<int32_t>(syscall(SYS_gettid));
+    t_tid_pid = self_pid_;
+  }
+  layout_->header.holder_pid.store(self_pid_, std::memory_order_relaxed);
+  layout_->header.holder_tid.store(t_tid, std::memory_order_relaxed);
+  layout_->header.holder_since_ns.store(MonotonicNs(), std::memory_order_relaxed);
+  if (stuck_reported_.load(std::memory_order_relaxed)) {
+    stuck_reported_.store(false, std::memory_order_relaxed);
+    PRISM_VGPU_LOG(kNotice, "region lock available again");
+  }
+  ApplyPendingReleasesLocked();
+  return true;
 }
 
-void Region::Unlock() { pthread_mutex_unlock(&layout_->header.lock.mutex); }
+void Region::Unlock() {
+  layout_->header.holder_tid.store(0, std::memory_order_relaxed);
+  layout_->header.holder_pid.store(0, std::memory_order_relaxed);
+  pthread_mutex_unlock(&layout_->header.lock.mutex);
+}
+
+bool Region::ResetLockWordOfDeadThread() {
+#if defined(__GLIBC__)
+  // glibc keeps the futex word (owner TID | FUTEX_WAITERS | FUTEX_OWNER_DIED) first in the mutex.
+  // A word naming a thread that does not exist, with no Prism process recorded as holder and no
+  // OWNER_DIED mark (the kernel sets it when a holder dies), was never written by a holder: it is
+  // damage. Only a word naming nobody is reset, with a compare-and-swap, so one waiter does it and
+  // a live holder (even a stopped one) is never robbed.
+  static_assert(sizeof(int) == 4);
+  auto* word = reinterpret_cast<std::atomic<int>*>(&layout_->header.lock.mutex.__data.__lock);
+  int observed = word->load(std::memory_order_acquire);
+  const int tid = observed & 0x3fffffff;  // FUTEX_TID_MASK.
+  if (tid == 0 || (observed & 0x40000000) != 0) return false;  // FUTEX_OWNER_DIED.
+  if (layout_->header.holder_pid.load(std::memory_order_relaxed) != 0) return false;
+  if (kill(tid, 0) == 0 || errno != ESRCH) return false;
+  if (!word->compare_exchange_strong(observed, 0, std::memory_order_acq_rel)) return false;
+  layout_->header.lock.mutex.__data.__owner = 0;
+  layout_->header.lock_recoveries.fetch_add(1, std::memory_order_relaxed);
+  PRISM_VGPU_LOG(kError,
+                 "region lock word named thread %d, which does not exist and never recorded "
+                 "holding it (damaged region); reset it",
+                 tid);
+  return true;
+#else
+  return false;
+#endif
+}
+
+void Region::ReportStuckLock(int64_t waited_ns) {
+  // One line per stuck episode (until the lock is taken again), not one per refused call.
+  if (stuck_reported_.exchange(true, std::memory_order_relaxed)) return;
+  const RegionHeader& h = layout_->header;
+  const pid_t holder = h.holder_pid.load(std::memory_order_relaxed);
+  int owner_tid = 0;
+#if defined(__GLIBC__)
+  owner_tid = h.lock.mutex.__data.__owner & 0x3fffffff;  // FUTEX_TID_MASK.
+#endif
+  const long long waited_ms = static_cast<long long>(waited_ns / 1'000'000);
+  if (holder <= 0) {
+    PRISM_VGPU_LOG(kError,
+                   "region lock not available after %lld ms: its lock word names thread %d but no "
+                   "Prism process holds it (damaged region); allocations are refused, frees are "
+                   "counted when the lock is back",
+                   waited_ms, owner_tid);
+    return;
+  }
+  const char state = ProcessState(holder);
+  const int64_t held_ms =
+      (MonotonicNs() - h.holder_since_ns.load(std::memory_order_relaxed)) / 1'000'000;
+  const char* what = state == 0                    ? "gone"
+                     : state == 'T' || state == 't' ? "stopped"
+                     : state == 'Z' || state == 'X' ? "exiting"
+                                                    : "running";
+  PRISM_VGPU_LOG(kError,
+                 "region lock not available after %lld ms: process %d (%s) has held it for %lld "
+                 "ms; allocations are refused until it is released, frees are counted then",
+                 waited_ms, static_cast<int>(holder), what, static_cast<long long>(held_ms));
+}
+
+void Region::ApplyPendingReleasesLocked() {
+  if (!has_pending_.load(std::memory_order_acquire)) return;
+  has_pending_.store(false, std::memory_order_relaxed);
+  const int slot = pending_slot_.load(std::memory_order_acquire);
+  if (slot < 0) return;
+  for (int d = 0; d < kMaxDevices; ++d) {
+    const uint64_t charge = pending_charge_[d].exchange(0, std::memory_order_acq_rel);
+    if (charge != 0) {
+      RegionDevice& device = layout_->devices[d];
+      RegionSlot& own = layout_->slots[slot];
+      device.used.store(quota::AddSaturating(device.used.load(std::memory_order_relaxed), charge),
+                        std::memory_order_relaxed);
+      own.used[d].store(quota::AddSaturating(own.used[d].load(std::memory_order_relaxed), charge),
+                        std::memory_order_relaxed);
+    }
+    const uint64_t bytes = pending_release_[d].exchange(0, std::memory_order_acq_rel);
+    if (bytes != 0) ReleaseLocked(slot, d, bytes);
+  }
+}
+
+void Region::ForgetPendingReleasesAfterFork() {
+  self_pid_ = getpid();
+  has_pending_.store(false, std::memory_order_relaxed);
+  pending_slot_.store(-1, std::memory_order_relaxed);
+  for (auto& bytes : pending_release_) bytes.store(0, std::memory_order_relaxed);
+  for (auto& bytes : pending_charge_) bytes.store(0, std::memory_order_relaxed);
+  stuck_reported_.store(false, std::memory_order_relaxed);
+}
+
+void Region::SetLocalLimit(int device, uint64_t bytes) {
+  local_limit_[device].store(bytes, std::memory_order_relaxed);
+  local_mode_[device].store(1, std::memory_order_release);
+}
+
+void Region::SetFailClosed(int device) { local_mode_[device].store(2, std::memory_order_release); }
+
+bool Region::FailsClosed(int device) const {
+  return local_mode_[device].load(std::memory_order_acquire) == 2;
+}
+
+uint64_t Region::EffectiveLimit(int device) const {
+  switch (local_mode_[device].load(std::memory_order_acquire)) {
+    case 1:
+      return local_limit_[device].load(std::memory_order_relaxed);
+    case 2:
+      return 0;
+    default:
+      return layout_->devices[device].memory_limit;
+  }
+}
 
 void Region::RepairLocked() {
   // Recompute every device's usage from the slots (the slots are the truth), then reclaim the
@@ -214,11 +441,13 @@ int Region::ReclaimDeadLocked() {
 
 int Region::ReclaimDead() {
   Locker lock(this);
+  if (!lock.locked()) return 0;
   return ReclaimDeadLocked();
 }
 
 int Region::AcquireSlot(pid_t pid, uint64_t start_time) {
   Locker lock(this);
+  if (!lock.locked()) return kSlotLockTimeout;
   for (int pass = 0; pass < 2; ++pass) {
     int free_index = -1;
     for (int s = 0; s < kMaxSlots; ++s) {
@@ -241,17 +470,21 @@ int Region::AcquireSlot(pid_t pid, uint64_t start_time) {
       for (auto& used : slot.used) used.store(0, std::memory_order_relaxed);
       for (auto& overhead : slot.overhead) overhead.store(0, std::memory_order_relaxed);
       slot.state.store(kSlotLive, std::memory_order_release);
+      // Releases this process could not apply belong to its own slot.
+      pending_slot_.store(free_index, std::memory_order_release);
       return free_index;
     }
     if (pass == 0 && ReclaimDeadLocked() == 0) break;
   }
   layout_->header.slot_exhaustions.fetch_add(1, std::memory_order_relaxed);
-  return -1;
+  return kSlotsExhausted;
 }
 
 void Region::ReleaseSlot(int index, pid_t pid, uint64_t start_time) {
   if (index < 0 || index >= kMaxSlots) return;
   Locker lock(this);
+  // Without the lock the slot stays: others reclaim it once this process is gone.
+  if (!lock.locked()) return;
   RegionSlot& slot = layout_->slots[index];
   if (slot.state.load(std::memory_order_acquire) != kSlotLive || slot.pid != pid ||
       slot.start_time != start_time) {
@@ -264,6 +497,12 @@ int Region::ClaimDevice(const uint8_t uuid[16], uint64_t memory_limit, uint32_t 
                         uint32_t policy, uint32_t sm_count, bool* mismatch) {
   *mismatch = false;
   Locker lock(this);
+  if (!lock.locked()) return kClaimLockTimeout;
+  int damaged_index = -1;
+  if (const char* damage = FindDeviceTableDamage(*layout_, &damaged_index)) {
+    PRISM_VGPU_LOG(kError, "shared region: %s (device entry %d)", damage, damaged_index);
+    return kClaimDamaged;
+  }
   int free_index = -1;
   for (int d = 0; d < kMaxDevices; ++d) {
     RegionDevice& device = layout_->devices[d];
@@ -280,7 +519,7 @@ int Region::ClaimDevice(const uint8_t uuid[16], uint64_t memory_limit, uint32_t 
     }
     return d;
   }
-  if (free_index < 0) return -1;
+  if (free_index < 0) return kClaimTableFull;
   RegionDevice& device = layout_->devices[free_index];
   memcpy(device.uuid, uuid, 16);
   device.memory_limit = memory_limit;
@@ -292,10 +531,27 @@ int Region::ClaimDevice(const uint8_t uuid[16], uint64_t memory_limit, uint32_t 
 }
 
 Reservation Region::Reserve(int slot_index, int device_index, uint64_t bytes, bool force) {
-  Locker lock(this);
   RegionDevice& device = layout_->devices[device_index];
+  if (FailsClosed(device_index)) {
+    device.refusals.fetch_add(1, std::memory_order_relaxed);
+    return {false, device.used.load(std::memory_order_relaxed), 0, Refusal::kFailClosed};
+  }
+  Locker lock(this);
+  if (!lock.locked()) {
+    if (force) {
+      // A correction for memory already taken: remembered like a release, and charged the next
+      // time this process holds the lock.
+      pending_slot_.store(slot_index, std::memory_order_release);
+      pending_charge_[device_index].fetch_add(bytes, std::memory_order_acq_rel);
+      has_pending_.store(true, std::memory_order_release);
+    } else {
+      device.refusals.fetch_add(1, std::memory_order_relaxed);
+    }
+    return {false, device.used.load(std::memory_order_relaxed), EffectiveLimit(device_index),
+            Refusal::kLockTimeout};
+  }
   RegionSlot& slot = layout_->slots[slot_index];
-  const uint64_t limit = device.memory_limit;
+  const uint64_t limit = EffectiveLimit(device_index);
   quota::Reservation fit =
       quota::TryReserve(device.used.load(std::memory_order_relaxed), limit, bytes);
   if (!fit.fits && ReclaimDeadLocked() > 0) {
@@ -303,7 +559,7 @@ Reservation Region::Reserve(int slot_index, int device_index, uint64_t bytes, bo
   }
   if (!fit.fits && !force) {
     device.refusals.fetch_add(1, std::memory_order_relaxed);
-    return {false, device.used.load(std::memory_order_relaxed), limit};
+    return {false, device.used.load(std::memory_order_relaxed), limit, Refusal::kLimit};
   }
   const uint64_t new_used =
       fit.fits ? fit.new_used
@@ -319,11 +575,23 @@ Reservation Region::Reserve(int slot_index, int device_index, uint64_t bytes, bo
       std::memory_order_relaxed);
   uint64_t peak = device.peak_used.load(std::memory_order_relaxed);
   if (new_used > peak) device.peak_used.store(new_used, std::memory_order_relaxed);
-  return {fit.fits, new_used, limit};
+  return {fit.fits, new_used, limit, fit.fits ? Refusal::kNone : Refusal::kLimit};
 }
 
 void Region::Release(int slot_index, int device_index, uint64_t bytes) {
   Locker lock(this);
+  if (!lock.locked()) {
+    // Remembered, and returned the next time this process holds the lock: until then the usage
+    // is too high, never too low.
+    pending_slot_.store(slot_index, std::memory_order_release);
+    pending_release_[device_index].fetch_add(bytes, std::memory_order_acq_rel);
+    has_pending_.store(true, std::memory_order_release);
+    return;
+  }
+  ReleaseLocked(slot_index, device_index, bytes);
+}
+
+void Region::ReleaseLocked(int slot_index, int device_index, uint64_t bytes) {
   RegionDevice& device = layout_->devices[device_index];
   RegionSlot& slot = layout_->slots[slot_index];
   const uint64_t held = slot.used[device_index].load(std::memory_order_relaxed);
@@ -338,8 +606,10 @@ void Region::Release(int slot_index, int device_index, uint64_t bytes) {
 }
 
 uint64_t Region::SetOverhead(int slot_index, int device_index, uint64_t bytes) {
-  Locker lock(this);
   RegionDevice& device = layout_->devices[device_index];
+  Locker lock(this);
+  // Without the lock, the measurement is applied at the next sample.
+  if (!lock.locked()) return device.used.load(std::memory_order_relaxed);
   RegionSlot& slot = layout_->slots[slot_index];
   const uint64_t old = slot.overhead[device_index].load(std::memory_order_relaxed);
   uint64_t slot_used = slot.used[device_index].load(std::memory_order_relaxed);

@@ -11,7 +11,12 @@
 // change together, only while holding the region lock, a process-shared *robust* mutex. If a
 // process dies holding it, the next locker gets EOWNERDEAD, marks it consistent and recomputes
 // every device's `used` from the slots (idempotent, so dying during the repair is also safe);
-// nobody ever waits on a dead owner (hami#2500, core#86). A reservation checks and adds under the
+// nobody ever waits on a dead owner (hami#2500, core#86). Nor forever on a live one: a wait ends
+// after a bound (a stopped holder, a lock word no process holds) and the operation fails closed,
+// a reservation refused, a release remembered and applied the next time this process holds the
+// lock; nothing is taken from a live holder, so the invariant holds throughout (issue 14). The
+// region's contents are validated (FindDeviceTableDamage, FindSlotTableDamage) on open and on
+// every device claim. A reservation checks and adds under the
 // lock, so two processes can never both pass the check (core#273). Slots of dead processes
 // (liveness.h) are reclaimed under the lock before a reservation is refused, when slots run out,
 // and periodically; their bytes return to their devices. Counters saturate at 0 (an underflow is
@@ -97,6 +102,12 @@ struct RegionHeader {
   std::atomic<uint64_t> bytes_reclaimed;
   std::atomic<uint64_t> underflows;  // Releases of more than was charged (clamped at 0).
   std::atomic<uint64_t> slot_exhaustions;
+  // Who holds the lock (written right after taking it, cleared before giving it back), so a waiter
+  // that gives up can say why: a stopped holder, a dead one, or a lock word nobody holds (damage).
+  std::atomic<int32_t> holder_pid;
+  std::atomic<int32_t> holder_tid;
+  std::atomic<int64_t> holder_since_ns;  // CLOCK_MONOTONIC (system-wide).
+  std::atomic<uint64_t> lock_timeouts;   // Waits that gave up after the bound.
   alignas(64) union {
     pthread_mutex_t mutex;
     unsigned char bytes[64];
@@ -115,6 +126,8 @@ static_assert(std::atomic<int64_t>::is_always_lock_free);
 // The layout is an ABI between processes (and tools): any change needs a new kRegionAbiVersion.
 static_assert(sizeof(RegionHeader) == 192);
 static_assert(offsetof(RegionHeader, lock) == 128);
+static_assert(offsetof(RegionHeader, holder_pid) == 80);
+static_assert(offsetof(RegionHeader, lock_timeouts) == 96);
 static_assert(sizeof(RegionDevice) == 320);
 static_assert(offsetof(RegionDevice, used) == 40);
 static_assert(offsetof(RegionDevice, pace_tat_ns) == 128);
@@ -132,15 +145,47 @@ enum class RegionError : int {
   kOpenFailed,    // open/flock/ftruncate failed (errno in `sys_errno`).
   kMapFailed,     // mmap failed.
   kIncompatible,  // The file holds another layout (wrong magic, version or size).
+  kDamaged,       // The layout is Prism's but a field holds a value no Prism process writes.
 };
 
+// Looks for values no Prism process ever writes (a device entry that is neither free nor claimed,
+// an SM limit above 100 %, a free entry with usage, a slot in an unknown state, ...), checking
+// only invariants that hold at every instant, so a region being updated by other processes is
+// never mistaken for a damaged one. Returns nullptr when none is found, else a description of the
+// first one (a static string), with the device or slot index in `*index`. Pure; no allocation.
+const char* FindDeviceTableDamage(const RegionLayout& layout, int* index);
+const char* FindSlotTableDamage(const RegionLayout& layout, int* index);
+
+// Whether the header says "Prism region, this ABI, this size".
+bool HeaderIsCompatible(const RegionHeader& header);
+
 const char* RegionErrorName(RegionError error);
+
+// Why a reservation was refused.
+enum class Refusal : uint8_t {
+  kNone = 0,
+  kLimit,        // It does not fit under the limit.
+  kFailClosed,   // The device's limit could not be established (Region::SetFailClosed).
+  kLockTimeout,  // The region lock was not available within the bound.
+};
 
 struct Reservation {
   bool ok = false;
   uint64_t used = 0;   // The device's usage after the reservation (or at refusal).
-  uint64_t limit = 0;  // The device's limit.
+  uint64_t limit = 0;  // The limit that applied.
+  Refusal refusal = Refusal::kNone;
 };
+
+// ClaimDevice's answers besides an entry index.
+inline constexpr int kClaimTableFull = -1;
+inline constexpr int kClaimDamaged = -2;
+inline constexpr int kClaimLockTimeout = -3;
+// AcquireSlot's answers besides a slot index.
+inline constexpr int kSlotsExhausted = -1;
+inline constexpr int kSlotLockTimeout = -3;
+
+// Default bound on a wait for the region lock (PRISM_VGPU_LOCK_TIMEOUT_MS).
+inline constexpr int kDefaultLockTimeoutMs = 2000;
 
 class Region {
  public:
@@ -164,7 +209,8 @@ class Region {
   RegionSlot& slot(int index) const { return layout_->slots[index]; }
 
   // Takes a slot for (pid, start_time), replacing a stale slot of an earlier process with the same
-  // PID. Returns the slot index, or -1 when all slots belong to live processes.
+  // PID. Returns the slot index, kSlotsExhausted when all slots belong to live processes, or
+  // kSlotLockTimeout.
   int AcquireSlot(pid_t pid, uint64_t start_time);
 
   // Returns every byte the slot holds to its devices and frees it. No-op for a slot that is no
@@ -173,17 +219,38 @@ class Region {
 
   // Finds or claims the entry of the GPU `uuid`. A new entry takes the given limits; an existing
   // one keeps its own, and `*mismatch` tells whether they differ from the given ones. Returns the
-  // entry index, or -1 when the table is full.
+  // entry index, kClaimTableFull, kClaimDamaged (the device table fails FindDeviceTableDamage) or
+  // kClaimLockTimeout.
   int ClaimDevice(const uint8_t uuid[16], uint64_t memory_limit, uint32_t sm_limit_percent,
                   uint32_t policy, uint32_t sm_count, bool* mismatch);
 
-  // Charges `bytes` on `device` to `slot` if they fit under the device's limit (reclaiming dead
-  // processes' bytes first if they do not). With `force`, charges even over the limit (for
-  // corrections after the fact); the result's `ok` then tells whether it fit.
+  // Charges `bytes` on `device` to `slot` if they fit under the limit that applies in this process
+  // (EffectiveLimit; reclaiming dead processes' bytes first if they do not). With `force`, charges
+  // even over the limit (for corrections after the fact); the result's `ok` then tells whether it
+  // fit. Refused without waiting longer than the lock bound, and always on a fail-closed device;
+  // a forced charge that cannot take the lock is remembered and applied with the next lock.
   Reservation Reserve(int slot, int device, uint64_t bytes, bool force = false);
 
-  // Returns `bytes` on `device` from `slot`, clamping both counters at 0.
+  // Returns `bytes` on `device` from `slot`, clamping both counters at 0. If the lock is not
+  // available within the bound, the bytes are remembered and returned the next time this process
+  // takes the lock (the usage stays conservative meanwhile, never too low).
   void Release(int slot, int device, uint64_t bytes);
+
+  // This process's view of a device's limit: the environment is the authority for the process
+  // that set it (a region whose stored limit differs is never obeyed to raise it); without a
+  // local limit the region's stored one applies. A fail-closed device refuses every reservation.
+  void SetLocalLimit(int device, uint64_t bytes);
+  void SetFailClosed(int device);
+  bool FailsClosed(int device) const;
+  uint64_t EffectiveLimit(int device) const;
+
+  // Bound on waits for the region lock; a wait that gives up logs one line saying why (holder
+  // stopped, dead, or a lock word nobody holds) and the operation fails closed.
+  void set_lock_timeout_ms(int ms) { lock_timeout_ms_ = ms > 0 ? ms : kDefaultLockTimeoutMs; }
+
+  // In a forked child: forget the parent's remembered releases (they belong to the parent's slot)
+  // and the parent's PID.
+  void ForgetPendingReleasesAfterFork();
 
   // Sets the slot's overhead on `device` (memory the driver took beyond the tracked allocations),
   // adjusting the slot's and the device's usage by the difference, even past the limit: it is
@@ -201,14 +268,29 @@ class Region {
   class Locker;
   RegionError MapAndInit(int fd, bool anonymous, int* sys_errno);
   void InitLocked();
-  void Lock();
+  bool Lock();  // False when the lock was not available within the bound.
   void Unlock();
+  void ReportStuckLock(int64_t waited_ns);
+  bool ResetLockWordOfDeadThread();
+  void ReleaseLocked(int slot, int device, uint64_t bytes);
+  void ApplyPendingReleasesLocked();
   void RepairLocked();
   int ReclaimDeadLocked();
   void FreeSlotLocked(int slot);
 
   RegionLayout* layout_ = nullptr;
   int stall_in_lock_ms_ = 0;
+  int lock_timeout_ms_ = kDefaultLockTimeoutMs;
+  std::atomic<bool> stuck_reported_{false};
+  // Process-local: limits from this process's environment, fail-closed devices, and releases that
+  // could not take the lock (slot, bytes per device).
+  std::atomic<uint64_t> local_limit_[kMaxDevices] = {};
+  std::atomic<uint8_t> local_mode_[kMaxDevices] = {};  // 0: region's limit, 1: local, 2: closed.
+  pid_t self_pid_ = 0;  // Cached: getpid() is a system call.
+  std::atomic<bool> has_pending_{false};
+  std::atomic<int> pending_slot_{-1};
+  std::atomic<uint64_t> pending_release_[kMaxDevices] = {};
+  std::atomic<uint64_t> pending_charge_[kMaxDevices] = {};  // Forced charges (Reserve's `force`).
 };
 
 }  // namespace prism::vgpu

@@ -1,5 +1,6 @@
 #include "intercept/region.h"
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -339,6 +340,94 @@ TEST_F(RegionTest, AnonymousRegionWorksWithoutAFile) {
   const int slot = region.AcquireSlot(getpid(), ProcessStartTime(getpid()));
   EXPECT_TRUE(region.Reserve(slot, dev, 100).ok);
   EXPECT_FALSE(region.Reserve(slot, dev, 1).ok);
+}
+
+// Issue 14 item 2: a device table of 0xff bytes was "full", and the device went unlimited.
+TEST_F(RegionTest, DamagedDeviceTableIsRefusedAtOpenAndAtClaim) {
+  Region region;
+  Open(&region);
+  int index = -1;
+  EXPECT_EQ(FindDeviceTableDamage(*region.layout(), &index), nullptr);
+  EXPECT_EQ(FindSlotTableDamage(*region.layout(), &index), nullptr);
+  bool mismatch = false;
+  ASSERT_EQ(region.ClaimDevice(kUuidA, 1024 * kMiB, 0, 0, 132, &mismatch), 0);
+  memset(static_cast<void*>(region.layout()->devices), 0xff, sizeof(region.layout()->devices));
+  EXPECT_NE(FindDeviceTableDamage(*region.layout(), &index), nullptr);
+  EXPECT_EQ(index, 0);
+  EXPECT_EQ(region.ClaimDevice(kUuidB, 1024 * kMiB, 0, 0, 132, &mismatch), kClaimDamaged);
+  Region other;
+  int err = 0;
+  EXPECT_EQ(other.OpenFile(path_.c_str(), &err), RegionError::kDamaged);
+  EXPECT_FALSE(other.is_open());
+}
+
+TEST_F(RegionTest, DamagedSlotTableIsRefusedAtOpen) {
+  {
+    Region region;
+    Open(&region);
+    region.slot(7).state.store(0xffffffffu);
+  }
+  Region other;
+  int err = 0;
+  EXPECT_EQ(other.OpenFile(path_.c_str(), &err), RegionError::kDamaged);
+}
+
+// Issue 14 item 3: the region's stored limit no longer decides for a process whose environment
+// set one; a fail-closed device refuses everything.
+TEST_F(RegionTest, LocalLimitWinsOverTheStoredOneAndFailClosedRefuses) {
+  Region region;
+  Open(&region);
+  bool mismatch = false;
+  const int dev = region.ClaimDevice(kUuidA, 1024 * kMiB, 0, 0, 132, &mismatch);
+  const int slot = region.AcquireSlot(getpid(), ProcessStartTime(getpid()));
+  region.device(dev).memory_limit = 100 * 1024 * kMiB;  // Written by someone else.
+  region.SetLocalLimit(dev, 1024 * kMiB);
+  EXPECT_EQ(region.EffectiveLimit(dev), 1024 * kMiB);
+  EXPECT_TRUE(region.Reserve(slot, dev, 1000 * kMiB).ok);
+  const Reservation refused = region.Reserve(slot, dev, 100 * kMiB);
+  EXPECT_FALSE(refused.ok);
+  EXPECT_EQ(refused.refusal, Refusal::kLimit);
+  region.SetFailClosed(dev);
+  EXPECT_TRUE(region.FailsClosed(dev));
+  const Reservation closed = region.Reserve(slot, dev, 1);
+  EXPECT_FALSE(closed.ok);
+  EXPECT_EQ(closed.refusal, Refusal::kFailClosed);
+}
+
+// Issue 14 item 4: a holder that never gives the lock back (here a thread of this process sitting
+// on it) no longer blocks forever: the wait ends after the bound, the reservation is refused, a
+// release is remembered and applied exactly once the lock is back.
+TEST_F(RegionTest, LockWaitsAreBoundedAndDeferredReleasesStayExact) {
+  Region region;
+  Open(&region);
+  region.set_lock_timeout_ms(100);
+  bool mismatch = false;
+  const int dev = region.ClaimDevice(kUuidA, 1024 * kMiB, 0, 0, 132, &mismatch);
+  const int slot = region.AcquireSlot(getpid(), ProcessStartTime(getpid()));
+  ASSERT_TRUE(region.Reserve(slot, dev, 600 * kMiB).ok);
+  pthread_mutex_t* mutex = &region.layout()->header.lock.mutex;
+  std::thread holder([&] {
+    pthread_mutex_lock(mutex);
+    SleepForNs(800'000'000);
+    pthread_mutex_unlock(mutex);
+  });
+  SleepForNs(50'000'000);
+  const int64_t start = MonotonicNs();
+  const Reservation refused = region.Reserve(slot, dev, 100 * kMiB);
+  EXPECT_FALSE(refused.ok);
+  EXPECT_EQ(refused.refusal, Refusal::kLockTimeout);
+  region.Release(slot, dev, 200 * kMiB);  // Deferred: the usage stays conservative.
+  // A forced correction (memory already taken) is remembered too, not lost.
+  EXPECT_FALSE(region.Reserve(slot, dev, 10 * kMiB, /*force=*/true).ok);
+  EXPECT_LT(MonotonicNs() - start, 600'000'000);
+  EXPECT_EQ(region.device(dev).used.load(), 600 * kMiB);
+  EXPECT_GE(region.layout()->header.lock_timeouts.load(), 3u);
+  holder.join();
+  // The next locked operation applies the deferred release first.
+  EXPECT_FALSE(region.Reserve(slot, dev, 624 * kMiB).ok);  // 600 - 200 + 10 + 624 > 1024.
+  EXPECT_TRUE(region.Reserve(slot, dev, 614 * kMiB).ok);
+  EXPECT_EQ(region.device(dev).used.load(), 1024 * kMiB);
+  EXPECT_EQ(SlotSum(region, dev), 1024 * kMiB);
 }
 
 }  // namespace

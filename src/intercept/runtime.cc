@@ -51,6 +51,7 @@ std::atomic<int> g_driver_state{kUninitialized};
 std::atomic<int> g_nvml_state{kUninitialized};
 std::atomic<int> g_accounting_state{kUninitialized};
 std::atomic<bool> g_shutting_down{false};
+std::atomic<bool> g_fail_closed{false};
 thread_local bool t_loading = false;  // Re-entrancy guard while dlopen runs our hooks.
 
 void* g_driver_handle = nullptr;
@@ -84,6 +85,7 @@ void ForkChild() {
   g_slot_pid = 0;
   g_slot_start_time = 0;
   if (g_accounting_state.load() == kReady) g_accounting_state.store(kUninitialized);
+  if (g_region != nullptr) g_region->ForgetPendingReleasesAfterFork();
   ResetOrdinalMap();
   SmLimiterAfterFork();
 }
@@ -111,7 +113,32 @@ __attribute__((destructor)) void ReleaseSlotAtExit() {
   g_region->ReleaseSlot(g_slot, g_slot_pid, g_slot_start_time);
 }
 
+// Switches the process to refusing allocations (once; the first reason is logged).
+void FailClosed(const char* reason) {
+  if (g_fail_closed.exchange(true)) return;
+  PRISM_VGPU_LOG(kError,
+                 "a memory limit was asked for but cannot be enforced (%s); every GPU memory "
+                 "allocation of this process is refused (fail closed)",
+                 reason);
+}
+
+// True when `handle` (from dlopen) is this library: PRISM_VGPU_REAL_LIBCUDA pointing at
+// libprism-vgpu.so itself would make every wrapper call itself until the stack overflows.
+bool IsThisLibrary(void* handle, const char* probe_symbol, void* own_function) {
+  Dl_info self;
+  if (dladdr(reinterpret_cast<void*>(&IsThisLibrary), &self) != 0 && self.dli_fname != nullptr) {
+    void* own_handle = dlopen(self.dli_fname, RTLD_NOW | RTLD_NOLOAD);
+    if (own_handle != nullptr) {
+      dlclose(own_handle);
+      if (own_handle == handle) return true;
+    }
+  }
+  return RealDlsym(handle, probe_symbol) == own_function;
+}
+
 }  // namespace
+
+bool AccountingFailsClosed() { return g_fail_closed.load(std::memory_order_relaxed); }
 
 const HookEntry* HookEntries(size_t* count) {
   *count = sizeof(kHookEntries) / sizeof(kHookEntries[0]);
@@ -148,6 +175,15 @@ bool EnsureDriver() {
     g_driver_handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (g_driver_handle == nullptr) {
       PRISM_VGPU_LOG(kError, "cannot load the CUDA driver %s: %s", path, dlerror());
+      g_driver_state.store(kUnavailable, std::memory_order_release);
+    } else if (IsThisLibrary(g_driver_handle, "cuMemAlloc_v2",
+                             reinterpret_cast<void*>(&::cuMemAlloc_v2))) {
+      PRISM_VGPU_LOG(kError,
+                     "the CUDA driver %s is libprism-vgpu itself (check PRISM_VGPU_REAL_LIBCUDA); "
+                     "CUDA is unavailable in this process",
+                     path);
+      dlclose(g_driver_handle);
+      g_driver_handle = nullptr;
       g_driver_state.store(kUnavailable, std::memory_order_release);
     } else {
       ResolveCuda(g_driver_handle);
@@ -215,90 +251,144 @@ Region* EnsureAccounting() {
       g_region = new (g_region_storage) Region();
       int sys_errno = 0;
       const RegionError error = g_region->OpenFile(g_config.region_path, &sys_errno);
-      if (error != RegionError::kNone) {
-        PRISM_VGPU_LOG(kError, "shared region %s: %s (%s); limits now apply to this process alone",
+      if (error != RegionError::kNone && g_config.memory_limit_requested) {
+        // The container's limit lives in that region: limiting this process alone would let
+        // the container as a whole exceed it.
+        PRISM_VGPU_LOG(kError, "shared region %s: %s (%s)", g_config.region_path,
+                       RegionErrorName(error), strerror(sys_errno));
+        FailClosed("the shared region is unusable");
+      } else if (error != RegionError::kNone) {
+        PRISM_VGPU_LOG(kError,
+                       "shared region %s: %s (%s); usage of this process is tracked alone (no "
+                       "memory limit was asked for)",
                        g_config.region_path, RegionErrorName(error), strerror(sys_errno));
         if (g_region->OpenAnonymous(&sys_errno) != RegionError::kNone) {
-          PRISM_VGPU_LOG(kError, "cannot map a private region (%s); memory is not limited",
-                         strerror(sys_errno));
+          PRISM_VGPU_LOG(kError, "cannot map a private region (%s)", strerror(sys_errno));
         }
       }
-      g_region->set_stall_in_lock_ms_for_test(g_config.test_lock_stall_ms);
+      if (g_region->is_open()) {
+        g_region->set_stall_in_lock_ms_for_test(g_config.test_lock_stall_ms);
+        g_region->set_lock_timeout_ms(g_config.lock_timeout_ms);
+      }
     }
+    bool retry = false;
     if (g_region->is_open()) {
       g_slot_pid = getpid();
       g_slot_start_time = ProcessStartTime(g_slot_pid);
       g_slot = g_region->AcquireSlot(g_slot_pid, g_slot_start_time);
-      if (g_slot < 0) {
+      if (g_slot == kSlotLockTimeout) {
+        retry = true;  // Try again on the next call; this one fails closed if a limit applies.
+        g_slot = -1;
+      } else if (g_slot < 0 && g_config.memory_limit_requested) {
+        PRISM_VGPU_LOG(kError, "all %d process slots of %s belong to live processes", kMaxSlots,
+                       g_config.region_path);
+        FailClosed("no process slot in the shared region");
+      } else if (g_slot < 0) {
         PRISM_VGPU_LOG(kError,
-                       "all %d process slots of %s belong to live processes; memory of "
-                       "this process is not limited",
+                       "all %d process slots of %s belong to live processes; usage of this "
+                       "process is not tracked",
                        kMaxSlots, g_config.region_path);
       } else {
         const pid_t outer = OutermostPid();
         if (outer > 0) g_region->slot(g_slot).host_pid.store(outer);
       }
     }
-    g_accounting_state.store(g_slot >= 0 ? kReady : kUnavailable, std::memory_order_release);
+    if (!retry) {
+      g_accounting_state.store(g_slot >= 0 ? kReady : kUnavailable, std::memory_order_release);
+    }
   }
+  const bool ready = g_accounting_state.load(std::memory_order_acquire) == kReady;
   pthread_mutex_unlock(&g_init_mutex);
-  return g_accounting_state.load(std::memory_order_acquire) == kReady ? g_region : nullptr;
+  return ready ? g_region : nullptr;
+}
+
+// Whether an allocation must be refused while accounting is not (yet) available: a limit was
+// asked for and either the process fails closed or the region lock is busy.
+bool RefuseWithoutAccounting() {
+  return ControlEnabled() && g_config.memory_limit_requested &&
+         (AccountingFailsClosed() ||
+          g_accounting_state.load(std::memory_order_acquire) == kUninitialized);
 }
 
 int SelfSlot() { return g_slot; }
 
 int DeviceEntryForOrdinal(int ordinal) {
-  if (ordinal < 0 || ordinal >= kMaxOrdinals) return -1;
+  if (ordinal < 0 || ordinal >= kMaxOrdinals) return kNoEntry;
   const int16_t known = g_ordinal_entry[ordinal].load(std::memory_order_acquire);
-  if (known == kEntryFailed) return -1;
+  if (known == kEntryFailed) return AccountingFailsClosed() ? kRefuseEntry : kNoEntry;
   if (known != kEntryUnknown) return known - 1;
   Region* region = EnsureAccounting();
-  if (region == nullptr) return -1;
+  if (region == nullptr) return RefuseWithoutAccounting() ? kRefuseEntry : kNoEntry;
   CUuuid uuid;
   CUresult rc = CUDA_ERROR_NOT_FOUND;
   if (g_cuda.cuDeviceGetUuid_v2 != nullptr) rc = g_cuda.cuDeviceGetUuid_v2(&uuid, ordinal);
   if (rc != CUDA_SUCCESS && g_cuda.cuDeviceGetUuid != nullptr) {
     rc = g_cuda.cuDeviceGetUuid(&uuid, ordinal);
   }
-  if (rc != CUDA_SUCCESS) return -1;  // Not cached: the driver may not be initialized yet.
+  if (rc != CUDA_SUCCESS) return kNoEntry;  // Not cached: the driver may not be initialized yet.
   int sm_count = 0;
   if (g_cuda.cuDeviceGetAttribute != nullptr) {
     g_cuda.cuDeviceGetAttribute(&sm_count, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, ordinal);
   }
-  const uint64_t memory_limit = MemoryLimitForOrdinal(ordinal);
+  const MemoryLimitRequest request = MemoryLimitForOrdinal(ordinal);
+  const uint64_t memory_limit = request.source == LimitSource::kValue ? request.bytes : 0;
   const uint32_t sm_limit = SmLimitForOrdinal(ordinal);
   const uint32_t policy = static_cast<uint32_t>(g_config.policy);
   bool mismatch = false;
   const int entry =
       region->ClaimDevice(reinterpret_cast<const uint8_t*>(uuid.bytes), memory_limit, sm_limit,
                           policy, static_cast<uint32_t>(sm_count), &mismatch);
+  const bool limited = request.source != LimitSource::kUnset || g_config.memory_limit_requested;
+  if (entry == kClaimLockTimeout) {
+    // Not cached: the next call tries again.
+    return limited ? kRefuseEntry : kNoEntry;
+  }
   if (entry < 0) {
-    PRISM_VGPU_LOG(kError, "the region's device table (%d GPUs) is full; device %d is not limited",
-                   kMaxDevices, ordinal);
+    const char* why = entry == kClaimDamaged ? "the region's device table is damaged"
+                                             : "the region's device table is full";
+    if (limited) {
+      FailClosed(why);
+    } else {
+      PRISM_VGPU_LOG(kError, "%s; device %d is not tracked (no memory limit was asked for)", why,
+                     ordinal);
+    }
     g_ordinal_entry[ordinal].store(kEntryFailed, std::memory_order_release);
-    return -1;
+    return limited ? kRefuseEntry : kNoEntry;
   }
   const RegionDevice& device = region->device(entry);
-  if (mismatch) {
+  if (request.source == LimitSource::kInvalid) {
+    region->SetFailClosed(entry);  // MemoryLimitForOrdinal logged why.
+  } else if (request.source == LimitSource::kValue) {
+    // The environment is the authority for this process: a region whose stored limit differs
+    // (another creator's environment, or a write to the shared file) is never obeyed.
+    region->SetLocalLimit(entry, request.bytes);
+    if (device.memory_limit != request.bytes) {
+      PRISM_VGPU_LOG(kError,
+                     "device %d: the shared region stores memory limit %llu but this process's "
+                     "environment asks for %llu; the region is not trusted for this limit and the "
+                     "environment's applies",
+                     ordinal, static_cast<unsigned long long>(device.memory_limit),
+                     static_cast<unsigned long long>(request.bytes));
+    }
+  }
+  if (mismatch && (device.sm_limit_percent != sm_limit || device.policy != policy)) {
     PRISM_VGPU_LOG(kWarning,
-                   "device %d: this process asks for memory limit %llu, SM limit %u, policy %u, "
-                   "but the region was created with %llu, %u, %u; the region's limits apply",
-                   ordinal, static_cast<unsigned long long>(memory_limit), sm_limit, policy,
-                   static_cast<unsigned long long>(device.memory_limit), device.sm_limit_percent,
-                   device.policy);
+                   "device %d: this process asks for SM limit %u, policy %u, but the region was "
+                   "created with %u, %u; the region's SM limit applies",
+                   ordinal, sm_limit, policy, device.sm_limit_percent, device.policy);
   }
   g_ordinal_entry[ordinal].store(static_cast<int16_t>(entry + 1), std::memory_order_release);
-  PRISM_VGPU_LOG(kInfo, "device %d -> region entry %d (memory limit %llu, SM limit %u%%)", ordinal,
-                 entry, static_cast<unsigned long long>(device.memory_limit),
-                 device.sm_limit_percent);
+  PRISM_VGPU_LOG(kInfo, "device %d -> region entry %d (memory limit %llu%s, SM limit %u%%)",
+                 ordinal, entry, static_cast<unsigned long long>(region->EffectiveLimit(entry)),
+                 region->FailsClosed(entry) ? ", fail closed" : "", device.sm_limit_percent);
   SmLimiterDeviceMapped(entry);
   return entry;
 }
 
 int CurrentDeviceEntry() {
-  if (g_cuda.cuCtxGetDevice == nullptr) return -1;
+  if (g_cuda.cuCtxGetDevice == nullptr) return kNoEntry;
   CUdevice device = -1;
-  if (g_cuda.cuCtxGetDevice(&device) != CUDA_SUCCESS) return -1;
+  if (g_cuda.cuCtxGetDevice(&device) != CUDA_SUCCESS) return kNoEntry;
   return DeviceEntryForOrdinal(device);
 }
 

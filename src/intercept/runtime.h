@@ -75,15 +75,30 @@ bool EnsureNvml(bool init);
 bool ControlEnabled();
 
 // The container's region with this process's slot, opened on first call. Returns nullptr when
-// control is disabled or accounting is unavailable (the hooks then pass through uncharged; the
-// log says why).
+// control is disabled or accounting is unavailable; the hooks then pass through uncharged unless
+// AccountingFailsClosed() (the log says why).
 Region* EnsureAccounting();
 int SelfSlot();
 
+// True when a memory limit was asked for but cannot be enforced in this process (damaged or
+// foreign region, no slot, device table full or damaged, region lock unavailable): allocations
+// are refused with CUDA_ERROR_OUT_OF_MEMORY instead of passing through (docs/intercept.md,
+// "Failure policy").
+bool AccountingFailsClosed();
+
+// True when a wrapper that got no region from EnsureAccounting must refuse instead of passing
+// through: control is on, a memory limit was asked for, and accounting failed closed or the region
+// lock was busy while it was being set up.
+bool RefuseWithoutAccounting();
+
+// What DeviceEntryForOrdinal answers besides an entry index.
+inline constexpr int kNoEntry = -1;      // Unknown device: pass through (nothing was asked).
+inline constexpr int kRefuseEntry = -2;  // A limit applies but cannot be enforced: refuse.
+
 // The region device entry of container-visible CUDA ordinal `ordinal` (claimed on first use, with
-// the limits of the environment), or -1 if it cannot be determined.
+// the limits of the environment), kNoEntry or kRefuseEntry.
 int DeviceEntryForOrdinal(int ordinal);
-// The region device entry of the calling thread's current context, or -1.
+// The region device entry of the calling thread's current context, kNoEntry or kRefuseEntry.
 int CurrentDeviceEntry();
 // The CUDA ordinal whose entry is `entry` in this process, or -1.
 int OrdinalForEntry(int entry);

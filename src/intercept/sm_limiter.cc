@@ -94,6 +94,8 @@ struct WatchedDevice {
 };
 
 WatchedDevice g_watched[kMaxDevices];
+// Serializes overhead updates of the watcher and of context-creating threads.
+pthread_mutex_t g_overhead_mutex = PTHREAD_MUTEX_INITIALIZER;
 
 bool HoldLease(RegionDevice& device, int64_t now) {
   const pid_t self = getpid();
@@ -376,8 +378,10 @@ void* WatcherMain(void*) {
       region->ReclaimDead();  // Returns dead processes' memory promptly.
       last_reclaim = now;
       for (int entry = 0; nvml && g_config.charge_overhead && entry < kMaxDevices; ++entry) {
-        if ((mapped & (1u << entry)) == 0 || region->device(entry).memory_limit == 0) continue;
+        if ((mapped & (1u << entry)) == 0 || region->EffectiveLimit(entry) == 0) continue;
+        pthread_mutex_lock(&g_overhead_mutex);
         ReconcileOverhead(region, entry);
+        pthread_mutex_unlock(&g_overhead_mutex);
       }
     }
     if (!nvml) continue;
@@ -442,12 +446,63 @@ void SmLimiterDeviceMapped(int entry) {
   // The watcher runs the SM controller; for memory-limited devices it also charges the driver's
   // own memory and returns dead processes' memory promptly.
   const RegionDevice& device = region->device(entry);
-  if (DeviceHasLimit(device) || (device.memory_limit != 0 && g_config.charge_overhead)) {
+  if (DeviceHasLimit(device) || (region->EffectiveLimit(entry) != 0 && g_config.charge_overhead)) {
     StartWatcher();
   }
 }
 
+void ChargeContextOverhead(int entry) {
+  Region* region = EnsureAccounting();
+  const int self_slot = SelfSlot();
+  if (region == nullptr || entry < 0 || entry >= kMaxDevices || self_slot < 0 ||
+      !g_config.charge_overhead || region->EffectiveLimit(entry) == 0) {
+    return;
+  }
+  pthread_mutex_lock(&g_overhead_mutex);
+  RegionSlot& slot = region->slot(self_slot);
+  bool measured = false;
+  uint64_t target = 0;
+  nvmlDevice_t handle = nullptr;
+  if (EnsureNvml(true) && g_nvml.nvmlDeviceGetComputeRunningProcesses_v3 != nullptr) {
+    handle = NvmlHandleFor(region->device(entry));
+  }
+  if (handle != nullptr) {
+    ResolveHostPid(region, handle);
+    const int32_t host = slot.host_pid.load();
+    nvmlProcessInfo_t infos[64];
+    unsigned int count = 64;
+    if (host != 0 && g_nvml.nvmlDeviceGetComputeRunningProcesses_v3(handle, &count, infos) ==
+                         NVML_SUCCESS) {
+      for (unsigned int i = 0; i < count; ++i) {
+        if (infos[i].pid != static_cast<unsigned int>(host) || infos[i].usedGpuMemory == ~0ULL) {
+          continue;
+        }
+        const uint64_t overhead = slot.overhead[entry].load();
+        const uint64_t used = slot.used[entry].load();
+        const uint64_t tracked = used > overhead ? used - overhead : 0;
+        target = infos[i].usedGpuMemory > tracked ? infos[i].usedGpuMemory - tracked : 0;
+        measured = true;
+      }
+    }
+  }
+  if (!measured) {
+    const uint64_t overhead = slot.overhead[entry].load();
+    target = overhead > g_config.context_estimate ? overhead : g_config.context_estimate;
+  }
+  if (target != slot.overhead[entry].load()) {
+    const uint64_t device_used = region->SetOverhead(self_slot, entry, target);
+    PRISM_VGPU_LOG(kInfo,
+                   "device entry %d: context created; %s %llu bytes of driver memory, container "
+                   "usage now %llu bytes",
+                   entry, measured ? "NVML shows" : "charging an estimated",
+                   static_cast<unsigned long long>(target),
+                   static_cast<unsigned long long>(device_used));
+  }
+  pthread_mutex_unlock(&g_overhead_mutex);
+}
+
 void SmLimiterAfterFork() {
+  pthread_mutex_init(&g_overhead_mutex, nullptr);
   g_watcher_started.store(false);
   g_single_entry.store(-1);
   g_mapped_entries.store(0);

@@ -34,4 +34,10 @@ void SmLimiterDeviceMapped(int entry);
 // Called in a forked child: it has no watcher thread.
 void SmLimiterAfterFork();
 
+// Called after this process created a context on region entry `entry` (any thread): charges the
+// memory the driver took for it now, instead of up to two seconds later. The charge is NVML's
+// measurement when NVML lists this process, else the estimate PRISM_VGPU_CONTEXT_ESTIMATE (which
+// the watcher corrects once NVML shows the process). Even past the limit: the memory is taken.
+void ChargeContextOverhead(int entry);
+
 }  // namespace prism::vgpu

@@ -76,7 +76,8 @@ class EnvTest : public ::testing::Test {
  protected:
   void TearDown() override {
     for (const char* name :
-         {"CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT_1", "CUDA_DEVICE_SM_LIMIT",
+         {"CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT_0", "CUDA_DEVICE_MEMORY_LIMIT_1",
+          "CUDA_DEVICE_MEMORY_LIMIT_3", "CUDA_DEVICE_SM_LIMIT",
           "CUDA_DEVICE_SM_LIMIT_2", "CUDA_DISABLE_CONTROL", "GPU_CORE_UTILIZATION_POLICY",
           "CUDA_DEVICE_MEMORY_SHARED_CACHE", "LIBCUDA_LOG_LEVEL"}) {
       unsetenv(name);
@@ -87,14 +88,50 @@ class EnvTest : public ::testing::Test {
 TEST_F(EnvTest, PerDeviceMemoryLimitWinsOverTheGlobalOne) {
   setenv("CUDA_DEVICE_MEMORY_LIMIT", "4g", 1);
   setenv("CUDA_DEVICE_MEMORY_LIMIT_1", "1024m", 1);
-  EXPECT_EQ(MemoryLimitForOrdinal(0), uint64_t{4} << 30);
-  EXPECT_EQ(MemoryLimitForOrdinal(1), uint64_t{1} << 30);
-  EXPECT_EQ(MemoryLimitForOrdinal(2), uint64_t{4} << 30);
+  EXPECT_EQ(MemoryLimitForOrdinal(0).bytes, uint64_t{4} << 30);
+  EXPECT_EQ(MemoryLimitForOrdinal(1).bytes, uint64_t{1} << 30);
+  EXPECT_EQ(MemoryLimitForOrdinal(2).bytes, uint64_t{4} << 30);
+  EXPECT_EQ(MemoryLimitForOrdinal(2).source, LimitSource::kValue);
 }
 
-TEST_F(EnvTest, MalformedMemoryLimitMeansNoLimit) {
+// Issue 14 item 1: a malformed value never weakens a valid one. It used to mean "no limit", and a
+// malformed per-device value overrode a valid global one.
+TEST_F(EnvTest, MalformedMemoryLimitFailsClosed) {
   setenv("CUDA_DEVICE_MEMORY_LIMIT", "lots", 1);
-  EXPECT_EQ(MemoryLimitForOrdinal(0), 0u);
+  EXPECT_EQ(MemoryLimitForOrdinal(0).source, LimitSource::kInvalid);
+  setenv("CUDA_DEVICE_MEMORY_LIMIT", "1g", 1);
+  for (const char* bad : {"garbage", "-5", "1.5g", "", "4x"}) {
+    SCOPED_TRACE(bad);
+    setenv("CUDA_DEVICE_MEMORY_LIMIT_0", bad, 1);
+    EXPECT_EQ(MemoryLimitForOrdinal(0).source, LimitSource::kInvalid);
+    // Other devices keep the valid global value.
+    EXPECT_EQ(MemoryLimitForOrdinal(1).source, LimitSource::kValue);
+    EXPECT_EQ(MemoryLimitForOrdinal(1).bytes, uint64_t{1} << 30);
+  }
+  // A malformed global value does not touch a device with a valid value of its own.
+  setenv("CUDA_DEVICE_MEMORY_LIMIT", "-5", 1);
+  setenv("CUDA_DEVICE_MEMORY_LIMIT_0", "2g", 1);
+  EXPECT_EQ(MemoryLimitForOrdinal(0).bytes, uint64_t{2} << 30);
+  EXPECT_EQ(MemoryLimitForOrdinal(1).source, LimitSource::kInvalid);
+  unsetenv("CUDA_DEVICE_MEMORY_LIMIT");
+  unsetenv("CUDA_DEVICE_MEMORY_LIMIT_0");
+  EXPECT_EQ(MemoryLimitForOrdinal(0).source, LimitSource::kUnset);
+}
+
+TEST_F(EnvTest, AnyMemoryLimitVariableButAValidZeroCountsAsRequested) {
+  Config config;
+  LoadConfig(&config);
+  EXPECT_FALSE(config.memory_limit_requested);
+  setenv("CUDA_DEVICE_MEMORY_LIMIT", "0", 1);
+  LoadConfig(&config);
+  EXPECT_FALSE(config.memory_limit_requested);
+  setenv("CUDA_DEVICE_MEMORY_LIMIT_3", "junk", 1);
+  LoadConfig(&config);
+  EXPECT_TRUE(config.memory_limit_requested);
+  unsetenv("CUDA_DEVICE_MEMORY_LIMIT_3");
+  setenv("CUDA_DEVICE_MEMORY_LIMIT", "1g", 1);
+  LoadConfig(&config);
+  EXPECT_TRUE(config.memory_limit_requested);
 }
 
 TEST_F(EnvTest, SmLimitOfHundredOrGarbageMeansNone) {
@@ -103,7 +140,15 @@ TEST_F(EnvTest, SmLimitOfHundredOrGarbageMeansNone) {
   setenv("CUDA_DEVICE_SM_LIMIT", "30", 1);
   setenv("CUDA_DEVICE_SM_LIMIT_2", "150", 1);
   EXPECT_EQ(SmLimitForOrdinal(0), 30u);
+  // A malformed per-device value falls back to the valid global one, never to "no limit".
+  EXPECT_EQ(SmLimitForOrdinal(2), 30u);
+  unsetenv("CUDA_DEVICE_SM_LIMIT");
   EXPECT_EQ(SmLimitForOrdinal(2), 0u);
+  // Issue 14 item 6: decimal spellings of whole percentages.
+  setenv("CUDA_DEVICE_SM_LIMIT", "30.0", 1);
+  EXPECT_EQ(SmLimitForOrdinal(0), 30u);
+  setenv("CUDA_DEVICE_SM_LIMIT", "1e2", 1);
+  EXPECT_EQ(SmLimitForOrdinal(0), 0u);  // 100 %: no limit.
 }
 
 TEST_F(EnvTest, ProcessSettings) {

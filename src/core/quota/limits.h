@@ -9,7 +9,8 @@
 //   bytes:   "<digits>" or "<digits><unit>" with unit k/K, m/M, g/G, t/T (binary, as HAMi-core),
 //            optionally followed by "i", "iB" or "B" ("4g", "4G", "4Gi", "4GiB", "4096m", "512").
 //            Surrounding spaces are ignored. "0" means "no limit" to callers.
-//   percent: "<digits>" optionally followed by "%", 0..100.
+//   percent: a decimal number that is a whole percentage 0..100, optionally followed by "%":
+//            "30", "30%", "30.0", "1e2", "2.5e1". A fraction of a percent ("30.5") is an error.
 //   policy:  "default", "force", "disable" in any case.
 //   bool:    "1", "true", "yes", "on" / "0", "false", "no", "off", "" in any case.
 #pragma once
@@ -26,6 +27,8 @@ enum class ParseError : uint8_t {
   kOverflow,     // The value does not fit in 64 bits.
   kOutOfRange,   // A number outside the allowed range (percent > 100, log level > 4).
   kUnknownWord,  // A word that is not one of the accepted names.
+  kTrailing,     // A number followed by characters that are not part of it.
+  kFraction,     // A number with a fractional part where a whole number is needed.
 };
 
 // A short English description of `error` ("not a number", ...), for log messages.
@@ -45,6 +48,10 @@ constexpr const char* ParseErrorName(ParseError error) {
       return "value out of range";
     case ParseError::kUnknownWord:
       return "unknown word";
+    case ParseError::kTrailing:
+      return "unexpected characters after the number";
+    case ParseError::kFraction:
+      return "not a whole number";
   }
   return "unknown error";
 }
@@ -119,6 +126,74 @@ constexpr Parsed<uint64_t> ParseDigits(Span span, const char** rest) {
   return out;
 }
 
+// Parses a decimal number that must be a whole number: "<digits>[.<digits>][(e|E)[+|-]<digits>]"
+// ("30", "30.0", "1e2", "2.5e1"), stopping at the first character that cannot continue it (`*rest`).
+// Values above `max` are kOutOfRange; a non-zero fractional part is kFraction.
+constexpr Parsed<uint64_t> ParseWholeDecimal(Span span, uint64_t max, const char** rest) {
+  Parsed<uint64_t> out;
+  Parsed<uint64_t> mantissa = ParseDigits(span, rest);
+  if (!mantissa.ok()) return mantissa;
+  const char* p = *rest;
+  int64_t exponent = 0;  // Power of ten applied to `value`.
+  uint64_t value = mantissa.value;
+  if (p != span.end && *p == '.') {
+    ++p;
+    for (; p != span.end && *p >= '0' && *p <= '9'; ++p) {
+      const uint64_t digit = static_cast<uint64_t>(*p - '0');
+      if (value > (UINT64_MAX - digit) / 10) {
+        // Further digits cannot change whether it is whole unless they are non-zero.
+        if (digit != 0) {
+          out.error = ParseError::kFraction;
+          *rest = p;
+          return out;
+        }
+        continue;
+      }
+      value = value * 10 + digit;
+      --exponent;
+    }
+  }
+  if (p != span.end && (*p == 'e' || *p == 'E')) {
+    const char* q = p + 1;
+    bool negative = false;
+    if (q != span.end && (*q == '+' || *q == '-')) {
+      negative = *q == '-';
+      ++q;
+    }
+    if (q != span.end && *q >= '0' && *q <= '9') {
+      int64_t e = 0;
+      for (; q != span.end && *q >= '0' && *q <= '9'; ++q) {
+        if (e < 100000) e = e * 10 + (*q - '0');
+      }
+      exponent += negative ? -e : e;
+      p = q;
+    }
+  }
+  *rest = p;
+  while (exponent < 0 && value != 0 && value % 10 == 0) {
+    value /= 10;
+    ++exponent;
+  }
+  if (value == 0) {
+    out.value = 0;
+    return out;
+  }
+  if (exponent < 0) {
+    out.error = ParseError::kFraction;
+    return out;
+  }
+  for (; exponent > 0; --exponent) {
+    if (value > max / 10 + 1) break;
+    value *= 10;
+  }
+  if (exponent > 0 || value > max) {
+    out.error = ParseError::kOutOfRange;
+    return out;
+  }
+  out.value = value;
+  return out;
+}
+
 }  // namespace internal
 
 // Parses a byte count ("4g", "512", "1536M", "2GiB"). See the file comment for the grammar.
@@ -172,7 +247,8 @@ constexpr Parsed<uint64_t> ParseBytes(const char* text) {
   return out;
 }
 
-// Parses an SM share in percent, 0..100 ("30", "30%").
+
+// Parses an SM share in percent, 0..100 ("30", "30%", "30.0", "1e2"). See the file comment.
 constexpr Parsed<uint32_t> ParsePercent(const char* text) {
   Parsed<uint32_t> out;
   const internal::Span span = internal::Trim(text);
@@ -181,18 +257,14 @@ constexpr Parsed<uint32_t> ParsePercent(const char* text) {
     return out;
   }
   const char* rest = nullptr;
-  Parsed<uint64_t> number = internal::ParseDigits(span, &rest);
+  Parsed<uint64_t> number = internal::ParseWholeDecimal(span, 100, &rest);
   if (!number.ok()) {
     out.error = number.error;
     return out;
   }
   if (rest != span.end && *rest == '%') ++rest;
   if (rest != span.end) {
-    out.error = ParseError::kBadSuffix;
-    return out;
-  }
-  if (number.value > 100) {
-    out.error = ParseError::kOutOfRange;
+    out.error = ParseError::kTrailing;
     return out;
   }
   out.value = static_cast<uint32_t>(number.value);

@@ -1,6 +1,7 @@
 #include "core/quota/limits.h"
 
 #include <cstdint>
+#include <string>
 
 #include "gtest/gtest.h"
 
@@ -51,6 +52,30 @@ TEST(ParseBytesTest, RejectsOverflowInsteadOfWrapping) {
   EXPECT_EQ(ParseBytes("17179869183g").value, uint64_t{17179869183} << 30);
 }
 
+// Issue 14 item 6: "30.0" and "1e2" were "unknown unit suffix (use k, m, g or t)".
+TEST(ParsePercentTest, AcceptsDecimalAndExponentSpellingsOfWholePercentages) {
+  EXPECT_EQ(ParsePercent("30.0").value, 30u);
+  EXPECT_TRUE(ParsePercent("30.0").ok());
+  EXPECT_EQ(ParsePercent("1e2").value, 100u);
+  EXPECT_TRUE(ParsePercent("1e2").ok());
+  EXPECT_EQ(ParsePercent("2.5e1%").value, 25u);
+  EXPECT_EQ(ParsePercent("3000e-2").value, 30u);
+  EXPECT_EQ(ParsePercent("30.").value, 30u);
+  EXPECT_EQ(ParsePercent("0.0").value, 0u);
+  EXPECT_EQ(ParsePercent("0e99999999").value, 0u);
+  EXPECT_EQ(ParsePercent("30.5").error, ParseError::kFraction);
+  EXPECT_EQ(ParsePercent("1e-1").error, ParseError::kFraction);
+  EXPECT_EQ(ParsePercent("1e3").error, ParseError::kOutOfRange);
+  EXPECT_EQ(ParsePercent("1e99999999999").error, ParseError::kOutOfRange);
+  EXPECT_EQ(ParsePercent("100.01").error, ParseError::kFraction);
+  EXPECT_EQ(ParsePercent("30e").error, ParseError::kTrailing);
+  EXPECT_EQ(ParsePercent("30.0.0").error, ParseError::kTrailing);
+  EXPECT_EQ(ParsePercent("-5").error, ParseError::kNotANumber);
+  // The message no longer talks about memory units.
+  EXPECT_EQ(std::string(ParseErrorName(ParsePercent("30x").error)),
+            "unexpected characters after the number");
+}
+
 TEST(ParsePercentTest, AcceptsZeroToHundred) {
   EXPECT_EQ(ParsePercent("0").value, 0u);
   EXPECT_EQ(ParsePercent("30").value, 30u);
@@ -59,7 +84,7 @@ TEST(ParsePercentTest, AcceptsZeroToHundred) {
   EXPECT_EQ(ParsePercent("101").error, ParseError::kOutOfRange);
   EXPECT_EQ(ParsePercent("99999999999999999999").error, ParseError::kOverflow);
   EXPECT_EQ(ParsePercent("thirty").error, ParseError::kNotANumber);
-  EXPECT_EQ(ParsePercent("30x").error, ParseError::kBadSuffix);
+  EXPECT_EQ(ParsePercent("30x").error, ParseError::kTrailing);
   EXPECT_EQ(ParsePercent("").error, ParseError::kEmpty);
 }
 

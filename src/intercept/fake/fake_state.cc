@@ -142,13 +142,18 @@ Process* Self() {
         ReclaimEntry(layout, p, current);  // A dead process that had our PID.
         current = 0;
       }
-      if (current == 0 && p.pid.compare_exchange_strong(current, pid)) {
+      // Claimed as -2 ("being set up", skipped by reclaimers) and published with our PID only
+      // once the start time is ours: a reclaimer that saw our PID next to the previous occupant's
+      // start time took us for a dead process and freed the entry under us (issue 14: the kill
+      // tests then saw the device's usage wrap around).
+      if (current == 0 && p.pid.compare_exchange_strong(current, -2)) {
         p.start_time.store(start_time);
         for (int d = 0; d < kMaxDevices; ++d) {
           p.used_memory[d].store(0);
           p.has_context[d].store(0);
           for (Bucket& b : p.buckets[d]) b.index.store(-1);
         }
+        p.pid.store(pid);
         self = &p;
         break;
       }
@@ -215,8 +220,10 @@ bool TakeMemory(int device, uint64_t bytes) {
 }
 
 void GiveMemory(int device, uint64_t bytes) {
-  State()->devices[device].used_memory.fetch_sub(bytes);
+  // The process's share first: killed in between, the device keeps the bytes (a leak the test
+  // would see) instead of losing them twice when the process is reclaimed (a wrap-around).
   Self()->used_memory[device].fetch_sub(bytes);
+  State()->devices[device].used_memory.fetch_sub(bytes);
 }
 
 }  // namespace prism::vgpu::fake

@@ -38,7 +38,7 @@ constexpr char kUsage[] =
     "  spin SECONDS ITERS [BLOCKS THREADS] | launches COUNT | launchex | ptds-launch |\n"
     "  ctxsync-at VERSION | counts SYM... | race FILE ROUNDS BYTES | churn SECONDS MAXBYTES SEED "
     "|\n"
-    "  forkchild BYTES | sleep MS | wait\n";
+    "  forkchild BYTES | sleep MS | wait | step NAME (prints it, reads a line of stdin)\n";
 
 #define PROBE_FUNCTIONS(X)                                                                        \
   X(cuInit, cuInit, cuInit, 2000, (unsigned int))                                                 \
@@ -579,6 +579,13 @@ int Run(std::vector<std::string>& args) {
       printf("forkchild exit=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     } else if (cmd == "sleep") {
       usleep(static_cast<useconds_t>(atoi(Arg(args, i)) * 1000));
+    } else if (cmd == "step") {
+      // Waits for one line on stdin (a test's go-ahead), so one process can act in phases.
+      printf("step %s\n", Arg(args, i));
+      fflush(stdout);
+      char c = 0;
+      while (read(STDIN_FILENO, &c, 1) == 1 && c != '\n') {
+      }
     } else if (cmd == "wait") {
       printf("waiting\n");
       fflush(stdout);

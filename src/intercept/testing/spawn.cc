@@ -1,5 +1,6 @@
 #include "intercept/testing/spawn.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -122,6 +123,16 @@ bool Child::WaitForLine(const std::string& needle, int timeout_ms) {
 void Child::CloseStdin() {
   if (stdin_fd_ >= 0) close(stdin_fd_);
   stdin_fd_ = -1;
+}
+
+void Child::Send(const std::string& text) {
+  size_t done = 0;
+  while (stdin_fd_ >= 0 && done < text.size()) {
+    const ssize_t n = write(stdin_fd_, text.data() + done, text.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
 }
 
 void Child::Kill(int signal) {

@@ -52,6 +52,8 @@ class Child {
   // Reads output until a line of stdout or stderr contains `needle`. False on timeout or EOF.
   bool WaitForLine(const std::string& needle, int timeout_ms);
   void CloseStdin();
+  // Writes `text` to the child's stdin (e.g. "\n" to let a probe's "step" command continue).
+  void Send(const std::string& text);
   void Kill(int signal);
   // Closes stdin, reads everything and reaps the child. Kills it after `timeout_ms`.
   ExitInfo Wait(int timeout_ms = 60000);

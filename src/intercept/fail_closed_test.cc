@@ -1,0 +1,322 @@
+// libprism-vgpu's failure policy (docs/intercept.md, "Failure policy"), driven through real
+// processes on the fake GPU: a memory limit that was asked for always holds, whatever the
+// environment or the shared region looks like, and nothing wedges (issue 14).
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+#include "intercept/testing/preload_fixture.h"
+#include "intercept/testing/spawn.h"
+
+namespace prism::vgpu {
+namespace {
+
+// Offsets of the region file (docs/intercept.md, "The shared region"; pinned in region.h).
+constexpr off_t kLockOffset = 128;
+constexpr off_t kDevicesOffset = 192;
+constexpr size_t kDeviceSize = 320;
+constexpr off_t kDeviceMemoryLimitOffset = 24;
+
+void Overwrite(const std::string& path, off_t offset, const void* bytes, size_t size) {
+  const int fd = open(path.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0) << path;
+  ASSERT_EQ(pwrite(fd, bytes, size, offset), static_cast<ssize_t>(size));
+  close(fd);
+}
+
+class FailClosedTest : public PreloadTest {
+ protected:
+  // Runs one process so that the region exists with device 0 claimed under a 1 GiB limit.
+  void CreateRegion(const Env& env) {
+    const ExitInfo r = Probe(env, {"init", "alloc", "1m", "free", "0"});
+    ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  }
+  std::string RegionPath() const { return dir_ + "/region"; }
+};
+
+// Item 1: CUDA_DEVICE_MEMORY_LIMIT_0=garbage (or -5) next to a valid CUDA_DEVICE_MEMORY_LIMIT=1g
+// left device 0 unlimited.
+TEST_F(FailClosedTest, MalformedPerDeviceLimitRefusesInsteadOfUnlimiting) {
+  for (const std::string bad : {"garbage", "-5"}) {
+    SCOPED_TRACE(bad);
+    Env env = ContainerEnv("region-" + bad);
+    env.Set("PRISM_FAKE_GPU_COUNT", "2");
+    env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+    env.Set("CUDA_DEVICE_MEMORY_LIMIT_0", bad);
+    ExitInfo r = Probe(env, {"--device=0", "init", "alloc", "600m", "meminfo"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.out.find("alloc err=2\n"), std::string::npos) << r.out << r.err;
+    EXPECT_EQ(Field(r.out, "meminfo", "free"), "0");
+    EXPECT_NE(r.err.find("CUDA_DEVICE_MEMORY_LIMIT_0=\"" + bad + "\""), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("fail closed"), std::string::npos) << r.err;
+    // The other device keeps the valid global limit.
+    r = Probe(env, {"--device=1", "init", "alloc", "600m", "alloc", "600m"});
+    EXPECT_NE(r.out.find("alloc ok id=0\nalloc err=2\n"), std::string::npos) << r.out << r.err;
+  }
+}
+
+TEST_F(FailClosedTest, MalformedGlobalLimitRefuses) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "lots");
+  const ExitInfo r = Probe(env, {"init", "alloc", "1m"});
+  EXPECT_NE(r.out.find("alloc err=2\n"), std::string::npos) << r.out << r.err;
+}
+
+// Item 6: "30.0" and "1e2" were "unknown unit suffix (use k, m, g or t)", and no SM limit.
+TEST_F(FailClosedTest, SmLimitAcceptsDecimalSpellings) {
+  for (const auto& [value, shown] : std::vector<std::pair<std::string, std::string>>{
+           {"30.0", "SM limit 30%"}, {"1e2", "SM limit 0%"}, {"2.5e1", "SM limit 25%"}}) {
+    SCOPED_TRACE(value);
+    Env env = ContainerEnv("region-" + value);
+    env.Set("CUDA_DEVICE_SM_LIMIT", value);
+    env.Set("GPU_CORE_UTILIZATION_POLICY", "disable");  // Only the parsing matters here.
+    env.Set("LIBCUDA_LOG_LEVEL", "3");
+    const ExitInfo r = Probe(env, {"init", "alloc", "1m"});
+    EXPECT_EQ(r.err.find("unknown unit suffix"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(shown), std::string::npos) << r.err;
+  }
+}
+
+// Item 5: PRISM_VGPU_REAL_LIBCUDA naming the library itself made cuInit succeed and the first
+// allocation recurse until SIGSEGV.
+TEST_F(FailClosedTest, RealDriverNamingTheLibraryItselfFailsCuInit) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  env.Set("PRISM_VGPU_REAL_LIBCUDA", PRISM_VGPU_LIB);
+  for (bool linked : {false, true}) {
+    SCOPED_TRACE(linked ? "linked" : "dlsym");
+    const ExitInfo r = Probe(env, {"init", "alloc", "100m"}, linked);
+    EXPECT_EQ(r.term_signal, 0) << r.err;
+    EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+    EXPECT_NE(r.out.find("init failed"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("err=303"), std::string::npos) << r.out;
+    EXPECT_NE(r.err.find("is libprism-vgpu itself"), std::string::npos) << r.err;
+  }
+}
+
+// Item 2: a device table filled with 0xff read as "table full; device 0 is not limited".
+TEST_F(FailClosedTest, DamagedDeviceTableRefusesInsteadOfUnlimiting) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  CreateRegion(env);
+  const std::vector<unsigned char> junk(16 * kDeviceSize, 0xff);
+  Overwrite(RegionPath(), kDevicesOffset, junk.data(), junk.size());
+  const ExitInfo r = Probe(env, {"init", "alloc", "600m"});
+  EXPECT_NE(r.out.find("alloc err=2\n"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.err.find("damaged"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("fail closed"), std::string::npos) << r.err;
+}
+
+// Without a requested limit a damaged region costs tracking, not the application.
+TEST_F(FailClosedTest, DamagedRegionWithoutALimitPassesThrough) {
+  Env env = ContainerEnv();
+  CreateRegion(env);
+  const std::vector<unsigned char> junk(16 * kDeviceSize, 0xff);
+  Overwrite(RegionPath(), kDevicesOffset, junk.data(), junk.size());
+  const ExitInfo r = Probe(env, {"init", "alloc", "600m"});
+  EXPECT_NE(r.out.find("alloc ok id=0\n"), std::string::npos) << r.out << r.err;
+}
+
+// Item 3: overwriting the region's memory-limit field made the region's value win with a warning,
+// so a process could raise its own limit by writing the shared file.
+TEST_F(FailClosedTest, RegionLimitWrittenByATenantIsNotObeyed) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  CreateRegion(env);
+  const uint64_t raised = 100 * kGiB;
+  Overwrite(RegionPath(), kDevicesOffset + kDeviceMemoryLimitOffset, &raised, sizeof(raised));
+  const ExitInfo r = Probe(env, {"init", "alloc", "600m", "alloc", "600m", "meminfo"});
+  EXPECT_NE(r.out.find("alloc ok id=0\nalloc err=2\n"), std::string::npos) << r.out << r.err;
+  EXPECT_EQ(Field(r.out, "meminfo", "total"), U(kGiB));
+  EXPECT_NE(r.err.find("not trusted"), std::string::npos) << r.err;
+}
+
+// Item 4: a lock word naming a live thread that does not hold the lock blocked every allocation
+// forever, with no log. Now the wait ends after the bound, the allocation is refused and one line
+// says why.
+TEST_F(FailClosedTest, LockWordNamingAnotherLiveThreadDoesNotWedge) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  env.Set("PRISM_VGPU_LOCK_TIMEOUT_MS", "300");
+  CreateRegion(env);
+  // glibc's pthread_mutex_t starts with the lock word and keeps the owner TID at offset 8.
+  const int32_t live_tid = getpid();  // Alive, and never a holder of that lock.
+  Overwrite(RegionPath(), kLockOffset, &live_tid, sizeof(live_tid));
+  Overwrite(RegionPath(), kLockOffset + 8, &live_tid, sizeof(live_tid));
+  const auto start = std::chrono::steady_clock::now();
+  const ExitInfo r = RunChild(Argv({"init", "alloc", "100m", "alloc", "100m"}), env, 20000);
+  const auto seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_NE(r.out.find("alloc err=2\nalloc err=2\n"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.err.find("no Prism process holds it"), std::string::npos) << r.err;
+}
+
+// A lock word naming a thread that no longer exists (and that no Prism process recorded holding
+// the lock) is damage nobody can release: it is reset, and the allocations go through.
+TEST_F(FailClosedTest, LockWordNamingADeadThreadIsReset) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  env.Set("PRISM_VGPU_LOCK_TIMEOUT_MS", "300");
+  CreateRegion(env);
+  const pid_t child = fork();
+  if (child == 0) _exit(0);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  const int32_t dead_tid = child;
+  Overwrite(RegionPath(), kLockOffset, &dead_tid, sizeof(dead_tid));
+  Overwrite(RegionPath(), kLockOffset + 8, &dead_tid, sizeof(dead_tid));
+  const ExitInfo r = RunChild(Argv({"init", "alloc", "600m", "alloc", "600m"}), env, 20000);
+  EXPECT_NE(r.out.find("alloc ok id=0\nalloc err=2\n"), std::string::npos) << r.out << r.err;
+  EXPECT_NE(r.err.find("reset it"), std::string::npos) << r.err;
+}
+
+// Item 4: a holder stopped inside the lock blocked every allocation of every process forever.
+// Four processes keep making progress (their calls return within the bound: allocations refused,
+// frees done and counted later); once the holder is killed or continued, the accounting is exact
+// and no byte is ever granted over the limit.
+TEST_F(FailClosedTest, StoppedLockHolderWedgesNobodyAndAccountingStaysExact) {
+  signal(SIGPIPE, SIG_IGN);
+  for (const int resume_signal : {SIGKILL, SIGCONT}) {
+    SCOPED_TRACE(resume_signal == SIGKILL ? "killed" : "continued");
+    Env env = ContainerEnv(resume_signal == SIGKILL ? "region-kill" : "region-cont");
+    env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+    env.Set("PRISM_VGPU_LOCK_TIMEOUT_MS", "300");
+    constexpr int kWorkers = 4;
+    std::vector<std::unique_ptr<Child>> workers;
+    for (int i = 0; i < kWorkers; ++i) {
+      // Each: hold 100 MiB, then (holder stopped) try 100 MiB more and free the first, then
+      // (holder gone or resumed) allocate 50 MiB and hold it.
+      workers.push_back(Child::Start(Argv({"init", "alloc", "100m", "step", "stopped", "alloc",
+                                           "100m", "free", "0", "step", "resumed", "alloc", "50m",
+                                           "meminfo", "wait"}),
+                                     env));
+      ASSERT_TRUE(workers.back()->WaitForLine("step stopped", 30000));
+    }
+    // The holder reserves 400 MiB and stalls inside the lock halfway through; then it is stopped.
+    Env staller = env;
+    staller.Set("PRISM_VGPU_TEST_LOCK_STALL_MS", resume_signal == SIGKILL ? "600000" : "1500");
+    std::unique_ptr<Child> holder = Child::Start(Argv({"init", "alloc", "400m", "wait"}), staller);
+    ASSERT_TRUE(holder->WaitForLine("stalling", 30000));
+    holder->Kill(SIGSTOP);
+    const auto start = std::chrono::steady_clock::now();
+    for (auto& worker : workers) worker->Send("\n");
+    for (auto& worker : workers) {
+      ASSERT_TRUE(worker->WaitForLine("step resumed", 20000));
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    EXPECT_LT(seconds, 10.0);  // 4 processes x 2 bounded waits of 0.3 s, on a loaded machine.
+    holder->Kill(resume_signal);
+    if (resume_signal == SIGCONT) {
+      ASSERT_TRUE(holder->WaitForLine("alloc ok", 30000));
+    } else {
+      holder->Wait();
+    }
+    for (auto& worker : workers) worker->Send("\n");
+    std::vector<ExitInfo> results;
+    for (auto& worker : workers) {
+      ASSERT_TRUE(worker->WaitForLine("meminfo", 30000));
+    }
+    // Exact: each worker holds 50 MiB (its 100 MiB were freed while the lock was unavailable and
+    // counted afterwards); a continued holder holds its 400 MiB, a killed one nothing.
+    const uint64_t held = kWorkers * 50 * kMiB + (resume_signal == SIGCONT ? 400 * kMiB : 0);
+    const ExitInfo r = Probe(env, {"init", "fill", "8m", "meminfo"});
+    EXPECT_EQ(Field(r.out, "fill", "count"), U((kGiB - held) / (8 * kMiB))) << r.out << r.err;
+    EXPECT_EQ(Field(r.out, "meminfo", "free"), "0") << r.out;
+    for (auto& worker : workers) {
+      const ExitInfo w = worker->Wait();
+      EXPECT_NE(w.out.find("alloc ok id=0\nstep stopped\nalloc err=2\nfree ok\nstep resumed\n"
+                           "alloc ok id=1\n"),
+                std::string::npos)
+          << w.out << w.err;
+      EXPECT_NE(w.err.find("region lock not available"), std::string::npos) << w.err;
+      EXPECT_NE(w.err.find("stopped"), std::string::npos) << w.err;
+    }
+    if (resume_signal == SIGCONT) holder->Wait();
+  }
+}
+
+// Item 4 at random: six processes allocate and free at random while others are stopped (inside or
+// outside the lock) and continued, or killed, at random instants. Nobody wedges (a stop never
+// outlasts the test's patience, every churner still running finishes its run), and afterwards
+// exactly the whole limit is allocatable again.
+TEST_F(FailClosedTest, SurvivesStopsAndKillsAtRandomInstants) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  env.Set("PRISM_FAKE_CUDA_ALLOC_DELAY_US", "50");
+  env.Set("PRISM_VGPU_LOCK_TIMEOUT_MS", "200");
+  env.Set("LIBCUDA_LOG_LEVEL", "0");
+  std::mt19937 rng(20261201);
+  std::vector<std::unique_ptr<Child>> live;
+  int spawned = 0, stops = 0, kills = 0;
+  auto spawn = [&] {
+    live.push_back(
+        Child::Start(Argv({"init", "churn", "4", "200m", std::to_string(spawned++)}), env));
+  };
+  for (int i = 0; i < 6; ++i) spawn();
+  for (int step = 0; step < 24; ++step) {
+    usleep(20000 + rng() % 60000);
+    const size_t victim = rng() % live.size();
+    if (rng() % 2 == 0) {
+      live[victim]->Kill(SIGSTOP);
+      ++stops;
+      usleep(100000 + rng() % 400000);  // Longer than the lock bound, sometimes.
+      live[victim]->Kill(SIGCONT);
+    } else {
+      live[victim]->Kill(SIGKILL);
+      live[victim]->Wait();
+      live.erase(live.begin() + static_cast<long>(victim));
+      ++kills;
+      spawn();
+    }
+  }
+  // Survivors finish their run (4 s of churn each) on their own: none is wedged.
+  for (auto& child : live) {
+    const ExitInfo r = child->Wait(30000);
+    EXPECT_EQ(r.term_signal, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("churn ok="), std::string::npos) << r.out << r.err;
+  }
+  EXPECT_GT(stops, 0);
+  EXPECT_GT(kills, 0);
+  const ExitInfo r = Probe(env, {"init", "fill", "64m", "meminfo"});
+  EXPECT_EQ(Field(r.out, "fill", "count"), "16") << r.out << r.err;
+  EXPECT_EQ(Field(r.out, "meminfo", "free"), "0");
+}
+
+// Item 7: a context's memory was charged only once NVML showed it, up to about two seconds later;
+// meanwhile the container could exceed its limit by that much.
+TEST_F(FailClosedTest, ContextMemoryIsChargedWhenTheContextIsCreated) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  env.Set("PRISM_FAKE_CUDA_CONTEXT_BYTES", U(300 * kMiB));
+  const ExitInfo r = Probe(env, {"init", "meminfo", "alloc", "800m", "alloc", "700m"});
+  EXPECT_EQ(Field(r.out, "meminfo", "free"), U(kGiB - 300 * kMiB)) << r.out << r.err;
+  EXPECT_NE(r.out.find("alloc err=2\nalloc ok id=0\n"), std::string::npos) << r.out << r.err;
+}
+
+// Without NVML nothing can measure a context: the estimate is charged, and stays.
+TEST_F(FailClosedTest, ContextEstimateIsChargedWithoutNvml) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  env.Set("PRISM_VGPU_REAL_NVML", "/nonexistent/libnvidia-ml.so.1");
+  env.Set("PRISM_VGPU_CONTEXT_ESTIMATE", "300m");
+  const ExitInfo r = Probe(env, {"init", "meminfo", "alloc", "800m", "alloc", "700m"});
+  EXPECT_EQ(Field(r.out, "meminfo", "free"), U(kGiB - 300 * kMiB)) << r.out << r.err;
+  EXPECT_NE(r.out.find("alloc err=2\nalloc ok id=0\n"), std::string::npos) << r.out << r.err;
+}
+
+}  // namespace
+}  // namespace prism::vgpu
