@@ -1,0 +1,237 @@
+// src/core/sched/engine_internal.h: the placement engine's private data structures (the shapes
+// of its caches, per-evaluation scratch state and candidate options), apart from the engine's
+// algorithm in engine.cc. Included by engine.cc only; not part of the engine's interface.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <list>
+#include <string>
+#include <vector>
+
+#include "core/mig/gpu_model.h"
+#include "core/sched/cluster.h"
+#include "core/sched/policy.h"
+#include "core/sched/request.h"
+
+namespace prism::sched::engine_internal {
+
+
+inline constexpr double kInfeasible = -std::numeric_limits<double>::infinity();
+inline constexpr uint8_t kNoReason = 0xFF;
+// Absurdity limits for requests (beyond any real pod).
+inline constexpr int32_t kMaxGpusPerContainer = 128;
+inline constexpr int64_t kMaxGpuMemoryMib = int64_t{1} << 30;  // 1 PiB.
+inline constexpr int64_t kMaxCpuMilli = int64_t{1} << 40;
+inline constexpr int64_t kMaxMemoryBytes = int64_t{1} << 60;
+
+inline int CatalogIndex(const mig::GpuModel* model) {
+  if (model == nullptr) return -1;
+  const auto& catalog = mig::Catalog();
+  const std::ptrdiff_t i = model - catalog.data();
+  return (i >= 0 && static_cast<size_t>(i) < catalog.size()) ? static_cast<int>(i) : -1;
+}
+
+// Profiles of `model` that satisfy `req`, smallest first (memory slices, then
+// compute slices). Only plain profiles (no +me/-me/+gfx): a request never
+// needs media engines, and a +me instance would lock them for others.
+inline std::vector<int8_t> MigCandidates(const mig::GpuModel& model, const GpuRequest& req,
+                                  bool match_cores) {
+  std::vector<int8_t> out;
+  const int slices_needed = MigMemorySlicesNeed(req, model);
+  for (size_t p = 0; p < model.profiles.size(); ++p) {
+    const mig::GpuInstanceProfile& prof = model.profiles[p];
+    if (prof.name.attrs != mig::kAttrNone) continue;
+    if (req.memory_mib > 0 ? prof.memory_mib < req.memory_mib
+                           : prof.memory_slices < slices_needed) {
+      continue;
+    }
+    if (match_cores && MigProfileCorePermille(model, static_cast<int>(p)) < req.cores_permille) {
+      continue;
+    }
+    out.push_back(static_cast<int8_t>(p));
+  }
+  std::sort(out.begin(), out.end(), [&model](int8_t a, int8_t b) {
+    const auto& pa = model.profiles[a];
+    const auto& pb = model.profiles[b];
+    if (pa.memory_slices != pb.memory_slices) return pa.memory_slices < pb.memory_slices;
+    if (pa.compute_slices != pb.compute_slices) return pa.compute_slices < pb.compute_slices;
+    return a < b;
+  });
+  return out;
+}
+
+// Whether a template slot (entry of a geometry, or a plain instance) serves `req`.
+inline bool SlotFits(const mig::GpuModel& model, int profile, int64_t slot_memory_mib,
+              const GpuRequest& req, bool match_cores) {
+  const mig::GpuInstanceProfile& prof = model.profiles[profile];
+  if (req.memory_mib > 0) {
+    if (slot_memory_mib < req.memory_mib) return false;
+  } else if (prof.memory_slices < MigMemorySlicesNeed(req, model)) {
+    return false;
+  }
+  return !match_cores || MigProfileCorePermille(model, profile) >= req.cores_permille;
+}
+
+struct OccKey {
+  int32_t type = 0;
+  mig::Occupancy occ;
+  friend bool operator==(const OccKey&, const OccKey&) = default;
+};
+struct OccKeyHash {
+  size_t operator()(const OccKey& k) const {
+    uint64_t h = 1469598103934665603ull;
+    auto mix = [&h](uint64_t v) {
+      h ^= v;
+      h *= 1099511628211ull;
+    };
+    mix(static_cast<uint64_t>(k.type));
+    mix(k.occ.memory_mask);
+    mix(static_cast<uint64_t>(k.occ.compute_used));
+    mix(static_cast<uint64_t>(k.occ.media_extensions));
+    for (uint8_t c : k.occ.count) mix(c);
+    return static_cast<size_t>(h);
+  }
+};
+struct OccEntry {
+  std::array<int8_t, mig::kMaxProfiles> max_add{};
+  double free_space_utility = 0;
+  double workload_usable = 0;  // Sum over shapes of weight * usable units.
+};
+
+// A target-workload shape resolved against the cluster.
+struct ShapeData {
+  WorkloadShape shape;
+  double weight = 0;                                // Normalized.
+  std::vector<uint8_t> type_ok;                     // Per cluster GPU type id.
+  std::vector<std::vector<int8_t>> mig_candidates;  // Per catalog model.
+  std::vector<uint32_t> profile_fit;  // Per catalog model: plain profiles fitting (bit p).
+  // Per template set: per geometry, bit e = entry e fits; idle usable / capacity.
+  std::vector<std::vector<uint32_t>> entry_fit;
+  std::vector<int32_t> idle_usable;
+  std::vector<int32_t> idle_capacity;
+};
+
+// One pod resolved against the engine (policy, filters, MIG candidates).
+struct Resolved {
+  PodRequest pod;
+  int64_t cpu = 0;
+  int64_t memory = 0;
+  NodePolicy node_policy = NodePolicy::kPrism;
+  GpuPolicy gpu_policy = GpuPolicy::kFgd;
+  std::vector<int> order;        // Containers with GPUs: regular ones first, then init.
+  std::vector<uint8_t> type_ok;  // Per cluster GPU type id.
+  // [position in order][catalog model] -> candidate profiles.
+  std::vector<std::vector<std::vector<int8_t>>> mig_candidates;
+  bool wants_gpu = false;
+};
+
+struct DeviceRec {
+  int16_t container = 0;
+  int16_t gpu = 0;  // Local index on the node.
+  GpuMode mode = GpuMode::kHamiCore;
+  int64_t memory_mib = 0;
+  int32_t cores = 0;
+  int8_t profile = -1;
+  int8_t start = -1;
+  int32_t waste = 0;  // MIG: granted compute units beyond what was asked (per-mille).
+};
+
+struct ScratchGpu {
+  GpuUsage u;
+  int64_t app_mem = 0;
+  int64_t init_mem = 0;
+  int32_t app_cores = 0;
+  int32_t init_cores = 0;
+  int16_t app_tasks = 0;
+  bool init_any = false;
+  uint8_t mine = 0;             // Bit s: the instance at start s is held by this pod.
+  uint8_t mine_app = 0;         // ... by a regular container.
+  bool container_used = false;  // Used by the container being placed.
+  bool switched = false;        // Template geometry replaced.
+  int8_t old_template = -1;
+  uint8_t n_destroyed = 0;
+  uint8_t n_created = 0;
+  std::array<MigPlacement, kMaxMigInstances * 2> destroyed{};
+  std::array<MigPlacement, kMaxMigInstances * 2> created{};
+};
+
+// A way to add one MIG instance to one GPU.
+struct MigOption {
+  bool ok = false;
+  int8_t profile = -1;
+  int8_t start = -1;
+  int8_t geometry = -1;  // >= 0: switch the (idle) GPU to this geometry first.
+  bool reuse = false;    // An existing idle instance is taken as is.
+  int ops = 0;
+  double usable_after = 0;  // Workload usable units after (higher is better).
+  double utility_after = 0;
+  int64_t waste = 0;
+  int64_t grant_memory = 0;
+  int32_t grant_cores = 0;
+  mig::Occupancy busy_after;
+};
+
+// Comparable GPU-level preference: larger is better.
+struct GpuPref {
+  double primary = 0;
+  double secondary = 0;
+  bool operator>(const GpuPref& o) const {
+    if (primary != o.primary) return primary > o.primary;
+    return secondary > o.secondary;
+  }
+  bool operator==(const GpuPref& o) const = default;
+};
+
+// Max segment tree over node scores; ties go to the lowest node index.
+class MaxTree {
+ public:
+  void Reset(const std::vector<double>* scores) {
+    scores_ = scores;
+    const size_t n = scores->size();
+    size_ = 1;
+    while (size_ < n) size_ <<= 1;
+    tree_.assign(2 * size_, -1);
+    for (size_t i = 0; i < n; ++i) tree_[size_ + i] = static_cast<int32_t>(i);
+    for (size_t i = size_ - 1; i >= 1; --i) tree_[i] = Better(tree_[2 * i], tree_[2 * i + 1]);
+  }
+  void Update(int node) {
+    size_t i = (size_ + static_cast<size_t>(node)) >> 1;
+    while (i >= 1) {
+      tree_[i] = Better(tree_[2 * i], tree_[2 * i + 1]);
+      i >>= 1;
+    }
+  }
+  int Best() const { return tree_.size() > 1 ? tree_[1] : -1; }
+  size_t MemoryBytes() const { return tree_.capacity() * sizeof(int32_t); }
+
+ private:
+  int32_t Better(int32_t a, int32_t b) const {
+    if (a < 0) return b;
+    if (b < 0) return a;
+    const double sa = (*scores_)[a];
+    const double sb = (*scores_)[b];
+    if (sb > sa) return b;
+    return a;  // Equal scores: a < b.
+  }
+  const std::vector<double>* scores_ = nullptr;
+  size_t size_ = 1;
+  std::vector<int32_t> tree_;
+};
+
+struct ShapeIndex {
+  Resolved rp;
+  std::vector<double> score;
+  std::vector<uint32_t> version;
+  MaxTree tree;
+  uint64_t synced = 0;
+  std::list<std::string>::iterator lru;
+};
+
+inline double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+
+}  // namespace prism::sched::engine_internal
