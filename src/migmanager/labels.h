@@ -22,6 +22,9 @@ inline constexpr char kStateFailed[] = "failed";
 // kPausedValue while it changes GPUs and restores the value it found. `false` is never touched.
 inline constexpr char kDeployLabelPrefix[] = "nvidia.com/gpu.deploy.";
 inline constexpr char kPausedValue[] = "paused-for-mig-change";
+// Prism: the switch of Prism's device plugin. Its DaemonSet runs where the label is absent or
+// anything but `paused-for-mig-change` / `false` (operands.h: an on-when-absent switch).
+inline constexpr char kPrismDevicePluginDeployLabel[] = "prism.io/gpu.deploy.device-plugin";
 
 // Prism: which agent owns a node's MIG layout. `static` (or absent): this manager (from
 // kConfigLabel); `dynamic`: Prism's device plugin, and this manager refuses to touch the GPUs.
