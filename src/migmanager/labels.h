@@ -26,8 +26,10 @@ inline constexpr char kPausedValue[] = "paused-for-mig-change";
 // anything but `paused-for-mig-change` / `false` (operands.h: an on-when-absent switch).
 inline constexpr char kPrismDevicePluginDeployLabel[] = "prism.io/gpu.deploy.device-plugin";
 
-// Prism: which agent owns a node's MIG layout. `static` (or absent): this manager (from
-// kConfigLabel); `dynamic`: Prism's device plugin, and this manager refuses to touch the GPUs.
+// Who owns a node's MIG layout (docs/mig-manager.md "Who owns a node's MIG layout"): a node with
+// kConfigLabel is this manager's (static); without it the manager never changes the GPUs (they are
+// Prism's device plugin's, dynamic MIG). Prism's label `dynamic` marks the whole node as the
+// device plugin's explicitly: with kConfigLabel too, the manager refuses (DynamicNode).
 inline constexpr char kMigModeLabel[] = "prism.io/mig.mode";
 inline constexpr char kMigModeStatic[] = "static";
 inline constexpr char kMigModeDynamic[] = "dynamic";
