@@ -50,11 +50,14 @@ struct MigManagerFlags {
   bool force = false;
   std::string operand_namespace;
   std::vector<std::string> deploy_labels;
+  std::vector<std::string> pause_labels;
   std::vector<std::string> restart_pod_selectors;
   std::string pod_wait_timeout = "5m";
   std::string host_command_timeout = "2m";
   std::string retry_min = "10s";
   std::string retry_max = "5m";
+  bool cdi_enabled = false;
+  std::vector<std::string> cdi_refresh_commands;
   bool once = false;
 };
 
@@ -118,24 +121,29 @@ absl::StatusOr<migmanager::ManagerOptions> BuildOptions(const MigManagerFlags& f
   if (!flags.deploy_labels.empty()) {
     r.deploy_components.clear();
     for (const std::string& entry : flags.deploy_labels) {
-      const size_t eq = entry.find('=');
-      migmanager::DeployComponent c;
-      c.label = entry.substr(0, eq);
-      if (eq != std::string::npos) c.pod_selector = entry.substr(eq + 1);
-      if (c.label.empty()) {
-        return absl::InvalidArgumentError(
-            StrCat("--deploy-label: expected <label>[=<pod selector>], got '", entry, "'"));
-      }
+      ASSIGN_OR_RETURN(migmanager::DeployComponent c,
+                       migmanager::ParseDeployComponent(entry, false, "deploy-label"));
       r.deploy_components.push_back(c);
     }
   }
-  if (!flags.restart_pod_selectors.empty()) r.restart_pod_selectors = flags.restart_pod_selectors;
-  for (const auto& c : r.deploy_components) {
-    if (c.pod_selector.empty()) continue;
-    if (auto m = migmanager::MatchesSelector({}, c.pod_selector); !m.ok()) return m.status();
+  for (const std::string& entry : flags.pause_labels) {
+    ASSIGN_OR_RETURN(migmanager::DeployComponent c,
+                     migmanager::ParseDeployComponent(entry, true, "pause-label"));
+    for (const migmanager::DeployComponent& other : r.deploy_components) {
+      if (other.label == c.label) {
+        return absl::InvalidArgumentError(
+            StrCat("--pause-label: ", c.label, " is also a --deploy-label"));
+      }
+    }
+    r.deploy_components.push_back(c);
   }
+  if (!flags.restart_pod_selectors.empty()) r.restart_pod_selectors = flags.restart_pod_selectors;
   for (const std::string& s : r.restart_pod_selectors) {
     if (auto m = migmanager::MatchesSelector({}, s); !m.ok()) return m.status();
+  }
+  if (!flags.cdi_refresh_commands.empty() && !flags.cdi_enabled) {
+    return absl::InvalidArgumentError(
+        "--cdi-refresh-command needs --cdi-enabled (CDI_ENABLED=true)");
   }
   ASSIGN_OR_RETURN(r.pod_wait_timeout,
                    ParseFlagDuration("pod-wait-timeout", flags.pod_wait_timeout));
@@ -159,11 +167,31 @@ std::vector<std::string> HostCommand(const MigManagerFlags& flags, const std::st
   return out;
 }
 
+// With CDI enabled and no --cdi-refresh-command, what NVIDIA's manager does after a change:
+// nvidia-smi (creates the /dev/nvidia-caps nodes of the new instances), the control device
+// nodes, and the toolkit's management CDI spec, all on the host.
+std::vector<std::vector<std::string>> CdiRefreshCommands(const MigManagerFlags& flags) {
+  std::vector<std::vector<std::string>> out;
+  for (const std::string& line : flags.cdi_refresh_commands) {
+    out.push_back(migmanager::SplitCommandLine(line));
+  }
+  if (!out.empty()) return out;
+  for (const char* line :
+       {"nvidia-smi", "nvidia-ctk system create-device-nodes --control-devices",
+        "nvidia-ctk cdi generate --mode=management "
+        "--output=/var/run/cdi/management.nvidia.com-gpu.yaml"}) {
+    out.push_back(HostCommand(flags, "", line));
+  }
+  return out;
+}
+
 int RunMigManager(const MigManagerFlags& flags) {
   auto options = BuildOptions(flags);
   if (!options.ok()) return Fail(options.status());
   auto host_timeout = ParseFlagDuration("host-command-timeout", flags.host_command_timeout);
   if (!host_timeout.ok()) return Fail(host_timeout.status());
+  options->reconciler.host_command_timeout = *host_timeout;
+  if (flags.cdi_enabled) options->reconciler.cdi_refresh_commands = CdiRefreshCommands(flags);
   auto cluster = k8s::LoadDefaultConfig(flags.kubeconfig);
   if (!cluster.ok()) return Fail(cluster.status());
   k8s::ClientOptions client_options;
@@ -264,6 +292,10 @@ void AddMigManagerCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--deploy-label", flags->deploy_labels,
                   "Operand switch to pause, <label>[=<pod selector>] (repeatable; replaces the "
                   "GPU Operator's list)");
+  cmd->add_option("--pause-label", flags->pause_labels,
+                  "Operand switch that is on while absent, <label>[=<pod selector>] (repeatable; "
+                  "added as paused-for-mig-change while GPUs change, removed afterwards; e.g. "
+                  "prism.io/gpu.deploy.device-plugin=app.kubernetes.io/name=prism-device-plugin)");
   cmd->add_option("--restart-pod-selector", flags->restart_pod_selectors,
                   "Pods on the node to delete after a change (repeatable; default "
                   "app=nvidia-operator-validator)");
@@ -273,6 +305,15 @@ void AddMigManagerCommand(CLI::App& app, int* exit_code) {
                   "Timeout of each systemctl / reboot command");
   cmd->add_option("--retry-min", flags->retry_min, "First retry delay after a failure");
   cmd->add_option("--retry-max", flags->retry_max, "Longest retry delay");
+  cmd->add_flag("--cdi-enabled", flags->cdi_enabled,
+                "After a layout change, refresh CDI (device nodes, the NVIDIA toolkit's CDI "
+                "spec) with the --cdi-refresh-command commands")
+      ->envname("CDI_ENABLED");
+  cmd->add_option("--cdi-refresh-command", flags->cdi_refresh_commands,
+                  "Command line run after a layout change with --cdi-enabled (repeatable, in "
+                  "order; default: [chroot <host-root>] nvidia-smi; nvidia-ctk system "
+                  "create-device-nodes --control-devices; nvidia-ctk cdi generate "
+                  "--mode=management --output=/var/run/cdi/management.nvidia.com-gpu.yaml)");
   cmd->add_flag("--once", flags->once, "Reconcile once and exit (status 1 if the state is failed)");
   cmd->callback([flags, exit_code] { *exit_code = RunMigManager(*flags); });
 }

@@ -103,7 +103,7 @@ class MigManagerCommandTest : public ::testing::Test {
     // The manager's environment variables must not leak in from the test's environment.
     std::string cmd = std::string(
                           "env -u NODE_NAME -u CONFIG_FILE -u DEFAULT_CONFIG_FILE -u MIG_STRATEGY "
-                          "-u WITH_REBOOT -u PRISM_NVML ") +
+                          "-u WITH_REBOOT -u PRISM_NVML -u CDI_ENABLED ") +
                       PRISM_BINARY;
     for (const std::string& a : args) cmd += " '" + a + "'";
     cmd += " >" + dir_ + "/out 2>" + dir_ + "/err";
@@ -184,6 +184,33 @@ TEST_F(MigManagerCommandTest, RejectsBadFlags) {
   std::ofstream(dir_ + "/clients.yaml") << "version: v2\n";
   EXPECT_EQ(RunOnce({"--gpu-clients-file=" + dir_ + "/clients.yaml"}), 1);
   EXPECT_THAT(Read("err"), HasSubstr("unknown version 'v2'"));
+  EXPECT_EQ(RunOnce({"--cdi-refresh-command=true"}), 1);
+  EXPECT_THAT(Read("err"), HasSubstr("--cdi-refresh-command needs --cdi-enabled"));
+  EXPECT_EQ(RunOnce({"--pause-label==app=x"}), 1);
+  EXPECT_THAT(Read("err"), HasSubstr("--pause-label: expected <label>[=<pod selector>]"));
+  EXPECT_EQ(RunOnce({"--pause-label=a=app!=x"}), 1);
+  EXPECT_THAT(Read("err"), HasSubstr("only key=value terms"));
+}
+
+TEST_F(MigManagerCommandTest, CdiRefreshCommandsRunAfterAChange) {
+  CreateNode({{kConfigLabel, "all-balanced"}});
+  const std::string marker = dir_ + "/refreshed";
+  EXPECT_EQ(RunOnce({"--cdi-enabled", "--cdi-refresh-command=touch " + marker,
+                     "--cdi-refresh-command=cp " + dir_ + "/gpus.yaml " + marker}),
+            0)
+      << Read("err");
+  // Both ran, in order, after the instances were created.
+  EXPECT_THAT(Read("refreshed"), HasSubstr("3g.40gb"));
+  EXPECT_THAT(Read("err"), HasSubstr("Refreshing CDI for the new MIG devices"));
+  // CDI_ENABLED=false (as the shipped DaemonSet sets it) means off.
+  fs::remove(marker);
+  SetLabel(kConfigLabel, "all-1g.10gb");
+  const std::string cmd = std::string("env -u NODE_NAME CDI_ENABLED=false ") + PRISM_BINARY +
+                          " mig-manager --once --node-name=node-1 --kubeconfig=" + dir_ +
+                          "/kubeconfig --nvml=sim:" + dir_ + "/gpus.yaml >/dev/null 2>&1";
+  EXPECT_EQ(WEXITSTATUS(std::system(cmd.c_str())), 0);
+  EXPECT_EQ(Label(kStateLabel), "success");
+  EXPECT_FALSE(fs::exists(marker));
 }
 
 TEST_F(MigManagerCommandTest, FollowsLabelChangesAndStopsOnSigterm) {

@@ -22,9 +22,14 @@ inline constexpr char kStateFailed[] = "failed";
 // kPausedValue while it changes GPUs and restores the value it found. `false` is never touched.
 inline constexpr char kDeployLabelPrefix[] = "nvidia.com/gpu.deploy.";
 inline constexpr char kPausedValue[] = "paused-for-mig-change";
+// Prism: the switch of Prism's device plugin. Its DaemonSet runs where the label is absent or
+// anything but `paused-for-mig-change` / `false` (operands.h: an on-when-absent switch).
+inline constexpr char kPrismDevicePluginDeployLabel[] = "prism.io/gpu.deploy.device-plugin";
 
-// Prism: which agent owns a node's MIG layout. `static` (or absent): this manager (from
-// kConfigLabel); `dynamic`: Prism's device plugin, and this manager refuses to touch the GPUs.
+// Who owns a node's MIG layout (docs/mig-manager.md "Who owns a node's MIG layout"): a node with
+// kConfigLabel is this manager's (static); without it the manager never changes the GPUs (they are
+// Prism's device plugin's, dynamic MIG). Prism's label `dynamic` marks the whole node as the
+// device plugin's explicitly: with kConfigLabel too, the manager refuses (DynamicNode).
 inline constexpr char kMigModeLabel[] = "prism.io/mig.mode";
 inline constexpr char kMigModeStatic[] = "static";
 inline constexpr char kMigModeDynamic[] = "dynamic";

@@ -11,6 +11,7 @@
 #include "base/strings.h"
 #include "core/mig/gpu_model.h"
 #include "k8s/resource.h"
+#include "migmanager/command.h"
 #include "migmanager/labels.h"
 #include "migparted/default_config.h"
 #include "migparted/hooks.h"
@@ -20,6 +21,7 @@ namespace prism::migmanager {
 namespace {
 
 constexpr std::string_view kLog = "mig-manager";
+constexpr char kCdiRefreshFailed[] = "CdiRefreshFailed";
 
 using Patchset = std::map<std::string, std::optional<std::string>>;
 
@@ -53,68 +55,6 @@ std::string DescribeSpec(const migparted::MigConfigSpec& spec) {
       "], devices=", devices, ")");
 }
 
-std::string PodKey(const k8s::Json& pod) {
-  return StrCat(k8s::Namespace(pod), "/", k8s::Name(pod));
-}
-
-bool IsTerminal(const k8s::Json& pod) {
-  const std::string phase = k8s::PodPhase(pod);
-  return phase == "Succeeded" || phase == "Failed";
-}
-
-std::map<std::string, std::string> StringMap(const k8s::Json* obj) {
-  std::map<std::string, std::string> out;
-  if (obj == nullptr || !obj->is_object()) return out;
-  for (const auto& [k, v] : obj->items()) {
-    if (v.is_string()) out[k] = v.get<std::string>();
-  }
-  return out;
-}
-
-// The extended resources under nvidia.com/ a pod's containers ask for.
-std::set<std::string> GpuResources(const k8s::Json& pod) {
-  std::set<std::string> out;
-  for (const char* list : {"containers", "initContainers"}) {
-    const k8s::Json* containers = k8s::Find(pod, {"spec", list});
-    if (containers == nullptr || !containers->is_array()) continue;
-    for (const k8s::Json& c : *containers) {
-      for (const char* kind : {"requests", "limits"}) {
-        const k8s::Json* res = k8s::Find(c, {"resources", kind});
-        if (res == nullptr || !res->is_object()) continue;
-        for (const auto& [name, qty] : res->items()) {
-          if (name.rfind("nvidia.com/", 0) != 0) continue;
-          if (qty.is_string() && qty.get<std::string>() == "0") continue;
-          if (qty.is_number() && qty.get<double>() == 0) continue;
-          out.insert(name);
-        }
-      }
-    }
-  }
-  return out;
-}
-
-// The GPUs (UUIDs) a pod placed by Prism holds, from its prism.io/decision annotation; nullopt
-// when the pod has no usable decision (then it may use any GPU of the node).
-std::optional<std::set<std::string>> DecisionGpus(const k8s::Json& pod) {
-  auto text = k8s::Annotation(pod, "prism.io/decision");
-  if (!text) return std::nullopt;
-  auto decision = k8s::ParseJson(*text, "prism.io/decision");
-  if (!decision.ok()) return std::nullopt;
-  const k8s::Json* containers = k8s::Find(*decision, {"containers"});
-  if (containers == nullptr || !containers->is_array()) return std::nullopt;
-  std::set<std::string> uuids;
-  for (const k8s::Json& c : *containers) {
-    const k8s::Json* devices = k8s::Find(c, {"devices"});
-    if (devices == nullptr || !devices->is_array()) continue;
-    for (const k8s::Json& d : *devices) {
-      const std::string uuid = k8s::GetString(d, {"uuid"});
-      if (uuid.empty()) return std::nullopt;
-      uuids.insert(uuid);
-    }
-  }
-  return uuids;
-}
-
 // The GPU model's catalog entry says a MIG mode change needs a GPU reset (Ampere).
 bool ModeChangeNeedsReset(const migparted::GpuApplyPreview& g) {
   if (g.mode.ResetPending()) return true;
@@ -134,17 +74,6 @@ std::string GpuList(const std::vector<int>& gpus) {
 }
 
 }  // namespace
-
-std::vector<DeployComponent> DefaultDeployComponents() {
-  return {
-      {"nvidia.com/gpu.deploy.device-plugin", "app=nvidia-device-plugin-daemonset"},
-      {"nvidia.com/gpu.deploy.gpu-feature-discovery", "app=gpu-feature-discovery"},
-      {"nvidia.com/gpu.deploy.dcgm-exporter", "app=nvidia-dcgm-exporter"},
-      {"nvidia.com/gpu.deploy.dcgm", "app=nvidia-dcgm"},
-      {"nvidia.com/gpu.deploy.nvsm", ""},
-      {"nvidia.com/gpu.deploy.client", ""},
-  };
-}
 
 std::string ConfigSource::Describe() const {
   if (!configmap_name.empty()) {
@@ -193,48 +122,6 @@ std::string_view OutcomeName(Outcome outcome) {
   return "unknown";
 }
 
-std::string EncodeInFlight(const InFlightRecord& record) {
-  k8s::Json j = {
-      {"config", record.config}, {"labels", record.labels}, {"services", record.services}};
-  return j.dump();
-}
-
-absl::StatusOr<InFlightRecord> DecodeInFlight(const std::string& text) {
-  ASSIGN_OR_RETURN(k8s::Json j, k8s::ParseJson(text, kInFlightAnnotation));
-  InFlightRecord record;
-  if (!j.is_object()) return absl::InvalidArgumentError("in-flight record: not a JSON object");
-  record.config = k8s::GetString(j, {"config"});
-  record.labels = StringMap(k8s::Find(j, {"labels"}));
-  if (const k8s::Json* s = k8s::Find(j, {"services"}); s != nullptr && s->is_array()) {
-    for (const k8s::Json& unit : *s) {
-      if (unit.is_string()) record.services.push_back(unit.get<std::string>());
-    }
-  }
-  return record;
-}
-
-absl::StatusOr<bool> MatchesSelector(const std::map<std::string, std::string>& labels,
-                                     const std::string& selector) {
-  for (std::string_view term : StrSplit(selector, ',', /*skip_empty=*/true)) {
-    term = StripWhitespace(term);
-    size_t eq = term.find("==");
-    size_t value_at = eq + 2;
-    if (eq == std::string_view::npos) {
-      eq = term.find('=');
-      value_at = eq + 1;
-    }
-    if (eq == std::string_view::npos || eq == 0 || term.find('!') != std::string_view::npos) {
-      return absl::InvalidArgumentError(
-          StrCat("pod selector '", selector, "': only key=value terms are supported"));
-    }
-    const std::string key(StripWhitespace(term.substr(0, eq)));
-    const std::string value(StripWhitespace(term.substr(value_at)));
-    auto it = labels.find(key);
-    if (it == labels.end() || it->second != value) return false;
-  }
-  return true;
-}
-
 // One attempt; holds what it learned about the node and what it paused.
 class Reconciler::Attempt {
  public:
@@ -275,6 +162,8 @@ class Reconciler::Attempt {
   absl::Status WaitForOperandPods(const std::set<std::string>& paused_keys);
   absl::Status StopHostServices();
   absl::StatusOr<std::vector<k8s::Json>> PodsOnNode();
+  // Runs the CDI refresh commands in order; the first failure is the error.
+  absl::Status RefreshCdi();
 
   const Reconciler& r_;
   const Interrupt& interrupt_;
@@ -400,7 +289,7 @@ void Reconciler::Attempt::RestoreInto(Patchset* labels, Patchset* annotations,
       problems->push_back(StrCat("starting ", *it, ": ", ToStd(s.message())));
     }
   }
-  if (!record_.labels.empty()) {
+  if (!record_.labels.empty() || !record_.added.empty()) {
     LogInfo(kLog,
             "Restarting all GPU clients previously shutdown in Kubernetes by reenabling their "
             "component-specific nodeSelector labels");
@@ -410,6 +299,11 @@ void Reconciler::Attempt::RestoreInto(Patchset* labels, Patchset* annotations,
     // Someone else changed it meanwhile (e.g. to `false`): theirs wins.
     if (it == labels_.end() || it->second != kPausedValue) continue;
     (*labels)[key] = value;
+  }
+  for (const std::string& key : record_.added) {
+    auto it = labels_.find(key);
+    if (it == labels_.end() || it->second != kPausedValue) continue;
+    (*labels)[key] = std::nullopt;  // It was absent: the operand runs again.
   }
   (*annotations)[kInFlightAnnotation] = std::nullopt;
 }
@@ -520,9 +414,8 @@ ReconcileResult Reconciler::Attempt::NoConfig() {
   Patchset annotations;
   std::vector<std::string> problems;
   RestoreInto(&labels, &annotations, &problems);
-  // No config asked for: a state would describe nothing.
-  labels[kStateLabel] = std::nullopt;
-  annotations[kReasonAnnotation] = std::nullopt;
+  // The state label (and the reason next to it) stays as the last attempt left it: NVIDIA's
+  // manager leaves it too, and tooling reads it after the config label is removed.
   if (auto s = UpdateGfdLabels(); !s.ok()) {
     LogWarning(kLog, "Updating GPU feature labels failed: ", ToStd(s.message()));
   }
@@ -606,6 +499,22 @@ void Reconciler::Attempt::LogWalk(const std::vector<migparted::MigConfigSpec>& s
   walk(false);
 }
 
+absl::Status Reconciler::Attempt::RefreshCdi() {
+  if (opts().cdi_refresh_commands.empty()) return absl::OkStatus();
+  LogInfo(kLog, "Refreshing CDI for the new MIG devices");
+  for (const std::vector<std::string>& argv : opts().cdi_refresh_commands) {
+    LogInfo(kLog, "  Running '", StrJoin(argv, " "), "'");
+    auto result = RunCommand(argv, opts().host_command_timeout);
+    if (!result.ok()) {
+      return absl::Status(result.status().code(),
+                          StrCat("CDI refresh: ", ToStd(result.status().message())));
+    }
+    if (!result->ok()) return absl::UnavailableError(StrCat("CDI refresh: ",
+                                                            DescribeFailure(argv, *result)));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<k8s::Json>> Reconciler::Attempt::PodsOnNode() {
   k8s::ListOptions options;
   options.field_selector = StrCat("spec.nodeName=", opts().node_name);
@@ -635,14 +544,39 @@ absl::StatusOr<std::string> Reconciler::Attempt::GpuUsers(const std::set<int>& c
 absl::Status Reconciler::Attempt::PauseOperands(std::set<std::string>* paused_keys) {
   Patchset labels;
   std::set<std::string> keys;
-  for (const DeployComponent& c : opts().deploy_components) keys.insert(c.label);
+  std::set<std::string> on_when_absent;
+  for (const DeployComponent& c : opts().deploy_components) {
+    keys.insert(c.label);
+    if (c.on_when_absent) on_when_absent.insert(c.label);
+  }
   for (const auto& kv : record_.labels) keys.insert(kv.first);
+  for (const std::string& key : record_.added) {
+    keys.insert(key);
+    on_when_absent.insert(key);
+  }
   for (const std::string& key : keys) {
     auto it = labels_.find(key);
+    if (it == labels_.end() && on_when_absent.count(key)) {
+      // The operand runs while the label is absent: adding it pauses it; removing it afterwards
+      // gives the node back as it was.
+      record_.labels.erase(key);
+      record_.added.insert(key);
+      labels[key] = kPausedValue;
+      paused_keys->insert(key);
+      continue;
+    }
     if (it == labels_.end() || it->second == "false") {
       // Absent, or switched off by someone else: not ours to touch.
       record_.labels.erase(key);
+      record_.added.erase(key);
       continue;
+    }
+    if (record_.added.count(key)) {
+      if (it->second == kPausedValue) {  // Added by the interrupted attempt: still ours.
+        paused_keys->insert(key);
+        continue;
+      }
+      record_.added.erase(key);  // Someone set it meanwhile: restore their value.
     }
     if (!record_.labels.count(key)) {
       // A `paused-for-mig-change` nobody recorded was left by a crashed manager of another
@@ -672,10 +606,7 @@ absl::Status Reconciler::Attempt::WaitForOperandPods(const std::set<std::string>
     if (pods.ok()) {
       for (const k8s::Json& pod : *pods) {
         if (IsTerminal(pod)) continue;
-        bool operand = false;
-        for (const auto& [key, value] : StringMap(k8s::Find(pod, {"spec", "nodeSelector"}))) {
-          if (paused_keys.count(key)) operand = true;
-        }
+        bool operand = SelectsOnAnyLabel(pod, paused_keys);
         for (const DeployComponent& c : opts().deploy_components) {
           if (operand || c.pod_selector.empty() || !paused_keys.count(c.label)) continue;
           if (!opts().operand_namespace.empty() &&
@@ -867,6 +798,13 @@ ReconcileResult Reconciler::Attempt::Run() {
   LogWalk(*specs, *preview);
   if (!preview->NeedsChanges()) {
     LogInfo(kLog, "Selected MIG configuration currently applied");
+    auto reason = annotations_.find(kReasonAnnotation);
+    if (reason != annotations_.end() && reason->second.rfind(kCdiRefreshFailed, 0) == 0) {
+      // The GPUs were changed by an attempt whose CDI refresh failed: finish that first.
+      if (auto s = RefreshCdi(); !s.ok()) {
+        return Fail(true, kCdiRefreshFailed, std::string(s.message()));
+      }
+    }
     return Succeed(StrCat("MIG config '", result_.config, "' is applied"));
   }
 
@@ -987,6 +925,7 @@ ReconcileResult Reconciler::Attempt::Run() {
                            : StrCat("reading back: ", ToStd(check.status().message())));
   }
   LogInfo(kLog, "MIG configuration applied successfully");
+  if (auto s = RefreshCdi(); !s.ok()) return Fail(true, kCdiRefreshFailed, std::string(s.message()));
   return Succeed(StrCat("applied MIG config '", result_.config, "': ", StrJoin(changes, "; ")));
 }
 

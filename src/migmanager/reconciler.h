@@ -4,7 +4,9 @@
 // The GPU Operator's reconfigure flow (mig.md §7.5) with prism's mig-parted semantics
 // (migparted::Apply: keep what fits, validate and plan every GPU before the first change, roll a
 // GPU back when a call fails) and without its wedges (mig.md §11):
-//   1. read the node; no label: nothing to do (an interrupted change is still finished);
+//   1. read the node; no label: nothing to do, the GPUs are not touched (they may be Prism's
+//      device plugin's, docs/mig-manager.md "Who owns a node's MIG layout"); the state label is
+//      left as it was, as NVIDIA's manager does; an interrupted change's pauses are restored;
 //   2. parse the config (ConfigMap, file or NVIDIA's default) and select the named config;
 //   3. keep to this manager's GPUs (docs/annotations.md: static vs dynamic nodes and GPUs);
 //   4. preview the change on every GPU: bad input fails here with nothing paused or changed;
@@ -15,8 +17,9 @@
 //      them to go (with a timeout); stop host GPU services (with a timeout);
 //   7. MIG mode phase; a mode change still pending a reset: reboot (`rebooting`) when allowed,
 //      with a guard against reboot loops, else fail;
-//   8. apply; write GFD labels; start host services (reverse order) and restore the deploy
-//      labels; restart validator pods; `success`.
+//   8. apply; with CDI enabled, run the CDI refresh commands (device nodes of the new MIG
+//      instances, the toolkit's CDI spec); write GFD labels; start host services (reverse
+//      order) and restore the deploy labels; restart validator pods; `success`.
 // Every failure after step 6 restores what was paused before writing `failed`; the reason is in
 // the log, a Warning Event on the node and the `prism.io/mig.config.reason` annotation. A crash
 // leaves the record annotation behind, and the next attempt (after a restart) finishes the
@@ -39,21 +42,11 @@
 #include "k8s/event_recorder.h"
 #include "migmanager/gfd_labels.h"
 #include "migmanager/host.h"
+#include "migmanager/operands.h"
 #include "migparted/config.h"
 #include "nvml/nvml.h"
 
 namespace prism::migmanager {
-
-// An operand the manager pauses: its deploy label, and (optionally) an equality label selector
-// ("app=nvidia-device-plugin-daemonset") for its pods. Pods whose nodeSelector uses a paused
-// label are waited for too, whatever their labels.
-struct DeployComponent {
-  std::string label;
-  std::string pod_selector;
-};
-// The GPU Operator's operands: device-plugin, gpu-feature-discovery, dcgm-exporter, dcgm, nvsm
-// and the third-party `client` switch.
-std::vector<DeployComponent> DefaultDeployComponents();
 
 // Where the mig-parted config comes from: a ConfigMap (read at every attempt), else a file
 // (read at every attempt), else NVIDIA's default config built into Prism.
@@ -85,6 +78,12 @@ struct ReconcilerOptions {
   // Pods on the node deleted after a change so that they re-run their checks.
   std::vector<std::string> restart_pod_selectors = {"app=nvidia-operator-validator"};
   absl::Duration pod_wait_timeout = absl::Minutes(5);
+  // Host commands run, in order, after a change of the MIG layout and before the operands come
+  // back (CDI: create the new instances' device nodes, regenerate the NVIDIA toolkit's CDI
+  // spec). Empty: none. A command that fails fails the attempt (`CdiRefreshFailed`, retried;
+  // the retry runs them again even when the GPUs need no further change).
+  std::vector<std::vector<std::string>> cdi_refresh_commands;
+  absl::Duration host_command_timeout = absl::Minutes(2);
   absl::Duration poll_interval = absl::Seconds(1);
   const k8s::Clock* clock = k8s::RealClock::Get();
 };
@@ -145,19 +144,5 @@ class Reconciler {
   k8s::EventRecorder* const events_;
   const ReconcilerOptions options_;
 };
-
-// The record of an in-flight change (annotation prism.io/mig-manager.in-flight).
-struct InFlightRecord {
-  std::string config;
-  std::map<std::string, std::string> labels;  // Deploy label -> value to restore.
-  std::vector<std::string> services;          // Host units to start again, in stop order.
-  bool empty() const { return config.empty() && labels.empty() && services.empty(); }
-};
-std::string EncodeInFlight(const InFlightRecord& record);
-absl::StatusOr<InFlightRecord> DecodeInFlight(const std::string& text);
-
-// Whether `labels` match an equality selector "k=v,k2=v2"; InvalidArgument for other syntax.
-absl::StatusOr<bool> MatchesSelector(const std::map<std::string, std::string>& labels,
-                                     const std::string& selector);
 
 }  // namespace prism::migmanager

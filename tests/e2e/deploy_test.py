@@ -9,7 +9,11 @@
   with ignoredByScheduler, the Service, the CA file it mounts), the webhook's Service and paths,
   the certificate's names and Secret, the device config the scheduler watches, least-privilege
   RBAC (no wildcards, no cluster-admin, exactly the verbs Prism uses), and every flag the
-  manifests pass to `prism` exists ($PRISM_BINARY's --help, when the binary is there).
+  manifests pass to `prism` exists ($PRISM_BINARY's --help, when the binary is there);
+- the MIG manager (`prism mig-manager`): its DaemonSet lands on MIG-capable GPU nodes only, with
+  no more host access than it uses, reads the shipped mig-parted ConfigMap (NVIDIA's default,
+  byte for byte) through a name-limited Role, and pauses Prism's device plugin only where the
+  plugin's DaemonSet honours the pause. mig_manager_deploy_test.py runs the rendered DaemonSet.
 """
 import os
 import re
@@ -43,6 +47,11 @@ def kustomize_objects():
     for path in k["resources"]:
         with open(os.path.join(DEPLOY, path)) as f:
             objects += [d for d in yaml.safe_load_all(f) if d]
+    for patch in k.get("patches", []):
+        with open(os.path.join(DEPLOY, patch["path"])) as f:
+            p = yaml.safe_load(f)
+        target = find(objects, p["kind"], p["metadata"]["name"])
+        _merge_patch(target, p)
     for gen in k.get("configMapGenerator", []):
         data = {}
         for spec in gen["files"]:
@@ -57,6 +66,15 @@ def kustomize_objects():
         if o["kind"] not in cluster_scoped:
             o["metadata"].setdefault("namespace", NS)
     return objects, False
+
+
+def _merge_patch(target, patch):
+    """The part of a strategic merge patch the base uses: maps merge, everything else replaces."""
+    for k, v in patch.items():
+        if isinstance(v, dict) and isinstance(target.get(k), dict):
+            _merge_patch(target[k], v)
+        else:
+            target[k] = v
 
 
 def key(o):
@@ -76,6 +94,47 @@ def container(workload, name):
         if c["name"] == name:
             return c
     raise AssertionError(f"no container {name} in {workload['metadata']['name']}")
+
+
+def pod_spec(workload):
+    return workload["spec"]["template"]["spec"]
+
+
+def runs_on(workload, node_labels):
+    """Whether the workload's nodeSelector and required node affinity admit a node."""
+    spec = pod_spec(workload)
+    for k, v in spec.get("nodeSelector", {}).items():
+        if node_labels.get(k) != v:
+            return False
+    required = (spec.get("affinity", {}).get("nodeAffinity", {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    if not required:
+        return True
+
+    def term_matches(term):
+        for e in term.get("matchExpressions", []):
+            value, op = node_labels.get(e["key"]), e["operator"]
+            if op == "In" and value not in e["values"]:
+                return False
+            if op == "NotIn" and value in e["values"]:
+                return False
+            if op == "Exists" and value is None:
+                return False
+            if op == "DoesNotExist" and value is not None:
+                return False
+            if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
+                raise AssertionError(f"operator {op} not understood")
+        return True
+
+    return any(term_matches(t) for t in required["nodeSelectorTerms"])
+
+
+def env_of(c):
+    return {e["name"]: e for e in c.get("env", [])}
+
+
+def flag_values(args, flag):
+    return [a.split("=", 1)[1] for a in args if a.startswith(flag + "=")]
 
 
 class Wiring:
@@ -171,6 +230,10 @@ class Wiring:
             "prism-device-plugin": {("", "pods"): {"get", "list", "watch", "patch"},
                                     ("", "nodes"): {"get", "list", "watch", "patch"},
                                     ("", "events"): {"create", "patch"}},
+            # Its own node (informer, reads, label patches); pods on its node (list) and the GPU
+            # Operator's validator pods (delete). ConfigMap and Events: the Roles below.
+            "prism-mig-manager": {("", "nodes"): {"get", "list", "watch", "patch"},
+                                  ("", "pods"): {"list", "delete"}},
         }
         for o in self.objects:
             if o["kind"] in ("ClusterRole", "Role"):
@@ -189,19 +252,123 @@ class Wiring:
         role = find(self.objects, "Role", "prism-scheduler")
         lease_updates = [r for r in role["rules"] if "update" in r["verbs"]]
         self.assertEqual(lease_updates[0]["resourceNames"], ["prism-scheduler"])
+        # The MIG manager reads one ConfigMap, by name, and writes Events about Nodes, which
+        # live in `default`.
+        (cm_rule,) = find(self.objects, "Role", "prism-mig-manager")["rules"]
+        self.assertEqual((cm_rule["resources"], sorted(cm_rule["verbs"]), cm_rule["resourceNames"]),
+                         (["configmaps"], ["get", "list", "watch"], ["prism-mig-parted-config"]))
+        events = find(self.objects, "Role", "prism-mig-manager-events")
+        self.assertEqual(events["metadata"]["namespace"], "default")
+        (ev_rule,) = events["rules"]
+        self.assertEqual((ev_rule["resources"], sorted(ev_rule["verbs"])),
+                         (["events"], ["create", "patch"]))
+        ds = find(self.objects, "DaemonSet", "prism-mig-manager")
+        sa = pod_spec(ds)["serviceAccountName"]
+        for kind, name, role_kind in (("ClusterRoleBinding", "prism-mig-manager", "ClusterRole"),
+                                      ("RoleBinding", "prism-mig-manager", "Role"),
+                                      ("RoleBinding", "prism-mig-manager-events", "Role")):
+            b = find(self.objects, kind, name)
+            self.assertEqual(b["roleRef"]["kind"], role_kind)
+            self.assertEqual(b["subjects"], [{"kind": "ServiceAccount", "name": sa,
+                                              "namespace": ds["metadata"]["namespace"]}], name)
+        self.assertEqual(find(self.objects, "RoleBinding", "prism-mig-manager")["metadata"]
+                         ["namespace"], ds["metadata"]["namespace"])
 
     def test_every_flag_passed_to_prism_exists(self):
         binary = os.environ.get("PRISM_BINARY", "")
         if not binary or not os.access(binary, os.X_OK):
             self.skipTest("prism binary not built")
         for kind, name, cname in (("Deployment", "prism-scheduler", "scheduler"),
-                                  ("DaemonSet", "prism-device-plugin", "device-plugin")):
+                                  ("DaemonSet", "prism-device-plugin", "device-plugin"),
+                                  ("DaemonSet", "prism-mig-manager", "mig-manager")):
             args = container(find(self.objects, kind, name), cname)["args"]
             help_text = subprocess.run([binary, args[0], "--help"], capture_output=True,
                                        text=True).stdout
             for a in args[1:]:
                 flag = a.split("=", 1)[0]
                 self.assertRegex(help_text, re.escape(flag) + r"\b", f"{name}: {flag}")
+        # Every variable the MIG manager is given is one it reads (NVIDIA_*: the container
+        # runtime's; POD_NAMESPACE: expanded into another variable).
+        c = container(find(self.objects, "DaemonSet", "prism-mig-manager"), "mig-manager")
+        help_text = subprocess.run([binary, "mig-manager", "--help"], capture_output=True,
+                                   text=True).stdout
+        for name in env_of(c):
+            if name.startswith("NVIDIA_") or name == "POD_NAMESPACE":
+                continue
+            self.assertIn(f"Env:{name}", help_text.replace(" ", ""), name)
+
+    def test_mig_manager_runs_on_mig_capable_gpu_nodes_only(self):
+        ds = find(self.objects, "DaemonSet", "prism-mig-manager")
+        gpu = {"nvidia.com/gpu.present": "true"}
+        self.assertTrue(runs_on(ds, gpu))  # No GPU Feature Discovery: it labels the node itself.
+        self.assertTrue(runs_on(ds, {**gpu, "nvidia.com/mig.capable": "true"}))
+        self.assertTrue(runs_on(ds, {**gpu, "nvidia.com/mig.config": "all-1g.10gb"}))
+        self.assertFalse(runs_on(ds, {**gpu, "nvidia.com/mig.capable": "false"}))
+        self.assertFalse(runs_on(ds, {"nvidia.com/mig.capable": "true"}))  # Not a GPU node.
+        self.assertFalse(runs_on(ds, {}))
+        tolerated = {t["key"] for t in pod_spec(ds)["tolerations"]}
+        self.assertIn("nvidia.com/gpu", tolerated)
+        self.assertEqual(pod_spec(ds)["priorityClassName"], "system-node-critical")
+
+    def test_mig_manager_has_the_host_access_it_uses_and_no_more(self):
+        ds = find(self.objects, "DaemonSet", "prism-mig-manager")
+        spec = pod_spec(ds)
+        (c,) = spec["containers"]
+        self.assertEqual(c["securityContext"], {"privileged": True})  # NVML's MIG calls.
+        for field in ("hostPID", "hostIPC", "hostNetwork"):
+            self.assertFalse(spec.get(field, False), field)
+        host_paths = {v["name"]: v["hostPath"]["path"] for v in spec["volumes"] if "hostPath" in v}
+        self.assertEqual(host_paths, {"host-root": "/"})
+        mounts = {m["name"]: m for m in c["volumeMounts"]}
+        env = env_of(c)
+        # The host root is there for chroot'd host commands only: reboot, host services, CDI.
+        self.assertEqual(env["HOST_ROOT_MOUNT"]["value"], mounts["host-root"]["mountPath"])
+        for name in ("WITH_REBOOT", "WITH_SHUTDOWN_HOST_GPU_CLIENTS", "CDI_ENABLED"):
+            self.assertEqual(env[name]["value"], "false", name)
+        self.assertEqual(env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"], "spec.nodeName")
+        self.assertEqual(env["MIG_STRATEGY"]["value"], "mixed")
+
+    def test_mig_manager_reads_the_shipped_mig_parted_config(self):
+        ds = find(self.objects, "DaemonSet", "prism-mig-manager")
+        c = container(ds, "mig-manager")
+        env = env_of(c)
+        self.assertEqual(env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"],
+                         "metadata.namespace")
+        ns, name = env["PRISM_MIG_CONFIG_CONFIGMAP"]["value"].split("/")
+        self.assertEqual(ns, "$(POD_NAMESPACE)")
+        cm = find(self.objects, "ConfigMap", name)
+        self.assertEqual(cm["metadata"]["name"], name)  # Read by name: no hash suffix.
+        self.assertEqual(cm["metadata"]["namespace"], ds["metadata"]["namespace"])
+        with open(os.path.join(ROOT, "data", "mig-parted", "default-mig-parted-config.yaml")) as f:
+            nvidia_default = f.read()
+        self.assertEqual(cm["data"]["config.yaml"].rstrip("\n"), nvidia_default.rstrip("\n"))
+        cfg = yaml.safe_load(cm["data"]["config.yaml"])
+        for name in ("all-disabled", "all-1g.10gb", "all-balanced"):
+            self.assertIn(name, cfg["mig-configs"])
+        # The host GPU clients file is the mounted ConfigMap's key.
+        clients_path = env["GPU_CLIENTS_FILE"]["value"]
+        mount = [m for m in c["volumeMounts"]
+                 if clients_path.startswith(m["mountPath"].rstrip("/") + "/")][0]
+        vol = [v for v in pod_spec(ds)["volumes"] if v["name"] == mount["name"]][0]
+        clients_cm = find(self.objects, "ConfigMap", re.sub(r"-[0-9a-z]{10}$", "",
+                                                            vol["configMap"]["name"]))
+        clients = yaml.safe_load(clients_cm["data"][os.path.basename(clients_path)])
+        self.assertEqual(clients["version"], "v1")
+        self.assertIn("nvidia-dcgm.service", clients["systemd-services"])
+
+    def test_mig_manager_pauses_only_operands_that_honour_the_pause(self):
+        c = container(find(self.objects, "DaemonSet", "prism-mig-manager"), "mig-manager")
+        for entry in flag_values(c["args"], "--pause-label"):
+            label, selector = entry.split("=", 1)
+            want = dict(term.split("=", 1) for term in selector.split(","))
+            (ds,) = [o for o in self.objects if o["kind"] == "DaemonSet" and
+                     all(o["spec"]["template"]["metadata"]["labels"].get(k) == v
+                         for k, v in want.items())]
+            base = {"nvidia.com/gpu.present": "true", "nvidia.com/mig.capable": "true"}
+            self.assertTrue(runs_on(ds, base), "an absent switch means running")
+            self.assertFalse(runs_on(ds, {**base, label: "paused-for-mig-change"}))
+            self.assertFalse(runs_on(ds, {**base, label: "false"}))
+            self.assertTrue(runs_on(ds, {**base, label: "true"}))
 
 
 class KustomizeBaseTest(Wiring, unittest.TestCase):
@@ -227,16 +394,31 @@ class HelmChartTest(Wiring, unittest.TestCase):
         base, _ = kustomize_objects()
         want = {key(o) for o in base if o["kind"] != "Namespace"}  # helm --create-namespace
         self.assertEqual({key(o) for o in self.objects}, want)
-        for kind, name, cname in (("Deployment", "prism-scheduler", "scheduler"),
-                                  ("Deployment", "prism-kube-scheduler", "kube-scheduler"),
-                                  ("DaemonSet", "prism-device-plugin", "device-plugin")):
+        # Both pause Prism's device plugin during a static layout change, and its DaemonSet
+        # honours the pause in both (the same node affinity).
+        paused = self.objects
+        self.assertEqual(pod_spec(find(base, "DaemonSet", "prism-device-plugin")).get("affinity"),
+                         pod_spec(find(self.objects, "DaemonSet", "prism-device-plugin")).get("affinity"))
+        for kind, name, cname, chart in (
+                ("Deployment", "prism-scheduler", "scheduler", self.objects),
+                ("Deployment", "prism-kube-scheduler", "kube-scheduler", self.objects),
+                ("DaemonSet", "prism-device-plugin", "device-plugin", self.objects),
+                ("DaemonSet", "prism-mig-manager", "mig-manager", paused)):
             a = container(find(base, kind, name), cname)
-            b = container(find(self.objects, kind, name), cname)
+            b = container(find(chart, kind, name), cname)
             for field in ("args", "command", "env", "ports", "volumeMounts", "securityContext"):
                 self.assertEqual(a.get(field), b.get(field), f"{name} {field}")
         for kind, name in (("ClusterRole", "prism-scheduler"), ("Role", "prism-scheduler"),
-                           ("ClusterRole", "prism-device-plugin")):
+                           ("ClusterRole", "prism-device-plugin"),
+                           ("ClusterRole", "prism-mig-manager"), ("Role", "prism-mig-manager"),
+                           ("Role", "prism-mig-manager-events")):
             self.assertEqual(find(base, kind, name)["rules"], find(self.objects, kind, name)["rules"])
+        a, b = (pod_spec(find(objs, "DaemonSet", "prism-mig-manager")) for objs in (base, paused))
+        for field in ("affinity", "tolerations", "priorityClassName", "runtimeClassName",
+                      "terminationGracePeriodSeconds"):
+            self.assertEqual(a.get(field), b.get(field), field)
+        self.assertEqual([v["hostPath"] for v in a["volumes"] if "hostPath" in v],
+                         [v["hostPath"] for v in b["volumes"] if "hostPath" in v])
         kcfg = [yaml.safe_load(find(objs, "ConfigMap", "prism-kube-scheduler-config")["data"]
                                ["kube-scheduler-config.yaml"]) for objs in (base, self.objects)]
         self.assertEqual(kcfg[0], kcfg[1])
@@ -251,7 +433,8 @@ class HelmChartTest(Wiring, unittest.TestCase):
         }, namespace="gpu")
         kinds = {o["kind"] for o in objs}
         self.assertNotIn("Certificate", kinds)
-        self.assertNotIn("DaemonSet", kinds)
+        self.assertNotIn("prism-device-plugin",
+                         [o["metadata"]["name"] for o in objs if o["kind"] == "DaemonSet"])
         hook = find(objs, "MutatingWebhookConfiguration", "prism-webhook")
         self.assertEqual(hook["webhooks"][0]["clientConfig"]["caBundle"], "Q0E=")
         self.assertNotIn("annotations", hook["metadata"])
@@ -265,6 +448,32 @@ class HelmChartTest(Wiring, unittest.TestCase):
         dc = yaml.safe_load(find(objs, "ConfigMap", "prism-device-config")["data"]
                             ["device-config.yaml"])
         self.assertEqual(dc["nvidia"]["deviceSplitCount"], 4)
+
+    def test_mig_manager_variants(self):
+        objs = helm_render.render_objects(CHART, {"migManager": {"enabled": False}}, namespace=NS)
+        self.assertEqual([o["metadata"]["name"] for o in objs if "mig-manager" in
+                          o["metadata"]["name"] or "mig-" in o["metadata"]["name"]], [])
+        custom = "version: v1\nmig-configs:\n  mine:\n    - devices: all\n      mig-enabled: false\n"
+        objs = helm_render.render_objects(CHART, {"migManager": {
+            "withReboot": True, "shutdownHostGpuClients": True, "cdiEnabled": True,
+            "migStrategy": "single", "config": custom, "extraArgs": ["--force"]}}, namespace=NS)
+        c = container(find(objs, "DaemonSet", "prism-mig-manager"), "mig-manager")
+        env = env_of(c)
+        self.assertEqual((env["WITH_REBOOT"]["value"], env["WITH_SHUTDOWN_HOST_GPU_CLIENTS"]["value"],
+                          env["CDI_ENABLED"]["value"], env["MIG_STRATEGY"]["value"]),
+                         ("true", "true", "true", "single"))
+        self.assertEqual(c["args"], [
+            "mig-manager",
+            "--pause-label=prism.io/gpu.deploy.device-plugin=app.kubernetes.io/name=prism-device-plugin",
+            "--force"])
+        cm = find(objs, "ConfigMap", "prism-mig-parted-config")
+        self.assertEqual(yaml.safe_load(cm["data"]["config.yaml"]), yaml.safe_load(custom))
+        with open(os.path.join(CHART, "files", "default-mig-parted-config.yaml")) as a, \
+                open(os.path.join(ROOT, "data", "mig-parted", "default-mig-parted-config.yaml")) as b:
+            self.assertEqual(a.read(), b.read())
+        with open(os.path.join(CHART, "files", "gpu-clients.yaml")) as a, \
+                open(os.path.join(DEPLOY, "mig-manager", "gpu-clients.yaml")) as b:
+            self.assertEqual(a.read(), b.read())
 
     def test_renderer_refuses_what_it_does_not_understand(self):
         with self.assertRaises(helm_render.TemplateError):

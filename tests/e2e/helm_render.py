@@ -162,7 +162,9 @@ class Renderer:
         if fn == "default":
             return vals[1] if _truthy(vals[1]) else vals[0]
         if fn == "quote":
-            return '"' + str(vals[0]).replace('"', '\\"') + '"'
+            v = vals[0]
+            text = ("true" if v else "false") if isinstance(v, bool) else str(v)  # Go's %v.
+            return '"' + text.replace('"', '\\"') + '"'
         if fn == "toYaml":
             return _to_yaml(vals[0])
         if fn == "nindent":
