@@ -2,8 +2,15 @@
 
 #include <openssl/ssl.h>
 
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <exception>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <utility>
+#include <vector>
 
 #include "httplib.h"
 
@@ -38,6 +45,64 @@ void Reply(httplib::Response& res, const HttpReply& reply) {
   res.status = reply.status;
   res.set_content(reply.body, reply.content_type);
 }
+
+// cpp-httplib hands each connection to one worker until the connection closes (keep-alive
+// included), so with a fixed pool N idle connections starve every other client, /healthz
+// included. This pool keeps `min` workers and starts another whenever a connection arrives and
+// none is free, up to `max`; extra workers stay for later bursts.
+class ElasticPool : public httplib::TaskQueue {
+ public:
+  ElasticPool(size_t min, size_t max) : max_(std::max(min, max)) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < min; ++i) threads_.emplace_back([this] { Work(); });
+  }
+  ~ElasticPool() override = default;
+
+  void enqueue(std::function<void()> fn) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    jobs_.push_back(std::move(fn));
+    if (jobs_.size() > idle_ && threads_.size() < max_) {
+      threads_.emplace_back([this] { Work(); });
+    } else {
+      cv_.notify_one();
+    }
+  }
+
+  void shutdown() override {
+    std::vector<std::thread> threads;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      shutdown_ = true;
+      threads.swap(threads_);
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads) t.join();
+  }
+
+ private:
+  void Work() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (true) {
+      ++idle_;
+      cv_.wait(lock, [this] { return !jobs_.empty() || shutdown_; });
+      --idle_;
+      if (jobs_.empty()) return;  // Shut down with nothing left to do.
+      std::function<void()> fn = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      fn();
+      lock.lock();
+    }
+  }
+
+  const size_t max_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  std::vector<std::thread> threads_;
+  size_t idle_ = 0;
+  bool shutdown_ = false;
+};
 
 }  // namespace
 
@@ -74,11 +139,29 @@ absl::Status ExtenderServer::Start() {
     impl_->server = std::make_unique<httplib::Server>();
   }
   httplib::Server& s = *impl_->server;
-  const int threads = options_.threads;
-  s.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  const size_t threads = static_cast<size_t>(std::max(1, options_.threads));
+  const size_t max_threads = std::max(threads, static_cast<size_t>(options_.max_threads));
+  s.new_task_queue = [threads, max_threads] { return new ElasticPool(threads, max_threads); };
   s.set_payload_max_length(options_.max_body_bytes);
   s.set_keep_alive_max_count(100000);
   s.set_keep_alive_timeout(options_.keep_alive_timeout_seconds);
+  s.set_read_timeout(options_.read_timeout_seconds, 0);
+  s.set_write_timeout(options_.read_timeout_seconds, 0);
+  // Handlers report errors in their replies; an exception reaching here is a bug. Log it, and
+  // answer 500 without its text (cpp-httplib's default puts it in an EXCEPTION_WHAT header).
+  s.set_exception_handler(
+      [](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+        std::string what = "unknown exception";
+        try {
+          if (ep) std::rethrow_exception(ep);
+        } catch (const std::exception& e) {
+          what = e.what();
+        } catch (...) {
+        }
+        LogError(kLog, req.method, " ", req.path, ": unhandled exception: ", what);
+        res.status = 500;
+        res.set_content("{\"Error\":\"internal error\"}", "application/json");
+      });
   // Go's transport sets TCP_NODELAY; without it small replies wait for delayed ACKs (~40 ms).
   s.set_tcp_nodelay(true);
   Scheduler* sched = scheduler_;
