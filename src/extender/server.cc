@@ -1,9 +1,12 @@
 #include "extender/server.h"
 
 #include <openssl/ssl.h>
+#include <sys/socket.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <exception>
 #include <fstream>
@@ -21,6 +24,7 @@ namespace prism::extender {
 namespace {
 
 constexpr char kLog[] = "extender-server";
+constexpr int kListenBacklog = 1024;
 
 bool Readable(const std::string& path) { return std::ifstream(path).good(); }
 
@@ -196,6 +200,14 @@ absl::Status ExtenderServer::Start() {
         StrCat("{\"Error\":\"", res.status == 404 ? "no such path: " : "error: ", req.path, "\"}"),
         "application/json");
   });
+  // cpp-httplib listens with a backlog of 5: a burst of new connections (kube-scheduler's binding
+  // goroutines, a probe behind them) overflows it and waits for SYN retransmits (1 s, 3 s...).
+  // Linux lets listen() be called again on the bound socket to raise it.
+  int listen_fd = -1;
+  s.set_socket_options([&listen_fd](socket_t sock) {
+    httplib::default_socket_options(sock);
+    listen_fd = sock;
+  });
   if (options_.port == 0) {
     port_ = s.bind_to_any_port(options_.host);
     if (port_ < 0) port_ = 0;
@@ -204,6 +216,9 @@ absl::Status ExtenderServer::Start() {
   }
   if (port_ == 0) {
     return absl::UnavailableError(StrCat("cannot listen on ", options_.host, ":", options_.port));
+  }
+  if (listen_fd >= 0 && ::listen(listen_fd, kListenBacklog) != 0) {
+    LogWarning(kLog, "cannot raise the listen backlog: ", std::strerror(errno));
   }
   thread_ = std::thread([&s] { s.listen_after_bind(); });
   LogInfo(kLog, "serving ", options_.probes_only ? "probes and metrics" : "the extender", " on ",
