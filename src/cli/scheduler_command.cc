@@ -43,7 +43,7 @@ struct SchedulerFlags {
   std::string tls_cert_file;
   std::string tls_key_file;
   int threads = 64;
-  int max_threads = 1024;
+  int max_threads = 256;
   int64_t max_request_bytes = int64_t{16} << 20;
   double kube_qps = 100;
   int kube_burst = 200;

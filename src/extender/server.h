@@ -32,7 +32,7 @@ struct ServerOptions {
   // busy another is started, up to `max_threads`: idle or slow connections cannot starve the
   // others (/healthz included) until there are that many of them.
   int threads = 64;
-  int max_threads = 1024;
+  int max_threads = 256;
   // Idle keep-alive connections are closed after this long. Stop() waits for open connections,
   // so this also bounds how long a stop takes.
   int keep_alive_timeout_seconds = 5;
