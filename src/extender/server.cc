@@ -114,6 +114,7 @@ class ExtenderServer::Impl {
  public:
   std::unique_ptr<httplib::Server> server;
   TlsFiles tls;
+  int listen_fd = -1;  // The listening socket, once bound.
 };
 
 ExtenderServer::ExtenderServer(Scheduler* scheduler, ServerOptions options)
@@ -203,10 +204,11 @@ absl::Status ExtenderServer::Start() {
   // cpp-httplib listens with a backlog of 5: a burst of new connections (kube-scheduler's binding
   // goroutines, a probe behind them) overflows it and waits for SYN retransmits (1 s, 3 s...).
   // Linux lets listen() be called again on the bound socket to raise it.
-  int listen_fd = -1;
-  s.set_socket_options([&listen_fd](socket_t sock) {
+  int* listen_fd = &impl_->listen_fd;
+  *listen_fd = -1;
+  s.set_socket_options([listen_fd](socket_t sock) {
     httplib::default_socket_options(sock);
-    listen_fd = sock;
+    *listen_fd = sock;
   });
   if (options_.port == 0) {
     port_ = s.bind_to_any_port(options_.host);
@@ -217,7 +219,7 @@ absl::Status ExtenderServer::Start() {
   if (port_ == 0) {
     return absl::UnavailableError(StrCat("cannot listen on ", options_.host, ":", options_.port));
   }
-  if (listen_fd >= 0 && ::listen(listen_fd, kListenBacklog) != 0) {
+  if (*listen_fd >= 0 && ::listen(*listen_fd, kListenBacklog) != 0) {
     LogWarning(kLog, "cannot raise the listen backlog: ", std::strerror(errno));
   }
   thread_ = std::thread([&s] { s.listen_after_bind(); });
