@@ -133,7 +133,9 @@ void PrintJson(const std::vector<PlannedPod>& pods, const sched::Engine& engine,
     }
     all.push_back(std::move(j));
   }
-  out << all.dump(2) << "\n";
+  // Pod names are checked when read; node names and GPU UUIDs come from the cluster file: a byte
+  // that is not UTF-8 is written as U+FFFD rather than aborting the plan.
+  out << all.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
 }
 
 int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {

@@ -148,5 +148,57 @@ spec:
   EXPECT_THAT(policy.err, HasSubstr("--policy"));
 }
 
+// Issue 13 #2: a pod file whose document starts with ',' made yaml-cpp's LoadAll loop forever,
+// growing memory. `timeout` turns a hang into exit code 124.
+TEST_F(PlanCommandTest, PodFileStartingWithACommaIsAnError) {
+  for (const std::string text : {",", "---\n,", ", a"}) {
+    const std::string cmd = "timeout -s KILL 20 " + std::string(PRISM_BINARY) + " plan --cluster " +
+                            Example("seed-cluster.yaml") + " " + Write("comma.yaml", text) + " >" +
+                            dir_ + "/out 2>" + dir_ + "/err";
+    const int status = std::system(cmd.c_str());
+    ASSERT_TRUE(WIFEXITED(status)) << text;
+    EXPECT_EQ(WEXITSTATUS(status), 2) << text;
+    EXPECT_THAT(Read("err"), HasSubstr("comma.yaml: not valid YAML: line ")) << text;
+  }
+}
+
+// Issue 13 #3: a byte that is not UTF-8 in a name aborted `prism plan` (nlohmann type_error.316
+// while writing JSON). Pod and container names are rejected when read; node names and GPU UUIDs
+// from the cluster file are written with U+FFFD.
+TEST_F(PlanCommandTest, NamesThatAreNotUtf8) {
+  const std::string cluster = "--cluster " + Example("seed-cluster.yaml") + " ";
+  Result pod = Run(cluster + Write("p.yaml",
+                                   "kind: Pod\nmetadata: {name: \"gpu\xff\"}\n"
+                                   "spec: {containers: [{name: main}]}\n"));
+  EXPECT_EQ(pod.exit_code, 2);
+  EXPECT_THAT(pod.err, HasSubstr("metadata.name: byte 0xff at offset 3 is not UTF-8"));
+  Result container = Run(cluster + Write("c.yaml",
+                                         "kind: Pod\nmetadata: {name: p}\n"
+                                         "spec: {containers: [{name: \"m\xc3\"}]}\n"));
+  EXPECT_EQ(container.exit_code, 2);
+  EXPECT_THAT(container.err, HasSubstr("spec.containers[0].name: byte 0xc3 at offset 1"));
+
+  const std::string node_cluster = Write("cluster.yaml", R"(
+nodes:
+  - name: "node-)"
+                                                         "\xfe"
+                                                         R"("
+    cpu: "32"
+    memory: 128Gi
+    gpus:
+      - {model: T4, memory: 16Gi, uuid: "GPU-)"
+                                                         "\xff"
+                                                         R"("}
+)");
+  Result r = Run("--cluster " + node_cluster + " " +
+                 Write("ok.yaml",
+                       "kind: Pod\nmetadata: {name: ok}\nspec: {containers: [{name: "
+                       "main, resources: {limits: {nvidia.com/gpu: 1}}}]}\n"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j[0]["node"], "node-\xef\xbf\xbd");
+  EXPECT_EQ(j[0]["containers"][0]["devices"][0]["uuid"], "GPU-\xef\xbf\xbd");
+}
+
 }  // namespace
 }  // namespace prism::cli

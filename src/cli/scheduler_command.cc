@@ -43,6 +43,8 @@ struct SchedulerFlags {
   std::string tls_cert_file;
   std::string tls_key_file;
   int threads = 64;
+  int max_threads = 256;
+  int64_t max_request_bytes = int64_t{16} << 20;
   double kube_qps = 100;
   int kube_burst = 200;
   double assume_ttl_seconds = 30;
@@ -130,6 +132,8 @@ int Run(const SchedulerFlags& f) {
   server_options.tls_cert_file = f.tls_cert_file;
   server_options.tls_key_file = f.tls_key_file;
   server_options.threads = f.threads;
+  server_options.max_threads = f.max_threads;
+  server_options.max_body_bytes = static_cast<size_t>(f.max_request_bytes);
   extender::ExtenderServer server(&scheduler, server_options);
   std::unique_ptr<extender::ExtenderServer> probes;
   if (f.probe_port > 0) {
@@ -138,6 +142,7 @@ int Run(const SchedulerFlags& f) {
     p.port = f.probe_port;
     p.probes_only = true;
     p.threads = 4;
+    p.max_threads = f.max_threads;
     probes = std::make_unique<extender::ExtenderServer>(&scheduler, p);
   }
   if (absl::Status s = scheduler.Start(); !s.ok()) {
@@ -203,6 +208,15 @@ void AddSchedulerCommand(CLI::App& app, int* exit_code) {
                   "serve HTTPS with this certificate chain (re-read on each TLS handshake)");
   cmd->add_option("--tls-key-file", flags->tls_key_file, "its private key");
   cmd->add_option("--threads", flags->threads, "HTTP worker threads (concurrent binds)")
+      ->capture_default_str();
+  cmd->add_option("--max-threads", flags->max_threads,
+                  "HTTP workers at most (one per open connection; more wait)")
+      ->check(CLI::Range(1, 65536))
+      ->capture_default_str();
+  cmd->add_option("--max-request-bytes", flags->max_request_bytes,
+                  "larger request bodies are refused (413); raise it for an extender "
+                  "configured without nodeCacheCapable")
+      ->check(CLI::Range(int64_t{1} << 16, int64_t{1} << 32))
       ->capture_default_str();
   cmd->add_option("--kube-api-qps", flags->kube_qps, "client-side API rate limit (0: none)")
       ->capture_default_str();

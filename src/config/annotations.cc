@@ -97,72 +97,158 @@ absl::StatusOr<int> ProfileIndex(const sched::GpuInfo& gi, const std::string& na
   return p;
 }
 
+// Placement masks are 32 bits (mig::PlacementMask).
+constexpr int64_t kMaxPlacementStart = 31;
+
+// Typed reads of one JSON member for ParseDecisionRecord; errors name `path`.
+absl::Status FieldError(const std::string& path, std::string_view problem) {
+  return absl::InvalidArgumentError(StrCat(kPrismDecisionAnnotation, ": ", path, ": ", problem));
+}
+
+const json* Member(const json& object, const char* key) {
+  auto it = object.find(key);
+  return it == object.end() || it->is_null() ? nullptr : &*it;
+}
+
+absl::StatusOr<std::string> StringField(const json& object, const char* key,
+                                        const std::string& path, bool required) {
+  const json* v = Member(object, key);
+  if (v == nullptr) {
+    if (required) return FieldError(StrCat(path, key), "missing");
+    return std::string();
+  }
+  if (!v->is_string()) {
+    return FieldError(StrCat(path, key), StrCat("expected a string, got ", v->type_name()));
+  }
+  return v->get<std::string>();
+}
+
+absl::StatusOr<int64_t> IntField(const json& object, const char* key, const std::string& path,
+                                 bool required, int64_t min, int64_t max, int64_t absent) {
+  const json* v = Member(object, key);
+  if (v == nullptr) {
+    if (required) return FieldError(StrCat(path, key), "missing");
+    return absent;
+  }
+  if (!v->is_number_integer()) {
+    return FieldError(StrCat(path, key), StrCat("expected an integer, got ", v->type_name()));
+  }
+  const int64_t value =
+      v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
+          ? INT64_MAX
+          : v->get<int64_t>();
+  if (value < min || value > max) {
+    return FieldError(StrCat(path, key), StrCat(value, " is out of range ", min, "..", max));
+  }
+  return value;
+}
+
+absl::StatusOr<DecisionDeviceRecord> ParseDevice(const json& dj, const std::string& path) {
+  if (!dj.is_object()) {
+    return FieldError(path, StrCat("expected an object, got ", dj.type_name()));
+  }
+  const std::string p = path + ".";
+  DecisionDeviceRecord dev;
+  ASSIGN_OR_RETURN(dev.uuid, StringField(dj, "uuid", p, true));
+  if (dev.uuid.empty()) return FieldError(p + "uuid", "empty");
+  ASSIGN_OR_RETURN(const int64_t index, IntField(dj, "index", p, false, 0, 1023, -1));
+  dev.index = static_cast<int32_t>(index);
+  ASSIGN_OR_RETURN(const std::string mode, StringField(dj, "mode", p, true));
+  if (mode == sched::GpuModeName(GpuMode::kMig)) {
+    dev.mode = GpuMode::kMig;
+  } else if (mode == sched::GpuModeName(GpuMode::kHamiCore)) {
+    dev.mode = GpuMode::kHamiCore;
+  } else {
+    return FieldError(p + "mode", StrCat("unknown mode '", mode, "' (expected ",
+                                         sched::GpuModeName(GpuMode::kHamiCore), " or ",
+                                         sched::GpuModeName(GpuMode::kMig), ")"));
+  }
+  ASSIGN_OR_RETURN(dev.memory_mib, IntField(dj, "memoryMiB", p, true, 0, int64_t{1} << 40, 0));
+  const json* cores = Member(dj, "cores");
+  if (cores == nullptr) return FieldError(p + "cores", "missing");
+  if (!cores->is_number()) {
+    return FieldError(p + "cores", StrCat("expected a number, got ", cores->type_name()));
+  }
+  const double percent = cores->get<double>();
+  if (!(percent >= 0 && percent <= 100)) {  // Also false for NaN.
+    return FieldError(p + "cores", StrCat(cores->dump(), " is out of range 0..100"));
+  }
+  dev.cores_permille = static_cast<int32_t>(std::lround(percent * 10));
+  if (dev.mode != GpuMode::kMig) return dev;
+  ASSIGN_OR_RETURN(dev.profile, StringField(dj, "profile", p, true));
+  const json* placement = Member(dj, "placement");
+  if (placement == nullptr) return FieldError(p + "placement", "missing");
+  if (!placement->is_object()) {
+    return FieldError(p + "placement", StrCat("expected an object, got ", placement->type_name()));
+  }
+  ASSIGN_OR_RETURN(const int64_t start, IntField(*placement, "start", p + "placement.", true, 0,
+                                                 kMaxPlacementStart, -1));
+  dev.start = static_cast<int32_t>(start);
+  ASSIGN_OR_RETURN(const int64_t tmpl, IntField(dj, "template", p, false, 0, 1023, -1));
+  ASSIGN_OR_RETURN(const int64_t slot, IntField(dj, "slot", p, false, 0, 1023, -1));
+  dev.template_index = static_cast<int32_t>(tmpl);
+  dev.template_slot = static_cast<int32_t>(slot);
+  return dev;
+}
+
 absl::StatusOr<Decision> DecodePrism(const std::string& text, const sched::PodRequest& pod,
                                      const ClusterState& state) {
-  const json j = json::parse(text, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) {
-    return absl::InvalidArgumentError(StrCat(kPrismDecisionAnnotation, " is not a JSON object"));
+  ASSIGN_OR_RETURN(const DecisionRecord record, ParseDecisionRecord(text));
+  Decision d;
+  d.node_name = record.node;
+  d.node = state.FindNode(d.node_name);
+  if (d.node < 0) return absl::InvalidArgumentError(StrCat("unknown node ", d.node_name));
+  d.cpu_milli = pod.EffectiveCpuMilli();
+  d.memory_bytes = pod.EffectiveMemoryBytes();
+  if (record.containers.size() != pod.containers.size()) {
+    return absl::InvalidArgumentError(StrCat(kPrismDecisionAnnotation, " lists ",
+                                             record.containers.size(), " containers, the pod has ",
+                                             pod.containers.size()));
   }
-  try {
-    Decision d;
-    d.node_name = j.at("node").get<std::string>();
-    d.node = state.FindNode(d.node_name);
-    if (d.node < 0) return absl::InvalidArgumentError(StrCat("unknown node ", d.node_name));
-    d.cpu_milli = pod.EffectiveCpuMilli();
-    d.memory_bytes = pod.EffectiveMemoryBytes();
-    const json& containers = j.at("containers");
-    if (!containers.is_array() || containers.size() != pod.containers.size()) {
-      return absl::InvalidArgumentError(StrCat(kPrismDecisionAnnotation, " lists ",
-                                               containers.size(), " containers, the pod has ",
-                                               pod.containers.size()));
-    }
-    for (size_t c = 0; c < containers.size(); ++c) {
-      sched::ContainerAssignment ca;
-      ca.name = pod.containers[c].name;
-      ca.init = pod.containers[c].init;
-      for (const json& dj : containers[c].at("devices")) {
-        DeviceAssignment dev;
-        dev.uuid = dj.at("uuid").get<std::string>();
-        dev.gpu = FindGpu(state, d.node, dev.uuid);
-        if (dev.gpu < 0) {
-          return absl::InvalidArgumentError(StrCat("GPU ", dev.uuid, " is not on ", d.node_name));
-        }
-        const sched::GpuInfo& gi = state.gpu(dev.gpu);
-        dev.gpu_index = gi.index;
-        dev.mode = dj.at("mode").get<std::string>() == "mig" ? GpuMode::kMig : GpuMode::kHamiCore;
-        dev.memory_mib = dj.at("memoryMiB").get<int64_t>();
-        dev.cores_permille = static_cast<int32_t>(std::lround(dj.at("cores").get<double>() * 10));
-        if (dev.IsMig()) {
-          if (gi.mode != GpuMode::kMig) {
-            return absl::InvalidArgumentError(StrCat("GPU ", dev.uuid, " is not in mig mode"));
-          }
-          ASSIGN_OR_RETURN(dev.profile, ProfileIndex(gi, dj.at("profile").get<std::string>()));
-          dev.profile_name = gi.mig_model->profiles[dev.profile].Name();
-          dev.start = dj.at("placement").at("start").get<int32_t>();
-          dev.size = gi.mig_model->profiles[dev.profile].memory_slices;
-          if (!gi.mig_model->profiles[dev.profile].IsLegalStart(dev.start)) {
-            return absl::InvalidArgumentError(
-                StrCat(dev.profile_name, " cannot start at ", dev.start));
-          }
-          if (dj.contains("template")) dev.template_index = dj.at("template").get<int32_t>();
-          if (dj.contains("slot")) dev.template_slot = dj.at("slot").get<int32_t>();
-          if (dev.template_index >= 0 &&
-              (!gi.template_mode ||
-               dev.template_index >=
-                   static_cast<int>(state.template_sets()[gi.template_set].geometries.size()))) {
-            return absl::InvalidArgumentError(
-                StrCat("unknown geometry ", dev.template_index, " for ", dev.uuid));
-          }
-        }
-        ca.devices.push_back(std::move(dev));
+  for (size_t c = 0; c < record.containers.size(); ++c) {
+    sched::ContainerAssignment ca;
+    ca.name = pod.containers[c].name;
+    ca.init = pod.containers[c].init;
+    for (const DecisionDeviceRecord& r : record.containers[c].devices) {
+      DeviceAssignment dev;
+      dev.uuid = r.uuid;
+      dev.gpu = FindGpu(state, d.node, dev.uuid);
+      if (dev.gpu < 0) {
+        return absl::InvalidArgumentError(StrCat("GPU ", dev.uuid, " is not on ", d.node_name));
       }
-      d.containers.push_back(std::move(ca));
+      const sched::GpuInfo& gi = state.gpu(dev.gpu);
+      dev.gpu_index = gi.index;
+      dev.mode = r.mode;
+      dev.memory_mib = r.memory_mib;
+      dev.cores_permille = r.cores_permille;
+      if (dev.IsMig()) {
+        if (gi.mode != GpuMode::kMig) {
+          return absl::InvalidArgumentError(StrCat("GPU ", dev.uuid, " is not in mig mode"));
+        }
+        ASSIGN_OR_RETURN(dev.profile, ProfileIndex(gi, r.profile));
+        dev.profile_name = gi.mig_model->profiles[dev.profile].Name();
+        dev.start = r.start;
+        dev.size = gi.mig_model->profiles[dev.profile].memory_slices;
+        if (!gi.mig_model->profiles[dev.profile].IsLegalStart(dev.start)) {
+          return absl::InvalidArgumentError(
+              StrCat(dev.profile_name, " cannot start at ", dev.start));
+        }
+        dev.template_index = r.template_index;
+        dev.template_slot = r.template_slot;
+        if (dev.template_index >= 0 &&
+            (!gi.template_mode ||
+             dev.template_index >=
+                 static_cast<int>(state.template_sets()[gi.template_set].geometries.size()))) {
+          return absl::InvalidArgumentError(
+              StrCat("unknown geometry ", dev.template_index, " for ", dev.uuid));
+        }
+      }
+      ca.devices.push_back(std::move(dev));
     }
-    RETURN_IF_ERROR(CompleteMigChanges(state, d));
-    return d;
-  } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(StrCat(kPrismDecisionAnnotation, ": ", e.what()));
+    d.containers.push_back(std::move(ca));
   }
+  RETURN_IF_ERROR(CompleteMigChanges(state, d));
+  return d;
 }
 
 absl::StatusOr<Decision> DecodeHami(const std::map<std::string, std::string>& annotations,
@@ -195,10 +281,20 @@ absl::StatusOr<Decision> DecodeHami(const std::map<std::string, std::string>& an
           StrCat(kHamiMigAllocationsAnnotation, " is not a JSON list"));
     }
     for (const json& e : j) {
-      if (!e.is_object() || !e.contains("containerIndex") || !e.contains("deviceIndex")) {
+      if (!e.is_object()) {
         return absl::InvalidArgumentError(StrCat(kHamiMigAllocationsAnnotation, ": bad entry"));
       }
-      mig[{e["containerIndex"].get<int>(), e["deviceIndex"].get<int>()}] = e;
+      const json* container = Member(e, "containerIndex");
+      const json* device = Member(e, "deviceIndex");
+      if (container == nullptr || device == nullptr || !container->is_number_integer() ||
+          !device->is_number_integer() || container->get<int64_t>() < 0 ||
+          container->get<int64_t>() > 1023 || device->get<int64_t>() < 0 ||
+          device->get<int64_t>() > 1023) {
+        return absl::InvalidArgumentError(StrCat(
+            kHamiMigAllocationsAnnotation, ": containerIndex and deviceIndex must be integers"));
+      }
+      mig[{static_cast<int>(container->get<int64_t>()), static_cast<int>(device->get<int64_t>())}] =
+          e;
     }
   }
   try {
@@ -278,6 +374,62 @@ absl::StatusOr<Decision> DecodeHami(const std::map<std::string, std::string>& an
 
 }  // namespace
 
+absl::StatusOr<DecisionRecord> ParseDecisionRecord(std::string_view text) {
+  if (text.size() > kMaxDecisionBytes) {
+    return absl::InvalidArgumentError(StrCat(kPrismDecisionAnnotation, ": ", text.size(),
+                                             " bytes, more than ", kMaxDecisionBytes));
+  }
+  const json j = json::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) {
+    return absl::InvalidArgumentError(StrCat(kPrismDecisionAnnotation, " is not a JSON object"));
+  }
+  DecisionRecord record;
+  ASSIGN_OR_RETURN(record.node, StringField(j, "node", "", true));
+  if (record.node.empty()) return FieldError("node", "empty");
+  const json* containers = Member(j, "containers");
+  if (containers == nullptr) return FieldError("containers", "missing");
+  if (!containers->is_array()) {
+    return FieldError("containers", StrCat("expected an array, got ", containers->type_name()));
+  }
+  if (containers->size() > kMaxDecisionContainers) {
+    return FieldError("containers",
+                      StrCat(containers->size(), " entries, more than ", kMaxDecisionContainers));
+  }
+  for (size_t c = 0; c < containers->size(); ++c) {
+    const json& cj = (*containers)[c];
+    const std::string path = StrCat("containers[", c, "]");
+    if (!cj.is_object()) {
+      return FieldError(path, StrCat("expected an object, got ", cj.type_name()));
+    }
+    DecisionContainerRecord container;
+    ASSIGN_OR_RETURN(container.name, StringField(cj, "name", path + ".", false));
+    if (const json* init = Member(cj, "init"); init != nullptr) {
+      if (!init->is_boolean()) {
+        return FieldError(path + ".init",
+                          StrCat("expected true or false, got ", init->type_name()));
+      }
+      container.init = init->get<bool>();
+    }
+    const json* devices = Member(cj, "devices");
+    if (devices != nullptr && !devices->is_array()) {
+      return FieldError(path + ".devices", StrCat("expected an array, got ", devices->type_name()));
+    }
+    if (devices != nullptr) {
+      if (devices->size() > kMaxDecisionDevicesPerContainer) {
+        return FieldError(path + ".devices", StrCat(devices->size(), " entries, more than ",
+                                                    kMaxDecisionDevicesPerContainer));
+      }
+      for (size_t i = 0; i < devices->size(); ++i) {
+        ASSIGN_OR_RETURN(DecisionDeviceRecord dev,
+                         ParseDevice((*devices)[i], StrCat(path, ".devices[", i, "]")));
+        container.devices.push_back(std::move(dev));
+      }
+    }
+    record.containers.push_back(std::move(container));
+  }
+  return record;
+}
+
 json DecisionToJson(const Decision& decision, const ClusterState& state) {
   json containers = json::array();
   for (const auto& c : decision.containers) {
@@ -348,8 +500,11 @@ std::map<std::string, std::string> EncodeDecisionAnnotations(const Decision& dec
   }
   out[kHamiDevicesAllocatedAnnotation] = devices;
   out[kHamiDevicesToAllocateAnnotation] = devices;
-  if (!mig.empty()) out[kHamiMigAllocationsAnnotation] = mig.dump();
-  out[kPrismDecisionAnnotation] = DecisionToJson(decision, state).dump();
+  // Names come from the cluster's objects; a byte that is not UTF-8 (a hand-written cluster file)
+  // becomes U+FFFD instead of an exception.
+  constexpr auto kReplace = json::error_handler_t::replace;
+  if (!mig.empty()) out[kHamiMigAllocationsAnnotation] = mig.dump(-1, ' ', false, kReplace);
+  out[kPrismDecisionAnnotation] = DecisionToJson(decision, state).dump(-1, ' ', false, kReplace);
   return out;
 }
 

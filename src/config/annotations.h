@@ -13,8 +13,12 @@
 // Thread-safe; the state is only read.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
@@ -30,6 +34,41 @@ inline constexpr char kHamiDevicesAllocatedAnnotation[] = "hami.io/vgpu-devices-
 inline constexpr char kHamiDevicesToAllocateAnnotation[] = "hami.io/vgpu-devices-to-allocate";
 inline constexpr char kHamiMigAllocationsAnnotation[] = "hami.io/vgpu-mig-allocations";
 inline constexpr char kPrismDecisionAnnotation[] = "prism.io/decision";
+
+// prism.io/decision as written, before it is resolved against a cluster: every field checked for
+// type and range (docs/annotations.md). The one reader of the annotation: the extender, the node
+// agent and `prism plan` all go through it.
+struct DecisionDeviceRecord {
+  std::string uuid;
+  int32_t index = -1;  // -1: absent.
+  sched::GpuMode mode = sched::GpuMode::kHamiCore;
+  int64_t memory_mib = 0;
+  int32_t cores_permille = 0;
+  // MIG devices only.
+  std::string profile;
+  int32_t start = -1;
+  int32_t template_index = -1;
+  int32_t template_slot = -1;
+};
+struct DecisionContainerRecord {
+  std::string name;
+  bool init = false;
+  std::vector<DecisionDeviceRecord> devices;
+};
+struct DecisionRecord {
+  std::string node;
+  std::vector<DecisionContainerRecord> containers;
+};
+
+// Bounds a decision must respect (far above what a real decision holds).
+inline constexpr size_t kMaxDecisionBytes = 256 * 1024;  // The API server's annotation limit.
+inline constexpr size_t kMaxDecisionContainers = 256;
+inline constexpr size_t kMaxDecisionDevicesPerContainer = 256;
+
+// Parses the value of prism.io/decision. InvalidArgument naming the field
+// ("prism.io/decision: containers[0].devices[0].mode: expected a string, got number"); never
+// throws.
+absl::StatusOr<DecisionRecord> ParseDecisionRecord(std::string_view text);
 
 // The decision as JSON (the value of prism.io/decision; also `prism plan`'s output).
 nlohmann::json DecisionToJson(const sched::Decision& decision, const sched::ClusterState& state);

@@ -97,5 +97,66 @@ TEST(AnnotationsTest, MalformedAnnotationsAreErrors) {
           .ok());
 }
 
+// Issue 13 #1: every field is type- and range-checked, and the error names it.
+TEST(AnnotationsTest, DecisionRecordNamesTheBadField) {
+  struct Case {
+    const char* text;
+    const char* error;
+  };
+  const Case cases[] = {
+      {R"([])", "not a JSON object"},
+      {R"({"node":1,"containers":[]})", "node: expected a string, got number"},
+      {R"({"node":"n","containers":{}})", "containers: expected an array, got object"},
+      {R"({"node":"n","containers":[{"init":"yes","devices":[]}]})",
+       "containers[0].init: expected true or false"},
+      {R"({"node":"n","containers":[{"devices":[{"uuid":"G","mode":"mps","memoryMiB":1,"cores":1}]}]})",
+       "containers[0].devices[0].mode: unknown mode 'mps'"},
+      {R"({"node":"n","containers":[{"devices":[{"uuid":"G","mode":"hami-core","memoryMiB":-1,"cores":1}]}]})",
+       "devices[0].memoryMiB: -1 is out of range"},
+      {R"({"node":"n","containers":[{"devices":[{"uuid":"G","mode":"hami-core","memoryMiB":1,"cores":101}]}]})",
+       "devices[0].cores: 101 is out of range 0..100"},
+      {R"({"node":"n","containers":[{"devices":[{"uuid":"G","mode":"mig","memoryMiB":1,"cores":1,"profile":"1g.5gb","placement":{"start":"0"}}]}]})",
+       "devices[0].placement.start: expected an integer, got string"},
+      {R"({"node":"n","containers":[{"devices":[{"uuid":"G","mode":"mig","memoryMiB":1,"cores":1,"profile":"1g.5gb","placement":{"start":0},"template":-2}]}]})",
+       "devices[0].template: -2 is out of range"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<DecisionRecord> r = ParseDecisionRecord(c.text);
+    ASSERT_FALSE(r.ok()) << c.text;
+    EXPECT_THAT(r.status().message(), HasSubstr(c.error)) << c.text;
+    EXPECT_THAT(r.status().message(), HasSubstr("prism.io/decision"));
+  }
+  EXPECT_FALSE(ParseDecisionRecord(std::string(kMaxDecisionBytes + 1, ' ')).ok());
+  absl::StatusOr<DecisionRecord> ok = ParseDecisionRecord(
+      R"({"node":"n","containers":[{"name":"a","init":true,"devices":[]},{"name":"b","devices":[)"
+      R"({"uuid":"G","index":0,"mode":"mig","memoryMiB":9728,"cores":14.3,"profile":"1g.10gb",)"
+      R"("placement":{"start":3,"size":1}}]}]})");
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->node, "n");
+  ASSERT_EQ(ok->containers.size(), 2u);
+  EXPECT_TRUE(ok->containers[0].init);
+  ASSERT_EQ(ok->containers[1].devices.size(), 1u);
+  EXPECT_EQ(ok->containers[1].devices[0].cores_permille, 143);
+  EXPECT_EQ(ok->containers[1].devices[0].start, 3);
+  EXPECT_EQ(ok->containers[1].devices[0].profile, "1g.10gb");
+}
+
+// Issue 13 #1: a non-integer containerIndex in HAMi's MIG reservations threw past the decoder.
+TEST(AnnotationsTest, HamiMigReservationsWithWrongTypesAreErrors) {
+  sched::Engine engine = MakeEngine({Node("n", 32, 128, 1, Gpu("T4", std::nullopt, 15360))}, {});
+  sched::PodRequest pod = GpuPod("p", 1, 1000);
+  for (const char* entry : {R"([{"containerIndex":"0","deviceIndex":0}])",
+                            R"([{"containerIndex":0,"deviceIndex":null}])",
+                            R"([{"containerIndex":0.5,"deviceIndex":0}])"}) {
+    absl::StatusOr<sched::Decision> d =
+        DecodeDecisionAnnotations({{"hami.io/vgpu-node", "n"},
+                                   {"hami.io/vgpu-devices-allocated", "GPU-0,NVIDIA,1000,0:;"},
+                                   {"hami.io/vgpu-mig-allocations", entry}},
+                                  pod, engine.cluster());
+    ASSERT_FALSE(d.ok()) << entry;
+    EXPECT_THAT(d.status().message(), HasSubstr("hami.io/vgpu-mig-allocations")) << entry;
+  }
+}
+
 }  // namespace
 }  // namespace prism::config

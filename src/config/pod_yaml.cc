@@ -30,7 +30,7 @@ absl::Status Containers(const YAML::Node& list, bool init, const std::string& pa
     ContainerManifest cm;
     cm.init = init;
     if (c["name"]) {
-      ASSIGN_OR_RETURN(cm.name, ReadString(c["name"], StrCat(cpath, ".name")));
+      ASSIGN_OR_RETURN(cm.name, ReadName(c["name"], StrCat(cpath, ".name")));
     } else {
       cm.name = StrCat(init ? "init-" : "container-", i);
     }
@@ -81,10 +81,13 @@ absl::StatusOr<PodManifest> ParsePodNode(const YAML::Node& node, std::string_vie
     const YAML::Node meta = node["metadata"];
     if (!meta || !meta.IsMap()) return absl::InvalidArgumentError(StrCat(where, ": no metadata"));
     if (!meta["name"]) return absl::InvalidArgumentError(StrCat(where, ": no metadata.name"));
-    ASSIGN_OR_RETURN(pod.name, ReadString(meta["name"], StrCat(where, ": metadata.name")));
+    ASSIGN_OR_RETURN(pod.name, ReadName(meta["name"], StrCat(where, ": metadata.name")));
     if (meta["namespace"]) {
       ASSIGN_OR_RETURN(pod.namespace_name,
                        ReadString(meta["namespace"], StrCat(where, ": metadata.namespace")));
+      if (!pod.namespace_name.empty()) {
+        RETURN_IF_ERROR(ValidateName(pod.namespace_name, StrCat(where, ": metadata.namespace")));
+      }
     }
     if (meta["uid"]) {
       ASSIGN_OR_RETURN(pod.uid, ReadString(meta["uid"], StrCat(where, ": metadata.uid")));
@@ -97,6 +100,9 @@ absl::StatusOr<PodManifest> ParsePodNode(const YAML::Node& node, std::string_vie
     if (spec["nodeName"]) {
       ASSIGN_OR_RETURN(pod.node_name,
                        ReadString(spec["nodeName"], StrCat(where, ": spec.nodeName")));
+      if (!pod.node_name.empty()) {
+        RETURN_IF_ERROR(ValidateName(pod.node_name, StrCat(where, ": spec.nodeName")));
+      }
     }
     const std::string prefix = StrCat(where, ": spec.");
     RETURN_IF_ERROR(Containers(spec["initContainers"], true, prefix + "initContainers", pod));

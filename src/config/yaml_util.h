@@ -20,6 +20,13 @@ absl::StatusOr<YAML::Node> LoadYaml(std::string_view text, std::string_view what
 absl::StatusOr<std::vector<YAML::Node>> LoadAllYaml(std::string_view text, std::string_view what);
 
 absl::StatusOr<std::string> ReadString(const YAML::Node& node, std::string_view path);
+// A Kubernetes object or container name: 1..253 bytes of UTF-8 without control characters.
+// (The API server holds names to DNS rules; files read by `prism plan` and `prism sim` are not
+// checked by it, and a byte that is not UTF-8 cannot be written as JSON.)
+absl::StatusOr<std::string> ReadName(const YAML::Node& node, std::string_view path);
+// The same check on a string already read.
+absl::Status ValidateName(std::string_view name, std::string_view path);
+
 absl::StatusOr<int64_t> ReadInt(const YAML::Node& node, std::string_view path, int64_t min,
                                 int64_t max);
 absl::StatusOr<double> ReadDouble(const YAML::Node& node, std::string_view path, double min,

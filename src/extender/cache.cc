@@ -33,26 +33,18 @@ const char* StateName(int state) {
   }
 }
 
-// MIG instances (uuid, profile, start) a prism.io/decision names; empty if there is none.
-std::set<std::tuple<std::string, std::string, int>> ClaimedInstances(
+// MIG instances (uuid, profile, start) a prism.io/decision names; empty if there is none (a
+// HAMi-only decision names none). InvalidArgument naming the field for a malformed decision.
+absl::StatusOr<std::set<std::tuple<std::string, std::string, int>>> ClaimedInstances(
     const std::map<std::string, std::string>& annotations) {
   std::set<std::tuple<std::string, std::string, int>> out;
   auto it = annotations.find(config::kPrismDecisionAnnotation);
   if (it == annotations.end()) return out;
-  Json d = Json::parse(it->second, nullptr, false);
-  if (!d.is_object()) return out;
-  auto containers = d.find("containers");
-  if (containers == d.end() || !containers->is_array()) return out;
-  for (const Json& c : *containers) {
-    auto devices = c.find("devices");
-    if (devices == c.end() || !devices->is_array()) continue;
-    for (const Json& dev : *devices) {
-      if (dev.value("mode", "") != "mig") continue;
-      auto placement = dev.find("placement");
-      if (placement == dev.end() || !placement->is_object()) continue;
-      const Json& start = (*placement)["start"];
-      if (!start.is_number_integer()) continue;
-      out.emplace(dev.value("uuid", ""), dev.value("profile", ""), start.get<int>());
+  absl::StatusOr<config::DecisionRecord> record = config::ParseDecisionRecord(it->second);
+  if (!record.ok()) return record.status();
+  for (const config::DecisionContainerRecord& c : record->containers) {
+    for (const config::DecisionDeviceRecord& dev : c.devices) {
+      if (dev.mode == sched::GpuMode::kMig) out.emplace(dev.uuid, dev.profile, dev.start);
     }
   }
   return out;
@@ -239,9 +231,23 @@ void SchedulerCache::UpsertPod(const Json& pod) {
       e.state = State::kBound;
       return;
     }
-    EraseLocked(key);
   }
-  absl::StatusOr<config::PodManifest> manifest = PodManifestFromJson(pod);
+  absl::StatusOr<std::set<std::tuple<std::string, std::string, int>>> claimed =
+      ClaimedInstances(decision);
+  if (!claimed.ok() && it != pods_.end() && it->second.charged &&
+      it->second.state != State::kAssumed && it->second.node == node) {
+    // An edit made a charged pod's decision unreadable. The node agent allocated from the old
+    // decision, so the pod may hold all of it: keep charging that until the pod ends.
+    PodEntry& e = it->second;
+    const std::string problem = StrCat("decision annotations: ", claimed.status().message());
+    if (e.problem != problem) {
+      ++counters_.decode_failures;
+      LogWarning(kLog, "pod ", key, ": ", problem, "; its previous decision stays charged");
+      e.problem = problem;
+    }
+    return;
+  }
+  if (it != pods_.end()) EraseLocked(key);
   PodEntry entry;
   entry.uid = uid;
   entry.namespace_name = ns;
@@ -250,7 +256,19 @@ void SchedulerCache::UpsertPod(const Json& pod) {
   entry.state = State::kBound;
   entry.seq = ++seq_;
   entry.annotations = std::move(decision);
-  entry.claimed = ClaimedInstances(entry.annotations);
+  if (!claimed.ok()) {
+    // Nothing of it is charged: the node agent cannot allocate from a decision it cannot read
+    // either, and the MIG instances the pod might use stay in use as the node reports them (no
+    // decision claims them). Problems() reports the pod after `problem_grace`.
+    entry.problem = StrCat("decision annotations: ", claimed.status().message());
+    entry.problem_since = options_.clock->Now();
+    ++counters_.decode_failures;
+    LogWarning(kLog, "pod ", key, " on ", node, ": ", entry.problem);
+    pods_[key] = std::move(entry);
+    return;
+  }
+  entry.claimed = std::move(*claimed);
+  absl::StatusOr<config::PodManifest> manifest = PodManifestFromJson(pod);
   if (!manifest.ok()) {
     entry.problem = std::string(manifest.status().message());
     entry.problem_since = options_.clock->Now();
@@ -478,7 +496,7 @@ void SchedulerCache::ExpireLocked(absl::Time now) {
 // --- Verbs ------------------------------------------------------------------------------------
 
 FilterOutcome SchedulerCache::Filter(const config::PodManifest& pod,
-                                     const std::vector<std::string>& nodes) {
+                                     const std::vector<std::string>& nodes, bool assume) {
   FilterOutcome out;
   absl::MutexLock lock(&mu_);
   MaybeRebuildLocked();
@@ -500,7 +518,8 @@ FilterOutcome SchedulerCache::Filter(const config::PodManifest& pod,
     return out;
   }
   const std::string key = request->Key();
-  if (auto it = pods_.find(key); it != pods_.end() && it->second.state == State::kAssumed) {
+  if (auto it = pods_.find(key);
+      assume && it != pods_.end() && it->second.state == State::kAssumed) {
     EraseLocked(key);  // A new attempt for the pod: its old assumption no longer holds.
   }
   std::vector<int32_t> ids;
@@ -550,7 +569,7 @@ FilterOutcome SchedulerCache::Filter(const config::PodManifest& pod,
     }
   }
   // Keep the feasible nodes in request order (kube-scheduler does not care, people do).
-  if (best >= 0) {
+  if (best >= 0 && assume) {
     absl::StatusOr<sched::Decision> decision = engine_->Decide(*request, best);
     if (decision.ok() && engine_->Apply(key, *decision).ok()) {
       PodEntry entry;
@@ -719,7 +738,8 @@ absl::StatusOr<BindTicket> SchedulerCache::BeginBind(const config::PodManifest& 
   e.request = *request;
   ticket.annotations = config::EncodeDecisionAnnotations(*decision, engine_->cluster());
   e.annotations = DecisionAnnotations(ticket.annotations);
-  e.claimed = ClaimedInstances(e.annotations);
+  // Our own encoding: always readable.
+  e.claimed = ClaimedInstances(e.annotations).value_or(decltype(e.claimed)());
   ticket.seq = e.seq;
   ticket.charged = true;
   return ticket;

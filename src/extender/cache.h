@@ -160,7 +160,9 @@ class SchedulerCache {
   sched::DeviceConfig device_config() const;
 
   // --- Extender verbs ----------------------------------------------------------------------
-  FilterOutcome Filter(const config::PodManifest& pod, const std::vector<std::string>& nodes);
+  // With `assume`, the pod is assumed on its best node (FilterOutcome::assumed_node).
+  FilterOutcome Filter(const config::PodManifest& pod, const std::vector<std::string>& nodes,
+                       bool assume = true);
   // 0..10 per node: the node Filter assumed the pod on gets 10, the others 0..9 by the engine's
   // score, so kube-scheduler (with a large enough extender weight) binds where Filter assumed.
   std::vector<HostPriority> Prioritize(const config::PodManifest& pod,

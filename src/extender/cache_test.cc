@@ -330,6 +330,68 @@ TEST_F(CacheTest, MalformedDecisionIsAProblemNotACrash) {
   EXPECT_EQ(UsedMiB("n1"), 0);
 }
 
+// Issue 13 #1: a decision whose fields have the wrong type used to throw out of UpsertPod
+// (nlohmann's value() on a non-string) and abort the scheduler, at every restart.
+TEST_F(CacheTest, DecisionFieldsOfTheWrongTypeAreAProblemNotACrash) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}, TestGpu{}}));
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"containers":[{"name":"main","devices":[{"mode":1}]}]})", "node: missing"},
+      {R"({"node":"n1","containers":[{"name":"main","devices":[{"uuid":"GPU-n1-0","mode":1}]}]})",
+       "containers[0].devices[0].mode: expected a string, got number"},
+      {R"({"node":"n1","containers":[{"name":"main","devices":[{"mode":"mig","uuid":7,)"
+       R"("profile":"1g.10gb","placement":{"start":0}}]}]})",
+       "uuid"},
+      {R"({"node":"n1","containers":[{"name":"main","devices":[{"mode":"mig","uuid":"GPU-n1-0",)"
+       R"("memoryMiB":1,"cores":1,"profile":[],"placement":{"start":0}}]}]})",
+       "profile"},
+      {R"({"node":"n1","containers":[{"devices":[{"uuid":"GPU-n1-0","mode":"hami-core",)"
+       R"("memoryMiB":"1000","cores":10}]}]})",
+       "memoryMiB"},
+      {R"({"node":"n1","containers":[{"devices":"x"}]})", "devices"},
+      {R"({"node":"n1","containers":[{"devices":[{"uuid":"GPU-n1-0","mode":"hami-core",)"
+       R"("memoryMiB":1000,"cores":1e999}]}]})",
+       "decision"},
+  };
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string name = StrCat("bad", i);
+    cache_->UpsertPod(Bound(GpuPod(name, 1, 1000), "n1", {{"prism.io/decision", cases[i].first}}));
+    EXPECT_EQ(cache_->EntryState("default/" + name), "problem") << cases[i].first;
+  }
+  // A well-formed pod next to them is still scheduled and charged.
+  json good = Schedule(GpuPod("good", 1, 1000), {"n1"});
+  cache_->UpsertPod(good);
+  EXPECT_EQ(cache_->EntryState("default/good"), "bound");
+  EXPECT_EQ(UsedMiB("n1"), 1000);
+  cache_->RebuildIfDirty();  // A rebuild (as at a restart) reads them all again.
+  EXPECT_EQ(UsedMiB("n1"), 1000);
+  clock_.Advance(absl::Seconds(11));
+  const std::vector<PodProblem> problems = cache_->Problems();
+  ASSERT_EQ(problems.size(), cases.size());
+  for (const PodProblem& p : problems) {
+    const size_t i = static_cast<size_t>(std::stoi(p.pod.name.substr(3)));
+    EXPECT_THAT(p.problem, HasSubstr(cases[i].second)) << p.pod.name;
+  }
+  EXPECT_GE(cache_->stats().decode_failures, static_cast<int64_t>(cases.size()));
+}
+
+TEST_F(CacheTest, ADecisionEditedIntoGarbageKeepsItsOldCharge) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  json pod = Schedule(GpuPod("p", 1, 3000), {"n1"});
+  cache_->UpsertPod(pod);
+  ASSERT_EQ(UsedMiB("n1"), 3000);
+  // The node agent allocated from the old decision: the pod may hold all of it.
+  pod["metadata"]["annotations"]["prism.io/decision"] =
+      R"({"node":"n1","containers":[{"devices":[{"mode":1}]}]})";
+  cache_->UpsertPod(pod);
+  EXPECT_EQ(cache_->EntryState("default/p"), "bound");
+  EXPECT_EQ(UsedMiB("n1"), 3000);
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}, "32"));  // Forces a rebuild.
+  cache_->RebuildIfDirty();
+  EXPECT_EQ(UsedMiB("n1"), 3000);
+  cache_->DeletePod(pod);
+  EXPECT_EQ(UsedMiB("n1"), 0);
+}
+
 TEST_F(CacheTest, MalformedNodeInventoryExcludesOnlyThatNode) {
   cache_->UpsertNode(NodeJson("good", {TestGpu{}}));
   json bad = NodeJson("bad", {TestGpu{}});

@@ -249,7 +249,13 @@ HttpReply Scheduler::Filter(std::string_view body) {
     LogWarning(kLog, "filter: ", why);
     return done("invalid-pod", HttpReply{200, FilterResultToJson(result)});
   }
-  FilterOutcome outcome = cache_.Filter(*manifest, args->node_names);
+  // Only a pod the pod informer knows (same UID) is assumed: a request for a pod that does not
+  // exist must not reserve capacity. A pod too new for the informer is placed all the same; Bind
+  // then charges it on the node kube-scheduler chose.
+  std::optional<Json> known = InformerPod(manifest->namespace_name, manifest->name);
+  const bool assume =
+      known.has_value() && !manifest->uid.empty() && k8s::Uid(*known) == manifest->uid;
+  FilterOutcome outcome = cache_.Filter(*manifest, args->node_names, assume);
   const bool unschedulable =
       outcome.feasible.empty() && (outcome.wants_gpu || !outcome.request_status.ok());
   const std::string summary = unschedulable ? outcome.Summary(args->node_names.size()) : "";

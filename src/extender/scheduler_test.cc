@@ -71,12 +71,19 @@ class SchedulerServiceTest : public ::testing::Test {
     auto s = std::make_unique<Scheduler>(std::move(options), client_.get());
     EXPECT_OK(s->Start());
     EXPECT_TRUE(s->WaitForSync(absl::Seconds(10)));
+    started_ = s.get();
     return s;
   }
 
   json CreatePod(const json& pod) {
     absl::StatusOr<json> created = api_->Create("pods", pod);
     EXPECT_TRUE(created.ok()) << created.status();
+    // Filter assumes only pods the informer knows: wait until the running scheduler sees it.
+    if (created.ok() && started_ != nullptr) {
+      const std::string ns = (*created)["metadata"]["namespace"];
+      const std::string name = (*created)["metadata"]["name"];
+      EXPECT_TRUE(WaitUntil([&] { return started_->InformerPod(ns, name).has_value(); }));
+    }
     return *created;
   }
 
@@ -102,6 +109,7 @@ class SchedulerServiceTest : public ::testing::Test {
 
   std::unique_ptr<fakeapi::FakeApiServer> api_;
   std::unique_ptr<k8s::Client> client_;
+  Scheduler* started_ = nullptr;  // The last one Start() returned (tests keep it alive).
 };
 
 TEST_F(SchedulerServiceTest, FilterPrioritizeBindAnnotatesThePod) {
@@ -137,6 +145,32 @@ TEST_F(SchedulerServiceTest, FilterPrioritizeBindAnnotatesThePod) {
   // One API write for the whole placement: the binding.
   EXPECT_EQ(api_->CountRequests("PATCH", "/api/v1/namespaces/default/pods"), 0);
   EXPECT_TRUE(WaitUntil([&] { return s->cache().EntryState("default/p") == "bound"; }));
+}
+
+// Issue 13 #4: Filter used to assume any pod it was sent, so invented pods reserved the
+// cluster's GPUs for the assume TTL. Only pods the informer knows are assumed.
+TEST_F(SchedulerServiceTest, InventedPodsAreNotAssumed) {
+  CreateNode(NodeJson("n1", {TestGpu{}}));
+  auto s = Start(Options());
+  for (int i = 0; i < 20; ++i) {
+    json ghost = GpuPod(StrCat("ghost-", i), 1, 40000);
+    HttpReply f = s->Filter(Args(ghost, {"n1"}));
+    ASSERT_EQ(f.status, 200);
+    EXPECT_EQ(json::parse(f.body)["NodeNames"], json({"n1"}));
+  }
+  // A known pod with a different UID is not the pod the informer knows either.
+  json real = CreatePod(GpuPod("real", 1, 40000));
+  ASSERT_TRUE(WaitUntil([&] { return s->InformerPod("default", "real").has_value(); }));
+  json impostor = real;
+  impostor["metadata"]["uid"] = "not-the-real-uid";
+  s->Filter(Args(impostor, {"n1"}));
+  EXPECT_EQ(s->cache().stats().pods_by_state["assumed"], 0);
+  EXPECT_EQ(s->cache().EntryState("default/real"), "");
+  // The real pod still finds the GPU free, and is assumed.
+  json fr = json::parse(s->Filter(Args(real, {"n1"})).body);
+  EXPECT_EQ(fr["NodeNames"], json({"n1"}));
+  EXPECT_EQ(s->cache().EntryState("default/real"), "assumed");
+  EXPECT_EQ(Schedule(*s, real, {"n1"}), "");
 }
 
 TEST_F(SchedulerServiceTest, UnschedulablePodGetsAnEventWithPerNodeReasons) {

@@ -28,12 +28,22 @@ struct ServerOptions {
   int port = 8443;            // 0 picks a free port.
   std::string tls_cert_file;  // Both or neither.
   std::string tls_key_file;
+  // Workers kept ready. Each open connection holds one worker until it closes, so when all are
+  // busy another is started, up to `max_threads`: idle or slow connections cannot starve the
+  // others (/healthz included) until there are that many of them.
   int threads = 64;
+  int max_threads = 256;
   // Idle keep-alive connections are closed after this long. Stop() waits for open connections,
   // so this also bounds how long a stop takes.
   int keep_alive_timeout_seconds = 5;
+  // A client that sends nothing (or receives nothing) for this long is disconnected.
+  int read_timeout_seconds = 5;
   bool probes_only = false;
-  size_t max_body_bytes = size_t{256} << 20;  // A full NodeList of 5000 nodes fits.
+  // Larger requests are refused (413). kube-scheduler with nodeCacheCapable (our deployment)
+  // sends the pod (the API server stores at most 1.5 MiB) and one name per candidate node;
+  // 20,000 names of 253 bytes are 5 MiB. Without nodeCacheCapable it sends full Node objects:
+  // raise the limit (--max-request-bytes) for that.
+  size_t max_body_bytes = size_t{16} << 20;
 };
 
 class ExtenderServer {

@@ -1,10 +1,17 @@
 #include "extender/server.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -182,6 +189,86 @@ TEST_F(ServerTest, ServesTheWebhookOverTlsAndPicksUpARotatedCertificate) {
   auto res = new_ca.Get("/healthz");
   ASSERT_TRUE(res) << httplib::to_string(res.error());
   EXPECT_EQ(res->status, 200);
+}
+
+// Issue 13 #4: each connection holds a worker while it is open; 80 idle connections used to
+// starve a 64-worker pool, delaying /healthz by 5-10 s. Workers are now added while connections
+// wait for one, and the listen backlog (cpp-httplib's is 5) takes a burst of connections without
+// SYN retransmits.
+TEST_F(ServerTest, IdleConnectionsDoNotStarveHealthz) {
+  ServerOptions o;
+  o.threads = 4;
+  Serve(o);
+  std::vector<int> idle;
+  for (int i = 0; i < 80; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server_->port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    idle.push_back(fd);
+  }
+  absl::SleepFor(absl::Milliseconds(200));  // Let the server accept them all.
+  httplib::Client cli("127.0.0.1", server_->port());
+  cli.set_read_timeout(10, 0);
+  const absl::Time start = absl::Now();
+  auto res = cli.Get("/healthz");
+  const absl::Duration took = absl::Now() - start;
+  for (int fd : idle) close(fd);
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+  EXPECT_LT(took, absl::Seconds(1));
+}
+
+// Issue 13 #4: oversized bodies and candidate lists are refused before they cost memory.
+TEST_F(ServerTest, OversizedRequestsAreRefused) {
+  ServerOptions o;
+  o.max_body_bytes = 1 << 20;
+  Serve(o);
+  httplib::Client cli("127.0.0.1", server_->port());
+  json pod = *api_->Create("pods", GpuPod("p", 1, 1000));
+  auto res = cli.Post("/prioritize", std::string(o.max_body_bytes + 1, ' '), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 413);
+  json names = json::array();
+  for (int i = 0; i < 100000; ++i) names.push_back(StrCat("n", i));
+  res =
+      cli.Post("/prioritize", json{{"Pod", pod}, {"NodeNames", names}}.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_THAT(res->body, HasSubstr("more than the limit of 20000 per request"));
+  res = cli.Get("/healthz");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+}
+
+// Issue 13 #5: a request field of the wrong type made the handler throw; cpp-httplib answered 500
+// with the exception's text in an EXCEPTION_WHAT header.
+TEST_F(ServerTest, AdmissionFieldsOfTheWrongTypeGetAReviewNotAnException) {
+  Serve({});
+  httplib::Client cli("127.0.0.1", server_->port());
+  for (const char* path : {"/mutate", "/validate"}) {
+    for (const char* field : {"uid", "operation"}) {
+      json review{{"apiVersion", "admission.k8s.io/v1"},
+                  {"kind", "AdmissionReview"},
+                  {"request",
+                   {{"uid", "r1"},
+                    {"kind", {{"kind", "Pod"}}},
+                    {"operation", "CREATE"},
+                    {"object", GpuPod("p", 1, 1000)}}}};
+      review["request"][field] = 12;
+      auto res = cli.Post(path, review.dump(), "application/json");
+      ASSERT_TRUE(res);
+      EXPECT_EQ(res->status, 200) << path << " " << field;
+      EXPECT_FALSE(res->has_header("EXCEPTION_WHAT")) << path << " " << field;
+      json out = json::parse(res->body);
+      EXPECT_FALSE(out["response"]["allowed"].get<bool>());
+      EXPECT_THAT(out["response"]["status"]["message"].get<std::string>(),
+                  HasSubstr(StrCat("AdmissionReview.request.", field, ": expected a string")));
+    }
+  }
 }
 
 TEST_F(ServerTest, RefusesHalfATlsPair) {

@@ -49,6 +49,18 @@ json Deny(const std::string& uid, const std::string& message) {
               {"status", {{"code", 400}, {"reason", "BadRequest"}, {"message", message}}}};
 }
 
+// A string member that may be absent or null (""); InvalidArgument naming `where.key` otherwise.
+absl::StatusOr<std::string> StringMember(const json& object, std::string_view key,
+                                         std::string_view where) {
+  const json* v = FindField(object, key);
+  if (v == nullptr || v->is_null()) return std::string();
+  if (!v->is_string()) {
+    return absl::InvalidArgumentError(
+        StrCat(where, ".", key, ": expected a string, got ", v->type_name()));
+  }
+  return v->get<std::string>();
+}
+
 }  // namespace
 
 PodReview ReviewPod(const json& pod, const std::string& ns, bool mutate,
@@ -118,7 +130,9 @@ PodReview ReviewPod(const json& pod, const std::string& ns, bool mutate,
       if (!HasKey(spec, list) || !spec[list].is_array()) continue;
       for (const json& c : spec[list]) {
         if (Privileged(c)) {
-          return deny(StrCat("pod ", manifest->Key(), " container ", c.value("name", "?"),
+          const json* name = FindField(c, "name");
+          return deny(StrCat("pod ", manifest->Key(), " container ",
+                             name != nullptr && name->is_string() ? name->get<std::string>() : "?",
                              " is privileged; a privileged container sees every GPU of the node, "
                              "so GPU pods may not have one"));
         }
@@ -181,31 +195,49 @@ json HandleAdmissionReview(const json& review, bool mutate, const WebhookOptions
     out["response"] = Deny("", "AdmissionReview without a request");
     return out;
   }
-  const std::string uid = request->value("uid", "");
-  if (uid.empty()) {
+  // Typed reads: a field of the wrong type is a denial naming it, never an exception.
+  absl::StatusOr<std::string> uid = StringMember(*request, "uid", "AdmissionReview.request");
+  if (!uid.ok()) {
+    out["response"] = Deny("", std::string(uid.status().message()));
+    return out;
+  }
+  if (uid->empty()) {
     out["response"] = Deny("", "AdmissionReview.request.uid is missing");
     return out;
   }
   const json* kind = FindField(*request, "kind");
-  const std::string kind_name =
-      kind != nullptr && kind->is_object() ? kind->value("kind", "") : std::string();
-  const std::string operation = request->value("operation", "");
-  if (kind_name != "Pod" || (operation != "CREATE" && !operation.empty())) {
-    out["response"] = json{{"uid", uid}, {"allowed", true}};
+  absl::StatusOr<std::string> kind_name = std::string();
+  if (kind != nullptr && !kind->is_null()) {
+    kind_name =
+        kind->is_object()
+            ? StringMember(*kind, "kind", "AdmissionReview.request.kind")
+            : absl::InvalidArgumentError(StrCat(
+                  "AdmissionReview.request.kind: expected an object, got ", kind->type_name()));
+  }
+  absl::StatusOr<std::string> operation =
+      StringMember(*request, "operation", "AdmissionReview.request");
+  absl::StatusOr<std::string> ns = StringMember(*request, "namespace", "AdmissionReview.request");
+  for (const absl::Status& s : {kind_name.status(), operation.status(), ns.status()}) {
+    if (!s.ok()) {
+      out["response"] = Deny(*uid, std::string(s.message()));
+      return out;
+    }
+  }
+  if (*kind_name != "Pod" || (*operation != "CREATE" && !operation->empty())) {
+    out["response"] = json{{"uid", *uid}, {"allowed", true}};
     return out;
   }
   const json* object = FindField(*request, "object");
   if (object == nullptr || !object->is_object()) {
-    out["response"] = Deny(uid, "AdmissionReview.request.object is not a Pod");
+    out["response"] = Deny(*uid, "AdmissionReview.request.object is not a Pod");
     return out;
   }
-  const PodReview result =
-      ReviewPod(*object, request->value("namespace", ""), mutate, options, config);
+  const PodReview result = ReviewPod(*object, *ns, mutate, options, config);
   if (!result.allowed) {
-    out["response"] = Deny(uid, result.message);
+    out["response"] = Deny(*uid, result.message);
     return out;
   }
-  json response{{"uid", uid}, {"allowed", true}};
+  json response{{"uid", *uid}, {"allowed", true}};
   if (!result.patch.empty()) {
     response["patchType"] = "JSONPatch";
     response["patch"] = absl::Base64Escape(result.patch.dump());

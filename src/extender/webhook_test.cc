@@ -154,5 +154,49 @@ TEST_F(WebhookTest, OtherKindsAndOperationsPass) {
   EXPECT_TRUE(HandleAdmissionReview(review, true, options_, config_)["response"]["allowed"]);
 }
 
+// Issue 13 #5: request fields of the wrong type used to throw (nlohmann's value()) out of the
+// handler; they are denials naming the field.
+TEST_F(WebhookTest, RequestFieldsOfTheWrongTypeAreDenialsNamingTheField) {
+  struct Case {
+    std::string field;
+    json value;
+    std::string error;
+    bool uid_echoed;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"uid", 42, "AdmissionReview.request.uid: expected a string, got number", false},
+           {"uid", json::array(), "AdmissionReview.request.uid: expected a string", false},
+           {"operation", 1, "AdmissionReview.request.operation: expected a string, got number",
+            true},
+           {"namespace", json::object(), "AdmissionReview.request.namespace: expected a string",
+            true},
+           {"kind", "Pod", "AdmissionReview.request.kind: expected an object, got string", true},
+       }) {
+    json review = Review(GpuPod("p", 1, 1000));
+    review["request"][c.field] = c.value;
+    for (bool mutate : {true, false}) {
+      json out;
+      ASSERT_NO_THROW(out = HandleAdmissionReview(review, mutate, options_, config_)) << c.field;
+      EXPECT_FALSE(out["response"]["allowed"].get<bool>()) << c.field;
+      EXPECT_THAT(out["response"]["status"]["message"].get<std::string>(), HasSubstr(c.error));
+      EXPECT_EQ(out["response"]["uid"], c.uid_echoed ? "req-1" : "") << c.field;
+    }
+  }
+  json review = Review(GpuPod("p", 1, 1000));
+  review["request"]["kind"]["kind"] = 7;
+  json out;
+  ASSERT_NO_THROW(out = HandleAdmissionReview(review, true, options_, config_));
+  EXPECT_THAT(out["response"]["status"]["message"].get<std::string>(),
+              HasSubstr("AdmissionReview.request.kind.kind: expected a string"));
+  // A privileged container whose name is not a string is still named, not thrown on.
+  json pod = GpuPod("p", 1, 1000);
+  pod["spec"]["containers"][0]["securityContext"] = {{"privileged", true}};
+  pod["spec"]["containers"][0]["name"] = "main";
+  pod["spec"]["initContainers"] =
+      json::array({json{{"name", 5}, {"securityContext", {{"privileged", true}}}}});
+  ASSERT_NO_THROW(out = HandleAdmissionReview(Review(pod), true, options_, config_));
+  EXPECT_FALSE(out["response"]["allowed"].get<bool>());
+}
+
 }  // namespace
 }  // namespace prism::extender

@@ -1,5 +1,6 @@
 #include "extender/wire.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "base/status_macros.h"
@@ -128,8 +129,47 @@ const Json* FindField(const Json& object, std::string_view key) {
   return nullptr;
 }
 
-absl::StatusOr<ExtenderArgs> ParseExtenderArgs(std::string_view body) {
-  ASSIGN_OR_RETURN(Json json, ParseObject(body, "ExtenderArgs"));
+absl::StatusOr<ExtenderArgs> ParseExtenderArgs(std::string_view body,
+                                               const ExtenderLimits& limits) {
+  // Count the candidates while parsing and drop those over the limit, so that a request with
+  // millions of names never becomes millions of JSON values. Depths are nlohmann's: 1 for the
+  // top-level keys, 2 for NodeNames' elements, 3 for the objects of Nodes.items.
+  std::string top_key;
+  std::string nodes_key;
+  size_t name_count = 0;
+  size_t item_count = 0;
+  const Json::parser_callback_t count = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::key) {
+      if (depth == 1) top_key = parsed.get<std::string>();
+      if (depth == 2) nodes_key = parsed.get<std::string>();
+      return true;
+    }
+    const bool element_done = event == Json::parse_event_t::value ||
+                              event == Json::parse_event_t::object_end ||
+                              event == Json::parse_event_t::array_end;
+    if (depth == 2 && element_done && EqualFoldAscii(top_key, "NodeNames")) {
+      return ++name_count <= limits.max_nodes;
+    }
+    if (depth == 3 && event == Json::parse_event_t::object_end &&
+        EqualFoldAscii(top_key, "Nodes") && EqualFoldAscii(nodes_key, "items")) {
+      return ++item_count <= limits.max_nodes;
+    }
+    return true;
+  };
+  Json json = Json::parse(body.begin(), body.end(), count, /*allow_exceptions=*/false);
+  if (json.is_discarded()) {
+    return absl::InvalidArgumentError("ExtenderArgs: request body is not valid JSON");
+  }
+  if (!json.is_object()) {
+    return absl::InvalidArgumentError(
+        StrCat("ExtenderArgs: expected a JSON object, got ", json.type_name()));
+  }
+  if (name_count > limits.max_nodes || item_count > limits.max_nodes) {
+    return absl::InvalidArgumentError(
+        StrCat("ExtenderArgs.", name_count > limits.max_nodes ? "NodeNames" : "Nodes.items", ": ",
+               std::max(name_count, item_count), " nodes, more than the limit of ",
+               limits.max_nodes, " per request"));
+  }
   ExtenderArgs args;
   const Json* pod = FindField(json, "Pod");
   if (pod == nullptr || !pod->is_object()) {
@@ -140,6 +180,7 @@ absl::StatusOr<ExtenderArgs> ParseExtenderArgs(std::string_view body) {
     return absl::InvalidArgumentError("ExtenderArgs.Pod.metadata: missing or not an object");
   }
   args.pod = *pod;
+  args.node_names.reserve(name_count);
   if (const Json* names = FindField(json, "NodeNames"); names != nullptr && !names->is_null()) {
     if (!names->is_array()) {
       return absl::InvalidArgumentError(
@@ -150,7 +191,13 @@ absl::StatusOr<ExtenderArgs> ParseExtenderArgs(std::string_view body) {
         return absl::InvalidArgumentError(
             StrCat("ExtenderArgs.NodeNames[", i, "]: expected a string"));
       }
-      args.node_names.push_back((*names)[i].get<std::string>());
+      const std::string& name = (*names)[i].get_ref<const std::string&>();
+      if (name.size() > limits.max_node_name_bytes) {
+        return absl::InvalidArgumentError(StrCat("ExtenderArgs.NodeNames[", i, "]: ", name.size(),
+                                                 " bytes, more than a node name's ",
+                                                 limits.max_node_name_bytes));
+      }
+      args.node_names.push_back(name);
     }
   }
   if (const Json* nodes = FindField(json, "Nodes"); nodes != nullptr && !nodes->is_null()) {

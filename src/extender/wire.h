@@ -38,7 +38,17 @@ struct ExtenderArgs {
   std::vector<std::string> node_names;
   std::optional<std::vector<Json>> nodes;
 };
-absl::StatusOr<ExtenderArgs> ParseExtenderArgs(std::string_view body);
+// Per-request work bounds (docs/scheduler.md, "Limits"). kube-scheduler sends each candidate node
+// once; Kubernetes supports clusters of 5,000 nodes and node names are DNS names of at most 253
+// bytes.
+struct ExtenderLimits {
+  size_t max_nodes = 20000;
+  size_t max_node_name_bytes = 253;
+};
+// InvalidArgument naming the field for a malformed request or one over `limits`. Nodes beyond
+// `limits.max_nodes` are dropped while parsing, so an oversized list costs no memory.
+absl::StatusOr<ExtenderArgs> ParseExtenderArgs(std::string_view body,
+                                               const ExtenderLimits& limits = {});
 
 // ExtenderFilterResult.
 struct FilterResult {

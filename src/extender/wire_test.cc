@@ -76,6 +76,47 @@ TEST(ExtenderArgsTest, MalformedRequestsNameTheProblem) {
   }
 }
 
+// Issue 13 #4: a request's candidate list is bounded; the nodes over the bound are dropped while
+// parsing (no memory for them) and the request is refused naming the field.
+TEST(ExtenderArgsTest, CandidateListsAreBounded) {
+  ExtenderLimits limits;
+  limits.max_nodes = 3;
+  limits.max_node_name_bytes = 8;
+  auto names = [](int n, const std::string& name = "n") {
+    json list = json::array();
+    for (int i = 0; i < n; ++i) list.push_back(StrCat(name, i));
+    return json{{"Pod", {{"metadata", {{"name", "p"}}}}}, {"NodeNames", list}}.dump();
+  };
+  ASSERT_TRUE(ParseExtenderArgs(names(3), limits).ok());
+  absl::StatusOr<ExtenderArgs> over = ParseExtenderArgs(names(4), limits);
+  ASSERT_FALSE(over.ok());
+  EXPECT_THAT(std::string(over.status().message()),
+              HasSubstr("ExtenderArgs.NodeNames: 4 nodes, more than the limit of 3"));
+  // Case-insensitive keys, as Go decodes them.
+  over = ParseExtenderArgs(R"({"nodenames":["a","b","c","d","e"],"pod":{"metadata":{"name":"p"}}})",
+                           limits);
+  ASSERT_FALSE(over.ok());
+  EXPECT_THAT(std::string(over.status().message()), HasSubstr("5 nodes"));
+  absl::StatusOr<ExtenderArgs> long_name = ParseExtenderArgs(names(1, "too-long-"), limits);
+  ASSERT_FALSE(long_name.ok());
+  EXPECT_THAT(std::string(long_name.status().message()),
+              HasSubstr("ExtenderArgs.NodeNames[0]: 10 bytes, more than a node name's 8"));
+  json items = json::array();
+  for (int i = 0; i < 4; ++i) items.push_back(NodeJson(StrCat("n", i), {}));
+  absl::StatusOr<ExtenderArgs> nodes = ParseExtenderArgs(
+      json{{"Pod", {{"metadata", {{"name", "p"}}}}}, {"Nodes", {{"items", items}}}}.dump(), limits);
+  ASSERT_FALSE(nodes.ok());
+  EXPECT_THAT(std::string(nodes.status().message()), HasSubstr("ExtenderArgs.Nodes.items: 4"));
+  // Arrays elsewhere (the pod's containers) do not count.
+  json pod{{"metadata", {{"name", "p"}}},
+           {"spec",
+            {{"containers",
+              json::array({json::object(), json::object(), json::object(), json::object()})}}}};
+  EXPECT_TRUE(ParseExtenderArgs(json{{"Pod", pod}, {"NodeNames", {"a"}}}.dump(), limits).ok());
+  // The defaults hold a 5,000-node cluster.
+  EXPECT_TRUE(ParseExtenderArgs(names(5000)).ok());
+}
+
 TEST(FilterResultTest, UsesGoFieldNamesAndAnExplicitEmptyList) {
   FilterResult r;
   r.failed_unresolvable_nodes.emplace_back("n1", "1/1 CardInsufficientMemory");
