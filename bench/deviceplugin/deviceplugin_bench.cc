@@ -3,10 +3,15 @@
 //
 //   BM_AllocateRpc/<ledger>     Allocate over the device plugin's Unix socket, as the kubelet
 //                               calls it (ledger 0: in memory, 1: on disk, the default).
-//   BM_PodToContainer/<mode>    one pod at a time through the whole path: the scheduler's
+//   BM_PodToContainer/<mode>/<prestart>
+//                               one pod at a time through the whole path: the scheduler's
 //                               decision, kubelet admission (GetPreferredAllocation + Allocate),
 //                               resolution, MIG creation, CDI spec, the runtime's container
-//                               create; then the pod is deleted (mode 0: slice, 1: MIG).
+//                               create right after admission; then the pod is deleted (mode 0:
+//                               slice, 1: MIG). prestart 1: PreStartRequired, the create waits
+//                               in PreStartContainer for the spec; 0: no sync point, a create
+//                               that finds no spec is retried every 2 ms (a real kubelet backs
+//                               off for seconds instead: failed_creates counts those).
 //   BM_MigReplay/<idle>         MIG instances created + destroyed per placed pod over a replay
 //                               of the Alibaba openb trace (fractional-GPU pods as MIG requests
 //                               on 8 A100-40GB), the scheduler seeing the node's real instances
@@ -105,13 +110,19 @@ BENCHMARK(BM_AllocateRpc)
 
 void BM_PodToContainer(benchmark::State& state) {
   const bool mig = state.range(0) != 0;
+  const bool prestart = state.range(1) != 0;
   AgentHarness h(BenchDir(mig ? "pod-mig" : "pod-slice"), kNode, PlacementConfig());
-  if (!h.StartCluster().ok() || !h.StartAgent().ok() || !h.InitScheduler().ok()) {
+  if (!h.StartCluster().ok() ||
+      !h.StartAgent([&](NodeAgentOptions& o) {
+          if (!prestart) o.prestart_timeout = absl::ZeroDuration();
+        }).ok() ||
+      !h.InitScheduler().ok()) {
     state.SkipWithError("harness did not start");
     return;
   }
   std::vector<double> admit_ms;
   std::vector<double> ready_ms;
+  int failed_creates = 0;
   int n = 0;
   for (auto _ : state) {
     testing::PodSpec pod{"pod-" + std::to_string(n++),
@@ -125,7 +136,13 @@ void BM_PodToContainer(benchmark::State& state) {
     const auto t0 = std::chrono::steady_clock::now();
     absl::Status admitted = h.Admit(*uid);
     const auto t1 = std::chrono::steady_clock::now();
-    auto created = h.CreateContainer(*uid, "main");
+    absl::StatusOr<kubelet::CreatedContainer> created;
+    for (int attempt = 0; attempt < 5000; ++attempt) {
+      created = h.kubelet().CreateContainer(*uid, "main");
+      if (created.ok() || created.status().code() != absl::StatusCode::kNotFound) break;
+      ++failed_creates;  // The runtime found no spec: the kubelet would back off here.
+      absl::SleepFor(absl::Milliseconds(2));
+    }
     const auto t2 = std::chrono::steady_clock::now();
     if (!admitted.ok() || !created.ok() || created->env.count("PRISM_ALLOCATION_ERROR") != 0) {
       state.SkipWithError("pod did not get its devices");
@@ -141,10 +158,13 @@ void BM_PodToContainer(benchmark::State& state) {
   state.counters["admit_p50_ms"] = Percentile(admit_ms, 0.5);
   state.counters["ready_p50_ms"] = Percentile(ready_ms, 0.5);
   state.counters["ready_p99_ms"] = Percentile(ready_ms, 0.99);
+  state.counters["failed_creates"] = failed_creates;
 }
 BENCHMARK(BM_PodToContainer)
-    ->Arg(0)
-    ->Arg(1)
+    ->Args({0, 0})
+    ->Args({0, 1})
+    ->Args({1, 0})
+    ->Args({1, 1})
     ->Iterations(60)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);

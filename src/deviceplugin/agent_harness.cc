@@ -11,6 +11,7 @@
 #include "config/pod_request.h"
 #include "config/pod_yaml.h"
 #include "deviceplugin/inventory.h"
+#include "deviceplugin/fake_driver_tree.h"
 #include "k8s/objects.h"
 #include "k8s/resource.h"
 
@@ -46,6 +47,8 @@ AgentHarness::AgentHarness(std::filesystem::path dir, const std::string& gpus_ya
   std::ofstream(state_file_) << gpus_yaml;
   std::ofstream(dir_ / "libprism-vgpu.so") << "not a real library\n";
   nvml_ = std::make_unique<nvml::SimNvml>(state_file_);
+  absl::StatusOr<std::vector<nvml::GpuInfo>> gpus = nvml_->ListGpus();
+  WriteFakeDriverTree(host_root(), gpus.ok() ? static_cast<int>(gpus->size()) : 0);
 }
 
 AgentHarness::~AgentHarness() {
@@ -88,6 +91,8 @@ absl::Status AgentHarness::StartAgent(const std::function<void(NodeAgentOptions&
   options.state_dir = state_dir();
   options.vgpu.library_host_path = (dir_ / "libprism-vgpu.so").string();
   options.vgpu.host_dir = vgpu_dir();
+  options.device_nodes.dev_root = host_root();
+  options.device_nodes.proc_root = (dir_ / "host" / "proc").string();
   options.mig.max_idle_per_gpu = 0;
   options.device_config = config_;
   options.resolve_timeout = absl::Seconds(10);

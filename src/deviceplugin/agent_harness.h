@@ -99,6 +99,8 @@ class AgentHarness {
   std::string cdi_dir() const { return (dir_ / "cdi").string(); }
   std::string state_dir() const { return (dir_ / "state").string(); }
   std::string vgpu_dir() const { return (dir_ / "vgpu").string(); }
+  // The fake host driver tree the agent reads device nodes from (test_util.h).
+  std::string host_root() const { return (dir_ / "host").string(); }
 
  private:
   struct PodRecord {

@@ -46,6 +46,19 @@ std::string CdiSpecJson(std::string_view allocation_id, const ContainerEdits& ed
     }
     container_edits["mounts"] = mounts;
   }
+  if (!edits.device_nodes.empty()) {
+    json nodes = json::array();
+    for (const DeviceNodeEdit& d : edits.device_nodes) {
+      // Type and numbers given: the runtime creates the node without looking at the host.
+      nodes.push_back(json{{"path", d.path},
+                           {"type", "c"},
+                           {"major", d.major},
+                           {"minor", d.minor},
+                           {"fileMode", d.file_mode},
+                           {"permissions", d.permissions}});
+    }
+    container_edits["deviceNodes"] = nodes;
+  }
   json spec{{"cdiVersion", kCdiVersion},
             {"kind", kCdiKind},
             {"devices", json::array({json{{"name", std::string(allocation_id)},

@@ -55,6 +55,10 @@ struct Flags {
   bool cdi_annotations = false;
   std::string metrics_address = "0.0.0.0:9401";
   double resolve_timeout_s = 30;
+  double prestart_timeout_s = 25;
+  bool device_nodes = true;
+  std::string dev_root = "/";
+  std::string proc_root = "/proc";
   double health_interval_s = 10;
   bool xid_health = true;
   std::vector<uint64_t> ignore_xids;
@@ -100,6 +104,15 @@ absl::Status Run(const Flags& flags) {
     return absl::InvalidArgumentError(
         StrCat("--vgpu-preload must be ld-so-preload or env, got '", flags.vgpu_preload, "'"));
   }
+  if (flags.prestart_timeout_s < 0) {
+    return absl::InvalidArgumentError(
+        StrCat("--prestart-timeout must be >= 0 seconds, got ", flags.prestart_timeout_s));
+  }
+  if (flags.prestart_timeout_s >= 30) {
+    LogWarning(kLog, "--prestart-timeout=", flags.prestart_timeout_s,
+               " reaches the kubelet's own 30 s PreStartContainer deadline: the kubelet will "
+               "not see why a spec is late");
+  }
   ASSIGN_OR_RETURN(auto address, ParseAddress(flags.metrics_address));
   ASSIGN_OR_RETURN(sched::DeviceConfig device_config, LoadDeviceConfig(flags.device_config));
   ASSIGN_OR_RETURN(std::unique_ptr<nvml::Nvml> nvml,
@@ -134,6 +147,10 @@ absl::Status Run(const Flags& flags) {
   options.unlabelled_mig_dynamic = flags.default_mig_mode == mig::kMigModeDynamic;
   options.cdi_annotations = flags.cdi_annotations;
   options.resolve_timeout = absl::Seconds(flags.resolve_timeout_s);
+  options.prestart_timeout = absl::Seconds(flags.prestart_timeout_s);
+  options.device_nodes.enabled = flags.device_nodes;
+  options.device_nodes.dev_root = flags.dev_root;
+  options.device_nodes.proc_root = flags.proc_root;
   options.health_interval = absl::Seconds(flags.health_interval_s);
   options.xid_health = flags.xid_health;
   options.ignored_xids.insert(flags.ignore_xids.begin(), flags.ignore_xids.end());
@@ -253,6 +270,21 @@ void AddDevicePluginCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str();
   cmd->add_option("--resolve-timeout", flags->resolve_timeout_s,
                   "Seconds an allocation may stay unattributed")
+      ->capture_default_str();
+  cmd->add_option("--prestart-timeout", flags->prestart_timeout_s,
+                  "Seconds PreStartContainer waits for the container's CDI spec (below the "
+                  "kubelet's 30 s; 0: no PreStartContainer, PreStartRequired off)")
+      ->capture_default_str();
+  cmd->add_option("--device-nodes", flags->device_nodes,
+                  "Put the NVIDIA device nodes (/dev/nvidia*, MIG capability nodes) into the CDI "
+                  "specs; false where the NVIDIA runtime hook adds them")
+      ->capture_default_str();
+  cmd->add_option("--dev-root", flags->dev_root,
+                  "Where the agent sees the host's /dev root (dev/nvidia0 ... below it)")
+      ->capture_default_str();
+  cmd->add_option("--proc-root", flags->proc_root,
+                  "Where the agent sees the host's /proc (devices, "
+                  "driver/nvidia-caps/mig-minors, driver/nvidia/gpus)")
       ->capture_default_str();
   cmd->add_option("--health-interval", flags->health_interval_s, "Seconds between GPU checks")
       ->capture_default_str();

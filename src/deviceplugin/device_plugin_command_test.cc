@@ -16,6 +16,7 @@
 #include "config/device_config_yaml.h"
 #include "config/pod_request.h"
 #include "core/sched/engine.h"
+#include "deviceplugin/fake_driver_tree.h"
 #include "deviceplugin/inventory.h"
 #include "deviceplugin/test_util.h"
 #include "k8s/objects.h"
@@ -84,6 +85,7 @@ TEST(DevicePluginCommandTest, ServesAllocatesReportsAndStopsOnSigterm) {
   const std::string gpus = testing::WriteFile(dir / "gpus.yaml",
                                               "gpus:\n  - model: Tesla T4\n"
                                               "    memory_mib: 15360\n");
+  testing::WriteFakeDriverTree(dir / "host", 1);
   fakeapi::FakeApiServer api;
   ASSERT_TRUE(api.Start().ok());
   ASSERT_TRUE(api.Create("nodes", Json{{"metadata", {{"name", "n1"}}}}).ok());
@@ -100,7 +102,9 @@ TEST(DevicePluginCommandTest, ServesAllocatesReportsAndStopsOnSigterm) {
              "--pod-resources-socket=" + kubelet_options.pod_resources_socket,
              "--cdi-dir=" + (dir / "cdi").string(), "--state-dir=" + (dir / "state").string(),
              "--vgpu-dir=" + (dir / "vgpu").string(), "--vgpu-library=none",
-             "--metrics-address=127.0.0.1:0", "--device-split-count=4"},
+             "--metrics-address=127.0.0.1:0", "--device-split-count=4",
+             "--dev-root=" + (dir / "host").string(),
+             "--proc-root=" + (dir / "host" / "proc").string(), "--prestart-timeout=20"},
             log);
   KillOnExit guard{pid};
   ASSERT_TRUE((*kubelet)->WaitForPlugin("nvidia.com/gpu", absl::Seconds(30))) << Slurp(log);
@@ -153,6 +157,13 @@ TEST(DevicePluginCommandTest, ServesAllocatesReportsAndStopsOnSigterm) {
   }
   ASSERT_TRUE(container.ok()) << container.status() << Slurp(log);
   EXPECT_EQ(container->env["CUDA_DEVICE_MEMORY_LIMIT_0"], "3000m");
+  // The PreStartContainer sync point and the device nodes from --dev-root / --proc-root.
+  EXPECT_TRUE((*kubelet)->PluginOptions("nvidia.com/gpu").pre_start_required());
+  EXPECT_EQ((*kubelet)->prestart_calls(), 1);
+  std::vector<std::string> nodes;
+  for (const kubelet::CdiDeviceNode& n : container->device_nodes) nodes.push_back(n.path);
+  EXPECT_THAT(nodes, ::testing::ElementsAre("/dev/nvidiactl", "/dev/nvidia-uvm",
+                                            "/dev/nvidia-uvm-tools", "/dev/nvidia0"));
 
   // Metrics, on the port the agent logged.
   const std::string text = Slurp(log);
@@ -185,6 +196,8 @@ TEST(DevicePluginCommandTest, BadFlagsAreClearErrors) {
   EXPECT_THAT(Slurp(log), HasSubstr("--metrics-address 'nowhere' is not host:port"));
   EXPECT_EQ(WaitExit(Spawn({"device-plugin", "--node-name=n", "--vgpu-preload=magic"}, log)), 1);
   EXPECT_THAT(Slurp(log), HasSubstr("--vgpu-preload must be ld-so-preload or env"));
+  EXPECT_EQ(WaitExit(Spawn({"device-plugin", "--node-name=n", "--prestart-timeout=-1"}, log)), 1);
+  EXPECT_THAT(Slurp(log), HasSubstr("--prestart-timeout must be >= 0 seconds"));
 }
 
 }  // namespace

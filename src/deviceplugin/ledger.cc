@@ -102,6 +102,7 @@ absl::Status Ledger::Load() {
       AllocationRecord r = FromJson(json::parse(text.str()));
       next_seq_ = std::max(next_seq_, r.seq + 1);
       records_[r.id] = std::move(r);
+      ++version_;
     } catch (const json::exception& e) {
       LogError(kLog, "skipping unreadable allocation record ", entry.path().string(), ": ",
                e.what());
@@ -136,11 +137,13 @@ absl::StatusOr<AllocationRecord> Ledger::Add(const std::vector<std::string>& dev
     r.device_ids = device_ids;
     r.created_ms = now_ms;
     records_[r.id] = r;
+    ++version_;
   }
   absl::Status persisted = Persist(r);
   if (!persisted.ok()) {
     absl::MutexLock lock(&mu_);
     records_.erase(r.id);
+    ++version_;
     return persisted;
   }
   return r;
@@ -151,6 +154,7 @@ absl::Status Ledger::Put(const AllocationRecord& record) {
     absl::MutexLock lock(&mu_);
     records_[record.id] = record;
     next_seq_ = std::max(next_seq_, record.seq + 1);
+    ++version_;
   }
   return Persist(record);
 }
@@ -159,6 +163,7 @@ absl::Status Ledger::Remove(const std::string& id) {
   {
     absl::MutexLock lock(&mu_);
     records_.erase(id);
+    ++version_;
   }
   if (dir_.empty()) return absl::OkStatus();
   std::error_code ec;
@@ -188,6 +193,21 @@ std::vector<AllocationRecord> Ledger::All() const {
 size_t Ledger::size() const {
   absl::MutexLock lock(&mu_);
   return records_.size();
+}
+
+}  // namespace prism::deviceplugin
+
+namespace prism::deviceplugin {
+
+uint64_t Ledger::version() const {
+  absl::MutexLock lock(&mu_);
+  return version_;
+}
+
+bool Ledger::WaitForChange(uint64_t seen, absl::Duration timeout) const {
+  absl::MutexLock lock(&mu_);
+  auto changed = [this, seen]() ABSL_SHARED_LOCKS_REQUIRED(mu_) { return version_ != seen; };
+  return mu_.AwaitWithTimeout(absl::Condition(&changed), timeout);
 }
 
 }  // namespace prism::deviceplugin

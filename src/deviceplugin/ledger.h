@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 
 namespace prism::deviceplugin {
 
@@ -59,6 +60,10 @@ class Ledger {
   // Every record, by seq.
   std::vector<AllocationRecord> All() const;
   size_t size() const;
+  // Bumped by every change (Load, Add, Put, Remove).
+  uint64_t version() const;
+  // Waits until version() differs from `seen`; false on timeout.
+  bool WaitForChange(uint64_t seen, absl::Duration timeout) const;
 
  private:
   absl::Status Persist(const AllocationRecord& record) const;
@@ -69,6 +74,7 @@ class Ledger {
   mutable absl::Mutex mu_;
   std::map<std::string, AllocationRecord> records_ ABSL_GUARDED_BY(mu_);
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 1;
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // "lx3k2a9": `value` in base 36.

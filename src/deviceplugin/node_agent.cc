@@ -151,6 +151,10 @@ NodeAgent::NodeAgent(NodeAgentOptions options, nvml::Nvml* nvml, k8s::Client* cl
                     "Time to answer Allocate", latency);
   metrics_->Declare("prism_device_plugin_resolve_duration_seconds", Type::kHistogram,
                     "From Allocate to the allocation's CDI spec being written", latency);
+  metrics_->Declare("prism_device_plugin_prestart_wait_seconds", Type::kHistogram,
+                    "Time PreStartContainer waited for the container's CDI spec", latency);
+  metrics_->Declare("prism_device_plugin_prestart_requests_total", Type::kCounter,
+                    "PreStartContainer calls by result");
   metrics_->Declare("prism_device_plugin_allocation_failures_total", Type::kCounter,
                     "Allocations that failed, by reason");
   metrics_->Declare("prism_device_plugin_mig_instances_created_total", Type::kCounter,
@@ -1133,11 +1137,18 @@ void NodeAgent::RealizeAndPublish(const std::string& pod_uid, const std::string&
 void NodeAgent::Publish(PodEntry& pod, const std::string& container) {
   const ContainerResult& r = pod.containers[container];
   ContainerEdits edits;
+  std::string error = r.error;
   if (r.error.empty()) {
     ContainerIdentity who{
         pod.uid, container,
         AsciiLower(ContainerEnv(pod.object, container, "CUDA_DISABLE_CONTROL")) == "true"};
     edits = BuildContainerEdits(r.devices, who, options_.vgpu);
+    if (absl::Status nodes = AddDeviceNodes(r.devices, options_.device_nodes, &edits);
+        !nodes.ok()) {
+      LogError(kLog, pod.namespace_name, "/", pod.name, " ", container, ": ", nodes.message());
+      error = std::string(nodes.message());
+      edits = BuildFailureEdits(error);
+    }
     if (std::any_of(r.devices.begin(), r.devices.end(),
                     [](const RealizedDevice& d) { return d.Limited(); })) {
       const std::string dir = ContainerRunDir(options_.vgpu, pod.uid, container);
@@ -1153,15 +1164,15 @@ void NodeAgent::Publish(PodEntry& pod, const std::string& container) {
   for (AllocationRecord& rec : ledger_.All()) {
     if (rec.pod_uid != pod.uid || rec.container != container) continue;
     absl::Status written = WriteCdiSpec(options_.cdi_dir, rec.id, edits);
-    const AllocationState state = !written.ok()     ? AllocationState::kFailed
-                                  : r.error.empty() ? AllocationState::kReady
-                                                    : AllocationState::kFailed;
+    const AllocationState state = !written.ok()   ? AllocationState::kFailed
+                                  : error.empty() ? AllocationState::kReady
+                                                  : AllocationState::kFailed;
     if (rec.state == AllocationState::kPending) {
       metrics_->Observe("prism_device_plugin_resolve_duration_seconds",
                         static_cast<double>(now - rec.created_ms) / 1000.0);
     }
     rec.state = state;
-    rec.error = written.ok() ? r.error : std::string(written.message());
+    rec.error = written.ok() ? error : std::string(written.message());
     if (absl::Status put = ledger_.Put(rec); !put.ok()) {
       LogError(kLog, "recording allocation ", rec.id, ": ", put.message());
     }

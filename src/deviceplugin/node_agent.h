@@ -42,6 +42,7 @@
 #include "core/sched/device_config.h"
 #include "deviceplugin/annotations.h"
 #include "deviceplugin/container_edits.h"
+#include "deviceplugin/device_nodes.h"
 #include "deviceplugin/inventory.h"
 #include "deviceplugin/ledger.h"
 #include "deviceplugin/metrics.h"
@@ -76,6 +77,8 @@ struct NodeAgentOptions {
   // Allocation ledger; empty keeps it in memory (an agent restart then loses unresolved ones).
   std::string state_dir = "/var/lib/prism/device-plugin";
   VgpuOptions vgpu;
+  // NVIDIA device nodes in the CDI specs (device_nodes.h).
+  DeviceNodeOptions device_nodes;
   MigRealizerOptions mig;
   sched::DeviceConfig device_config;
   // Create MIG instances when a pod with a decision is bound, before the kubelet allocates.
@@ -90,6 +93,9 @@ struct NodeAgentOptions {
   // Also name the CDI device in the cdi.k8s.io/ container annotation (runtimes that read CDI
   // names from annotations, for kubelets without the cdi_devices field).
   bool cdi_annotations = false;
+  // PreStartContainer waits at most this long for the container's CDI spec (prestart.h); below
+  // the kubelet's own 30 s so that the kubelet sees why. Zero: PreStartRequired is off.
+  absl::Duration prestart_timeout = absl::Seconds(25);
   // How long an allocation may stay unattributed before it fails.
   absl::Duration resolve_timeout = absl::Seconds(30);
   // How long a realization blocked by an instance in use (a pod still terminating) or an
@@ -128,6 +134,10 @@ class NodeAgent {
 
   // --- Device plugin service (any thread) ---
   absl::StatusOr<v1beta1::AllocateResponse> Allocate(const v1beta1::AllocateRequest& request);
+  // Blocks until the CDI specs of the allocations holding `device_ids` are written (prestart.h),
+  // at most options().prestart_timeout; returns early once `cancelled` says so or on Stop.
+  absl::Status PreStartContainer(const std::vector<std::string>& device_ids,
+                                 const std::function<bool()>& cancelled = {});
   v1beta1::PreferredAllocationResponse PreferredAllocation(
       const v1beta1::PreferredAllocationRequest& request) const;
   // The device list and its version (bumped on every change).

@@ -652,12 +652,13 @@ TEST_F(NodeAgentTest, AnUnresolvedAllocationSurvivesAnAgentRestart) {
                   o.prepare_early = false;
                   o.pod_resources_socket = nowhere;
                   o.pod_resources_timeout = absl::Milliseconds(50);
+                  o.prestart_timeout = absl::Milliseconds(300);
                 }).ok());
   absl::StatusOr<std::string> uid = h_->SubmitPod(MigPod("interrupted"));
   ASSERT_TRUE(uid.ok());
   ASSERT_TRUE(h_->Admit(*uid).ok());
   EXPECT_EQ(h_->CreateContainer(*uid, "main", absl::Milliseconds(300)).status().code(),
-            absl::StatusCode::kNotFound);
+            absl::StatusCode::kDeadlineExceeded);  // Held in PreStartContainer, then refused.
   h_->StopAgent();  // ...and stops.
   // The next agent finds the allocation in its ledger and finishes the job.
   ASSERT_TRUE(h_->StartAgent([](NodeAgentOptions& o) { o.prepare_early = false; }).ok());

@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <filesystem>
+#include <string>
+#include <vector>
 
 #include "grpcpp/grpcpp.h"
 
@@ -41,7 +43,9 @@ class PluginServer::Service final : public v1beta1::DevicePlugin::Service {
 
   grpc::Status GetDevicePluginOptions(grpc::ServerContext*, const v1beta1::Empty*,
                                       v1beta1::DevicePluginOptions* options) override {
-    options->set_pre_start_required(false);
+    // The kubelet then calls PreStartContainer before each container start: the sync point
+    // that lets the resolver write the container's CDI spec first.
+    options->set_pre_start_required(agent_->options().prestart_timeout > absl::ZeroDuration());
     options->set_get_preferred_allocation_available(true);
     return grpc::Status::OK;
   }
@@ -79,9 +83,15 @@ class PluginServer::Service final : public v1beta1::DevicePlugin::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status PreStartContainer(grpc::ServerContext*, const v1beta1::PreStartContainerRequest*,
+  grpc::Status PreStartContainer(grpc::ServerContext* context,
+                                 const v1beta1::PreStartContainerRequest* request,
                                  v1beta1::PreStartContainerResponse*) override {
-    return grpc::Status::OK;
+    const std::vector<std::string> ids(request->devices_ids().begin(),
+                                       request->devices_ids().end());
+    absl::Status status = agent_->PreStartContainer(
+        ids, [this, context] { return stop_.load() || context->IsCancelled(); });
+    if (!status.ok()) LogWarning(kLog, "PreStartContainer: ", status.message());
+    return ToGrpc(status);
   }
 
  private:
@@ -141,6 +151,8 @@ absl::Status PluginServer::Register() {
   request.set_endpoint(options_.socket_name);
   request.set_resource_name(options_.resource_name);
   request.mutable_options()->set_get_preferred_allocation_available(true);
+  request.mutable_options()->set_pre_start_required(agent_->options().prestart_timeout >
+                                                    absl::ZeroDuration());
   const std::string kubelet_socket =
       (fs::path(options_.device_plugin_dir) / kubelet::kKubeletSocketName).string();
   struct stat st {};

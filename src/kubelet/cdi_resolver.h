@@ -10,6 +10,7 @@
 // (the runtime refuses to create the container). Reads files only; thread-compatible.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
@@ -26,9 +27,18 @@ struct CdiMount {
   std::vector<std::string> options;
 };
 
+// A device node as the runtime puts it into the OCI spec (linux.devices plus a device-cgroup
+// allow rule with `permissions`). Type, numbers and mode left out of the spec are read from the
+// host node (hostPath, else path), as the CDI library does; a node that is then still unknown is
+// an error.
 struct CdiDeviceNode {
   std::string path;
   std::string host_path;
+  std::string type;  // "c", "b", "u" or "p".
+  int64_t major = 0;
+  int64_t minor = 0;
+  uint32_t file_mode = 0;
+  std::string permissions;  // Subset of "rwm"; the CDI default is "rwm".
 };
 
 struct CdiEdits {

@@ -78,6 +78,37 @@ TEST_F(CdiResolverTest, DuplicateDeviceAcrossFilesIsAnError) {
               HasSubstr("defined in both"));
 }
 
+TEST_F(CdiResolverTest, DeviceNodesAreValidatedAndCompletedFromTheHost) {
+  Write("a.json", R"({"cdiVersion":"0.5.0","kind":"v.com/c","devices":[{"name":"d",
+    "containerEdits":{"deviceNodes":[
+      {"path":"/dev/nvidia0","type":"c","major":195,"minor":0,"fileMode":438},
+      {"path":"/dev/null"}]}}]})");
+  auto edits = ResolveCdiDevices(dir_.string(), {"v.com/c=d"});
+  ASSERT_TRUE(edits.ok()) << edits.status();
+  ASSERT_EQ(edits->device_nodes.size(), 2u);
+  EXPECT_EQ(edits->device_nodes[0].type, "c");
+  EXPECT_EQ(edits->device_nodes[0].major, 195);
+  EXPECT_EQ(edits->device_nodes[0].file_mode, 0666u);
+  EXPECT_EQ(edits->device_nodes[0].permissions, "rwm");  // The CDI default.
+  // Nothing but a path: read from the host's node, as the runtime does.
+  EXPECT_EQ(edits->device_nodes[1].type, "c");
+  EXPECT_EQ(edits->device_nodes[1].major, 1);
+  EXPECT_EQ(edits->device_nodes[1].minor, 3);
+
+  Write("a.json", R"({"cdiVersion":"0.5.0","kind":"v.com/c","devices":[{"name":"d",
+    "containerEdits":{"deviceNodes":[{"path":"/dev/prism-no-such-device"}]}}]})");
+  EXPECT_THAT(ResolveCdiDevices(dir_.string(), {"v.com/c=d"}).status().message(),
+              HasSubstr("host path /dev/prism-no-such-device is not a device"));
+  Write("a.json", R"({"cdiVersion":"0.5.0","kind":"v.com/c","devices":[{"name":"d",
+    "containerEdits":{"deviceNodes":[{"path":"/dev/x","type":"c","major":1,"permissions":"rwx"}]}}]})");
+  EXPECT_THAT(ResolveCdiDevices(dir_.string(), {"v.com/c=d"}).status().message(),
+              HasSubstr("invalid permissions 'rwx'"));
+  Write("a.json", R"({"cdiVersion":"0.5.0","kind":"v.com/c","devices":[{"name":"d",
+    "containerEdits":{"deviceNodes":[{"path":"dev/x","type":"c","major":1}]}}]})");
+  EXPECT_THAT(ResolveCdiDevices(dir_.string(), {"v.com/c=d"}).status().message(),
+              HasSubstr("is not absolute"));
+}
+
 TEST(CdiNameTest, QualifiedNames) {
   EXPECT_TRUE(IsQualifiedCdiName("prism.io/allocation=lx3k-17"));
   EXPECT_TRUE(IsQualifiedCdiName("nvidia.com/gpu=0:1"));

@@ -268,6 +268,7 @@ class FakeKubelet::Impl {
   absl::StatusOr<CreatedContainer> CreateContainer(const std::string& pod_uid,
                                                    const std::string& container) {
     ContainerRecord record;
+    std::shared_ptr<Plugin> plugin;
     {
       absl::MutexLock lock(&mu_);
       auto pod = pods_.find(pod_uid);
@@ -275,7 +276,9 @@ class FakeKubelet::Impl {
       auto it = pod->second.containers.find(container);
       if (it == pod->second.containers.end()) return CreatedContainer{};
       record = it->second;
+      if (auto p = plugins_.find(record.resource); p != plugins_.end()) plugin = p->second;
     }
+    RETURN_IF_ERROR(PreStart(plugin.get(), record));
     CreatedContainer out;
     out.device_ids = record.device_ids;
     for (const auto& [k, v] : record.response.envs()) out.env[k] = v;
@@ -291,6 +294,7 @@ class FakeKubelet::Impl {
       ASSIGN_OR_RETURN(CdiEdits edits, ResolveCdiDevices(options_.cdi_dir, out.cdi_devices));
       ApplyEnv(edits.env, &out.env);
       out.mounts.insert(out.mounts.end(), edits.mounts.begin(), edits.mounts.end());
+      out.device_nodes = std::move(edits.device_nodes);
     }
     return out;
   }
@@ -312,6 +316,16 @@ class FakeKubelet::Impl {
   int allocate_calls() const {
     absl::MutexLock lock(&mu_);
     return allocate_calls_;
+  }
+
+  int prestart_calls() const {
+    absl::MutexLock lock(&mu_);
+    return prestart_calls_;
+  }
+
+  std::vector<std::string> last_prestart_devices() const {
+    absl::MutexLock lock(&mu_);
+    return last_prestart_devices_;
   }
 
  private:
@@ -459,6 +473,35 @@ class FakeKubelet::Impl {
     return absl::OkStatus();
   }
 
+  // devicemanager's callPreStartContainerFromDevicePlugin: only when the plugin asked for it,
+  // with the container's devices as a set (the kubelet passes them in no particular order).
+  absl::Status PreStart(Plugin* plugin, const ContainerRecord& record) {
+    if (record.device_ids.empty()) return absl::OkStatus();
+    if (plugin == nullptr) {
+      return absl::FailedPreconditionError(StrCat(
+          "endpoint not found in cache for a registered resource: ", record.resource));
+    }
+    if (!plugin->options.pre_start_required()) return absl::OkStatus();
+    const std::set<std::string> devices(record.device_ids.begin(), record.device_ids.end());
+    v1beta1::PreStartContainerRequest request;
+    for (auto it = devices.rbegin(); it != devices.rend(); ++it) request.add_devices_ids(*it);
+    {
+      absl::MutexLock lock(&mu_);
+      ++prestart_calls_;
+      last_prestart_devices_.assign(request.devices_ids().begin(), request.devices_ids().end());
+    }
+    grpc::ClientContext context;
+    context.set_deadline(Deadline(options_.prestart_timeout));
+    v1beta1::PreStartContainerResponse response;
+    grpc::Status status = plugin->stub->PreStartContainer(&context, request, &response);
+    if (!status.ok()) {
+      // The kubelet fails this start (CreateContainerConfigError) and retries with back-off.
+      return Annotate(FromGrpc(status, "PreStartContainer"),
+                      "device plugin PreStartContainer rpc failed");
+    }
+    return absl::OkStatus();
+  }
+
   void WriteCheckpoint() {
     std::ofstream out(fs::path(options_.device_plugin_dir) / kKubeletCheckpointName);
     out << "{\"Data\":{\"PodDeviceEntries\":null,\"RegisteredDevices\":{}},\"Checksum\":0}\n";
@@ -476,6 +519,8 @@ class FakeKubelet::Impl {
   std::map<std::string, PodRecord> pods_ ABSL_GUARDED_BY(mu_);
   int registrations_ ABSL_GUARDED_BY(mu_) = 0;
   int allocate_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int prestart_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  std::vector<std::string> last_prestart_devices_ ABSL_GUARDED_BY(mu_);
 };
 
 absl::StatusOr<std::unique_ptr<FakeKubelet>> FakeKubelet::Start(FakeKubeletOptions options) {
@@ -519,6 +564,10 @@ std::vector<std::string> FakeKubelet::AllocatedDevices(const std::string& pod_ui
   return impl_->AllocatedDevices(pod_uid, container);
 }
 int FakeKubelet::allocate_calls() const { return impl_->allocate_calls(); }
+int FakeKubelet::prestart_calls() const { return impl_->prestart_calls(); }
+std::vector<std::string> FakeKubelet::last_prestart_devices() const {
+  return impl_->last_prestart_devices();
+}
 absl::Status FakeKubelet::Restart() { return impl_->Restart(); }
 void FakeKubelet::Stop() { impl_->Stop(); }
 

@@ -12,7 +12,10 @@
 //     IDs and response (its checkpoint);
 //   - PodResources v1 List on its own socket, from those records: active pods, regular and
 //     restartable-init containers only (regular init containers are not reported, as upstream);
-//   - container creation (CreateContainer): what the runtime would run: the Allocate response's
+//   - container creation (CreateContainer): first, when the plugin's options say
+//     pre_start_required, PreStartContainer with the container's device IDs (the kubelet's
+//     GetDeviceRunContainerOptions, 30 s deadline; an error fails the start, as the kubelet's
+//     CreateContainerConfigError does); then what the runtime would run: the Allocate response's
 //     envs and mounts, then its CDI devices resolved from the spec files in the CDI directory
 //     (cdi_resolver.h); an unresolvable CDI device fails the creation, which a test may retry;
 //   - Restart(): the kubelet restarting: servers stop, every socket in the directory is removed
@@ -41,6 +44,8 @@ struct FakeKubeletOptions {
   std::string pod_resources_socket;  // PodResources v1.
   std::string cdi_dir;               // Where CreateContainer looks for CDI specs.
   absl::Duration plugin_dial_timeout = absl::Seconds(10);
+  // The kubelet's KubeletPreStartContainerRPCTimeoutInSecs.
+  absl::Duration prestart_timeout = absl::Seconds(30);
 };
 
 struct FakeContainer {
@@ -61,6 +66,7 @@ struct FakePod {
 struct CreatedContainer {
   std::map<std::string, std::string> env;
   std::vector<CdiMount> mounts;  // Allocate response mounts first, then CDI mounts.
+  std::vector<CdiDeviceNode> device_nodes;  // From the CDI devices.
   std::vector<std::string> cdi_devices;
   std::vector<std::string> device_ids;
 };
@@ -104,6 +110,9 @@ class FakeKubelet {
                                             const std::string& container) const;
   // Allocate calls made (successful or not).
   int allocate_calls() const;
+  // PreStartContainer calls made, and the device IDs of the latest.
+  int prestart_calls() const;
+  std::vector<std::string> last_prestart_devices() const;
 
   // Simulates a kubelet restart (see above). Registered plugins are forgotten.
   absl::Status Restart();

@@ -27,6 +27,22 @@ class TestPlugin final : public v1beta1::DevicePlugin::Service {
                                       v1beta1::DevicePluginOptions* options) override {
     ++options_calls;
     options->set_get_preferred_allocation_available(true);
+    options->set_pre_start_required(pre_start_required);
+    return grpc::Status::OK;
+  }
+  // Writes the CDI spec of the first device only now, as a plugin resolving late would.
+  grpc::Status PreStartContainer(grpc::ServerContext*,
+                                 const v1beta1::PreStartContainerRequest* request,
+                                 v1beta1::PreStartContainerResponse*) override {
+    std::vector<std::string> ids(request->devices_ids().begin(), request->devices_ids().end());
+    prestart_ids = ids;
+    if (!prestart_error.empty()) {
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, prestart_error);
+    }
+    std::sort(ids.begin(), ids.end());
+    std::ofstream(cdi_dir / "late.json")
+        << R"({"cdiVersion":"0.5.0","kind":"example.com/dev","devices":[{"name":")" << ids.back()
+        << R"(","containerEdits":{"env":["LATE=yes"]}}]})";
     return grpc::Status::OK;
   }
   grpc::Status ListAndWatch(grpc::ServerContext* context, const v1beta1::Empty*,
@@ -64,6 +80,10 @@ class TestPlugin final : public v1beta1::DevicePlugin::Service {
     return grpc::Status::OK;
   }
   std::atomic<int> options_calls{0};
+  bool pre_start_required = false;
+  fs::path cdi_dir;
+  std::vector<std::string> prestart_ids;
+  std::string prestart_error;
 };
 
 class FakeKubeletTest : public ::testing::Test {
@@ -81,6 +101,7 @@ class FakeKubeletTest : public ::testing::Test {
     auto kubelet = FakeKubelet::Start(options);
     ASSERT_TRUE(kubelet.ok()) << kubelet.status();
     kubelet_ = std::move(*kubelet);
+    plugin_.cdi_dir = root_ / "cdi";
     StartPlugin();
   }
   void TearDown() override {
@@ -168,6 +189,35 @@ TEST_F(FakeKubeletTest, CreateContainerNeedsTheCdiSpec) {
   ASSERT_TRUE(created.ok()) << created.status();
   EXPECT_EQ(created->env["FROM_CDI"], "yes");
   EXPECT_EQ(created->env["IDS"], "overridden");
+}
+
+TEST_F(FakeKubeletTest, PreStartContainerRunsRightBeforeTheContainerWhenRequired) {
+  plugin_.pre_start_required = true;
+  ASSERT_TRUE(Register().ok());
+  ASSERT_TRUE(kubelet_->WaitForPlugin(kResource, absl::Seconds(5)));
+  EXPECT_TRUE(kubelet_->PluginOptions(kResource).pre_start_required());
+  ASSERT_TRUE(kubelet_->AdmitPod({"u", "ns", "p", {{"main", false, false, 2}}}, kResource).ok());
+  EXPECT_EQ(kubelet_->prestart_calls(), 0);  // Not at admission.
+  // The plugin writes the spec inside PreStartContainer: the first create succeeds.
+  auto created = kubelet_->CreateContainer("u", "main");
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ(created->env["LATE"], "yes");
+  EXPECT_EQ(kubelet_->prestart_calls(), 1);
+  EXPECT_THAT(plugin_.prestart_ids, ::testing::UnorderedElementsAre("d3", "d2"));
+
+  plugin_.prestart_error = "spec not ready";
+  created = kubelet_->CreateContainer("u", "main");
+  EXPECT_THAT(created.status().message(),
+              HasSubstr("device plugin PreStartContainer rpc failed"));
+  EXPECT_THAT(created.status().message(), HasSubstr("spec not ready"));
+}
+
+TEST_F(FakeKubeletTest, NoPreStartContainerUnlessRequired) {
+  ASSERT_TRUE(Register().ok());
+  ASSERT_TRUE(kubelet_->WaitForPlugin(kResource, absl::Seconds(5)));
+  ASSERT_TRUE(kubelet_->AdmitPod({"u", "ns", "p", {{"main", false, false, 1}}}, kResource).ok());
+  EXPECT_FALSE(kubelet_->CreateContainer("u", "main").ok());
+  EXPECT_EQ(kubelet_->prestart_calls(), 0);
 }
 
 TEST_F(FakeKubeletTest, RestartRemovesSocketsKeepsCheckpointAndForgetsPlugins) {
