@@ -61,6 +61,53 @@ absl::Status CheckKeys(const YAML::Node& node, std::string_view where,
   return absl::OkStatus();
 }
 
+// A YAML 1.2 boolean: plain true/false (any case style YAML allows). yaml-cpp also takes YAML
+// 1.1's yes/no/on/off/y/n, and a quoted "true" is a string in mig-parted (Go); both are typos
+// that would otherwise flip a GPU's MIG mode.
+absl::StatusOr<bool> ParseStrictBool(const YAML::Node& node, std::string_view where,
+                                     std::string_view key) {
+  const bool plain = node.IsScalar() && node.Tag() != "!";
+  const std::string text = node.IsScalar() ? node.Scalar() : std::string();
+  if (plain && (text == "true" || text == "True" || text == "TRUE")) return true;
+  if (plain && (text == "false" || text == "False" || text == "FALSE")) return false;
+  return Bad(where, StrCat("'", key, "' must be true or false, not ",
+                           node.IsScalar() ? StrCat(plain ? "'" : "the string \"", text,
+                                                    plain ? "'" : "\"")
+                                           : std::string("a list or mapping")));
+}
+
+// Whether two specs of one config can select the same GPU: their device lists meet (or one is
+// `all`) and some GPU model passes both device filters (an empty filter passes every model).
+bool Overlap(const MigConfigSpec& a, const MigConfigSpec& b) {
+  const bool devices_meet =
+      a.all_devices || b.all_devices ||
+      std::any_of(a.devices.begin(), a.devices.end(), [&b](int i) {
+        return std::find(b.devices.begin(), b.devices.end(), i) != b.devices.end();
+      });
+  if (!devices_meet) return false;
+  if (a.device_filter.empty() || b.device_filter.empty()) return true;
+  for (const DeviceFilter& fa : a.device_filter) {
+    for (const DeviceFilter& fb : b.device_filter) {
+      if (fa.device_id == fb.device_id &&
+          (!fa.subsystem_id || !fb.subsystem_id || *fa.subsystem_id == *fb.subsystem_id)) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+std::string DescribeSelection(const MigConfigSpec& spec) {
+  std::string out = spec.all_devices ? "devices: all" : StrCat("devices: [", StrJoin(spec.devices, ", "), "]");
+  if (!spec.device_filter.empty()) {
+    StrAppend(&out, ", device-filter: [",
+              StrJoin(spec.device_filter, ", ",
+                      [](std::string* o, const DeviceFilter& f) { StrAppend(o, f.ToString()); }),
+              "]");
+  }
+  return out;
+}
+
 absl::StatusOr<MigConfigSpec> ParseSpec(const YAML::Node& node, const std::string& where) {
   if (!node.IsMap()) return Bad(where, "each entry must be a mapping");
   RETURN_IF_ERROR(
@@ -71,6 +118,10 @@ absl::StatusOr<MigConfigSpec> ParseSpec(const YAML::Node& node, const std::strin
       ASSIGN_OR_RETURN(DeviceFilter f, ParseFilter(filter.Scalar(), where));
       spec.device_filter.push_back(f);
     } else if (filter.IsSequence()) {
+      if (filter.size() == 0) {
+        return Bad(where,
+                   "'device-filter' is an empty list (leave it out to match every GPU model)");
+      }
       for (const auto& item : filter) {
         if (!item.IsScalar()) return Bad(where, "device-filter entries must be strings");
         ASSIGN_OR_RETURN(DeviceFilter f, ParseFilter(item.Scalar(), where));
@@ -85,6 +136,9 @@ absl::StatusOr<MigConfigSpec> ParseSpec(const YAML::Node& node, const std::strin
   if (devices.IsScalar() && devices.Scalar() == "all") {
     spec.all_devices = true;
   } else if (devices.IsSequence()) {
+    if (devices.size() == 0) {
+      return Bad(where, "'devices' is an empty list (use 'all' or name GPU indices)");
+    }
     for (const auto& item : devices) {
       int index = -1;
       try {
@@ -93,6 +147,9 @@ absl::StatusOr<MigConfigSpec> ParseSpec(const YAML::Node& node, const std::strin
         return Bad(where, StrCat("invalid device index '", item.Scalar(), "'"));
       }
       if (index < 0) return Bad(where, StrCat("invalid device index ", index));
+      if (std::find(spec.devices.begin(), spec.devices.end(), index) != spec.devices.end()) {
+        return Bad(where, StrCat("'devices' lists GPU ", index, " twice"));
+      }
       spec.devices.push_back(index);
     }
   } else {
@@ -100,11 +157,7 @@ absl::StatusOr<MigConfigSpec> ParseSpec(const YAML::Node& node, const std::strin
   }
   const YAML::Node enabled = node["mig-enabled"];
   if (!enabled) return Bad(where, "missing required field 'mig-enabled'");
-  try {
-    spec.mig_enabled = enabled.as<bool>();
-  } catch (const YAML::Exception&) {
-    return Bad(where, StrCat("'mig-enabled' must be true or false, not '", enabled.Scalar(), "'"));
-  }
+  ASSIGN_OR_RETURN(spec.mig_enabled, ParseStrictBool(enabled, where, "mig-enabled"));
   if (const YAML::Node mig_devices = node["mig-devices"]) {
     spec.has_mig_devices = true;
     if (!mig_devices.IsMap() && !mig_devices.IsNull()) {
@@ -192,7 +245,18 @@ absl::StatusOr<MigConfigFile> ParseMigConfig(const std::string& yaml_text) {
     }
     std::vector<MigConfigSpec> specs;
     for (size_t i = 0; i < kv.second.size(); ++i) {
-      ASSIGN_OR_RETURN(MigConfigSpec spec, ParseSpec(kv.second[i], StrCat(where, "[", i, "]")));
+      const std::string spec_where = StrCat(where, "[", i, "]");
+      ASSIGN_OR_RETURN(MigConfigSpec spec, ParseSpec(kv.second[i], spec_where));
+      // mig-parted applies every matching spec in turn, so with overlapping specs the later one
+      // silently overrides the earlier (e.g. enables MIG on a GPU an earlier spec disables).
+      for (size_t j = 0; j < specs.size(); ++j) {
+        if (Overlap(specs[j], spec)) {
+          return Bad(spec_where,
+                     StrCat("selects GPUs that ", where, "[", j, "] already configures (",
+                            DescribeSelection(spec), " overlaps ", DescribeSelection(specs[j]),
+                            "); each GPU must be configured by one spec"));
+        }
+      }
       specs.push_back(std::move(spec));
     }
     if (file.configs.count(name)) return Bad(where, "defined twice");

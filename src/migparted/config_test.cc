@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/strings.h"
 #include "migparted/default_config.h"
 
 namespace prism::migparted {
@@ -106,6 +107,53 @@ TEST(MigConfigTest, RejectsBadFilesWithOneClearReason) {
               HasSubstr("invalid device ID 'zz'"));
   EXPECT_THAT(Error("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: maybe}]}"),
               HasSubstr("must be true or false"));
+}
+
+// Issue 13, finding 6: inputs mig-parted (and Prism before) took silently.
+TEST(MigConfigTest, RejectsSilentlyAmbiguousSpecsNamingTheField) {
+  EXPECT_THAT(Error("version: v1\nmig-configs: {a: [{devices: [0, 0], mig-enabled: false}]}"),
+              HasSubstr("mig-configs.a[0]: 'devices' lists GPU 0 twice"));
+  EXPECT_THAT(Error("version: v1\nmig-configs: {a: [{devices: [], mig-enabled: false}]}"),
+              HasSubstr("mig-configs.a[0]: 'devices' is an empty list"));
+  EXPECT_THAT(Error("version: v1\nmig-configs: {a: [{device-filter: [], devices: all, "
+                    "mig-enabled: false}]}"),
+              HasSubstr("mig-configs.a[0]: 'device-filter' is an empty list"));
+  for (const char* flag : {"yes", "no", "on", "off", "y", "n", "\"true\"", "'false'", "[true]"}) {
+    EXPECT_THAT(Error(StrCat("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: ", flag,
+                             "}]}")),
+                HasSubstr("mig-configs.a[0]: 'mig-enabled' must be true or false"))
+        << flag;
+  }
+  // A later spec would silently override an earlier one for GPU 0.
+  EXPECT_THAT(Error(R"(version: v1
+mig-configs:
+  a:
+    - {devices: all, mig-enabled: false}
+    - {devices: [0], mig-enabled: true, mig-devices: {1g.5gb: 7}}
+)"),
+              HasSubstr("mig-configs.a[1]: selects GPUs that mig-configs.a[0] already configures "
+                        "(devices: [0] overlaps devices: all)"));
+  EXPECT_THAT(Error(R"(version: v1
+mig-configs:
+  a:
+    - {device-filter: "0x20B010DE", devices: [1, 2], mig-enabled: false}
+    - {device-filter: ["0x233010DE", "0x20B010DE:0x134F10DE"], devices: [2], mig-enabled: false}
+)"),
+              HasSubstr("mig-configs.a[1]: selects GPUs"));
+}
+
+TEST(MigConfigTest, AcceptsDisjointSpecsAndYamlBooleans) {
+  auto file = ParseMigConfig(R"(version: v1
+mig-configs:
+  a:
+    - {devices: [0, 1], mig-enabled: false}
+    - {devices: [2], mig-enabled: True, mig-devices: {}}
+    - {device-filter: "0x20B010DE:0x134F10DE", devices: [3, 4], mig-enabled: FALSE}
+    - {device-filter: "0x20B010DE:0x145F10DE", devices: [3, 4], mig-enabled: false}
+)");
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_TRUE(file->configs.at("a")[1].mig_enabled);
+  EXPECT_FALSE(file->configs.at("a")[2].mig_enabled);
 }
 
 TEST(MigConfigTest, SelectionNamesTheAvailableConfigs) {
