@@ -53,7 +53,8 @@ absl::StatusOr<DeviceFilter> ParseFilter(std::string_view text, std::string_view
 absl::Status CheckKeys(const YAML::Node& node, std::string_view where,
                        std::initializer_list<std::string_view> allowed) {
   for (const auto& kv : node) {
-    const std::string key = kv.first.as<std::string>();
+    if (!kv.first.IsScalar()) return Bad(where, "keys must be plain strings");
+    const std::string key = kv.first.Scalar();
     if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
       return Bad(where, StrCat("unknown field '", key, "'"));
     }
@@ -165,7 +166,8 @@ absl::StatusOr<MigConfigSpec> ParseSpec(const YAML::Node& node, const std::strin
     }
     if (mig_devices.IsMap()) {
       for (const auto& kv : mig_devices) {
-        const std::string profile = kv.first.as<std::string>();
+        if (!kv.first.IsScalar()) return Bad(where, "'mig-devices' keys must be profile names");
+        const std::string profile = kv.first.Scalar();
         if (auto parsed = mig::ParseProfileName(profile); !parsed.ok()) {
           return Bad(where, std::string(parsed.status().message()));
         }
@@ -193,6 +195,8 @@ absl::StatusOr<MigConfigSpec> ParseSpec(const YAML::Node& node, const std::strin
   return spec;
 }
 
+absl::StatusOr<MigConfigFile> ParseMigConfigUnguarded(const std::string& yaml_text);
+
 }  // namespace
 
 bool DeviceFilter::Matches(uint32_t device, uint32_t subsystem) const {
@@ -215,6 +219,17 @@ bool MigConfigSpec::Applies(int index, uint32_t pci_device_id, uint32_t pci_subs
 }
 
 absl::StatusOr<MigConfigFile> ParseMigConfig(const std::string& yaml_text) {
+  // yaml-cpp throws from conversions on odd nodes; none may escape the decoder.
+  try {
+    return ParseMigConfigUnguarded(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(StrCat("MIG config: ", e.what()));
+  }
+}
+
+namespace {
+
+absl::StatusOr<MigConfigFile> ParseMigConfigUnguarded(const std::string& yaml_text) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -238,7 +253,10 @@ absl::StatusOr<MigConfigFile> ParseMigConfig(const std::string& yaml_text) {
     return absl::InvalidArgumentError("MIG config: 'mig-configs' must name at least one config");
   }
   for (const auto& kv : configs) {
-    const std::string name = kv.first.as<std::string>();
+    if (!kv.first.IsScalar()) {
+      return absl::InvalidArgumentError("MIG config: 'mig-configs' keys must be config names");
+    }
+    const std::string name = kv.first.Scalar();
     const std::string where = StrCat("mig-configs.", name);
     if (!kv.second.IsSequence() || kv.second.size() == 0) {
       return Bad(where, "must be a non-empty list of specs");
@@ -265,6 +283,8 @@ absl::StatusOr<MigConfigFile> ParseMigConfig(const std::string& yaml_text) {
   }
   return file;
 }
+
+}  // namespace
 
 absl::StatusOr<std::vector<MigConfigSpec>> SelectMigConfig(const MigConfigFile& file,
                                                            const std::string& name) {

@@ -8,6 +8,7 @@
 
 #include "base/strings.h"
 #include "migparted/default_config.h"
+#include "migparted/hooks.h"
 
 namespace prism::migparted {
 namespace {
@@ -140,6 +141,25 @@ mig-configs:
     - {device-filter: ["0x233010DE", "0x20B010DE:0x134F10DE"], devices: [2], mig-enabled: false}
 )"),
               HasSubstr("mig-configs.a[1]: selects GPUs"));
+}
+
+// Found by mig_config_fuzzer: a non-string key threw yaml-cpp's "bad conversion" out of the
+// parser (and aborted `prism mig`).
+TEST(MigConfigTest, NonStringKeysAreErrorsNotExceptions) {
+  EXPECT_THAT(Error("version: v1\nmig-configs:\n  a: [{devices: all, mig-enabled: true, "
+                    "mig-devices: {? [x] : 2}}]\n"),
+              HasSubstr("mig-configs.a[0]: 'mig-devices' keys must be profile names"));
+  EXPECT_THAT(Error("version: v1\nmig-configs:\n  ? {a: 1}\n  : [{devices: all, "
+                    "mig-enabled: false}]\n"),
+              HasSubstr("'mig-configs' keys must be config names"));
+  EXPECT_THAT(Error("version: v1\n? [k]\n: 1\n"), HasSubstr("keys must be plain strings"));
+  EXPECT_THAT(Error("version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: "
+                    "true\n      mig-devices:\n  ?     \"3g.47gb\": 2\n"),
+              HasSubstr("MIG config"));
+  auto hooks = ParseHooks("version: v1\nhooks:\n  ? [a]\n  : []\n");
+  EXPECT_THAT(std::string(hooks.status().message()), HasSubstr("'hooks' keys must be hook names"));
+  auto version = ParseHooks("version: [v1]\n");
+  EXPECT_THAT(std::string(version.status().message()), HasSubstr("unknown version"));
 }
 
 TEST(MigConfigTest, AcceptsDisjointSpecsAndYamlBooleans) {

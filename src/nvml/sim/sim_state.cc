@@ -94,7 +94,8 @@ absl::Status CheckKeys(const YAML::Node& node, std::string_view where,
                        std::initializer_list<std::string_view> allowed) {
   if (!node.IsMap()) return Bad(where, "expected a mapping");
   for (const auto& kv : node) {
-    const std::string key = kv.first.as<std::string>();
+    if (!kv.first.IsScalar()) return Bad(where, "keys must be plain strings");
+    const std::string key = kv.first.Scalar();
     if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
       return Bad(where, StrCat("unknown key '", key, "' (allowed: ", StrJoin(allowed, ", "), ")"));
     }
@@ -255,8 +256,9 @@ std::atomic<int64_t> parse_count{0};
 
 int64_t SimStateParseCount() { return parse_count.load(); }
 
-absl::StatusOr<SimState> ParseSimState(const std::string& yaml_text) {
-  parse_count.fetch_add(1);
+namespace {
+
+absl::StatusOr<SimState> ParseSimStateUnguarded(const std::string& yaml_text) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -350,6 +352,18 @@ absl::StatusOr<SimState> ParseSimState(const std::string& yaml_text) {
   }
   RETURN_IF_ERROR(Read(root, "generation", "top level", &state.generation));
   return state;
+}
+
+}  // namespace
+
+absl::StatusOr<SimState> ParseSimState(const std::string& yaml_text) {
+  parse_count.fetch_add(1);
+  // yaml-cpp throws from conversions on odd nodes; none may escape the decoder.
+  try {
+    return ParseSimStateUnguarded(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(StrCat("simulated GPU file: ", e.what()));
+  }
 }
 
 std::string SerializeSimState(const SimState& state) {

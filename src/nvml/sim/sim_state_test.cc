@@ -62,6 +62,11 @@ TEST(SimStateTest, RejectsUnknownCallsNegativeCountsAndSharedBusIds) {
   EXPECT_THAT(ParseError("gpus:\n  - {model: A100-SXM4-40GB, pci_bus_id: '00000000:07:00.0'}\n"
                          "  - {model: A100-SXM4-40GB, pci_bus_id: '00000000:07:00.0'}\n"),
               HasSubstr("gpus[1]: pci_bus_id 00000000:07:00.0 is gpus[0]'s too"));
+  // Found by sim_state_fuzzer: a non-string key threw out of the parser.
+  EXPECT_THAT(ParseError("gpus: [{model: A100-SXM4-40GB}]\n? [a]\n: 1\n"),
+              HasSubstr("top level: keys must be plain strings"));
+  EXPECT_THAT(ParseError("gpus:\n  - model: A100-SXM4-40GB\n? \n  model: H100-SXM5-80GB\n"),
+              HasSubstr("simulated GPU file"));
   for (const std::string& call : SimCallNames()) {
     EXPECT_TRUE(ParseSimState("gpus: [{model: A100-SXM4-40GB}]\nfaults: [{call: " + call +
                               ", error: UNKNOWN}]")
