@@ -50,6 +50,43 @@ absl::StatusOr<DeviceFilter> ParseFilter(std::string_view text, std::string_view
   return f;
 }
 
+// Config names end up in JSON (`export -o json`) and in the node label nvidia.com/mig.config:
+// they must be text. Accepts well-formed UTF-8 without control characters.
+bool IsPrintableUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t len = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7F) return false;
+      ++i;
+      continue;
+    }
+    if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > s.size()) return false;
+    for (size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    const uint32_t min = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
+}
+
 absl::Status CheckKeys(const YAML::Node& node, std::string_view where,
                        std::initializer_list<std::string_view> allowed) {
   for (const auto& kv : node) {
@@ -257,6 +294,10 @@ absl::StatusOr<MigConfigFile> ParseMigConfigUnguarded(const std::string& yaml_te
       return absl::InvalidArgumentError("MIG config: 'mig-configs' keys must be config names");
     }
     const std::string name = kv.first.Scalar();
+    if (name.empty() || !IsPrintableUtf8(name)) {
+      return absl::InvalidArgumentError(
+          "MIG config: config names must be non-empty UTF-8 text without control characters");
+    }
     const std::string where = StrCat("mig-configs.", name);
     if (!kv.second.IsSequence() || kv.second.size() == 0) {
       return Bad(where, "must be a non-empty list of specs");
@@ -332,7 +373,8 @@ std::string SerializeMigConfig(const MigConfigFile& file, bool json) {
       configs[name] = specs;
     }
     root["mig-configs"] = configs;
-    return root.dump(2) + "\n";
+    // Names are checked at parse; a label given on the command line is not (replace, never throw).
+    return root.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
   }
   YAML::Emitter out;
   out << YAML::BeginMap << YAML::Key << "version" << YAML::Value << file.version;

@@ -156,6 +156,16 @@ TEST(MigConfigTest, NonStringKeysAreErrorsNotExceptions) {
   EXPECT_THAT(Error("version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: "
                     "true\n      mig-devices:\n  ?     \"3g.47gb\": 2\n"),
               HasSubstr("MIG config"));
+  // Found by mig_config_fuzzer: a config name with a non-UTF-8 byte parsed, then made
+  // `export -o json` (SerializeMigConfig) throw.
+  EXPECT_THAT(Error("version: v1\nmig-configs:\n  a\xA7"
+                    "b: [{devices: all, mig-enabled: false}]\n"),
+              HasSubstr("config names must be non-empty UTF-8 text"));
+  EXPECT_THAT(Error("version: v1\nmig-configs:\n  \"\": [{devices: all, mig-enabled: false}]\n"),
+              HasSubstr("config names must be non-empty"));
+  EXPECT_TRUE(ParseMigConfig("version: v1\nmig-configs:\n  \"caf\u00e9\": [{devices: all, "
+                             "mig-enabled: false}]\n")
+                  .ok());
   auto hooks = ParseHooks("version: v1\nhooks:\n  ? [a]\n  : []\n");
   EXPECT_THAT(std::string(hooks.status().message()), HasSubstr("'hooks' keys must be hook names"));
   auto version = ParseHooks("version: [v1]\n");
