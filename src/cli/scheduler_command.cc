@@ -228,6 +228,10 @@ void AddSchedulerCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--requeue-grace", flags->requeue_grace_seconds,
                   "seconds a bound pod's decision may fail to apply before it is requeued")
       ->capture_default_str();
+  cmd->add_option("--min-rebuild-interval", flags->min_rebuild_interval_seconds,
+                  "seconds between cache rebuilds after node changes (0: before the next call)")
+      ->check(CLI::Range(0.0, 60.0))
+      ->capture_default_str();
   cmd->add_flag(
       "--requeue-invalid,!--no-requeue-invalid", flags->requeue_invalid,
       "delete Pending pods with a controller whose decision no longer holds (default: on)");

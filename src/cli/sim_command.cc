@@ -237,8 +237,31 @@ std::string PlotPath(const std::string& base, const std::string& trace, bool sev
 
 absl::Status RunSim(const SimFlags& f) {
   ASSIGN_OR_RETURN(std::vector<uint64_t> seeds, ParseSeeds(f.seeds));
-  if (f.tune <= 0 || !std::isfinite(f.tune)) {
-    return absl::InvalidArgumentError("--tune must be a positive number");
+  // Every numeric flag in range before any work: --tune sizes the workload (1e6 filled memory
+  // until the machine gave out), the others would silently simulate nonsense.
+  if (!(f.tune > 0 && f.tune <= sim::kMaxTune)) {
+    return absl::InvalidArgumentError(
+        StrCat("--tune must be above 0 and at most ", sim::kMaxTune,
+               " (target GPU demand / GPU capacity; 1.3 = 130 %), got ", f.tune));
+  }
+  const int max_at = static_cast<int>(sim::kMaxTune * 100);
+  for (int at : f.at) {
+    if (at < 1 || at > max_at) {
+      return absl::InvalidArgumentError(StrCat("--at: ", at, " is outside 1..", max_at,
+                                               " (arrived demand, % of GPU capacity)"));
+    }
+  }
+  if (f.mig_min_gpus < 1 || f.mig_min_gpus > 64) {
+    return absl::InvalidArgumentError(
+        StrCat("--mig-min-gpus must be 1..64 (GPUs per node), got ", f.mig_min_gpus));
+  }
+  if (f.jobs < 0 || f.jobs > 1024) {
+    return absl::InvalidArgumentError(
+        StrCat("--jobs must be 0 (one per CPU) .. 1024, got ", f.jobs));
+  }
+  if (f.departures && !(f.load > 0 && f.load <= sim::kMaxTune)) {
+    return absl::InvalidArgumentError(
+        StrCat("--load must be above 0 and at most ", sim::kMaxTune, ", got ", f.load));
   }
   sim::MigMapping mapping = sim::MigMapping::kMemory;
   if (f.mig_mapping == "compute") {

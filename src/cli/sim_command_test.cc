@@ -82,6 +82,19 @@ TEST_F(SimCommandTest, ExplainsBadInput) {
   Result seeds = Run("--seeds 9-3");
   EXPECT_EQ(seeds.exit_code, 1);
   EXPECT_THAT(seeds.err, HasSubstr("--seeds: bad range '9-3'"));
+  // Issue 13, findings 6 and 7: out-of-range flags were taken (--tune 1e6 grew without bound).
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--tune 1e6", "--tune must be above 0 and at most 10"},
+           {"--tune 0", "--tune must be above 0"},
+           {"--at -5", "--at: -5 is outside 1..1000"},
+           {"--at 90,2000", "--at: 2000 is outside 1..1000"},
+           {"--mig --mig-min-gpus -1", "--mig-min-gpus must be 1..64"},
+           {"--jobs -2", "--jobs must be 0"},
+           {"--policy prism:coverage=5", "policy option coverage=5 is outside [0, 1]"}}) {
+    Result r = Run(args + " --seeds 1 --no-plot --progress off");
+    EXPECT_EQ(r.exit_code, 1) << args;
+    EXPECT_THAT(r.err, HasSubstr(message)) << args;
+  }
   Result mig = Run("--mig --policy fgd --seeds 1 --no-plot");
   EXPECT_EQ(mig.exit_code, 1);
   EXPECT_THAT(mig.err, HasSubstr("places on software-shared GPUs only"));

@@ -1,7 +1,9 @@
 #include "config/device_config_yaml.h"
 
+#include <iterator>
 #include <limits>
 #include <set>
+#include <utility>
 
 #include "base/check.h"
 #include "base/status_macros.h"
@@ -168,6 +170,37 @@ absl::Status ParseNodeConfigs(const YAML::Node& list, DeviceConfig& config,
   return absl::OkStatus();
 }
 
+// The extended-resource names a pod asks with: each must be a resource name Kubernetes accepts
+// and they must differ, or one request would be read as another (gpumem as a GPU count).
+absl::Status CheckResourceNames(const DeviceConfig& config) {
+  const std::pair<const char*, const std::string*> names[] = {
+      {"resourceCountName", &config.resource_count_name},
+      {"resourceMemoryName", &config.resource_memory_name},
+      {"resourceMemoryPercentageName", &config.resource_memory_percentage_name},
+      {"resourceCoreName", &config.resource_core_name},
+      {"resourcePriorityName", &config.resource_priority_name}};
+  for (size_t i = 0; i < std::size(names); ++i) {
+    const std::string& name = *names[i].second;
+    const std::string path = StrCat("nvidia.", names[i].first);
+    if (name.empty()) return absl::InvalidArgumentError(StrCat(path, ": must not be empty"));
+    for (char c : name) {
+      const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                      c == '.' || c == '-' || c == '_' || c == '/';
+      if (!ok) {
+        return absl::InvalidArgumentError(
+            StrCat(path, ": '", name, "' is not a resource name (e.g. nvidia.com/gpu)"));
+      }
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (*names[j].second == name) {
+        return absl::InvalidArgumentError(StrCat(path, ": '", name, "' is also nvidia.",
+                                                 names[j].first, "; each resource needs its own"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseNvidia(const YAML::Node& nvidia, DeviceConfig& config,
                          std::vector<std::string>& warnings) {
   if (!nvidia.IsMap()) return absl::InvalidArgumentError("nvidia: expected a map");
@@ -228,7 +261,7 @@ absl::Status ParseNvidia(const YAML::Node& nvidia, DeviceConfig& config,
       warnings.push_back(StrCat(path, ": unknown key (ignored)"));
     }
   }
-  return absl::OkStatus();
+  return CheckResourceNames(config);
 }
 
 absl::Status ParsePrism(const YAML::Node& prism, DeviceConfig& config,

@@ -170,5 +170,24 @@ TEST(DeviceConfigYamlTest, UnknownKeysWarnInvalidValuesFail) {
       HasSubstr("prism.defaultNodePolicy"));
 }
 
+// Issue 13, finding 6: an empty or colliding resource name was taken, so (with
+// resourceMemoryName: nvidia.com/gpu) every GPU count was also read as a memory request.
+TEST(DeviceConfigYamlTest, ResourceNamesMustBeNonEmptyAndDistinct) {
+  auto empty = ParseDeviceConfigYaml("nvidia:\n  resourceCountName: \"\"\n");
+  EXPECT_THAT(std::string(empty.status().message()),
+              HasSubstr("nvidia.resourceCountName: must not be empty"));
+  auto collide = ParseDeviceConfigYaml("nvidia:\n  resourceMemoryName: nvidia.com/gpu\n");
+  EXPECT_THAT(std::string(collide.status().message()),
+              HasSubstr("nvidia.resourceMemoryName: 'nvidia.com/gpu' is also "
+                        "nvidia.resourceCountName"));
+  auto spaces = ParseDeviceConfigYaml("nvidia:\n  resourceCoreName: \"nvidia.com/gpu cores\"\n");
+  EXPECT_THAT(std::string(spaces.status().message()),
+              HasSubstr("nvidia.resourceCoreName: 'nvidia.com/gpu cores' is not a resource name"));
+  auto renamed = ParseDeviceConfigYaml(
+      "nvidia:\n  resourceCountName: example.com/vgpu\n  resourceMemoryName: nvidia.com/gpu\n");
+  ASSERT_TRUE(renamed.ok()) << renamed.status();  // Distinct after the rename.
+  EXPECT_EQ(renamed->config.resource_memory_name, "nvidia.com/gpu");
+}
+
 }  // namespace
 }  // namespace prism::config

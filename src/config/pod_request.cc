@@ -130,15 +130,22 @@ absl::StatusOr<sched::PodRequest> BuildPodRequest(const PodManifest& pod,
     return it == pod.annotations.end() ? nullptr : &it->second;
   };
   if (const std::string* mode = annotation(kVgpuModeAnnotation)) {
-    // HAMi tests the GPU's mode as a substring of the annotation.
-    const std::string v = AsciiLower(*mode);
+    // HAMi tests the GPU's mode as a substring of the annotation, which takes "hami-core,mps"
+    // (and any typo around a known mode) as hami-core. Here the value is a comma list of known
+    // modes and anything else is an error, so a pod never runs in a mode it did not ask for.
     sched::ModeMask modes = 0;
-    if (v.find("mig") != std::string::npos) modes |= sched::kModeMig;
-    if (v.find("hami-core") != std::string::npos) modes |= sched::kModeHamiCore;
-    if (modes == 0) {
-      return absl::InvalidArgumentError(
-          StrCat("pod ", pod.Key(), ": ", kVgpuModeAnnotation, " '", *mode,
-                 "' names no supported mode (mig, hami-core, or both)"));
+    for (std::string_view token : StrSplit(*mode, ',')) {
+      const std::string t = AsciiLower(StripWhitespace(token));
+      if (t == "mig") {
+        modes |= sched::kModeMig;
+      } else if (t == "hami-core") {
+        modes |= sched::kModeHamiCore;
+      } else {
+        return absl::InvalidArgumentError(
+            StrCat("pod ", pod.Key(), ": ", kVgpuModeAnnotation, " '", *mode, "': ",
+                   t.empty() ? std::string("empty mode") : StrCat("mode '", t, "'"),
+                   " is not supported (mig, hami-core, or both: hami-core,mig)"));
+      }
     }
     req.modes = modes;
   }

@@ -137,6 +137,17 @@ TEST(PodRequestTest, Annotations) {
   EXPECT_EQ(req->node_policy, "spread");
   p.annotations = {{"nvidia.com/vgpu-mode", "mps"}};
   EXPECT_THAT(std::string(BuildPodRequest(p, {}).status().message()), HasSubstr("vgpu-mode"));
+  // Issue 13, finding 6: HAMi's substring test took these as hami-core (or mig).
+  for (const char* mode : {"hami-core,mps", "mig, mps", "hami-core-ish", "mig,", "xmigx"}) {
+    p.annotations = {{"nvidia.com/vgpu-mode", mode}};
+    auto bad = BuildPodRequest(p, {});
+    EXPECT_FALSE(bad.ok()) << mode;
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr("nvidia.com/vgpu-mode")) << mode;
+  }
+  EXPECT_THAT(std::string(BuildPodRequest(p, {}).status().message()), HasSubstr("mode 'xmigx'"));
+  p.annotations = {{"nvidia.com/vgpu-mode", " MIG "}};
+  ASSERT_TRUE(BuildPodRequest(p, {}).ok());
+  EXPECT_EQ(BuildPodRequest(p, {})->modes, sched::kModeMig);
   p.annotations = {{"hami.io/node-scheduler-policy", "fastest"}};
   EXPECT_THAT(std::string(BuildPodRequest(p, {}).status().message()), HasSubstr("fastest"));
 }

@@ -50,15 +50,100 @@ absl::StatusOr<DeviceFilter> ParseFilter(std::string_view text, std::string_view
   return f;
 }
 
+// Config names end up in JSON (`export -o json`) and in the node label nvidia.com/mig.config:
+// they must be text. Accepts well-formed UTF-8 without control characters.
+bool IsPrintableUtf8(std::string_view s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    size_t len = 0;
+    uint32_t cp = 0;
+    if (c < 0x80) {
+      if (c < 0x20 || c == 0x7F) return false;
+      ++i;
+      continue;
+    }
+    if ((c & 0xE0) == 0xC0) {
+      len = 2;
+      cp = c & 0x1F;
+    } else if ((c & 0xF0) == 0xE0) {
+      len = 3;
+      cp = c & 0x0F;
+    } else if ((c & 0xF8) == 0xF0) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > s.size()) return false;
+    for (size_t k = 1; k < len; ++k) {
+      const auto cc = static_cast<unsigned char>(s[i + k]);
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    const uint32_t min = len == 2 ? 0x80 : len == 3 ? 0x800 : 0x10000;
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += len;
+  }
+  return true;
+}
+
 absl::Status CheckKeys(const YAML::Node& node, std::string_view where,
                        std::initializer_list<std::string_view> allowed) {
   for (const auto& kv : node) {
-    const std::string key = kv.first.as<std::string>();
+    if (!kv.first.IsScalar()) return Bad(where, "keys must be plain strings");
+    const std::string key = kv.first.Scalar();
     if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
       return Bad(where, StrCat("unknown field '", key, "'"));
     }
   }
   return absl::OkStatus();
+}
+
+// A YAML 1.2 boolean: plain true/false (any case style YAML allows). yaml-cpp also takes YAML
+// 1.1's yes/no/on/off/y/n, and a quoted "true" is a string in mig-parted (Go); both are typos
+// that would otherwise flip a GPU's MIG mode.
+absl::StatusOr<bool> ParseStrictBool(const YAML::Node& node, std::string_view where,
+                                     std::string_view key) {
+  const bool plain = node.IsScalar() && node.Tag() != "!";
+  const std::string text = node.IsScalar() ? node.Scalar() : std::string();
+  if (plain && (text == "true" || text == "True" || text == "TRUE")) return true;
+  if (plain && (text == "false" || text == "False" || text == "FALSE")) return false;
+  return Bad(where, StrCat("'", key, "' must be true or false, not ",
+                           node.IsScalar() ? StrCat(plain ? "'" : "the string \"", text,
+                                                    plain ? "'" : "\"")
+                                           : std::string("a list or mapping")));
+}
+
+// Whether two specs of one config can select the same GPU: their device lists meet (or one is
+// `all`) and some GPU model passes both device filters (an empty filter passes every model).
+bool Overlap(const MigConfigSpec& a, const MigConfigSpec& b) {
+  const bool devices_meet =
+      a.all_devices || b.all_devices ||
+      std::any_of(a.devices.begin(), a.devices.end(), [&b](int i) {
+        return std::find(b.devices.begin(), b.devices.end(), i) != b.devices.end();
+      });
+  if (!devices_meet) return false;
+  if (a.device_filter.empty() || b.device_filter.empty()) return true;
+  for (const DeviceFilter& fa : a.device_filter) {
+    for (const DeviceFilter& fb : b.device_filter) {
+      if (fa.device_id == fb.device_id &&
+          (!fa.subsystem_id || !fb.subsystem_id || *fa.subsystem_id == *fb.subsystem_id)) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
+std::string DescribeSelection(const MigConfigSpec& spec) {
+  std::string out = spec.all_devices ? "devices: all" : StrCat("devices: [", StrJoin(spec.devices, ", "), "]");
+  if (!spec.device_filter.empty()) {
+    StrAppend(&out, ", device-filter: [",
+              StrJoin(spec.device_filter, ", ",
+                      [](std::string* o, const DeviceFilter& f) { StrAppend(o, f.ToString()); }),
+              "]");
+  }
+  return out;
 }
 
 absl::StatusOr<MigConfigSpec> ParseSpec(const YAML::Node& node, const std::string& where) {
@@ -71,6 +156,10 @@ absl::StatusOr<MigConfigSpec> ParseSpec(const YAML::Node& node, const std::strin
       ASSIGN_OR_RETURN(DeviceFilter f, ParseFilter(filter.Scalar(), where));
       spec.device_filter.push_back(f);
     } else if (filter.IsSequence()) {
+      if (filter.size() == 0) {
+        return Bad(where,
+                   "'device-filter' is an empty list (leave it out to match every GPU model)");
+      }
       for (const auto& item : filter) {
         if (!item.IsScalar()) return Bad(where, "device-filter entries must be strings");
         ASSIGN_OR_RETURN(DeviceFilter f, ParseFilter(item.Scalar(), where));
@@ -85,6 +174,9 @@ absl::StatusOr<MigConfigSpec> ParseSpec(const YAML::Node& node, const std::strin
   if (devices.IsScalar() && devices.Scalar() == "all") {
     spec.all_devices = true;
   } else if (devices.IsSequence()) {
+    if (devices.size() == 0) {
+      return Bad(where, "'devices' is an empty list (use 'all' or name GPU indices)");
+    }
     for (const auto& item : devices) {
       int index = -1;
       try {
@@ -93,6 +185,9 @@ absl::StatusOr<MigConfigSpec> ParseSpec(const YAML::Node& node, const std::strin
         return Bad(where, StrCat("invalid device index '", item.Scalar(), "'"));
       }
       if (index < 0) return Bad(where, StrCat("invalid device index ", index));
+      if (std::find(spec.devices.begin(), spec.devices.end(), index) != spec.devices.end()) {
+        return Bad(where, StrCat("'devices' lists GPU ", index, " twice"));
+      }
       spec.devices.push_back(index);
     }
   } else {
@@ -100,11 +195,7 @@ absl::StatusOr<MigConfigSpec> ParseSpec(const YAML::Node& node, const std::strin
   }
   const YAML::Node enabled = node["mig-enabled"];
   if (!enabled) return Bad(where, "missing required field 'mig-enabled'");
-  try {
-    spec.mig_enabled = enabled.as<bool>();
-  } catch (const YAML::Exception&) {
-    return Bad(where, StrCat("'mig-enabled' must be true or false, not '", enabled.Scalar(), "'"));
-  }
+  ASSIGN_OR_RETURN(spec.mig_enabled, ParseStrictBool(enabled, where, "mig-enabled"));
   if (const YAML::Node mig_devices = node["mig-devices"]) {
     spec.has_mig_devices = true;
     if (!mig_devices.IsMap() && !mig_devices.IsNull()) {
@@ -112,7 +203,8 @@ absl::StatusOr<MigConfigSpec> ParseSpec(const YAML::Node& node, const std::strin
     }
     if (mig_devices.IsMap()) {
       for (const auto& kv : mig_devices) {
-        const std::string profile = kv.first.as<std::string>();
+        if (!kv.first.IsScalar()) return Bad(where, "'mig-devices' keys must be profile names");
+        const std::string profile = kv.first.Scalar();
         if (auto parsed = mig::ParseProfileName(profile); !parsed.ok()) {
           return Bad(where, std::string(parsed.status().message()));
         }
@@ -140,6 +232,8 @@ absl::StatusOr<MigConfigSpec> ParseSpec(const YAML::Node& node, const std::strin
   return spec;
 }
 
+absl::StatusOr<MigConfigFile> ParseMigConfigUnguarded(const std::string& yaml_text);
+
 }  // namespace
 
 bool DeviceFilter::Matches(uint32_t device, uint32_t subsystem) const {
@@ -162,6 +256,17 @@ bool MigConfigSpec::Applies(int index, uint32_t pci_device_id, uint32_t pci_subs
 }
 
 absl::StatusOr<MigConfigFile> ParseMigConfig(const std::string& yaml_text) {
+  // yaml-cpp throws from conversions on odd nodes; none may escape the decoder.
+  try {
+    return ParseMigConfigUnguarded(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(StrCat("MIG config: ", e.what()));
+  }
+}
+
+namespace {
+
+absl::StatusOr<MigConfigFile> ParseMigConfigUnguarded(const std::string& yaml_text) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -185,14 +290,32 @@ absl::StatusOr<MigConfigFile> ParseMigConfig(const std::string& yaml_text) {
     return absl::InvalidArgumentError("MIG config: 'mig-configs' must name at least one config");
   }
   for (const auto& kv : configs) {
-    const std::string name = kv.first.as<std::string>();
+    if (!kv.first.IsScalar()) {
+      return absl::InvalidArgumentError("MIG config: 'mig-configs' keys must be config names");
+    }
+    const std::string name = kv.first.Scalar();
+    if (name.empty() || !IsPrintableUtf8(name)) {
+      return absl::InvalidArgumentError(
+          "MIG config: config names must be non-empty UTF-8 text without control characters");
+    }
     const std::string where = StrCat("mig-configs.", name);
     if (!kv.second.IsSequence() || kv.second.size() == 0) {
       return Bad(where, "must be a non-empty list of specs");
     }
     std::vector<MigConfigSpec> specs;
     for (size_t i = 0; i < kv.second.size(); ++i) {
-      ASSIGN_OR_RETURN(MigConfigSpec spec, ParseSpec(kv.second[i], StrCat(where, "[", i, "]")));
+      const std::string spec_where = StrCat(where, "[", i, "]");
+      ASSIGN_OR_RETURN(MigConfigSpec spec, ParseSpec(kv.second[i], spec_where));
+      // mig-parted applies every matching spec in turn, so with overlapping specs the later one
+      // silently overrides the earlier (e.g. enables MIG on a GPU an earlier spec disables).
+      for (size_t j = 0; j < specs.size(); ++j) {
+        if (Overlap(specs[j], spec)) {
+          return Bad(spec_where,
+                     StrCat("selects GPUs that ", where, "[", j, "] already configures (",
+                            DescribeSelection(spec), " overlaps ", DescribeSelection(specs[j]),
+                            "); each GPU must be configured by one spec"));
+        }
+      }
       specs.push_back(std::move(spec));
     }
     if (file.configs.count(name)) return Bad(where, "defined twice");
@@ -201,6 +324,8 @@ absl::StatusOr<MigConfigFile> ParseMigConfig(const std::string& yaml_text) {
   }
   return file;
 }
+
+}  // namespace
 
 absl::StatusOr<std::vector<MigConfigSpec>> SelectMigConfig(const MigConfigFile& file,
                                                            const std::string& name) {
@@ -248,7 +373,8 @@ std::string SerializeMigConfig(const MigConfigFile& file, bool json) {
       configs[name] = specs;
     }
     root["mig-configs"] = configs;
-    return root.dump(2) + "\n";
+    // Names are checked at parse; a label given on the command line is not (replace, never throw).
+    return root.dump(2, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
   }
   YAML::Emitter out;
   out << YAML::BeginMap << YAML::Key << "version" << YAML::Value << file.version;

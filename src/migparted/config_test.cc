@@ -6,7 +6,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/strings.h"
 #include "migparted/default_config.h"
+#include "migparted/hooks.h"
 
 namespace prism::migparted {
 namespace {
@@ -106,6 +108,82 @@ TEST(MigConfigTest, RejectsBadFilesWithOneClearReason) {
               HasSubstr("invalid device ID 'zz'"));
   EXPECT_THAT(Error("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: maybe}]}"),
               HasSubstr("must be true or false"));
+}
+
+// Issue 13, finding 6: inputs mig-parted (and Prism before) took silently.
+TEST(MigConfigTest, RejectsSilentlyAmbiguousSpecsNamingTheField) {
+  EXPECT_THAT(Error("version: v1\nmig-configs: {a: [{devices: [0, 0], mig-enabled: false}]}"),
+              HasSubstr("mig-configs.a[0]: 'devices' lists GPU 0 twice"));
+  EXPECT_THAT(Error("version: v1\nmig-configs: {a: [{devices: [], mig-enabled: false}]}"),
+              HasSubstr("mig-configs.a[0]: 'devices' is an empty list"));
+  EXPECT_THAT(Error("version: v1\nmig-configs: {a: [{device-filter: [], devices: all, "
+                    "mig-enabled: false}]}"),
+              HasSubstr("mig-configs.a[0]: 'device-filter' is an empty list"));
+  for (const char* flag : {"yes", "no", "on", "off", "y", "n", "\"true\"", "'false'", "[true]"}) {
+    EXPECT_THAT(Error(StrCat("version: v1\nmig-configs: {a: [{devices: all, mig-enabled: ", flag,
+                             "}]}")),
+                HasSubstr("mig-configs.a[0]: 'mig-enabled' must be true or false"))
+        << flag;
+  }
+  // A later spec would silently override an earlier one for GPU 0.
+  EXPECT_THAT(Error(R"(version: v1
+mig-configs:
+  a:
+    - {devices: all, mig-enabled: false}
+    - {devices: [0], mig-enabled: true, mig-devices: {1g.5gb: 7}}
+)"),
+              HasSubstr("mig-configs.a[1]: selects GPUs that mig-configs.a[0] already configures "
+                        "(devices: [0] overlaps devices: all)"));
+  EXPECT_THAT(Error(R"(version: v1
+mig-configs:
+  a:
+    - {device-filter: "0x20B010DE", devices: [1, 2], mig-enabled: false}
+    - {device-filter: ["0x233010DE", "0x20B010DE:0x134F10DE"], devices: [2], mig-enabled: false}
+)"),
+              HasSubstr("mig-configs.a[1]: selects GPUs"));
+}
+
+// Found by mig_config_fuzzer: a non-string key threw yaml-cpp's "bad conversion" out of the
+// parser (and aborted `prism mig`).
+TEST(MigConfigTest, NonStringKeysAreErrorsNotExceptions) {
+  EXPECT_THAT(Error("version: v1\nmig-configs:\n  a: [{devices: all, mig-enabled: true, "
+                    "mig-devices: {? [x] : 2}}]\n"),
+              HasSubstr("mig-configs.a[0]: 'mig-devices' keys must be profile names"));
+  EXPECT_THAT(Error("version: v1\nmig-configs:\n  ? {a: 1}\n  : [{devices: all, "
+                    "mig-enabled: false}]\n"),
+              HasSubstr("'mig-configs' keys must be config names"));
+  EXPECT_THAT(Error("version: v1\n? [k]\n: 1\n"), HasSubstr("keys must be plain strings"));
+  EXPECT_THAT(Error("version: v1\nmig-configs:\n  a:\n    - devices: all\n      mig-enabled: "
+                    "true\n      mig-devices:\n  ?     \"3g.47gb\": 2\n"),
+              HasSubstr("MIG config"));
+  // Found by mig_config_fuzzer: a config name with a non-UTF-8 byte parsed, then made
+  // `export -o json` (SerializeMigConfig) throw.
+  EXPECT_THAT(Error("version: v1\nmig-configs:\n  a\xA7"
+                    "b: [{devices: all, mig-enabled: false}]\n"),
+              HasSubstr("config names must be non-empty UTF-8 text"));
+  EXPECT_THAT(Error("version: v1\nmig-configs:\n  \"\": [{devices: all, mig-enabled: false}]\n"),
+              HasSubstr("config names must be non-empty"));
+  EXPECT_TRUE(ParseMigConfig("version: v1\nmig-configs:\n  \"caf\u00e9\": [{devices: all, "
+                             "mig-enabled: false}]\n")
+                  .ok());
+  auto hooks = ParseHooks("version: v1\nhooks:\n  ? [a]\n  : []\n");
+  EXPECT_THAT(std::string(hooks.status().message()), HasSubstr("'hooks' keys must be hook names"));
+  auto version = ParseHooks("version: [v1]\n");
+  EXPECT_THAT(std::string(version.status().message()), HasSubstr("unknown version"));
+}
+
+TEST(MigConfigTest, AcceptsDisjointSpecsAndYamlBooleans) {
+  auto file = ParseMigConfig(R"(version: v1
+mig-configs:
+  a:
+    - {devices: [0, 1], mig-enabled: false}
+    - {devices: [2], mig-enabled: True, mig-devices: {}}
+    - {device-filter: "0x20B010DE:0x134F10DE", devices: [3, 4], mig-enabled: FALSE}
+    - {device-filter: "0x20B010DE:0x145F10DE", devices: [3, 4], mig-enabled: false}
+)");
+  ASSERT_TRUE(file.ok()) << file.status();
+  EXPECT_TRUE(file->configs.at("a")[1].mig_enabled);
+  EXPECT_FALSE(file->configs.at("a")[2].mig_enabled);
 }
 
 TEST(MigConfigTest, SelectionNamesTheAvailableConfigs) {

@@ -71,7 +71,9 @@ absl::Status RunOne(const std::string& hook, const HookCommand& cmd,
 
 }  // namespace
 
-absl::StatusOr<HooksFile> ParseHooks(const std::string& yaml_text) {
+namespace {
+
+absl::StatusOr<HooksFile> ParseHooksUnguarded(const std::string& yaml_text) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -80,11 +82,12 @@ absl::StatusOr<HooksFile> ParseHooks(const std::string& yaml_text) {
   }
   if (!root.IsMap()) return Bad("expected a mapping with 'version' and 'hooks'");
   for (const auto& kv : root) {
-    const std::string key = kv.first.as<std::string>();
+    if (!kv.first.IsScalar()) return Bad("keys must be plain strings");
+    const std::string key = kv.first.Scalar();
     if (key != "version" && key != "hooks") return Bad(StrCat("unknown field '", key, "'"));
   }
   if (!root["version"]) return Bad("missing 'version'");
-  if (root["version"].Scalar() != "v1") {
+  if (!root["version"].IsScalar() || root["version"].Scalar() != "v1") {
     return Bad(StrCat("unknown version '", root["version"].Scalar(), "' (supported: v1)"));
   }
   HooksFile file;
@@ -92,7 +95,8 @@ absl::StatusOr<HooksFile> ParseHooks(const std::string& yaml_text) {
   if (!hooks) return file;
   if (!hooks.IsMap()) return Bad("'hooks' must map hook names to lists of commands");
   for (const auto& kv : hooks) {
-    const std::string name = kv.first.as<std::string>();
+    if (!kv.first.IsScalar()) return Bad("'hooks' keys must be hook names");
+    const std::string name = kv.first.Scalar();
     if (std::find(std::begin(kHookNames), std::end(kHookNames), name) == std::end(kHookNames)) {
       return Bad(StrCat("unknown hook '", name, "' (known: ", StrJoin(kHookNames, ", "), ")"));
     }
@@ -102,7 +106,8 @@ absl::StatusOr<HooksFile> ParseHooks(const std::string& yaml_text) {
       HookCommand cmd;
       try {
         for (const auto& field : entry) {
-          const std::string key = field.first.as<std::string>();
+          if (!field.first.IsScalar()) return Bad(StrCat("hook '", name, "': keys must be strings"));
+          const std::string key = field.first.Scalar();
           if (key == "command") {
             cmd.command = field.second.as<std::string>();
           } else if (key == "args") {
@@ -123,6 +128,17 @@ absl::StatusOr<HooksFile> ParseHooks(const std::string& yaml_text) {
     }
   }
   return file;
+}
+
+}  // namespace
+
+absl::StatusOr<HooksFile> ParseHooks(const std::string& yaml_text) {
+  // yaml-cpp throws from conversions on odd nodes; none may escape the decoder.
+  try {
+    return ParseHooksUnguarded(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return Bad(e.what());
+  }
 }
 
 absl::Status RunHook(const HooksFile& hooks, const std::string& name,

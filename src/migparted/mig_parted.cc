@@ -18,7 +18,10 @@ constexpr std::string_view kLog = "mig";
 // What the config asks of one GPU, resolved against its model.
 struct GpuTarget {
   nvml::GpuInfo info;
+  // A spec configures this GPU. Unmatched GPUs are left as they are by apply and, so that assert
+  // passes exactly when apply has nothing to do, not counted against assert.
   bool matched = false;
+  std::string left_alone;  // Why an unmatched GPU is left as it is.
   bool mig_enabled = false;
   std::map<std::string, int> named;  // As written in the config.
   mig::ProfileCounts counts;         // Resolved (MIG-capable GPUs only).
@@ -94,6 +97,7 @@ absl::StatusOr<std::vector<GpuTarget>> Resolve(nvml::Nvml& nvml,
           return absl::InvalidArgumentError(
               StrCat(GpuLabel(gpu), " does not support MIG, but the config enables MIG on it"));
         }
+        if (spec.mig_enabled) t.left_alone = "does not support MIG ('devices: all' skips it)";
         continue;
       }
       t.matched = true;  // The last matching spec wins.
@@ -109,6 +113,7 @@ absl::StatusOr<std::vector<GpuTarget>> Resolve(nvml::Nvml& nvml,
             return s.Applies(gpu.index, gpu.pci_device_id, gpu.pci_subsystem_id) && !s.mig_enabled;
           });
     }
+    if (!t.matched && t.left_alone.empty()) t.left_alone = "no spec of the config selects it";
     if (t.matched && t.has_state && t.mig_enabled) {
       auto counts = mig::ProfileCountsFromNames(t.state.model, t.named);
       if (!counts.ok()) {
@@ -234,6 +239,7 @@ absl::Status Execute(nvml::Nvml& nvml, const GpuTarget& t, const mig::MigPlan& p
 absl::Status PlanTargets(nvml::Nvml& nvml, const std::vector<GpuTarget>& targets,
                          std::map<int, mig::MigPlan>* plans, bool log) {
   for (const GpuTarget& t : targets) {
+    if (!t.matched && log) LogInfo(kLog, GpuLabel(t.info), ": left as it is: ", t.left_alone);
     if (!t.matched || !t.has_state) continue;
     if (t.mig_enabled) {
       if (log) {
@@ -415,7 +421,9 @@ absl::Status Assert(nvml::Nvml& nvml, const std::vector<MigConfigSpec>& specs, b
   std::vector<std::string> mismatches;
   for (const GpuTarget& t : targets) {
     if (!t.matched) {
-      mismatches.push_back(StrCat(GpuLabel(t.info), ": not matched by the selected config"));
+      // mig-parted's assert fails here while its apply succeeds and changes nothing, so the MIG
+      // manager's assert-then-apply loop re-applies (pausing every GPU operand) forever.
+      LogInfo(kLog, GpuLabel(t.info), ": not asserted: ", t.left_alone);
       continue;
     }
     if (!t.has_state) continue;  // Not MIG capable, MIG not requested.

@@ -75,8 +75,11 @@ absl::StatusOr<ApplyPreview> PreviewApply(nvml::Nvml& nvml,
                                           const std::vector<MigConfigSpec>& specs);
 
 // OK iff the GPUs are in the state `specs` describe (only the MIG mode when
-// `mode_only`). As in mig-parted, every GPU must be matched by some spec.
-// FailedPrecondition listing each mismatch; InvalidArgument for bad input.
+// `mode_only`), i.e. iff Apply would change nothing. GPUs Apply leaves alone (no
+// spec selects them, or `devices: all` with MIG on meets a GPU without MIG) are
+// not asserted; mig-parted fails them, so that its apply "succeeds" and its
+// assert then fails on every run. FailedPrecondition listing each mismatch;
+// InvalidArgument for bad input.
 absl::Status Assert(nvml::Nvml& nvml, const std::vector<MigConfigSpec>& specs, bool mode_only);
 
 // A config named `label` that reproduces the current state: one spec per

@@ -336,3 +336,50 @@ TEST_F(MigPartedTest, EveryDefaultConfigAppliesOrIsRefusedCleanly) {
 
 }  // namespace
 }  // namespace prism::migparted
+
+namespace prism::migparted {
+namespace {
+
+// Issue 13, finding 8: on an A100 + T4 node, `all-1g.5gb` (devices: all, no device filter) is
+// applied to the A100 and skips the T4, as mig-parted's apply does; assert must then pass (mig-
+// parted's fails on the T4, so the MIG manager's assert-then-apply loop re-applies forever).
+class MixedNodeTest : public MigPartedTest {
+ protected:
+  void SetUp() override {
+    MigPartedTest::SetUp();
+    SetGpus("gpus:\n  - model: A100-SXM4-40GB\n  - model: Tesla-T4\n    memory_mib: 15360\n");
+  }
+};
+
+TEST_F(MixedNodeTest, ApplyThenAssertAgreeOnAGpuWithoutMig) {
+  EXPECT_FALSE(Assert(*nvml_, Config("all-1g.5gb"), false).ok());  // The A100 is not there yet.
+  auto applied = Apply(*nvml_, Config("all-1g.5gb"), {});
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_EQ(Layout(0), "1g.5gb@0 1g.5gb@1 1g.5gb@2 1g.5gb@3 1g.5gb@4 1g.5gb@5 1g.5gb@6");
+  EXPECT_TRUE(Assert(*nvml_, Config("all-1g.5gb"), true).ok());
+  absl::Status asserted = Assert(*nvml_, Config("all-1g.5gb"), false);
+  EXPECT_TRUE(asserted.ok()) << asserted;
+  // A second apply has nothing to do, as assert said.
+  auto again = PreviewApply(*nvml_, Config("all-1g.5gb"));
+  ASSERT_TRUE(again.ok());
+  EXPECT_FALSE(again->NeedsChanges());
+  // Naming the T4 explicitly with MIG on is an error for both.
+  const auto explicit_t4 = Custom("    - {devices: [1], mig-enabled: true, mig-devices: {}}\n");
+  EXPECT_EQ(Apply(*nvml_, explicit_t4, {}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Assert(*nvml_, explicit_t4, false).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(MigPartedTest, ApplyThenAssertAgreeOnGpusNoSpecSelects) {
+  const auto gpu0_only =
+      Custom("    - {devices: [0], mig-enabled: true, mig-devices: {3g.20gb: 2}}\n");
+  ASSERT_TRUE(Apply(*nvml_, gpu0_only, {}).ok());
+  absl::Status asserted = Assert(*nvml_, gpu0_only, false);
+  EXPECT_TRUE(asserted.ok()) << asserted;
+  // A GPU the config does select still fails assert when it differs.
+  EXPECT_FALSE(
+      Assert(*nvml_, Custom("    - {devices: [1], mig-enabled: true, mig-devices: {}}\n"), true)
+          .ok());
+}
+
+}  // namespace
+}  // namespace prism::migparted

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <unordered_map>
 
 #include "base/status_macros.h"
@@ -223,11 +225,22 @@ class EnginePolicy : public Policy {
 absl::StatusOr<double> ParseDouble(std::string_view key, std::string_view value) {
   double v = 0;
   auto [ptr, ec] = std::from_chars(value.data(), value.data() + value.size(), v);
-  if (ec != std::errc() || ptr != value.data() + value.size()) {
+  if (ec != std::errc() || ptr != value.data() + value.size() || !std::isfinite(v)) {
     return absl::InvalidArgumentError(
         StrCat("policy option ", key, ": '", value, "' is not a number"));
   }
   return v;
+}
+
+// The values each numeric knob takes; nullopt for a key that is not a known knob (reported as
+// unknown afterwards).
+std::optional<std::pair<double, double>> KnobRange(std::string_view key) {
+  if (key == "coverage" || key == "bestfit_cpu_share") return std::pair{0.0, 1.0};
+  if (key == "quantize" || key == "cpu_pack" || key == "exact_gpu") return std::pair{0.0, 1.0};
+  if (key == "split") return std::pair{1.0, 1000.0};
+  if (key == "frag_weight" || key == "pack_weight") return std::pair{-1e6, 1e6};
+  if (key == "resolution") return std::pair{0.0, 1e6};
+  return std::nullopt;
 }
 
 }  // namespace
@@ -281,6 +294,11 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view 
         continue;
       }
       ASSIGN_OR_RETURN(double v, ParseDouble(key, value));
+      if (auto range = KnobRange(key); range && (v < range->first || v > range->second)) {
+        return absl::InvalidArgumentError(
+            StrCat("policy option ", key, "=", value, " is outside [", range->first, ", ",
+                   range->second, "] (in '", full_name, "')"));
+      }
       if (key == "frag_weight") {
         o.policy.frag_weight = v;
       } else if (key == "pack_weight") {

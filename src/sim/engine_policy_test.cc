@@ -94,6 +94,16 @@ TEST(EnginePolicyTest, ParsesKnobsAndRejectsUnknownOnes) {
               HasSubstr("unknown policy option 'speed'"));
   EXPECT_THAT(std::string(MakeEnginePolicyByName("prism:pack_weight=x").status().message()),
               HasSubstr("'x' is not a number"));
+  // Issue 13, finding 6: out-of-range knobs were taken as given.
+  EXPECT_THAT(std::string(MakeEnginePolicyByName("prism:coverage=5").status().message()),
+              HasSubstr("policy option coverage=5 is outside [0, 1]"));
+  EXPECT_THAT(std::string(MakeEnginePolicyByName("prism:split=-3").status().message()),
+              HasSubstr("policy option split=-3 is outside [1, 1000]"));
+  EXPECT_THAT(std::string(MakeEnginePolicyByName("prism:frag_weight=nan").status().message()),
+              HasSubstr("'nan' is not a number"));
+  EXPECT_THAT(std::string(MakeEnginePolicyByName("prism:resolution=inf").status().message()),
+              HasSubstr("'inf' is not a number"));
+  EXPECT_TRUE(MakeEnginePolicyByName("prism:coverage=1,split=10,bestfit_cpu_share=0").ok());
   EXPECT_THAT(std::string(MakeEnginePolicyByName("prism-tetris").status().message()),
               HasSubstr("unknown engine policy 'prism-tetris'"));
   auto named = MakeBuiltinPolicy("prism:pack_weight=0.1");

@@ -200,9 +200,13 @@ absl::StatusOr<std::vector<TracePod>> ParsePodCsv(std::string_view text, std::st
     pod.memory_mib = *mem;
     pod.num_gpu = static_cast<int>(*num_gpu);
     pod.gpu_milli = static_cast<int>(*gpu_milli);
-    if (pod.num_gpu == 0) {
-      pod.gpu_milli = 0;  // The share is meaningless without GPUs.
-    } else if (pod.gpu_milli == 0) {
+    if (pod.num_gpu == 0 && pod.gpu_milli != 0) {
+      // A share of no GPU: a typo in one column or the other, not a CPU-only pod to guess at.
+      return csv.Error(csv.line(), "gpu_milli",
+                       StrCat("is ", pod.gpu_milli, " but num_gpu is 0 (a CPU-only pod has "
+                              "gpu_milli 0)"));
+    }
+    if (pod.num_gpu > 0 && pod.gpu_milli == 0) {
       return csv.Error(csv.line(), "gpu_milli", "is 0 but num_gpu is not (expected 1..1000)");
     }
     if (csv.Has("gpu_spec") && pod.num_gpu > 0) {

@@ -70,6 +70,9 @@ TEST(ParsePodCsvTest, ErrorsNameTheSourceLineAndColumn) {
   auto zero = ParsePodCsv("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,2,0\n", "e.csv");
   EXPECT_THAT(Message(zero.status()), HasSubstr("gpu_milli is 0 but num_gpu is not"));
 
+  // Issue 13, finding 6: a GPU share of no GPU was silently dropped.
+  auto no_gpu = ParsePodCsv("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,0,500\n", "g.csv");
+  EXPECT_THAT(Message(no_gpu.status()), HasSubstr("g.csv:2: gpu_milli is 500 but num_gpu is 0"));
   auto width = ParsePodCsv("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1\n", "f.csv");
   EXPECT_THAT(Message(width.status()),
               HasSubstr("f.csv:2: the row has 3 fields, the header has 5"));

@@ -53,6 +53,7 @@ double UniformOpen(Rng& rng) {
 Workload BuildInflatedWorkload(const Cluster& cluster, const std::vector<TracePod>& trace_pods,
                                const InflationOptions& options) {
   PRISM_CHECK(!trace_pods.empty());
+  PRISM_CHECK(options.tune > 0 && options.tune <= kMaxTune);
   Rng rng(options.seed);
   Workload w;
   w.seed = options.seed;
@@ -70,7 +71,9 @@ Workload BuildInflatedWorkload(const Cluster& cluster, const std::vector<TracePo
       total -= w.pods[i].TotalGpuMilli();
       w.pods.erase(w.pods.begin() + static_cast<std::ptrdiff_t>(i));
     }
-  } else {
+  } else if (std::any_of(w.trace_pods.begin(), w.trace_pods.end(),
+                         [](const PodRequest& p) { return p.TotalGpuMilli() > 0; })) {
+    // (A trace of CPU-only pods never reaches a GPU target: nothing to inflate.)
     for (int i = 0;; ++i) {
       const PodRequest& pick = w.trace_pods[rng.Uniform(w.trace_pods.size())];
       // The reference simulator stops at the first pod whose per-GPU share would

@@ -59,7 +59,11 @@ struct InflationOptions {
   double tune = 1.3;  // Target total GPU request / cluster GPU capacity.
 };
 
-// REQUIRES: trace_pods is not empty.
+// The largest tune: the workload (and the memory it takes) grows with it, and past a few times
+// the capacity every policy has long stopped placing pods.
+inline constexpr double kMaxTune = 10.0;
+
+// REQUIRES: trace_pods is not empty; 0 < options.tune <= kMaxTune.
 Workload BuildInflatedWorkload(const Cluster& cluster, const std::vector<TracePod>& trace_pods,
                                const InflationOptions& options);
 

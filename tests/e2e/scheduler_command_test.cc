@@ -155,5 +155,22 @@ TEST_F(SchedulerCommandTest, BadConfigurationExitsTwoWithTheReason) {
   EXPECT_THAT(ReadFile(log), HasSubstr("TLS"));
 }
 
+// Issue 13, finding 7: --min-rebuild-interval (docs/scheduler.md) was rejected as unexpected.
+TEST_F(SchedulerCommandTest, AcceptsAndChecksMinRebuildInterval) {
+  const std::string log = (dir_ / "rebuild.log").string();
+  // Accepted: the run gets as far as reading the (missing) kubeconfig.
+  pid_t pid = Spawn({PRISM_BINARY, "scheduler", "--kubeconfig", (dir_ / "missing").string(),
+                     "--min-rebuild-interval", "0.2"},
+                    log);
+  EXPECT_EQ(WaitExit(pid), 2);
+  EXPECT_THAT(ReadFile(log), HasSubstr("Kubernetes configuration"));
+  pid = Spawn({PRISM_BINARY, "scheduler", "--kubeconfig", (dir_ / "missing").string(),
+               "--min-rebuild-interval", "120"},
+              log);
+  EXPECT_NE(WaitExit(pid), 0);
+  EXPECT_THAT(ReadFile(log), HasSubstr("--min-rebuild-interval"));
+  EXPECT_THAT(ReadFile(log), ::testing::Not(HasSubstr("Kubernetes configuration")));
+}
+
 }  // namespace
 }  // namespace prism::e2e

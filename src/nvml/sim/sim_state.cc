@@ -3,8 +3,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <set>
 
 #include "base/status_macros.h"
@@ -92,7 +94,8 @@ absl::Status CheckKeys(const YAML::Node& node, std::string_view where,
                        std::initializer_list<std::string_view> allowed) {
   if (!node.IsMap()) return Bad(where, "expected a mapping");
   for (const auto& kv : node) {
-    const std::string key = kv.first.as<std::string>();
+    if (!kv.first.IsScalar()) return Bad(where, "keys must be plain strings");
+    const std::string key = kv.first.Scalar();
     if (std::find(allowed.begin(), allowed.end(), key) == allowed.end()) {
       return Bad(where, StrCat("unknown key '", key, "' (allowed: ", StrJoin(allowed, ", "), ")"));
     }
@@ -247,7 +250,15 @@ SimGpuInstance* FindGpuInstance(SimGpu& gpu, int gpu_instance_id) {
   return nullptr;
 }
 
-absl::StatusOr<SimState> ParseSimState(const std::string& yaml_text) {
+namespace {
+std::atomic<int64_t> parse_count{0};
+}  // namespace
+
+int64_t SimStateParseCount() { return parse_count.load(); }
+
+namespace {
+
+absl::StatusOr<SimState> ParseSimStateUnguarded(const std::string& yaml_text) {
   YAML::Node root;
   try {
     root = YAML::Load(yaml_text);
@@ -268,9 +279,19 @@ absl::StatusOr<SimState> ParseSimState(const std::string& yaml_text) {
     state.gpus.push_back(std::move(gpu));
   }
   std::set<std::string> uuids;
-  for (const SimGpu& g : state.gpus) {
+  std::map<std::string, size_t> bus_ids;
+  for (size_t i = 0; i < state.gpus.size(); ++i) {
+    const SimGpu& g = state.gpus[i];
     if (!uuids.insert(g.uuid).second) return Bad("gpus", StrCat("duplicate uuid ", g.uuid));
+    if (auto [it, inserted] = bus_ids.emplace(g.pci_bus_id, i); !inserted) {
+      return Bad(StrCat("gpus[", i, "]"), StrCat("pci_bus_id ", g.pci_bus_id, " is gpus[",
+                                                 it->second, "]'s too (each GPU has its own)"));
+    }
   }
+  auto known_call = [](const std::string& call) {
+    const auto& names = SimCallNames();
+    return std::find(names.begin(), names.end(), call) != names.end();
+  };
   if (const YAML::Node faults = root["faults"]) {
     if (!faults.IsSequence()) return Bad("faults", "must be a list");
     for (size_t i = 0; i < faults.size(); ++i) {
@@ -287,6 +308,12 @@ absl::StatusOr<SimState> ParseSimState(const std::string& yaml_text) {
         return Bad(fw,
                    "needs 'call' and 'error' (an NVML error name such as INSUFFICIENT_RESOURCES)");
       }
+      if (!known_call(f.call)) {
+        return Bad(fw, StrCat("unknown call '", f.call, "' (known: ", StrJoin(SimCallNames(), ", "),
+                              ")"));
+      }
+      if (f.skip < 0) return Bad(fw, StrCat("'skip' is ", f.skip, "; it must be 0 or more"));
+      if (f.count < 1) return Bad(fw, StrCat("'count' is ", f.count, "; it must be 1 or more"));
       state.faults.push_back(f);
     }
   }
@@ -315,9 +342,28 @@ absl::StatusOr<SimState> ParseSimState(const std::string& yaml_text) {
     } catch (const YAML::Exception&) {
       return Bad("calls", "must map operation names to counts");
     }
+    for (const auto& [call, count] : state.calls) {
+      if (!known_call(call)) {
+        return Bad("calls", StrCat("unknown call '", call, "' (known: ",
+                                   StrJoin(SimCallNames(), ", "), ")"));
+      }
+      if (count < 0) return Bad("calls", StrCat("count of ", call, " is negative (", count, ")"));
+    }
   }
   RETURN_IF_ERROR(Read(root, "generation", "top level", &state.generation));
   return state;
+}
+
+}  // namespace
+
+absl::StatusOr<SimState> ParseSimState(const std::string& yaml_text) {
+  parse_count.fetch_add(1);
+  // yaml-cpp throws from conversions on odd nodes; none may escape the decoder.
+  try {
+    return ParseSimStateUnguarded(yaml_text);
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(StrCat("simulated GPU file: ", e.what()));
+  }
 }
 
 std::string SerializeSimState(const SimState& state) {
@@ -407,6 +453,15 @@ std::string SerializeSimState(const SimState& state) {
   out << YAML::Key << "generation" << YAML::Value << state.generation;
   out << YAML::EndMap;
   return std::string(out.c_str()) + "\n";
+}
+
+const std::vector<std::string>& SimCallNames() {
+  static const std::vector<std::string>* names = new std::vector<std::string>{
+      "GetMigMode",          "SetMigMode",           "ResetGpu",
+      "CreateGpuInstance",   "DestroyGpuInstance",   "CreateComputeInstance",
+      "DestroyComputeInstance", "ListGpuInstances",  "ListProcesses",
+      "WaitXidEvent"};
+  return *names;
 }
 
 int CheckFault(SimState& state, const std::string& call) { return TakeFault(state, call); }

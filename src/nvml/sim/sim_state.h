@@ -102,11 +102,17 @@ struct SimState {
 // defaults (UUIDs, bus IDs, names) for GPUs that only name a model.
 // InvalidArgument naming the offending key or value.
 absl::StatusOr<SimState> ParseSimState(const std::string& yaml_text);
+// How many times this process has called ParseSimState (tests: the file layer parses a file
+// once, not once per NVML call).
+int64_t SimStateParseCount();
 std::string SerializeSimState(const SimState& state);
 
 // Operation names used in `faults` and `calls`: GetMigMode, SetMigMode, ResetGpu,
 // CreateGpuInstance, DestroyGpuInstance, CreateComputeInstance,
-// DestroyComputeInstance, ListGpuInstances, ListProcesses, WaitXidEvent.
+// DestroyComputeInstance, ListGpuInstances, ListProcesses, WaitXidEvent. The
+// parser rejects any other name (a misspelt fault would never fire, and the test
+// injecting it would pass without exercising the failure).
+const std::vector<std::string>& SimCallNames();
 //
 // Each function returns an NVML return code. `gpu` is an index into state.gpus.
 int GetMigMode(SimState& state, int gpu, bool* current, bool* pending);

@@ -2,9 +2,15 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
+
+#include "base/strings.h"
 #include "core/mig/layout.h"
 #include "nvml/nvml_errors.h"
+#include "nvml/sim/sim_state_file.h"
 
 namespace prism::nvml::sim {
 namespace {
@@ -34,6 +40,39 @@ TEST(SimStateTest, AModelIsEnoughToDescribeAGpu) {
   EXPECT_NE(s.gpus[0].uuid, s.gpus[1].uuid);
   EXPECT_EQ(s.gpus[0].uuid.rfind("GPU-", 0), 0u);
   EXPECT_FALSE(s.gpus[0].mig_current);
+}
+
+// Issue 13, finding 6: a misspelt fault never fired (the test injecting it passed vacuously),
+// negative counts and a shared PCI bus ID were taken.
+TEST(SimStateTest, RejectsUnknownCallsNegativeCountsAndSharedBusIds) {
+  EXPECT_THAT(
+      ParseError("gpus: [{model: A100-SXM4-40GB}]\nfaults: [{call: CreateGpuInstanse, error: "
+                 "UNKNOWN}]"),
+      HasSubstr("faults[0]: unknown call 'CreateGpuInstanse' (known: GetMigMode, SetMigMode"));
+  EXPECT_THAT(ParseError("gpus: [{model: A100-SXM4-40GB}]\nfaults: [{call: ResetGpu, error: "
+                         "UNKNOWN, count: -1}]"),
+              HasSubstr("faults[0]: 'count' is -1"));
+  EXPECT_THAT(ParseError("gpus: [{model: A100-SXM4-40GB}]\nfaults: [{call: ResetGpu, error: "
+                         "UNKNOWN, skip: -2}]"),
+              HasSubstr("faults[0]: 'skip' is -2"));
+  EXPECT_THAT(ParseError("gpus: [{model: A100-SXM4-40GB}]\ncalls: {SetMigMode: -3}"),
+              HasSubstr("calls: count of SetMigMode is negative"));
+  EXPECT_THAT(ParseError("gpus: [{model: A100-SXM4-40GB}]\ncalls: {SetMigMod: 1}"),
+              HasSubstr("calls: unknown call 'SetMigMod'"));
+  EXPECT_THAT(ParseError("gpus:\n  - {model: A100-SXM4-40GB, pci_bus_id: '00000000:07:00.0'}\n"
+                         "  - {model: A100-SXM4-40GB, pci_bus_id: '00000000:07:00.0'}\n"),
+              HasSubstr("gpus[1]: pci_bus_id 00000000:07:00.0 is gpus[0]'s too"));
+  // Found by sim_state_fuzzer: a non-string key threw out of the parser.
+  EXPECT_THAT(ParseError("gpus: [{model: A100-SXM4-40GB}]\n? [a]\n: 1\n"),
+              HasSubstr("top level: keys must be plain strings"));
+  EXPECT_THAT(ParseError("gpus:\n  - model: A100-SXM4-40GB\n? \n  model: H100-SXM5-80GB\n"),
+              HasSubstr("simulated GPU file"));
+  for (const std::string& call : SimCallNames()) {
+    EXPECT_TRUE(ParseSimState("gpus: [{model: A100-SXM4-40GB}]\nfaults: [{call: " + call +
+                              ", error: UNKNOWN}]")
+                    .ok())
+        << call;
+  }
 }
 
 TEST(SimStateTest, RejectsBadFilesWithTheReason) {
@@ -201,6 +240,55 @@ TEST(SimStateTest, EveryMaximalLayoutOfEveryModelCanBeCreated) {
       }
     }
   }
+}
+
+}  // namespace
+}  // namespace prism::nvml::sim
+
+namespace prism::nvml::sim {
+namespace {
+
+// Issue 13, finding 7: every transaction re-parsed the whole file, so a pass over N GPUs (one
+// NVML call each, as export and the device plugin's inventory make) cost O(N^2): 70 s for 1,000
+// GPUs. An unchanged file is parsed once; a change, ours or another writer's, is still seen.
+TEST(SimStateFileTest, ParsesAnUnchangedFileOnce) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / StrCat("prism-simfile-", ::getpid(), ".yaml"))
+          .string();
+  std::string text = "gpus:\n";
+  for (int i = 0; i < 300; ++i) text += "  - model: A100-SXM4-40GB\n";
+  std::ofstream(path) << text;
+  SimStateFile file(path);
+  const int64_t before = SimStateParseCount();
+  for (int gpu = 0; gpu < 300; ++gpu) {
+    ASSERT_TRUE(file.Transact([gpu](SimState& s, bool*) {
+                      bool current = false, pending = false;
+                      EXPECT_EQ(GetMigMode(s, gpu, &current, &pending), kNvmlSuccess);
+                      return absl::OkStatus();
+                    })
+                    .ok());
+  }
+  EXPECT_LE(SimStateParseCount() - before, 1);
+  // Our own write is known without a parse...
+  ASSERT_TRUE(file.Transact([](SimState& s, bool* changed) {
+                    int activation = 0;
+                    EXPECT_EQ(SetMigMode(s, 7, true, &activation), kNvmlSuccess);
+                    *changed = true;
+                    return absl::OkStatus();
+                  })
+                  .ok());
+  auto mine = file.Read();
+  ASSERT_TRUE(mine.ok());
+  EXPECT_TRUE(mine->gpus[7].mig_pending);
+  EXPECT_LE(SimStateParseCount() - before, 1);
+  // ...and another writer's change is read (a fresh parse of the new text).
+  std::ofstream(path) << "gpus:\n  - model: H100-SXM5-80GB\n";
+  auto theirs = SimStateFile(path).Read();
+  ASSERT_TRUE(theirs.ok());
+  ASSERT_EQ(theirs->gpus.size(), 1u);
+  EXPECT_EQ(theirs->gpus[0].model, "H100-SXM5-80GB");
+  std::filesystem::remove(path);
+  std::filesystem::remove(path + ".lock");
 }
 
 }  // namespace
