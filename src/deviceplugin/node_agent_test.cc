@@ -552,7 +552,8 @@ TEST_F(NodeAgentTest, AnUnlabelledNodeIsDynamicAndAMigConfigLabelMakesItStatic) 
   EXPECT_FALSE(c.env["NVIDIA_VISIBLE_DEVICES"].empty());
   EXPECT_NE(c.env["NVIDIA_VISIBLE_DEVICES"], "void");
 
-  h_ = std::make_unique<AgentHarness>(testing::TestDir(), kMixedNode, PlacementConfig());
+  h_.reset();
+  h_ = std::make_unique<AgentHarness>(testing::TestDir("-static"), kMixedNode, PlacementConfig());
   ASSERT_TRUE(h_->StartCluster({{"nvidia.com/mig.config", "all-1g.5gb"}}).ok());
   ASSERT_TRUE(h_->StartAgent().ok());
   auto static_inv = DecodeInventory(h_->NodeAnnotation(kInventoryAnnotation).value_or("{}"));

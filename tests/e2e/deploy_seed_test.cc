@@ -28,6 +28,7 @@
 #include "yaml-cpp/yaml.h"
 
 #include "base/strings.h"
+#include "deviceplugin/fake_driver_tree.h"
 #include "deviceplugin/test_util.h"
 #include "k8s/client.h"
 #include "k8s/objects.h"
@@ -286,6 +287,10 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     p->SetFlag("--state-dir", (dir_ / "state").string());
     p->SetFlag("--vgpu-dir", (dir_ / "vgpu").string());
     p->SetFlag("--metrics-address", "127.0.0.1:0");
+    // The host's /dev and /proc (the DaemonSet is privileged): a fake driver tree, so that the
+    // CDI specs' device nodes are really looked up.
+    p->SetFlag("--dev-root", (dir_ / "host").string());
+    p->SetFlag("--proc-root", (dir_ / "host" / "proc").string());
     agent_.log = (dir_ / "agent.log").string();
     const size_t log_before = Slurp(agent_.log).size();
     agent_.pid = SpawnProcess(PRISM_BINARY, *p, agent_.log);
@@ -315,6 +320,7 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
 
   void StartNodeSide(const NodeCase& c) {
     state_file_ = deviceplugin::testing::WriteFile(dir_ / "gpus.yaml", c.gpus_yaml);
+    deviceplugin::testing::WriteFakeDriverTree(dir_ / "host", 1);
     if (!c.preexisting.empty()) {
       nvml::SimNvml direct(state_file_);
       for (const auto& [profile, start] : c.preexisting) {
@@ -483,6 +489,14 @@ TEST_P(DeploySeedTest, ThePodRunsAndSurvivesRestartsOfBothBinaries) {
   for (const std::string& d : devices) EXPECT_EQ(d.rfind("MIG-", 0), 0u) << visible;
   EXPECT_EQ(container->env.count("PRISM_ALLOCATION_ERROR"), 0u)
       << container->env["PRISM_ALLOCATION_ERROR"];
+  // The CDI spec gives the container the driver's nodes and, per MIG device, its two caps.
+  std::set<std::string> nodes;
+  for (const kubelet::CdiDeviceNode& n : container->device_nodes) nodes.insert(n.path);
+  EXPECT_TRUE(nodes.count("/dev/nvidiactl") && nodes.count("/dev/nvidia-uvm") &&
+              nodes.count("/dev/nvidia0"));
+  size_t caps = 0;
+  for (const std::string& n : nodes) caps += n.rfind("/dev/nvidia-caps/nvidia-cap", 0) == 0;
+  EXPECT_EQ(caps, 2 * devices.size());
   if (c.name == "template") {
     // HAMi's geometry 1 of the A100-PCIE-40GB: {1g.5gb: 1, 2g.10gb: 3}.
     EXPECT_EQ(Instances().size(), 4u);
