@@ -57,22 +57,6 @@ std::string Slurp(const std::string& path) {
   return s.str();
 }
 
-// A port nothing listens on. A plain socket, closed at once: httplib's Server would keep a
-// listening SO_REUSEPORT socket until destroyed with stop(), and the kernel would then hand half
-// of the connections for the port to it.
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 // One child process, killed (SIGKILL) when the test leaves early.
 struct Child {
   pid_t pid = -1;
@@ -241,8 +225,8 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     absl::StatusOr<LocalProcess> p = LocalProcessFor(bundle_, *deploy, "scheduler", o);
     ASSERT_TRUE(p.ok()) << p.status();
     if (port_ == 0) {
-      port_ = FreePort();
-      probe_port_ = FreePort();
+      port_ = FreeLoopbackPort();
+      probe_port_ = FreeLoopbackPort();
     }
     // What differs from a pod: the API server's address and free ports on this machine.
     p->SetFlag("--kubeconfig", kubeconfig_);

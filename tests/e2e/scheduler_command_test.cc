@@ -20,6 +20,7 @@
 #include "extender/test_util.h"
 #include "k8s/test_util.h"
 #include "testing/fake_apiserver/fake_apiserver.h"
+#include "tests/e2e/harness/deploy_bundle.h"
 
 namespace prism::e2e {
 namespace {
@@ -27,20 +28,6 @@ namespace {
 using json = nlohmann::json;
 using k8s::testing_util::WaitUntil;
 using ::testing::HasSubstr;
-
-int FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  const int port = ntohs(addr.sin_port);
-  close(fd);
-  return port;
-}
 
 pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
   const pid_t pid = fork();
@@ -90,8 +77,8 @@ TEST_F(SchedulerCommandTest, ServesBindsAndStopsOnSigterm) {
       api_.Create("nodes", extender::testing::NodeJson("n1", {extender::testing::TestGpu{}})));
   absl::StatusOr<json> pod = api_.Create("pods", extender::testing::GpuPod("p", 1, 8000));
   ASSERT_TRUE(pod.ok()) << pod.status();
-  const int port = FreePort();
-  const int probe_port = FreePort();
+  const int port = FreeLoopbackPort();
+  const int probe_port = FreeLoopbackPort();
   const std::string log = (dir_ / "scheduler.log").string();
   const pid_t pid =
       Spawn({PRISM_BINARY, "scheduler", "--kubeconfig", (dir_ / "kubeconfig").string(),

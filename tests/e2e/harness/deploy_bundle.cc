@@ -1,7 +1,10 @@
 #include "tests/e2e/harness/deploy_bundle.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <spawn.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <set>
@@ -249,6 +252,23 @@ absl::StatusOr<LocalProcess> LocalProcessFor(const DeployBundle& bundle, const O
     }
   }
   return p;
+}
+
+int FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
 }
 
 pid_t SpawnProcess(const std::string& binary, const LocalProcess& process,

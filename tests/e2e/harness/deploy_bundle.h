@@ -68,6 +68,11 @@ absl::StatusOr<LocalProcess> LocalProcessFor(const DeployBundle& bundle, const O
                                              const std::string& container,
                                              const LocalProcessOptions& options);
 
+// A loopback port nothing listens on (a plain socket, bound and closed at once: an httplib Server
+// used for this would keep a listening SO_REUSEPORT socket, and the kernel would then hand it
+// part of the connections meant for the process started on the port).
+int FreeLoopbackPort();
+
 // Starts `binary args...` with exactly `env` plus PATH, stdout and stderr to `log`.
 pid_t SpawnProcess(const std::string& binary, const LocalProcess& process, const std::string& log);
 
