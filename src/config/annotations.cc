@@ -330,8 +330,18 @@ absl::StatusOr<Decision> DecodeHami(const std::map<std::string, std::string>& an
         }
         const sched::GpuInfo& gi = state.gpu(dev.gpu);
         dev.gpu_index = gi.index;
-        dev.memory_mib = std::stoll(std::string(f[2]));
-        dev.cores_permille = std::stoi(std::string(f[3])) * 10;
+        // HAMi's fields: memory in MiB, cores in percent. Out of range is an error, not an
+        // overflow (a wrapped share could read as a small one).
+        const int64_t memory_mib = std::stoll(std::string(f[2]));
+        const int64_t cores_percent = std::stoll(std::string(f[3]));
+        if (memory_mib < 0 || memory_mib > (int64_t{1} << 40) || cores_percent < 0 ||
+            cores_percent > 100) {
+          return absl::InvalidArgumentError(StrCat("device '", device, "' in ",
+                                                   kHamiDevicesAllocatedAnnotation,
+                                                   ": memory or cores out of range"));
+        }
+        dev.memory_mib = memory_mib;
+        dev.cores_permille = static_cast<int32_t>(cores_percent * 10);
         dev.mode = gi.mode;
         if (gi.mode == GpuMode::kMig) {
           if (tmpl >= 0) {

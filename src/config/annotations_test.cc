@@ -95,6 +95,16 @@ TEST(AnnotationsTest, MalformedAnnotationsAreErrors) {
                                  {"hami.io/vgpu-devices-allocated", "GPU-nope,NVIDIA,1000,0:;"}},
                                 pod, engine.cluster())
           .ok());
+  // Found by decision_annotations_fuzzer: a core share of 2^31 / 10 overflowed (UBSan) and could
+  // wrap to a small or negative share. Out of range is an error now.
+  const std::string uuid = engine.cluster().gpu(0).uuid;
+  for (const std::string fields : {"1000,214748365", "1000,-5", "1000,101", "-1,10"}) {
+    auto decoded = DecodeDecisionAnnotations(
+        {{"hami.io/vgpu-node", "n"},
+         {"hami.io/vgpu-devices-allocated", uuid + ",NVIDIA," + fields + ":;"}},
+        pod, engine.cluster());
+    EXPECT_FALSE(decoded.ok()) << fields;
+  }
 }
 
 // Issue 13 #1: every field is type- and range-checked, and the error names it.

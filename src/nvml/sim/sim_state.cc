@@ -107,6 +107,9 @@ template <typename T>
 absl::Status Read(const YAML::Node& node, std::string_view key, std::string_view where, T* out) {
   const YAML::Node value = node[std::string(key)];
   if (!value) return absl::OkStatus();
+  // `key:` with nothing after it is YAML null, which yaml-cpp reads as the text "null"; the file
+  // would then not survive a round trip (found by sim_state_fuzzer: two GPUs with uuid "null").
+  if (value.IsNull()) return Bad(where, StrCat("'", key, "' has no value"));
   try {
     *out = value.as<T>();
   } catch (const YAML::Exception&) {
