@@ -115,6 +115,17 @@ absl::Status Read(const YAML::Node& node, std::string_view key, std::string_view
   } catch (const YAML::Exception&) {
     return Bad(where, StrCat("'", key, "' has an invalid value '", value.Scalar(), "'"));
   }
+  if constexpr (std::is_same_v<T, std::string>) {
+    // Names, UUIDs and bus IDs are printable text. A control character (e.g. a lone CR before a
+    // comment) reads as text here but is written back as something YAML reads as null, so the
+    // file would not survive a round trip (found by sim_state_fuzzer).
+    if (out->empty()) return Bad(where, StrCat("'", key, "' is empty"));
+    for (const unsigned char c : *out) {
+      if (c < 0x20 || c == 0x7f) {
+        return Bad(where, StrCat("'", key, "' contains a control character"));
+      }
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -209,6 +220,10 @@ absl::Status ParseGpu(const YAML::Node& node, int index, SimGpu* gpu) {
           used += ci.slice_count;
           if (used > prof.compute_slices)
             return Bad(cw, "compute instances exceed the GPU instance");
+          // A compute instance listed without a UUID still needs one (nvmlDeviceGetUUID): derive
+          // it from the GPU and the instance ids, so the same file always gives the same UUIDs.
+          const uint64_t seed = HashString(gpu->uuid) ^ Mix(gi.id * 131 + ci.id);
+          ci.uuid = FormatUuid("MIG-", Mix(seed), Mix(seed + 2));
           RETURN_IF_ERROR(Read(cis[j], "uuid", cw, &ci.uuid));
           gi.compute_instances.push_back(ci);
         }
