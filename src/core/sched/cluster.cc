@@ -8,145 +8,14 @@
 
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "core/sched/cluster_internal.h"
 
 namespace prism::sched {
-namespace {
 
-std::string GpuName(const NodeSpec& node, size_t index) {
-  return StrCat("node ", node.name, " GPU ", index);
-}
-
-// How a `models:` pattern of knownMigGeometries / migProfileAllowlist names a GPU. HAMi takes
-// the first entry whose pattern is a substring of the GPU's type, so a short pattern also names
-// longer models: "H20" is inside "H200-NVL-141GB" and "GH200-144GB", and the H20 geometries
-// (1g.12gb...) do not exist there. Prism takes an entry that names the model exactly (any
-// catalog spelling of it, or the type itself) over every substring entry, and a substring
-// counts only where it stands as whole words of the type ("H100" in "H100-PCIE-80GB", not "H20"
-// in "H200").
-enum class ModelMatch : uint8_t { kNone, kSubstring, kExact };
-
-bool IsWordChar(char c) { return std::isalnum(static_cast<unsigned char>(c)) != 0; }
-
-bool ContainsAsWords(std::string_view type, std::string_view pattern) {
-  if (pattern.empty() || pattern.size() > type.size()) return false;
-  auto lower = [](char c) {
-    return static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  };
-  for (size_t i = 0; i + pattern.size() <= type.size(); ++i) {
-    size_t j = 0;
-    while (j < pattern.size() && lower(type[i + j]) == lower(pattern[j])) ++j;
-    if (j != pattern.size()) continue;
-    const bool starts_word = i == 0 || !IsWordChar(type[i - 1]) || !IsWordChar(pattern.front());
-    const size_t end = i + pattern.size();
-    const bool ends_word =
-        end == type.size() || !IsWordChar(type[end]) || !IsWordChar(pattern.back());
-    if (starts_word && ends_word) return true;
-  }
-  return false;
-}
-
-ModelMatch MatchModel(const std::string& pattern, const GpuSpec& gpu, const mig::GpuModel* model) {
-  const mig::GpuModel* named = mig::FindModel(pattern);
-  if (named != nullptr && named == model) return ModelMatch::kExact;
-  if (mig::FindModel(gpu.model) == nullptr && TypeContains(gpu.model, pattern) &&
-      pattern.size() == gpu.model.size()) {
-    return ModelMatch::kExact;  // Same spelling (case aside) of a type the catalog lacks.
-  }
-  return ContainsAsWords(gpu.model, pattern) ? ModelMatch::kSubstring : ModelMatch::kNone;
-}
-
-// The first of `entries` (each with a `models` list) that names the GPU exactly, else the first
-// that names it as whole words of its type; -1 when none does.
-template <typename Entry>
-int FindModelEntry(const std::vector<Entry>& entries, const GpuSpec& gpu,
-                   const mig::GpuModel* model) {
-  int substring = -1;
-  for (size_t e = 0; e < entries.size(); ++e) {
-    for (const std::string& pattern : entries[e].models) {
-      const ModelMatch m = MatchModel(pattern, gpu, model);
-      if (m == ModelMatch::kExact) return static_cast<int>(e);
-      if (m == ModelMatch::kSubstring && substring < 0) substring = static_cast<int>(e);
-    }
-  }
-  return substring;
-}
-
-// Recomputes `usage.busy` from its instances.
-void RecomputeBusy(const mig::GpuModel& model, GpuUsage& usage) {
-  usage.busy = mig::Occupancy{};
-  for (int i = 0; i < usage.instance_count; ++i) {
-    const MigInstance& inst = usage.instances[i];
-    if (inst.Busy()) mig::Add(model, &usage.busy, inst.profile, inst.start);
-  }
-}
-
-mig::Occupancy AllInstances(const mig::GpuModel& model, const GpuUsage& usage) {
-  mig::Occupancy occ;
-  for (int i = 0; i < usage.instance_count; ++i) {
-    mig::Add(model, &occ, usage.instances[i].profile, usage.instances[i].start);
-  }
-  return occ;
-}
-
-int FindInstance(const GpuUsage& usage, int profile, int start) {
-  for (int i = 0; i < usage.instance_count; ++i) {
-    if (usage.instances[i].start == start && usage.instances[i].profile == profile) return i;
-  }
-  return -1;
-}
-
-void RemoveInstance(GpuUsage& usage, int i) {
-  for (int j = i + 1; j < usage.instance_count; ++j) usage.instances[j - 1] = usage.instances[j];
-  --usage.instance_count;
-  usage.instances[usage.instance_count] = MigInstance{};
-}
-
-absl::StatusOr<PlacedGeometry> PlaceGeometry(const mig::GpuModel& model,
-                                             const MigGeometry& geometry,
-                                             const std::string& where) {
-  PlacedGeometry placed;
-  placed.counts.assign(model.profiles.size(), 0);
-  std::vector<std::pair<int, int>> wanted;  // (profile, entry) in flattened order.
-  for (size_t e = 0; e < geometry.size(); ++e) {
-    const MigTemplateEntry& entry = geometry[e];
-    const int profile = model.FindProfile(entry.name);
-    if (profile < 0) {
-      return absl::InvalidArgumentError(StrCat(where, ": MIG profile '", entry.name,
-                                               "' does not exist on ", model.name, " (it has ",
-                                               model.ProfileList(), ")"));
-    }
-    if (entry.count <= 0) {
-      return absl::InvalidArgumentError(
-          StrCat(where, ": count of ", entry.name, " must be positive"));
-    }
-    placed.counts[profile] += entry.count;
-    for (int i = 0; i < entry.count; ++i) wanted.emplace_back(profile, static_cast<int>(e));
-  }
-  auto layout = mig::PlaceProfiles(model, {}, mig::ExpandCounts(model, placed.counts));
-  if (!layout.ok()) {
-    return absl::InvalidArgumentError(
-        StrCat(where, ": geometry is not a legal MIG layout: ", ToStd(layout.status().message())));
-  }
-  // Starts per profile, ascending; slots take them in flattened order.
-  std::map<int, std::vector<int>> starts;
-  for (const mig::Instance& inst : *layout) starts[inst.profile].push_back(inst.start);
-  for (auto& [profile, list] : starts) std::sort(list.begin(), list.end());
-  std::map<int, size_t> used;
-  for (const auto& [profile, entry] : wanted) {
-    PlacedGeometry::Slot slot;
-    slot.profile = static_cast<int8_t>(profile);
-    slot.start = static_cast<int8_t>(starts[profile][used[profile]++]);
-    slot.entry = static_cast<int8_t>(entry);
-    const MigTemplateEntry& e = geometry[entry];
-    slot.memory_mib = e.memory_mib > 0 ? e.memory_mib : model.profiles[profile].memory_mib;
-    slot.core_permille =
-        e.core > 0 ? std::min(e.core, 100) * 10 : MigProfileCorePermille(model, profile);
-    placed.slots.push_back(slot);
-  }
-  return placed;
-}
-
-}  // namespace
+using cluster_internal::AllInstances;
+using cluster_internal::FindInstance;
+using cluster_internal::RecomputeBusy;
+using cluster_internal::RemoveInstance;
 
 int64_t DeviceMemoryNeed(const GpuRequest& request, int64_t total_mib) {
   if (request.memory_mib > 0) return request.memory_mib;
@@ -176,240 +45,6 @@ bool TypeContains(std::string_view type, std::string_view pattern) {
     if (j == pattern.size()) return true;
   }
   return false;
-}
-
-absl::StatusOr<ClusterState> ClusterState::Build(const std::vector<NodeSpec>& nodes,
-                                                 const DeviceConfig& config) {
-  ClusterState state;
-  std::map<std::pair<size_t, const mig::GpuModel*>, int> template_cache;
-  std::unordered_map<std::string, int> type_ids;
-  // Nodes are kept in name order: the lowest index is the deterministic tie-break.
-  std::vector<const NodeSpec*> sorted;
-  for (const NodeSpec& n : nodes) sorted.push_back(&n);
-  std::sort(sorted.begin(), sorted.end(),
-            [](const NodeSpec* a, const NodeSpec* b) { return a->name < b->name; });
-  std::set<std::string> uuids;
-  for (const NodeSpec* spec : sorted) {
-    if (spec->name.empty()) return absl::InvalidArgumentError("a node has no name");
-    if (state.node_index_.count(spec->name)) {
-      return absl::InvalidArgumentError(StrCat("node ", spec->name, " is listed twice"));
-    }
-    if (spec->cpu_milli < 0 || spec->memory_bytes < 0) {
-      return absl::InvalidArgumentError(
-          StrCat("node ", spec->name, ": cpu and memory must not be negative"));
-    }
-    if (spec->gpus.size() > 256) {
-      return absl::InvalidArgumentError(StrCat("node ", spec->name, " has ", spec->gpus.size(),
-                                               " GPUs; at most 256 are supported"));
-    }
-    const NodeDeviceConfig* node_config = config.FindNode(spec->name);
-    const int node_id = static_cast<int>(state.nodes_.size());
-    NodeInfo info;
-    info.name = spec->name;
-    info.cpu_milli = spec->cpu_milli;
-    info.memory_bytes = spec->memory_bytes;
-    info.first_gpu = static_cast<int32_t>(state.gpus_.size());
-    info.gpu_count = static_cast<int32_t>(spec->gpus.size());
-    state.node_index_[spec->name] = node_id;
-
-    for (size_t i = 0; i < spec->gpus.size(); ++i) {
-      const GpuSpec& g = spec->gpus[i];
-      const std::string where = GpuName(*spec, i);
-      GpuInfo gi;
-      gi.uuid = g.uuid.empty() ? StrCat(spec->name, "-gpu", i) : g.uuid;
-      if (!uuids.insert(gi.uuid).second) {
-        return absl::InvalidArgumentError(StrCat(where, ": UUID ", gi.uuid, " is used twice"));
-      }
-      if (g.model.empty()) return absl::InvalidArgumentError(StrCat(where, ": model is missing"));
-      gi.type = g.model;
-      gi.node = node_id;
-      gi.index = static_cast<int32_t>(i);
-      gi.healthy = g.healthy;
-      gi.mig_model = mig::FindModel(g.model);
-      // Mode: the GPU's own, then nodeconfig per GPU, then nodeconfig, then hami-core.
-      std::optional<GpuMode> mode = g.mode;
-      if (!mode && node_config != nullptr) {
-        for (const auto& o : node_config->gpus) {
-          if (o.index == static_cast<int32_t>(i) && o.mode) mode = o.mode;
-        }
-        if (!mode) mode = node_config->mode;
-      }
-      gi.mode = mode.value_or(GpuMode::kHamiCore);
-      const double mem_scaling = node_config && node_config->device_memory_scaling
-                                     ? *node_config->device_memory_scaling
-                                     : config.device_memory_scaling;
-      const double core_scaling = node_config && node_config->device_core_scaling
-                                      ? *node_config->device_core_scaling
-                                      : config.device_core_scaling;
-      gi.split_count = node_config && node_config->device_split_count
-                           ? *node_config->device_split_count
-                           : config.device_split_count;
-      if (gi.split_count <= 0) {
-        return absl::InvalidArgumentError(StrCat(where, ": deviceSplitCount must be positive"));
-      }
-      int64_t memory = g.memory_mib;
-      if (memory < 0) return absl::InvalidArgumentError(StrCat(where, ": negative memory"));
-      if (memory == 0 && gi.mig_model != nullptr) memory = gi.mig_model->memory_mib;
-      if (memory == 0) {
-        return absl::InvalidArgumentError(
-            StrCat(where, ": memory of model '", g.model,
-                   "' is unknown (not a MIG model in Prism's catalog); give it explicitly"));
-      }
-      if (gi.mode == GpuMode::kMig) {
-        if (gi.mig_model == nullptr) {
-          return absl::InvalidArgumentError(StrCat(where, ": model '", g.model,
-                                                   "' is in mig mode but is not a MIG-capable ",
-                                                   "model Prism knows (", mig::ModelList(), ")"));
-        }
-        const mig::GpuModel& model = *gi.mig_model;
-        gi.memory_mib = model.memory_mib;
-        gi.cores_total = kPermille;
-        const MigStrategy strategy = node_config && node_config->mig_strategy
-                                         ? *node_config->mig_strategy
-                                         : config.mig_strategy;
-        // Template set: the knownMigGeometries entry naming the model (FindModelEntry).
-        int set = -1;
-        const int known_entry =
-            strategy == MigStrategy::kPlacement
-                ? -1
-                : FindModelEntry(config.known_mig_geometries, g, &model);
-        if (known_entry >= 0) {
-          const size_t e = static_cast<size_t>(known_entry);
-          const KnownMigGeometries& known = config.known_mig_geometries[e];
-          auto key = std::make_pair(e, &model);
-          auto it = template_cache.find(key);
-          if (it != template_cache.end()) {
-            set = it->second;
-          } else {
-            TemplateSet ts;
-            ts.model = &model;
-            for (size_t k = 0; k < known.geometries.size(); ++k) {
-              ASSIGN_OR_RETURN(
-                  PlacedGeometry placed,
-                  PlaceGeometry(model, known.geometries[k],
-                                StrCat("knownMigGeometries[", e, "].allowedGeometries[", k, "]")));
-              ts.geometries.push_back(std::move(placed));
-            }
-            if (ts.geometries.empty()) {
-              return absl::InvalidArgumentError(
-                  StrCat("knownMigGeometries[", e, "] has no allowedGeometries"));
-            }
-            set = static_cast<int>(state.template_sets_.size());
-            state.template_sets_.push_back(std::move(ts));
-            template_cache[key] = set;
-          }
-        }
-        if (set < 0 && strategy == MigStrategy::kTemplate) {
-          return absl::InvalidArgumentError(
-              StrCat(where, ": migStrategy is template but no knownMigGeometries entry names ",
-                     g.model));
-        }
-        gi.template_set = set;
-        gi.template_mode = set >= 0;
-        gi.fixed_layout = g.mig_layout_fixed;
-        // Placement mode: plain profiles, or the allowlist when one names the model.
-        const int allow_entry = FindModelEntry(config.mig_profile_allowlist, g, &model);
-        const MigProfileAllowlist* allow =
-            allow_entry >= 0 ? &config.mig_profile_allowlist[allow_entry] : nullptr;
-        if (allow != nullptr) {
-          for (const std::string& p : allow->profiles) {
-            const int idx = model.FindProfile(p);
-            if (idx >= 0) gi.allowed_profiles |= 1u << idx;
-          }
-        } else {
-          for (size_t p = 0; p < model.profiles.size(); ++p) {
-            if (model.profiles[p].name.attrs == mig::kAttrNone) gi.allowed_profiles |= 1u << p;
-          }
-        }
-      } else {
-        if (!g.instances.empty()) {
-          return absl::InvalidArgumentError(
-              StrCat(where, ": has MIG instances but is in hami-core mode"));
-        }
-        gi.memory_mib = static_cast<int64_t>(std::floor(static_cast<double>(memory) * mem_scaling));
-        gi.cores_total = static_cast<int32_t>(std::lround(kPermille * core_scaling));
-        if (gi.memory_mib <= 0 || gi.cores_total <= 0) {
-          return absl::InvalidArgumentError(StrCat(where, ": scaling leaves no memory or cores"));
-        }
-      }
-
-      GpuUsage usage;
-      if (gi.mode == GpuMode::kMig && !g.instances.empty()) {
-        const mig::GpuModel& model = *gi.mig_model;
-        if (g.instances.size() > static_cast<size_t>(kMaxMigInstances)) {
-          return absl::InvalidArgumentError(StrCat(where, ": too many MIG instances"));
-        }
-        mig::Layout layout;
-        for (const MigInstanceSpec& is : g.instances) {
-          const int profile = model.FindProfile(is.profile);
-          if (profile < 0) {
-            return absl::InvalidArgumentError(
-                StrCat(where, ": MIG profile '", is.profile, "' does not exist on ", model.name));
-          }
-          layout.push_back(mig::Instance{profile, is.start, is.in_use});
-        }
-        if (absl::Status s = mig::ValidateLayout(model, layout); !s.ok()) {
-          return absl::InvalidArgumentError(
-              StrCat(where, ": existing MIG layout is illegal: ", ToStd(s.message())));
-        }
-        for (size_t k = 0; k < g.instances.size(); ++k) {
-          MigInstance& inst = usage.instances[usage.instance_count++];
-          inst.profile = static_cast<int8_t>(layout[k].profile);
-          inst.start = static_cast<int8_t>(layout[k].start);
-          inst.state = g.instances[k].in_use ? InstanceState::kInUse : InstanceState::kIdle;
-        }
-        if (gi.template_mode) {
-          // Which geometry do the instances realise? Equal profile counts.
-          const TemplateSet& ts = state.template_sets_[gi.template_set];
-          const mig::ProfileCounts counts = mig::CountProfiles(model, layout);
-          int chosen = -1;
-          if (g.template_index >= 0) {
-            if (g.template_index >= static_cast<int>(ts.geometries.size()) ||
-                ts.geometries[g.template_index].counts != counts) {
-              return absl::InvalidArgumentError(
-                  StrCat(where, ": instances do not realise geometry ", g.template_index));
-            }
-            chosen = g.template_index;
-          } else {
-            for (size_t k = 0; k < ts.geometries.size() && chosen < 0; ++k) {
-              if (ts.geometries[k].counts == counts) chosen = static_cast<int>(k);
-            }
-          }
-          if (chosen >= 0) {
-            usage.template_index = static_cast<int8_t>(chosen);
-            // Entries in slot order, matched to instances of the same profile by start.
-            std::vector<bool> taken(usage.instance_count, false);
-            for (const PlacedGeometry::Slot& slot : ts.geometries[chosen].slots) {
-              int best = -1;
-              for (int k = 0; k < usage.instance_count; ++k) {
-                if (taken[k] || usage.instances[k].profile != slot.profile) continue;
-                if (best < 0 || usage.instances[k].start < usage.instances[best].start) best = k;
-              }
-              taken[best] = true;
-              usage.instances[best].entry = slot.entry;
-            }
-          }
-        }
-        RecomputeBusy(model, usage);
-        for (int k = 0; k < usage.instance_count; ++k) {
-          if (usage.instances[k].state == InstanceState::kInUse) {
-            usage.memory_used_mib += model.profiles[usage.instances[k].profile].memory_mib;
-            usage.cores_used += MigProfileCorePermille(model, usage.instances[k].profile);
-            ++usage.tasks;
-          }
-        }
-      }
-      auto [it, inserted] =
-          type_ids.emplace(gi.type, static_cast<int>(state.gpu_type_names_.size()));
-      if (inserted) state.gpu_type_names_.push_back(gi.type);
-      state.gpu_type_ids_.push_back(it->second);
-      state.gpus_.push_back(std::move(gi));
-      state.gpu_usage_.push_back(usage);
-    }
-    state.nodes_.push_back(std::move(info));
-    state.node_usage_.push_back(NodeUsage{});
-  }
-  return state;
 }
 
 int ClusterState::FindNode(std::string_view name) const {
@@ -448,6 +83,10 @@ absl::Status ClusterState::Apply(std::string_view key, const Decision& decision)
   }
   if (decision.node < 0 || decision.node >= node_count()) {
     return absl::InvalidArgumentError(StrCat("decision names unknown node ", decision.node));
+  }
+  if (nodes_[decision.node].removed) {
+    return absl::FailedPreconditionError(
+        StrCat("node ", nodes_[decision.node].name, " was removed"));
   }
   if (decision.cpu_milli < 0 || decision.memory_bytes < 0) {
     return absl::InvalidArgumentError("decision has a negative CPU or memory charge");
@@ -714,6 +353,9 @@ size_t ClusterState::MemoryBytes() const {
   // unordered_map node: key string + value + bucket pointer, roughly.
   bytes += node_index_.size() * (sizeof(std::string) + sizeof(int) + 2 * sizeof(void*));
   for (const auto& [name, id] : node_index_) bytes += heap(name);
+  bytes += node_rank_.capacity() * sizeof(uint32_t) + by_name_.capacity() * sizeof(int32_t);
+  bytes += gpu_by_uuid_.size() * (sizeof(std::string) + sizeof(int) + 2 * sizeof(void*));
+  for (const auto& [uuid, id] : gpu_by_uuid_) bytes += heap(uuid);
   return bytes;
 }
 

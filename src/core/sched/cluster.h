@@ -9,10 +9,17 @@
 // Apply() and Release() validate before they change anything: on error the
 // state is untouched. Every change bumps the node's version and is appended
 // to a change log that the engine's per-shape indexes catch up from.
+//
+// The extender keeps one state for the life of the process and feeds it node
+// by node (UpsertNode, RemoveNode): node and GPU ids never change, so the
+// indexes catch up on the changed node only. A removed node leaves an empty
+// slot and a node whose GPU count changed leaves dead GPU slots; Build() from
+// the specs again compacts them (dead_nodes(), dead_gpus()).
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -138,6 +145,7 @@ struct NodeInfo {
   int64_t memory_bytes = 0;
   int32_t first_gpu = 0;  // GPUs first_gpu .. first_gpu + gpu_count - 1.
   int32_t gpu_count = 0;
+  bool removed = false;  // An empty slot left by RemoveNode(): fits nothing.
 };
 
 struct NodeUsage {
@@ -186,8 +194,13 @@ class ClusterState {
   const TemplateSet* template_set_of(int g) const {
     return gpus_[g].template_set < 0 ? nullptr : &template_sets_[gpus_[g].template_set];
   }
-  // Node index by name, or -1.
+  // Node index by name, or -1 (also for a removed node).
   int FindNode(std::string_view name) const;
+  // Tie-break order: among equal scores the node with the lowest rank wins. Ranks follow node
+  // names, so a state built at once and one fed node by node choose alike; after Build() the
+  // rank of a node is its index.
+  uint32_t node_rank(int n) const { return node_rank_[n]; }
+  const std::vector<uint32_t>& node_ranks() const { return node_rank_; }
   // Interned GPU type of `g` (equal strings share an id), for cheap type filters.
   int gpu_type_id(int g) const { return gpu_type_ids_[g]; }
   const std::vector<std::string>& gpu_types() const { return gpu_type_names_; }
@@ -205,6 +218,21 @@ class ClusterState {
   // Every placed pod key, sorted.
   std::vector<std::string> PodKeys() const;
 
+  // --- Node by node (the extender's informer feed). `config` must be the one Build() got.
+  // Adds `spec` as a new node, or replaces the node of that name in place (same id). The pods
+  // charged on a replaced node are dropped without being released, because the new spec
+  // already reports what they hold (its MIG instances); their keys come back, sorted, for the
+  // caller to charge again against the new node. InvalidArgument (nothing changed) for an
+  // invalid spec, naming the node and GPU.
+  absl::StatusOr<std::vector<std::string>> UpsertNode(const NodeSpec& spec,
+                                                      const DeviceConfig& config);
+  // Empties node `name`'s slot (its id stays, and fits nothing) and drops its pods, whose keys
+  // come back sorted. Nothing happens for an unknown name.
+  std::vector<std::string> RemoveNode(std::string_view name);
+  // Slots left by removed nodes and by GPUs a replaced node no longer has.
+  int dead_nodes() const { return dead_nodes_; }
+  int dead_gpus() const { return dead_gpus_; }
+
   // Change log: node ids in the order they changed. Positions are absolute;
   // the log keeps at least the entries after `change_log_begin()`.
   uint64_t change_log_end() const { return log_begin_ + log_.size(); }
@@ -215,6 +243,20 @@ class ClusterState {
   size_t MemoryBytes() const;
 
  private:
+  struct ResolvedGpus {
+    std::vector<GpuInfo> info;
+    std::vector<GpuUsage> usage;
+    std::vector<int32_t> type_ids;
+  };
+  static absl::Status CheckNodeSpec(const NodeSpec& spec);
+  // The GPUs of `spec` as node `node_id` would hold them (mode, memory, template geometry,
+  // existing instances). Interns new GPU types and template sets; changes nothing else.
+  absl::StatusOr<ResolvedGpus> ResolveGpus(const NodeSpec& spec, const DeviceConfig& config,
+                                           int node_id);
+  // Installs `gpus` as node `node_id`'s GPUs (in place when the count is unchanged).
+  void PlaceGpus(int node_id, ResolvedGpus gpus);
+  void RetireGpu(int gpu);
+  std::vector<std::string> DropPodsOn(int node);
   void MarkChanged(int node);
 
   std::vector<NodeInfo> nodes_;
@@ -223,8 +265,16 @@ class ClusterState {
   std::vector<GpuUsage> gpu_usage_;
   std::vector<int32_t> gpu_type_ids_;
   std::vector<std::string> gpu_type_names_;
+  std::unordered_map<std::string, int> gpu_type_by_name_;
   std::vector<TemplateSet> template_sets_;
+  // Template set of (knownMigGeometries entry, model), so equal GPUs share one.
+  std::map<std::pair<size_t, const mig::GpuModel*>, int> template_set_ids_;
   std::unordered_map<std::string, int> node_index_;
+  std::unordered_map<std::string, int> gpu_by_uuid_;  // Live GPUs only.
+  std::vector<uint32_t> node_rank_;
+  std::vector<int32_t> by_name_;  // Node ids by name (removed ones too).
+  int dead_nodes_ = 0;
+  int dead_gpus_ = 0;
   std::unordered_map<std::string, PodCharge> pods_;
   std::vector<int32_t> log_;
   uint64_t log_begin_ = 0;

@@ -63,6 +63,18 @@ class Engine::Impl {
     frag_cache_.assign(cluster_.node_count(), {0, 0});
   }
 
+  // A node brought a GPU type or template set the engine had not seen. What is cached per
+  // type or set grows; what was computed for the old ones stays exact, because a node's score
+  // depends only on its own GPUs and the new node is in the change log.
+  void ClusterVocabularyGrew() {
+    RebuildShapes();
+    for (auto& [key, index] : indexes_) {
+      absl::StatusOr<Resolved> rp = Resolve(index->rp.pod);
+      PRISM_CHECK(rp.ok());  // It resolved before; only per-type filters are added.
+      index->rp = std::move(*rp);
+    }
+  }
+
   void RebuildShapes() {
     shapes_.clear();
     shape_weight_total_ = 0;
@@ -404,7 +416,7 @@ class Engine::Impl {
 
   double CurrentNodeFrag(int node) {
     if (frag_cache_.size() != static_cast<size_t>(cluster_.node_count())) {
-      frag_cache_.assign(cluster_.node_count(), {0, 0});
+      frag_cache_.resize(cluster_.node_count(), {0, 0});  // Nodes were added.
     }
     auto& [version, value] = frag_cache_[node];
     const uint64_t now = cluster_.node_usage(node).version + 1;
@@ -1206,7 +1218,7 @@ class Engine::Impl {
   bool EvaluateNode(const Resolved& rp, int node, double* score, NodeFailure* failure) {
     const NodeInfo& n = cluster_.node(node);
     const NodeUsage& nu = cluster_.node_usage(node);
-    if (nu.cpu_used + rp.cpu > n.cpu_milli) {
+    if (nu.cpu_used + rp.cpu > n.cpu_milli || n.removed) {
       if (failure) {
         failure->node_level = true;
         failure->node_reason = Reason::kNodeInsufficientCpu;
@@ -1425,6 +1437,9 @@ class Engine::Impl {
     return index;
   }
 
+  // Equal scores go to the node first by name (ClusterState::node_rank).
+  bool Before(int a, int b) const { return cluster_.node_rank(a) < cluster_.node_rank(b); }
+
   void FullRebuild(ShapeIndex& index) {
     const int nodes = cluster_.node_count();
     index.score.resize(nodes);
@@ -1433,7 +1448,7 @@ class Engine::Impl {
       index.score[n] = ScoreOrInfeasible(index.rp, n);
       index.version[n] = static_cast<uint32_t>(cluster_.node_usage(n).version);
     }
-    index.tree.Reset(&index.score);
+    index.tree.Reset(&index.score, &cluster_.node_ranks());
     index.synced = cluster_.change_log_end();
   }
 
@@ -1443,6 +1458,13 @@ class Engine::Impl {
         end - index.synced > static_cast<uint64_t>(cluster_.node_count())) {
       FullRebuild(index);
       return;
+    }
+    if (index.score.size() < static_cast<size_t>(cluster_.node_count())) {
+      // Nodes were added (UpsertNode); they are in the change log, so the loop below scores
+      // them. The sentinel version forces that even for a node whose version matches by chance.
+      index.score.resize(cluster_.node_count(), kInfeasible);
+      index.version.resize(cluster_.node_count(), UINT32_MAX);
+      index.tree.Grow();
     }
     for (uint64_t pos = index.synced; pos < end; ++pos) {
       const int n = cluster_.change_at(pos);
@@ -1492,7 +1514,7 @@ class Engine::Impl {
           if (n < 0 || n >= cluster_.node_count()) continue;
           const double s = index->score[n];
           if (s == kInfeasible) continue;
-          if (best < 0 || s > best_score || (s == best_score && n < best)) {
+          if (best < 0 || s > best_score || (s == best_score && Before(n, best))) {
             best = n;
             best_score = s;
           }
@@ -1502,7 +1524,7 @@ class Engine::Impl {
       auto consider = [&](int n) {
         const double s = ScoreOrInfeasible(*rp, n);
         if (s == kInfeasible) return;
-        if (best < 0 || s > best_score || (s == best_score && n < best)) {
+        if (best < 0 || s > best_score || (s == best_score && Before(n, best))) {
           best = n;
           best_score = s;
         }
@@ -1667,6 +1689,22 @@ absl::Status Engine::Apply(std::string_view key, const Decision& decision) {
 }
 
 absl::Status Engine::Release(std::string_view key) { return impl_->cluster_.Release(key); }
+
+absl::StatusOr<std::vector<std::string>> Engine::UpsertNode(const NodeSpec& spec) {
+  const size_t types = impl_->cluster_.gpu_types().size();
+  const size_t sets = impl_->cluster_.template_sets().size();
+  ASSIGN_OR_RETURN(std::vector<std::string> dropped,
+                   impl_->cluster_.UpsertNode(spec, impl_->config_));
+  if (impl_->cluster_.gpu_types().size() != types ||
+      impl_->cluster_.template_sets().size() != sets) {
+    impl_->ClusterVocabularyGrew();
+  }
+  return dropped;
+}
+
+std::vector<std::string> Engine::RemoveNode(std::string_view name) {
+  return impl_->cluster_.RemoveNode(name);
+}
 
 double Engine::NodeFragmentation(int32_t node) { return impl_->CurrentNodeFrag(node) / kPermille; }
 

@@ -109,6 +109,12 @@ class Engine {
   absl::Status Apply(std::string_view key, const Decision& decision);
   absl::Status Release(std::string_view key);
 
+  // Node by node (ClusterState::UpsertNode / RemoveNode with this engine's configuration).
+  // Only the changed node is re-scored: the shape indexes catch up from the change log. The
+  // keys returned are the pods that were charged on the node and are not any more.
+  absl::StatusOr<std::vector<std::string>> UpsertNode(const NodeSpec& spec);
+  std::vector<std::string> RemoveNode(std::string_view name);
+
   // Fragmentation (in GPUs) of one node / the whole cluster under the target workload.
   double NodeFragmentation(int32_t node);
   double ClusterFragmentation();

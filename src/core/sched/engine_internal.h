@@ -189,14 +189,30 @@ struct GpuPref {
 // Max segment tree over node scores; ties go to the lowest node index.
 class MaxTree {
  public:
-  void Reset(const std::vector<double>* scores) {
+  // `ranks`: the tie-break order (lower rank wins equal scores; ClusterState::node_ranks()).
+  void Reset(const std::vector<double>* scores, const std::vector<uint32_t>* ranks) {
     scores_ = scores;
-    const size_t n = scores->size();
+    ranks_ = ranks;
+    n_ = scores->size();
     size_ = 1;
-    while (size_ < n) size_ <<= 1;
+    while (size_ < n_) size_ <<= 1;
     tree_.assign(2 * size_, -1);
-    for (size_t i = 0; i < n; ++i) tree_[size_ + i] = static_cast<int32_t>(i);
+    for (size_t i = 0; i < n_; ++i) tree_[size_ + i] = static_cast<int32_t>(i);
     for (size_t i = size_ - 1; i >= 1; --i) tree_[i] = Better(tree_[2 * i], tree_[2 * i + 1]);
+  }
+  // The scores vector grew (nodes added): new leaves join without a rebuild while they fit.
+  // Ranks of the old nodes may have shifted, but not their order, so the tree stays valid.
+  void Grow() {
+    const size_t n = scores_->size();
+    if (n > size_) {
+      Reset(scores_, ranks_);
+      return;
+    }
+    for (size_t i = n_; i < n; ++i) {
+      tree_[size_ + i] = static_cast<int32_t>(i);
+      Update(static_cast<int>(i));
+    }
+    n_ = n;
   }
   void Update(int node) {
     size_t i = (size_ + static_cast<size_t>(node)) >> 1;
@@ -215,9 +231,12 @@ class MaxTree {
     const double sa = (*scores_)[a];
     const double sb = (*scores_)[b];
     if (sb > sa) return b;
-    return a;  // Equal scores: a < b.
+    if (sb == sa && (*ranks_)[b] < (*ranks_)[a]) return b;
+    return a;
   }
   const std::vector<double>* scores_ = nullptr;
+  const std::vector<uint32_t>* ranks_ = nullptr;
+  size_t n_ = 0;
   size_t size_ = 1;
   std::vector<int32_t> tree_;
 };
