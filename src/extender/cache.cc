@@ -1,6 +1,7 @@
 #include "extender/cache.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/time/clock.h"
@@ -72,6 +73,26 @@ std::string_view InstanceStateName(sched::InstanceState s) {
       return "assigned";
   }
   return "unknown";
+}
+
+// Whether two workloads have the same shapes with weights (as shares) within two points.
+bool SimilarWorkloads(const sched::TargetWorkload& a, const sched::TargetWorkload& b) {
+  if (a.shapes.size() != b.shapes.size()) return false;
+  double total_a = 0;
+  double total_b = 0;
+  for (const auto& s : a.shapes) total_a += s.weight;
+  for (const auto& s : b.shapes) total_b += s.weight;
+  if (total_a <= 0 || total_b <= 0) return total_a == total_b;
+  for (size_t i = 0; i < a.shapes.size(); ++i) {
+    const sched::WorkloadShape& x = a.shapes[i];
+    const sched::WorkloadShape& y = b.shapes[i];
+    if (x.cpu_milli != y.cpu_milli || x.memory_bytes != y.memory_bytes ||
+        x.gpu_count != y.gpu_count || !(x.gpu == y.gpu) || x.types != y.types) {
+      return false;
+    }
+    if (std::abs(x.weight / total_a - y.weight / total_b) > 0.02) return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -179,7 +200,7 @@ void SchedulerCache::UpsertNode(const Json& node) {
     entry.spec = std::move(*spec);
   }
   nodes_[name] = std::move(entry);
-  dirty_ = true;
+  ApplyNodeLocked(name);
 }
 
 void SchedulerCache::DeleteNode(std::string_view name) {
@@ -187,7 +208,68 @@ void SchedulerCache::DeleteNode(std::string_view name) {
   auto it = nodes_.find(name);
   if (it == nodes_.end()) return;
   nodes_.erase(it);
-  dirty_ = true;
+  ApplyNodeLocked(std::string(name));
+}
+
+void SchedulerCache::ApplyNodeLocked(const std::string& name) {
+  if (dirty_) return;  // A full rebuild is due; it reads every node.
+  const absl::Time start = absl::Now();
+  // One pass over the pods: the instances their decisions name on this node (held by Prism
+  // pods, whatever the node reports), and who must be charged again afterwards.
+  std::set<std::tuple<std::string, std::string, int>> claimed;
+  for (const auto& [key, e] : pods_) {
+    if (e.node == name) claimed.insert(e.claimed.begin(), e.claimed.end());
+  }
+  std::vector<std::string> dropped;
+  auto it = nodes_.find(name);
+  if (it != nodes_.end() && it->second.spec.has_value() && it->second.error.empty()) {
+    sched::NodeSpec spec = *it->second.spec;
+    for (sched::GpuSpec& gpu : spec.gpus) {
+      for (sched::MigInstanceSpec& inst : gpu.instances) {
+        if (inst.in_use && claimed.count({gpu.uuid, inst.profile, inst.start})) inst.in_use = false;
+      }
+    }
+    absl::StatusOr<std::vector<std::string>> replaced = engine_->UpsertNode(spec);
+    if (replaced.ok()) {
+      dropped = std::move(*replaced);
+    } else {
+      it->second.error = std::string(replaced.status().message());
+      it->second.rejected = true;
+      LogWarning(kLog, "ignoring the GPUs of node ", name, ": ", it->second.error);
+      dropped = engine_->RemoveNode(name);
+    }
+  } else {
+    dropped = engine_->RemoveNode(name);
+  }
+  if (const int id = engine_->cluster().FindNode(name); id >= 0) {
+    node_ids_[name] = id;
+  } else {
+    node_ids_.erase(name);
+  }
+  // The pods the node held are charged again against what it reports now, in the order they
+  // were first seen; so are pods bound there that could not be charged before (their node had
+  // no inventory, say). Assumptions are only hints: they go.
+  for (const std::string& key : dropped) {
+    auto p = pods_.find(key);
+    if (p == pods_.end()) continue;
+    p->second.charged = false;
+    if (p->second.state == State::kAssumed) pods_.erase(p);
+  }
+  std::vector<std::pair<uint64_t, std::string>> order;
+  for (const auto& [key, e] : pods_) {
+    if (e.node == name && !e.charged && e.state != State::kAssumed) order.emplace_back(e.seq, key);
+  }
+  std::sort(order.begin(), order.end());
+  for (const auto& [seq, key] : order) ChargeFromAnnotationsLocked(key, pods_[key]);
+  ++generation_;
+  ++counters_.node_updates;
+  counters_.last_node_update_seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  // Slots of removed nodes and replaced GPUs are compacted by a rebuild once they are many.
+  const sched::ClusterState& state = engine_->cluster();
+  if (state.dead_nodes() > std::max(64, state.node_count() / 4) ||
+      state.dead_gpus() > std::max(256, state.gpu_count() / 4)) {
+    dirty_ = true;
+  }
 }
 
 void SchedulerCache::UpsertPod(const Json& pod) {
@@ -463,6 +545,7 @@ void SchedulerCache::RebuildLocked() {
     if (e.charged) requests.push_back(e.request);
   }
   if (!requests.empty()) engine_->SetTargetWorkload(sched::TargetWorkload::FromPods(requests));
+  last_workload_refresh_ = options_.clock->Now();
   scores_.clear();
   scores_order_.clear();
   dirty_ = false;
@@ -553,7 +636,9 @@ FilterOutcome SchedulerCache::Filter(const config::PodManifest& pod,
     if (v.feasible) {
       out.feasible.push_back(*id_names[i]);
       scores.emplace_back(v.node, v.score);
-      if (best < 0 || v.score > best_score || (v.score == best_score && v.node < best)) {
+      if (best < 0 || v.score > best_score ||
+          (v.score == best_score &&
+           engine_->cluster().node_rank(v.node) < engine_->cluster().node_rank(best))) {
         best = v.node;
         best_score = v.score;
       }
@@ -768,8 +853,28 @@ void SchedulerCache::FinishBind(const BindTicket& ticket, BindOutcome outcome) {
 
 void SchedulerCache::Tick() {
   absl::MutexLock lock(&mu_);
-  ExpireLocked(options_.clock->Now());
+  const absl::Time now = options_.clock->Now();
+  ExpireLocked(now);
   MaybeRebuildLocked();
+  if (options_.workload_refresh_interval > absl::ZeroDuration() &&
+      now - last_workload_refresh_ >= options_.workload_refresh_interval) {
+    RefreshWorkloadLocked();
+  }
+}
+
+void SchedulerCache::RefreshWorkloadLocked() {
+  last_workload_refresh_ = options_.clock->Now();
+  std::vector<sched::PodRequest> requests;
+  for (const auto& [key, e] : pods_) {
+    if (e.charged && e.state != State::kAssumed) requests.push_back(e.request);
+  }
+  if (requests.empty()) return;  // Keep what the last pods said.
+  sched::TargetWorkload workload = sched::TargetWorkload::FromPods(requests);
+  // A new workload drops every shape index (each re-scores all nodes once), so it is taken
+  // only when the mix really moved.
+  if (SimilarWorkloads(workload, engine_->target_workload())) return;
+  engine_->SetTargetWorkload(std::move(workload));
+  ++counters_.workload_refreshes;
 }
 
 void SchedulerCache::RebuildIfDirty() {
@@ -832,6 +937,7 @@ std::vector<GpuSnapshot> SchedulerCache::GpuSnapshots() {
   out.reserve(state.gpu_count());
   for (int g = 0; g < state.gpu_count(); ++g) {
     const sched::GpuInfo& info = state.gpu(g);
+    if (info.node < 0) continue;  // A slot left by a node that changed.
     const sched::GpuUsage& usage = state.gpu_usage(g);
     GpuSnapshot s;
     s.node = state.node(info.node).name;

@@ -22,8 +22,10 @@
 // something else) leaves the pod uncharged with a `problem`, retried on every rebuild; after
 // `problem_grace` it is listed by Problems() so the scheduler can requeue it.
 //
-// Node or configuration changes mark the cache dirty; the next verb (or Tick()) rebuilds the
-// engine from the nodes and re-charges every bound pod from its annotations.
+// A node change is applied to the engine in place (Engine::UpsertNode): only that node is
+// re-scored, and only its pods are charged again from their annotations. A configuration change
+// (or many slots left by removed nodes) marks the cache dirty instead; the next verb (or Tick())
+// rebuilds the engine from the nodes and re-charges every bound pod.
 //
 // Thread-safe: one mutex; verbs and informer events serialize on it, but no call does I/O.
 #pragma once
@@ -61,6 +63,10 @@ struct CacheOptions {
   // nodes re-publish their inventory as instances come and go). Pods are charged at once either
   // way; what waits is a node's new inventory. 0: rebuild before the next call.
   absl::Duration min_rebuild_interval = absl::ZeroDuration();
+  // How often Tick() re-derives the target workload (the shapes fragmentation is scored
+  // against) from the charged pods. It is replaced only when the mix moved, because a new one
+  // makes every shape's next decision re-score all nodes. 0: only at rebuilds.
+  absl::Duration workload_refresh_interval = absl::Minutes(1);
   const k8s::Clock* clock = k8s::RealClock::Get();
 };
 
@@ -136,6 +142,9 @@ struct CacheStats {
   int nodes_invalid = 0;
   std::map<std::string, int> pods_by_state;  // assumed, binding, bound, uncertain, problem.
   int64_t rebuilds = 0;
+  int64_t node_updates = 0;  // Node changes applied in place.
+  int64_t workload_refreshes = 0;
+  double last_node_update_seconds = 0;
   int64_t assumptions_expired = 0;
   int64_t decode_failures = 0;
   int64_t allocation_failures_released = 0;
@@ -225,6 +234,9 @@ class SchedulerCache {
   // Rebuilds if dirty and `min_rebuild_interval` has passed (always with `force`).
   void MaybeRebuildLocked(bool force = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RebuildLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies node `name`'s entry (or its absence) to the engine in place, unless a rebuild is due.
+  void ApplyNodeLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RefreshWorkloadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseLocked(PodEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -250,6 +262,7 @@ class SchedulerCache {
   std::set<std::string> assumed_ ABSL_GUARDED_BY(mu_);
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
   absl::Time last_rebuild_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time last_workload_refresh_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   CacheStats counters_ ABSL_GUARDED_BY(mu_);

@@ -248,12 +248,29 @@ TEST_F(CacheTest, RestartRebuildsTheSameUsageFromAnnotations) {
   for (const json& pod : bound) cache_->UpsertPod(pod);
   const std::vector<GpuSnapshot> after = cache_->GpuSnapshots();
   ASSERT_EQ(before.size(), after.size());
+  int64_t charged_mib = 0;
+  int assigned_instances = 0;
+  auto placements = [](const GpuSnapshot& gpu) {
+    std::vector<std::string> out;
+    for (const InstanceSnapshot& i : gpu.instances) {
+      out.push_back(StrCat(i.profile, "@", i.start, ":", i.state));
+    }
+    std::sort(out.begin(), out.end());
+    return out;
+  };
   for (size_t g = 0; g < before.size(); ++g) {
+    ASSERT_EQ(before[g].uuid, after[g].uuid);
     EXPECT_EQ(before[g].memory_used_mib, after[g].memory_used_mib) << before[g].uuid;
     EXPECT_EQ(before[g].cores_used_permille, after[g].cores_used_permille) << before[g].uuid;
     EXPECT_EQ(before[g].tasks, after[g].tasks) << before[g].uuid;
-    EXPECT_EQ(before[g].instances.size(), after[g].instances.size()) << before[g].uuid;
+    // The same instances in the same places, held the same way (not just as many).
+    EXPECT_EQ(placements(before[g]), placements(after[g])) << before[g].uuid;
+    charged_mib += before[g].memory_used_mib;
+    for (const InstanceSnapshot& i : before[g].instances) assigned_instances += i.state == "assigned";
   }
+  // What was compared was really charged: six slices of 5-8 GB and six MIG instances.
+  EXPECT_GE(charged_mib, 6 * 5000);
+  EXPECT_EQ(assigned_instances, 6);
   EXPECT_EQ(cache_->stats().pods_by_state["bound"], 12);
 }
 
@@ -288,6 +305,7 @@ TEST_F(CacheTest, RecreatedPodUnderTheSameNameReplacesTheOldOne) {
   cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
   json old_pod = Schedule(GpuPod("p", 1, 30000), {"n1"});
   cache_->UpsertPod(old_pod);
+  ASSERT_EQ(UsedMiB("n1"), 30000);
   json fresh = GpuPod("p", 1, 30000);
   fresh["metadata"]["uid"] = "uid-2";
   cache_->UpsertPod(fresh);  // Pending, new UID: the old pod is gone.
@@ -298,6 +316,7 @@ TEST_F(CacheTest, AllocationFailureReportedByTheNodeAgentReleases) {
   cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
   json pod = Schedule(GpuPod("p", 1, 30000), {"n1"});
   cache_->UpsertPod(pod);
+  ASSERT_EQ(UsedMiB("n1"), 30000);
   pod["metadata"]["annotations"]["prism.io/allocation-status"] =
       R"({"node":"n1","containers":{"main":{"allocations":["a1"],"error":"NVML: boom"}}})";
   cache_->UpsertPod(pod);
@@ -421,18 +440,56 @@ TEST_F(CacheTest, UnknownGpuModelInMigModeIsRejectedPerNode) {
   EXPECT_THAT(f.Reason("weird"), HasSubstr("unusable GPU inventory"));
 }
 
-TEST_F(CacheTest, InventoryChangeRebuildsAndKeepsBoundPods) {
+TEST_F(CacheTest, InventoryChangeIsAppliedInPlaceAndKeepsBoundPods) {
   cache_->UpsertNode(NodeJson("n1", {TestGpu{}, TestGpu{}}));
+  cache_->UpsertNode(NodeJson("n2", {TestGpu{}}));
   cache_->UpsertPod(Schedule(GpuPod("a", 1, 30000), {"n1"}));
   cache_->UpsertPod(Schedule(GpuPod("b", 1, 30000), {"n1"}));
-  const int64_t rebuilds = cache_->stats().rebuilds;
+  cache_->UpsertPod(Schedule(GpuPod("x", 1, 30000), {"n2"}));
+  ASSERT_EQ(UsedMiB("n1"), 60000);
+  const CacheStats before = cache_->stats();
   cache_->UpsertNode(NodeJson("n1", {TestGpu{}, TestGpu{}, TestGpu{}}));  // A GPU more.
+  const CacheStats after = cache_->stats();
+  EXPECT_EQ(after.rebuilds, before.rebuilds);  // No whole rebuild...
+  EXPECT_EQ(after.node_updates, before.node_updates + 1);  // ...but the node, in place.
+  EXPECT_EQ(UsedMiB("n1"), 60000);  // Its pods charged again.
+  EXPECT_EQ(UsedMiB("n2"), 30000);  // The other node untouched.
   FilterOutcome f = cache_->Filter(Manifest(GpuPod("c", 1, 30000)), {"n1"});
-  EXPECT_EQ(cache_->stats().rebuilds, rebuilds + 1);
+  EXPECT_EQ(cache_->stats().rebuilds, before.rebuilds);
   EXPECT_THAT(f.feasible, ElementsAre("n1"));
   EXPECT_EQ(UsedMiB("n1"), 90000);
   FilterOutcome g = cache_->Filter(Manifest(GpuPod("d", 1, 30000)), {"n1"});
   EXPECT_THAT(g.feasible, IsEmpty());
+  // Gone: its pods become problems, and the node fails filters for lack of inventory.
+  cache_->DeleteNode("n1");
+  EXPECT_EQ(cache_->EntryState("default/a"), "problem");
+  EXPECT_THAT(cache_->Filter(Manifest(GpuPod("e", 1, 1000)), {"n1"}).Reason("n1"),
+              HasSubstr("no GPU inventory"));
+  // Back: they are charged again at once.
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}, TestGpu{}}));
+  EXPECT_EQ(cache_->EntryState("default/a"), "bound");
+  EXPECT_EQ(UsedMiB("n1"), 60000);
+  EXPECT_EQ(cache_->stats().rebuilds, before.rebuilds);
+}
+
+TEST_F(CacheTest, TickRefreshesTheTargetWorkloadOnlyWhenTheMixMoves) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}, TestGpu{}}));
+  cache_->Tick();
+  EXPECT_EQ(cache_->stats().workload_refreshes, 0);  // No pods: nothing to learn from.
+  cache_->UpsertPod(Schedule(GpuPod("a", 1, 10000), {"n1"}));
+  clock_.Advance(absl::Minutes(1));
+  cache_->Tick();
+  EXPECT_EQ(cache_->stats().workload_refreshes, 1);
+  cache_->UpsertPod(Schedule(GpuPod("b", 1, 10000), {"n1"}));  // The same shape.
+  clock_.Advance(absl::Minutes(1));
+  cache_->Tick();
+  EXPECT_EQ(cache_->stats().workload_refreshes, 1);
+  cache_->UpsertPod(Schedule(GpuPod("c", 1, 20000), {"n1"}));  // A new one.
+  cache_->Tick();  // Within the interval.
+  EXPECT_EQ(cache_->stats().workload_refreshes, 1);
+  clock_.Advance(absl::Minutes(1));
+  cache_->Tick();
+  EXPECT_EQ(cache_->stats().workload_refreshes, 2);
 }
 
 TEST_F(CacheTest, VanishedGpuTurnsItsPodsIntoProblems) {
@@ -455,24 +512,33 @@ TEST_F(CacheTest, VanishedGpuTurnsItsPodsIntoProblems) {
   EXPECT_THAT(cache_->Problems(), IsEmpty());
 }
 
-TEST_F(CacheTest, RebuildsAreRateLimitedButPodsAreChargedAtOnce) {
+TEST_F(CacheTest, NodeChangesApplyAtOnceAndConfigRebuildsAreRateLimited) {
   Reset(absl::Seconds(1));
   cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
   EXPECT_EQ(cache_->Filter(Manifest(GpuPod("a", 1, 1000)), {"n1"}).assumed_node, "n1");
+  cache_->UpsertNode(NodeJson("n2", {TestGpu{}}));  // No rebuild to wait for.
+  EXPECT_THAT(cache_->Filter(Manifest(GpuPod("c", 1, 1000)), {"n1", "n2"}).feasible,
+              ElementsAre("n1", "n2"));
+  // A configuration change needs a whole rebuild, which waits for the interval; a node that
+  // arrives meanwhile waits with it, but a bound pod is charged at once.
+  clock_.Advance(absl::Seconds(2));
+  cache_->SetDeviceConfig(config::DefaultDeviceConfig());
+  cache_->Filter(Manifest(GpuPod("warm", 1, 1)), {"n1"});  // Rebuilds (the interval passed).
+  sched::DeviceConfig split = config::DefaultDeviceConfig();
+  split.device_split_count = 1;
+  cache_->SetDeviceConfig(split);
+  cache_->UpsertNode(NodeJson("n3", {TestGpu{}}));
   json bound = Schedule(GpuPod("b", 1, 20000), {"n1"});
-  cache_->UpsertNode(NodeJson("n2", {TestGpu{}}));  // Waits for the next rebuild.
-  FilterOutcome f = cache_->Filter(Manifest(GpuPod("c", 1, 1000)), {"n1", "n2"});
-  EXPECT_THAT(f.Reason("n2"), HasSubstr("not loaded yet"));
-  // After a restart, a bound pod is charged even while a rebuild waits.
-  Reset(absl::Seconds(1));
-  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
-  cache_->Filter(Manifest(GpuPod("warm", 1, 1)), {"n1"});  // First rebuild.
-  cache_->UpsertNode(NodeJson("n2", {TestGpu{}}));
   cache_->UpsertPod(bound);
   EXPECT_EQ(cache_->EntryState("default/b"), "bound");
+  FilterOutcome f = cache_->Filter(Manifest(GpuPod("d", 1, 1000)), {"n2", "n3"});
+  EXPECT_THAT(f.feasible, ElementsAre("n2"));  // Still the old split count: 1 task on n2 fits.
+  EXPECT_THAT(f.Reason("n3"), HasSubstr("not loaded yet"));
   clock_.Advance(absl::Seconds(1));
   cache_->Tick();
-  EXPECT_THAT(cache_->Filter(Manifest(GpuPod("e", 1, 1000)), {"n2"}).feasible, ElementsAre("n2"));
+  f = cache_->Filter(Manifest(GpuPod("e", 1, 1000)), {"n1", "n3"});
+  EXPECT_THAT(f.feasible, ElementsAre("n3"));  // n1 holds b: one task is its limit now.
+  EXPECT_EQ(f.Reason("n1"), "1/1 CardTimeSlicingExhausted");
   EXPECT_EQ(cache_->EntryState("default/b"), "bound");
 }
 
