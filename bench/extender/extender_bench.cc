@@ -10,6 +10,8 @@
 // a 5-shape mix; it is assumed on its best node like a real one. Percentiles are per call.
 //
 //   build/<dir>/bench/extender/extender_bench --benchmark_counters_tabular=true
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <memory>
@@ -199,6 +201,112 @@ void BM_EngineFilter(benchmark::State& state) {
   Percentiles(state, us);
 }
 BENCHMARK(BM_EngineFilter)->Arg(500)->Arg(5000)->Unit(benchmark::kMicrosecond)->Iterations(400);
+
+// --- Node churn (issue 12) --------------------------------------------------------------
+// The cache alone, fed the way the informers feed it: N nodes, ~2 bound pods per node (bound
+// through BeginBind/FinishBind, so decisions are real), then inventory changes. A change is a
+// GPU's health flipping on a node (the same path as a MIG instance created or destroyed: the
+// node's inventory annotation changes). Times are CPU time of the calling thread.
+
+double ThreadCpuMicros() {
+  timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
+}
+
+struct CacheRig {
+  explicit CacheRig(int n) : nodes(n) {
+    SetLogLevel(LogLevel::kError);
+    extender::CacheOptions co;
+    co.engine = extender::DefaultEngineOptions();
+    cache = std::make_unique<extender::SchedulerCache>(config::DefaultDeviceConfig(), co);
+    for (int i = 0; i < n; ++i) {
+      names.push_back(NodeName(i));
+      cache->UpsertNode(NodeJson(NodeName(i), NodeGpus(i)));
+    }
+    cache->RebuildIfDirty();
+    for (int i = 0; i < 2 * n; ++i) {
+      absl::StatusOr<extender::BindTicket> t =
+          cache->BeginBind(Manifest(MixPod(StrCat("bound-", i), i)), NodeName((i * 7919) % n));
+      if (!t.ok()) continue;
+      cache->FinishBind(*t, extender::BindOutcome::kBound);
+      ++bound;
+    }
+  }
+  // The next node change: node k's last GPU turns unhealthy, or healthy again.
+  json NextChange() {
+    const int node = (changes * 7) % nodes;
+    std::vector<TestGpu> gpus = NodeGpus(node);
+    gpus.back().healthy = (changes / nodes) % 2 == 1;
+    ++changes;
+    return NodeJson(NodeName(node), gpus);
+  }
+  std::unique_ptr<extender::SchedulerCache> cache;
+  int nodes;
+  int bound = 0;
+  int changes = 0;
+  std::vector<std::string> names;
+};
+
+// Absorbing one node change. range(1) = 0: in place (what the cache does); 1: the whole
+// rebuild every change cost before (forced here through a configuration reload).
+void BM_CacheNodeChange(benchmark::State& state) {
+  CacheRig rig(static_cast<int>(state.range(0)));
+  const bool whole = state.range(1) == 1;
+  const sched::DeviceConfig config = config::DefaultDeviceConfig();
+  std::vector<double> us;
+  for (auto _ : state) {
+    const json node = rig.NextChange();
+    const double t0 = ThreadCpuMicros();
+    rig.cache->UpsertNode(node);
+    if (whole) rig.cache->SetDeviceConfig(config);
+    rig.cache->RebuildIfDirty();
+    us.push_back(ThreadCpuMicros() - t0);
+  }
+  Percentiles(state, us);
+  state.counters["bound_pods"] = rig.bound;
+}
+BENCHMARK(BM_CacheNodeChange)
+    ->ArgsProduct({{500, 5000, 20000}, {0}})
+    ->Args({500, 1})
+    ->Args({5000, 1})
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(200);
+
+// Filter as the extender runs it, with a node change every range(1) calls (0: none): CPU time
+// per Filter (the change itself is not timed; its cost lands on the Filters that follow, as
+// the shape indexes catch up). range(2) = 1 forces the old whole rebuild on each change.
+void BM_CacheFilterWithChurn(benchmark::State& state) {
+  CacheRig rig(static_cast<int>(state.range(0)));
+  const int every = static_cast<int>(state.range(1));
+  const bool whole = state.range(2) == 1;
+  const sched::DeviceConfig config = config::DefaultDeviceConfig();
+  std::vector<double> us;
+  int i = 0;
+  for (auto _ : state) {
+    if (every > 0 && i % every == every - 1) {
+      rig.cache->UpsertNode(rig.NextChange());
+      if (whole) rig.cache->SetDeviceConfig(config);
+    }
+    const config::PodManifest m = Manifest(MixPod(StrCat("p-", i), i));
+    const double t0 = ThreadCpuMicros();
+    extender::FilterOutcome out = rig.cache->Filter(m, rig.names);
+    us.push_back(ThreadCpuMicros() - t0);
+    benchmark::DoNotOptimize(out);
+    ++i;
+  }
+  std::sort(us.begin(), us.end());
+  Percentiles(state, us);
+  state.counters["p999_us"] = us[std::min(us.size() - 1, us.size() * 999 / 1000)];
+}
+BENCHMARK(BM_CacheFilterWithChurn)
+    ->Args({500, 10, 0})
+    ->Args({500, 10, 1})
+    ->Args({5000, 10, 0})
+    ->Args({5000, 10, 1})
+    ->Args({5000, 0, 0})
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(400);
 
 // Pods per second through the whole harness: range(0) nodes, range(1) pods.
 void BM_PodsPerSecond(benchmark::State& state) {

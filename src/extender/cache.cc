@@ -177,6 +177,9 @@ SchedulerCache::SchedulerCache(sched::DeviceConfig config, CacheOptions options)
   absl::MutexLock lock(&mu_);
   RebuildLocked();
   last_rebuild_ = absl::InfinitePast();  // The first nodes need not wait.
+  // The informers' first lists arrive before the first verb: one rebuild from all of them is
+  // cheaper than node-by-node updates that each look for the node's pods.
+  dirty_ = true;
 }
 
 SchedulerCache::~SchedulerCache() = default;
@@ -536,7 +539,7 @@ void SchedulerCache::RebuildLocked() {
     order.emplace_back(it->second.seq, it->first);
     ++it;
   }
-  assumed_.clear();
+  expiries_ = {};
   std::sort(order.begin(), order.end());
   std::vector<sched::PodRequest> requests;
   for (const auto& [seq, key] : order) {
@@ -559,20 +562,18 @@ void SchedulerCache::RebuildLocked() {
 }
 
 void SchedulerCache::ExpireLocked(absl::Time now) {
-  for (auto k = assumed_.begin(); k != assumed_.end();) {
-    auto it = pods_.find(*k);
-    if (it == pods_.end() || it->second.state != State::kAssumed) {
-      k = assumed_.erase(k);
+  // Earliest expiry first; an entry no longer assumed, or assumed again since (a new seq), is
+  // a stale heap entry and is just dropped. Cost: the expired ones, not all assumed pods.
+  while (!expiries_.empty() && expiries_.top().expires <= now) {
+    const Expiry top = expiries_.top();
+    expiries_.pop();
+    auto it = pods_.find(top.key);
+    if (it == pods_.end() || it->second.state != State::kAssumed || it->second.seq != top.seq) {
       continue;
     }
-    if (it->second.expires <= now) {
-      ReleaseLocked(it->second);
-      ++counters_.assumptions_expired;
-      pods_.erase(it);
-      k = assumed_.erase(k);
-      continue;
-    }
-    ++k;
+    ReleaseLocked(it->second);
+    ++counters_.assumptions_expired;
+    pods_.erase(it);
   }
 }
 
@@ -668,8 +669,8 @@ FilterOutcome SchedulerCache::Filter(const config::PodManifest& pod,
       entry.expires = options_.clock->Now() + options_.assume_ttl;
       entry.manifest = pod;
       entry.request = *request;
+      expiries_.push(Expiry{entry.expires, entry.seq, key});
       pods_[key] = std::move(entry);
-      assumed_.insert(key);
       out.assumed_node = decision->node_name;
       ++generation_;
     }

@@ -34,6 +34,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <queue>
 #include <set>
 #include <string>
 #include <string_view>
@@ -258,8 +259,14 @@ class SchedulerCache {
   // kube-scheduler calls right after Filter. Cleared by rebuilds (node ids change).
   std::map<std::string, std::vector<std::pair<int32_t, double>>> scores_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> scores_order_ ABSL_GUARDED_BY(mu_);
-  // Keys of assumed entries (may hold stale keys; ExpireLocked drops them).
-  std::set<std::string> assumed_ ABSL_GUARDED_BY(mu_);
+  // When assumptions expire, earliest first (may hold stale entries; ExpireLocked drops them).
+  struct Expiry {
+    absl::Time expires;
+    uint64_t seq = 0;  // The entry's seq when assumed.
+    std::string key;
+    bool operator>(const Expiry& o) const { return expires > o.expires; }
+  };
+  std::priority_queue<Expiry, std::vector<Expiry>, std::greater<>> expiries_ ABSL_GUARDED_BY(mu_);
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
   absl::Time last_rebuild_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Time last_workload_refresh_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

@@ -157,12 +157,23 @@ std::string SchedulerMetrics::Render(SchedulerCache& cache) const {
   MetricFamily rebuild_time =
       Gauges("prism_scheduler_cache_last_rebuild_seconds", "Duration of the last cache rebuild");
   AddGauge(rebuild_time, {}, stats.last_rebuild_seconds);
+  MetricFamily node_updates = Gauges("prism_scheduler_cache_node_updates",
+                                     "Node changes applied to the cache in place, since start");
+  AddGauge(node_updates, {}, static_cast<double>(stats.node_updates));
+  MetricFamily node_update_time =
+      Gauges("prism_scheduler_cache_last_node_update_seconds",
+             "Duration of the last in-place node update (the node and its pods)");
+  AddGauge(node_update_time, {}, stats.last_node_update_seconds);
+  MetricFamily workload = Gauges("prism_scheduler_workload_refreshes",
+                                 "Times the target workload was re-derived from the pods");
+  AddGauge(workload, {}, static_cast<double>(stats.workload_refreshes));
   MetricFamily decode = Gauges("prism_scheduler_decision_decode_failures",
                                "Pod decision annotations that could not be read, since start");
   AddGauge(decode, {}, static_cast<double>(stats.decode_failures));
 
   for (MetricFamily* f : {&mem_limit, &mem_alloc, &core_alloc, &shared, &mig, &node_mem, &nodes,
-                          &pods, &rebuilds, &rebuild_time, &decode}) {
+                          &pods, &rebuilds, &rebuild_time, &node_updates, &node_update_time,
+                          &workload, &decode}) {
     families.push_back(std::move(*f));
   }
   return prometheus::TextSerializer().Serialize(families);
