@@ -30,7 +30,10 @@ function(prism_library)
 endfunction()
 
 function(prism_test)
-  cmake_parse_arguments(P "" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
+  # REALTIME <gtest filter>: the cases of this binary that measure wall-clock time (rates, shares,
+  # timeouts on a real clock). They get the `realtime` label and RUN_SERIAL, so they never share
+  # the CPUs with another test, and tools/test.sh runs them apart (the only label it retries).
+  cmake_parse_arguments(P "" "NAME;REALTIME" "SRCS;DEPS;LABELS" ${ARGN})
   add_executable(${P_NAME} ${P_SRCS})
   target_include_directories(${P_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR})
   target_compile_options(${P_NAME} PRIVATE ${PRISM_WARNINGS})
@@ -38,9 +41,36 @@ function(prism_test)
   if(NOT P_LABELS)
     set(P_LABELS unit)
   endif()
-  gtest_discover_tests(${P_NAME}
+  # gtest_discover_tests flattens PROPERTIES into one list, so a list-valued property (two labels,
+  # two variables) would lose its second item. The discovered names are kept in ${P_NAME}_TESTS
+  # (and ${P_NAME}_REALTIME_TESTS), and a file CTest includes after the discovered tests sets the
+  # properties on each by name.
+  set(filter "")
+  if(P_REALTIME)
+    set(filter TEST_FILTER "-${P_REALTIME}")
+  endif()
+  gtest_discover_tests(${P_NAME} ${filter}
     WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
-    PROPERTIES LABELS "${P_LABELS}"
-               ENVIRONMENT "PRISM_SOURCE_DIR=${PROJECT_SOURCE_DIR};PRISM_BINARY_DIR=${PROJECT_BINARY_DIR}"
+    TEST_LIST ${P_NAME}_TESTS
     DISCOVERY_TIMEOUT 60)
+  set(properties_file ${CMAKE_CURRENT_BINARY_DIR}/${P_NAME}_properties.cmake)
+  set(content "foreach(t IN LISTS ${P_NAME}_TESTS)
+  set_tests_properties(\"\${t}\" PROPERTIES LABELS \"${P_LABELS}\"
+    ENVIRONMENT \"PRISM_SOURCE_DIR=${PROJECT_SOURCE_DIR};PRISM_BINARY_DIR=${PROJECT_BINARY_DIR}\")
+endforeach()
+")
+  if(P_REALTIME)
+    gtest_discover_tests(${P_NAME}
+      TEST_FILTER "${P_REALTIME}"
+      WORKING_DIRECTORY ${PROJECT_SOURCE_DIR}
+      TEST_LIST ${P_NAME}_REALTIME_TESTS
+      DISCOVERY_TIMEOUT 60)
+    string(APPEND content "foreach(t IN LISTS ${P_NAME}_REALTIME_TESTS)
+  set_tests_properties(\"\${t}\" PROPERTIES LABELS \"${P_LABELS};realtime\" RUN_SERIAL TRUE
+    ENVIRONMENT \"PRISM_SOURCE_DIR=${PROJECT_SOURCE_DIR};PRISM_BINARY_DIR=${PROJECT_BINARY_DIR}\")
+endforeach()
+")
+  endif()
+  file(WRITE ${properties_file} "${content}")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${properties_file})
 endfunction()

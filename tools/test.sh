@@ -13,10 +13,20 @@ run_preset() {
   cmake --preset "$preset" >/dev/null
   cmake --build --preset "$preset" -j "$JOBS"
   echo "=== ${preset}: test ==="
-  # A few tests measure achieved GPU-time shares on the fake GPU in real time; on an
-  # overloaded machine they can miss their tolerance once. Retrying (up to 3 runs)
-  # keeps CI meaningful: a real regression fails every run.
-  ctest --preset "$preset" -j "$JOBS" --repeat until-pass:3
+  # The test presets' settings, spelled out: with --preset, ctest ignores a -LE given beside it.
+  local ctest_args=(--test-dir "build/${preset}" --output-on-failure --timeout 300)
+  # Every test but the `realtime` ones, once: a test that fails here fails CI, there is no retry.
+  ctest "${ctest_args[@]}" -j "$JOBS" -LE '^(gpu|realtime)$'
+  # The `realtime` tests (prism_test REALTIME in CMake: SM shares on the fake GPU, bounds on a
+  # real clock) run alone, one at a time. They are the only ones retried, up to 2 more runs, and
+  # each retried test is named here so that one that starts needing retries gets noticed.
+  echo "=== ${preset}: realtime tests (serial) ==="
+  if ! ctest "${ctest_args[@]}" -j 1 -L '^realtime$'; then
+    echo "=== ${preset}: realtime tests that failed their first run, retried:"
+    sed 's/^[0-9]*:/  /' "build/${preset}/Testing/Temporary/LastTestsFailed.log"
+    ctest "${ctest_args[@]}" -j 1 -L '^realtime$' --rerun-failed --repeat until-pass:2
+    echo "=== ${preset}: the retried realtime tests passed on a later run ==="
+  fi
 }
 asan=1
 fuzz=1

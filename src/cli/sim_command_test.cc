@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <sys/wait.h>
 
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -20,6 +22,31 @@ struct Result {
   std::string out;
   std::string err;
 };
+
+// Column `column` (0 = @90, 1 = @95, 2 = @100, ...) of the summary table's row for `policy`;
+// NaN (failing any comparison) when there is no such row.
+double TableValue(const std::string& out, const std::string& policy, int column) {
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string name;
+    fields >> name;
+    if (name != policy) continue;
+    double value = std::nan("");
+    for (int i = 0; i <= column; ++i) {
+      if (!(fields >> value)) return std::nan("");
+    }
+    return value;
+  }
+  return std::nan("");
+}
+
+// The alloc_pct of the CSV line starting with `prefix` ("policy,seed,arrived_pct,"); NaN if none.
+double CsvValue(const std::string& csv, const std::string& prefix) {
+  const size_t at = csv.find("\n" + prefix);
+  if (at == std::string::npos) return std::nan("");
+  return std::strtod(csv.c_str() + at + 1 + prefix.size(), nullptr);
+}
 
 class SimCommandTest : public ::testing::Test {
  protected:
@@ -48,10 +75,19 @@ TEST_F(SimCommandTest, ComparesPoliciesOnTheShippedTraceAndWritesCsvAndPlot) {
   Result r = Run("--policy random,best-fit --seeds 42 --csv runs.csv --progress off");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("Trace default: 1 run(s) per policy (seeds 42), 10818 pods"));
-  EXPECT_THAT(r.out, HasSubstr("best-fit"));
-  EXPECT_THAT(r.out, HasSubstr("92.86"));  // The paper's best-fit at 100 %.
   EXPECT_THAT(r.err, HasSubstr("1 trace(s) x 2 policies x 1 seeds"));
-  EXPECT_THAT(Read("runs.csv"), StartsWith("policy,seed,arrived_pct,alloc_pct\nrandom,42,0,"));
+  const std::string csv = Read("runs.csv");
+  EXPECT_THAT(csv, StartsWith("policy,seed,arrived_pct,alloc_pct\nrandom,42,0,"));
+  // What the runs measured, not the paper's column printed beside it: each policy lands near the
+  // paper's figure at 100 % demand (best-fit 92.86, random 86.30), best-fit clearly above random,
+  // and the table's @100 is the CSV's point at 100 % for that run.
+  const double best_fit = TableValue(r.out, "best-fit", 2);
+  const double random = TableValue(r.out, "random", 2);
+  EXPECT_NEAR(best_fit, 92.86, 1.0) << r.out;
+  EXPECT_NEAR(random, 86.30, 1.5) << r.out;
+  EXPECT_GT(best_fit, random + 3) << r.out;
+  EXPECT_NEAR(CsvValue(csv, "best-fit,42,100,"), best_fit, 0.006);
+  EXPECT_NEAR(CsvValue(csv, "random,42,100,"), random, 0.006);
   EXPECT_THAT(Read("prism-sim.svg"), HasSubstr("<polyline"));
 }
 

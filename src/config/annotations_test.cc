@@ -2,6 +2,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 #include "config/device_config_yaml.h"
 #include "core/sched/engine.h"
@@ -71,9 +72,32 @@ TEST(AnnotationsTest, PlacementModeUsesHamiV210Reservations) {
   auto decoded = DecodeDecisionAnnotations(annotations, pod, engine.cluster());
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_EQ(decoded->containers[1].devices.size(), 1u);
-  if (annotations.count("hami.io/vgpu-mig-allocations")) {
-    EXPECT_THAT(annotations["hami.io/vgpu-mig-allocations"], HasSubstr("\"containerIndex\":"));
+  // Container "a" (index 1) needs 20000 MiB: more than the T4 has, so an H100 instance created
+  // in placement mode, which HAMi v2.10 reads from the reservation list. Whatever "b" got, the
+  // list names exactly the MIG devices, each with its container and the instance's placement.
+  const auto& a_devices = r.decision.containers[1].devices;
+  ASSERT_EQ(a_devices.size(), 1u);
+  ASSERT_TRUE(a_devices[0].IsMig());
+  ASSERT_EQ(annotations.count("hami.io/vgpu-mig-allocations"), 1u);
+  const nlohmann::json reservations =
+      nlohmann::json::parse(annotations["hami.io/vgpu-mig-allocations"]);
+  ASSERT_TRUE(reservations.is_array());
+  size_t mig_devices = 0;
+  for (const auto& container : r.decision.containers) {
+    for (const auto& device : container.devices) mig_devices += device.IsMig() ? 1 : 0;
   }
+  EXPECT_EQ(reservations.size(), mig_devices);
+  bool found_a = false;
+  for (const nlohmann::json& entry : reservations) {
+    if (entry["containerIndex"] != 1) continue;
+    found_a = true;
+    EXPECT_EQ(entry["deviceIndex"], 0);
+    EXPECT_EQ(entry["gpuUUID"], "GPU-h100");
+    EXPECT_EQ(entry["profile"], a_devices[0].profile_name);
+    EXPECT_EQ(entry["placement"]["start"], a_devices[0].start);
+    EXPECT_EQ(entry["placement"]["size"], a_devices[0].size);
+  }
+  EXPECT_TRUE(found_a) << annotations["hami.io/vgpu-mig-allocations"];
 }
 
 TEST(AnnotationsTest, MalformedAnnotationsAreErrors) {

@@ -311,7 +311,9 @@ TEST_P(InformerTest, StopEndsAnOpenWatchPromptly) {
   ASSERT_TRUE(WaitUntil([&] { return server_->active_watches() == 1; }));
   absl::Time start = absl::Now();
   informer.Stop();
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(500));
+  // Not stopped, the watch would last its 5-minute server timeout; 1 s leaves room for a loaded
+  // machine (the case runs alone: `realtime` label) and still fails a Stop that polls slowly.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
   informer.Stop();  // Idempotent.
 }
 

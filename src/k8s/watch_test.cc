@@ -234,7 +234,9 @@ TEST_P(WatchTest, CancelEndsWatchAtOnce) {
   ASSERT_TRUE(WaitUntil([&] { return server_->active_watches() == 1; }));
   absl::Time start = absl::Now();
   watch->Stop();
-  EXPECT_LT(absl::Now() - start, absl::Milliseconds(500));
+  // Not stopped, the watch would last its 5-minute server timeout; 1 s leaves room for a loaded
+  // machine (the case runs alone: `realtime` label) and still fails a Stop that polls slowly.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));
   EXPECT_TRUE(absl::IsCancelled(watch->status())) << watch->status();
   // The server notices the closed connection and frees the watch.
   EXPECT_TRUE(WaitUntil([&] { return server_->active_watches() == 0; }, absl::Seconds(5)));
