@@ -169,6 +169,8 @@ NodeAgent::NodeAgent(NodeAgentOptions options, nvml::Nvml* nvml, k8s::Client* cl
   metrics_->Declare("prism_device_plugin_gpus", Type::kGauge, "GPUs by health");
   metrics_->Declare("prism_device_plugin_fail_closed", Type::kGauge,
                     "1 while the agent refuses allocations");
+  metrics_->Declare("prism_device_plugin_xid_events_total", Type::kCounter,
+                    "Critical XID events NVML reported, by XID (ignored ones included)");
   realizer_.SetOwnerLiveness([this](const std::string& uid) { return PodLive(uid); });
 }
 
