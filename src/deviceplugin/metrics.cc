@@ -85,8 +85,7 @@ void MetricsRegistry::Observe(std::string_view name, double value, const MetricL
   s.count += 1;
 }
 
-void MetricsRegistry::ReplaceSeries(std::string_view name,
-                                    std::map<MetricLabels, double> series) {
+void MetricsRegistry::ReplaceSeries(std::string_view name, std::map<MetricLabels, double> series) {
   absl::MutexLock lock(&mu_);
   Family* f = FindLocked(name);
   f->series.clear();

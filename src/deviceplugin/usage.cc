@@ -64,9 +64,9 @@ UsageSeries ComputeUsageSeries(const std::string& node, const std::vector<UsageT
                                const std::map<int, GpuUsageSample>& gpus) {
   UsageSeries out;
   // Every family appears, so ReplaceSeries clears the series of containers that are gone.
-  for (const char* family : {kUsedBytesMetric, kPeakBytesMetric, kLimitBytesMetric,
-                             kUtilizationMetric, kShareMetric, kOomRefusalsMetric,
-                             kProcessesMetric}) {
+  for (const char* family :
+       {kUsedBytesMetric, kPeakBytesMetric, kLimitBytesMetric, kUtilizationMetric, kShareMetric,
+        kOomRefusalsMetric, kProcessesMetric}) {
     out[family];
   }
   for (const UsageTarget& t : targets) {
@@ -158,9 +158,9 @@ UsageCollector::UsageCollector(std::string node_name, MetricsRegistry* metrics)
 UsageCollector::~UsageCollector() {
   metrics_->RemoveCollector(collector_id_);
   // The families stay declared; their series go with the containers.
-  for (const char* family : {kUsedBytesMetric, kPeakBytesMetric, kLimitBytesMetric,
-                             kUtilizationMetric, kShareMetric, kOomRefusalsMetric,
-                             kProcessesMetric, kRegionErrorsMetric}) {
+  for (const char* family :
+       {kUsedBytesMetric, kPeakBytesMetric, kLimitBytesMetric, kUtilizationMetric, kShareMetric,
+        kOomRefusalsMetric, kProcessesMetric, kRegionErrorsMetric}) {
     metrics_->ReplaceSeries(family, {});
   }
 }

@@ -29,9 +29,9 @@ namespace fs = std::filesystem;
 using testing::AgentHarness;
 using testing::ContainerSpec;
 using testing::Eventually;
-using testing::PodSpec;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using testing::PodSpec;
 
 // GPU 0 in MIG mode; GPU 1 shares out slices and is the fake CUDA driver's device 0 (its UUID is
 // the fake's "PRISM-FAKE-GPU\0\0" in NVML's spelling), so the region's entry names it.
@@ -71,7 +71,8 @@ class UsageEndToEndTest : public ::testing::Test {
     });
     ASSERT_TRUE(started.ok()) << started;
     ASSERT_TRUE(h_->InitScheduler().ok());
-    server_ = std::make_unique<MetricsServer>(&h_->metrics(), MetricsServer::Options{"127.0.0.1", 0});
+    server_ =
+        std::make_unique<MetricsServer>(&h_->metrics(), MetricsServer::Options{"127.0.0.1", 0});
     ASSERT_TRUE(server_->Start().ok());
   }
   void TearDown() override {
@@ -125,9 +126,8 @@ class UsageEndToEndTest : public ::testing::Test {
 
 TEST_F(UsageEndToEndTest, ASlicePodShowsItsUsageAndLimitUntilItEnds) {
   std::string uid;
-  const PodSpec pod{"infer",
-                    {ContainerSpec{"main", 1, 6000, 25}},
-                    {{"nvidia.com/vgpu-mode", "hami-core"}}};
+  const PodSpec pod{
+      "infer", {ContainerSpec{"main", 1, 6000, 25}}, {{"nvidia.com/vgpu-mode", "hami-core"}}};
   const kubelet::CreatedContainer c = Run(pod, &uid);
   ASSERT_EQ(c.env.at("NVIDIA_VISIBLE_DEVICES"), kFakeGpuUuid);
   ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(10)));
@@ -186,7 +186,8 @@ TEST_F(UsageEndToEndTest, AMigPodShowsWhatItsInstanceProcessesUse) {
                     return absl::OkStatus();
                   })
                   .ok());
-  const std::vector<std::string> who{"pod=\"train\"", StrCat("mig_uuid=\"", c.env.at("NVIDIA_VISIBLE_DEVICES"), "\"")};
+  const std::vector<std::string> who{
+      "pod=\"train\"", StrCat("mig_uuid=\"", c.env.at("NVIDIA_VISIBLE_DEVICES"), "\"")};
   ASSERT_TRUE(Eventually([&] {
     return Sample(Scrape(), kUsedBytesMetric, who) == StrCat(int64_t{1536} << 20);
   })) << Scrape();

@@ -77,10 +77,9 @@ absl::StatusOr<RegionUsage> ReadRegionUsage(const std::string& path, int64_t now
     return absl::FailedPreconditionError(StrCat(path, ": not a regular file"));
   }
   if (static_cast<uint64_t>(st.st_size) != sizeof(RegionLayout)) {
-    return absl::FailedPreconditionError(StrCat(path, ": ", st.st_size, " bytes, not the ",
-                                                sizeof(RegionLayout),
-                                                " of a region of ABI version ",
-                                                vgpu::kRegionAbiVersion));
+    return absl::FailedPreconditionError(
+        StrCat(path, ": ", st.st_size, " bytes, not the ", sizeof(RegionLayout),
+               " of a region of ABI version ", vgpu::kRegionAbiVersion));
   }
   // Header and device table always; the slot table only when its PIDs are wanted (it is 98 % of
   // the file). Unread parts stay zero, which validation accepts.
@@ -88,16 +87,15 @@ absl::StatusOr<RegionUsage> ReadRegionUsage(const std::string& path, int64_t now
   constexpr size_t kHead = offsetof(RegionLayout, slots);
   int err = 0;
   if (!ReadAt(fd.get(), layout.get(), kHead, 0, &err) ||
-      (with_host_pids &&
-       !ReadAt(fd.get(), reinterpret_cast<unsigned char*>(layout.get()) + kHead,
-               sizeof(RegionLayout) - kHead, static_cast<off_t>(kHead), &err))) {
+      (with_host_pids && !ReadAt(fd.get(), reinterpret_cast<unsigned char*>(layout.get()) + kHead,
+                                 sizeof(RegionLayout) - kHead, static_cast<off_t>(kHead), &err))) {
     return absl::UnavailableError(
         StrCat(path, ": short read", err != 0 ? StrCat(": ", std::strerror(err)) : ""));
   }
   if (!vgpu::HeaderIsCompatible(layout->header)) {
-    return absl::FailedPreconditionError(
-        StrCat(path, ": not a region of ABI version ", vgpu::kRegionAbiVersion,
-               " (magic, version or table sizes differ)"));
+    return absl::FailedPreconditionError(StrCat(path, ": not a region of ABI version ",
+                                                vgpu::kRegionAbiVersion,
+                                                " (magic, version or table sizes differ)"));
   }
   int index = -1;
   if (const char* damage = vgpu::FindDeviceTableDamage(*layout, &index)) {

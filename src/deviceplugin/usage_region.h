@@ -20,9 +20,9 @@ namespace prism::deviceplugin {
 
 // One GPU entry of a region, as the library counts it.
 struct RegionDeviceUsage {
-  std::string gpu_uuid;           // "GPU-…", as NVML spells it.
-  uint64_t used_bytes = 0;        // Charged to the container: allocations and driver overhead.
-  uint64_t peak_bytes = 0;        // Highest `used_bytes` since the region was created.
+  std::string gpu_uuid;             // "GPU-…", as NVML spells it.
+  uint64_t used_bytes = 0;          // Charged to the container: allocations and driver overhead.
+  uint64_t peak_bytes = 0;          // Highest `used_bytes` since the region was created.
   uint64_t memory_limit_bytes = 0;  // The limit the first process stored (0: none).
   int sm_limit_percent = 0;         // 0 or 100: no SM limit.
   uint64_t refusals = 0;            // Allocations the library refused with OUT_OF_MEMORY.

@@ -202,9 +202,12 @@ RealizedDevice Mig(int gi, int ci) {
 }
 
 MetricLabels Labels(const std::string& pod, const RealizedDevice& d) {
-  MetricLabels l{{"node", "n1"},          {"namespace", "team"},
-                 {"pod", pod},            {"container", "main"},
-                 {"device_uuid", d.gpu_uuid}, {"device_index", std::to_string(d.gpu_index)}};
+  MetricLabels l{{"node", "n1"},
+                 {"namespace", "team"},
+                 {"pod", pod},
+                 {"container", "main"},
+                 {"device_uuid", d.gpu_uuid},
+                 {"device_index", std::to_string(d.gpu_index)}};
   if (d.IsMig()) {
     l.emplace_back("mig_uuid", d.mig_uuid);
     l.emplace_back("mig_profile", d.profile);
@@ -293,15 +296,17 @@ TEST_F(RegionFixture, TheCollectorExportsContainersAndForgetsEndedPods) {
   collector->SetContainer(UsageTarget{"uid-2", "team", "old", "main", {other}, broken});
 
   std::string text = metrics.Render();
-  EXPECT_THAT(text, HasSubstr("prism_container_gpu_memory_used_bytes{node=\"n1\",namespace=\"team\","
-                              "pod=\"infer\",container=\"main\",device_uuid=\"" +
-                              std::string(kGpu) + "\",device_index=\"1\"} 314572800\n"));
+  EXPECT_THAT(text,
+              HasSubstr("prism_container_gpu_memory_used_bytes{node=\"n1\",namespace=\"team\","
+                        "pod=\"infer\",container=\"main\",device_uuid=\"" +
+                        std::string(kGpu) + "\",device_index=\"1\"} 314572800\n"));
   EXPECT_THAT(text, HasSubstr("prism_container_gpu_memory_limit_bytes{node=\"n1\",namespace="
                               "\"team\",pod=\"infer\",container=\"main\",device_uuid=\"" +
                               std::string(kGpu) + "\",device_index=\"1\"} 1048576000\n"));
   EXPECT_THAT(text, HasSubstr("prism_container_gpu_oom_refusals_total{node=\"n1\""));
   EXPECT_THAT(text, HasSubstr("pod=\"old\""));  // Its grant, though its region is foreign.
-  EXPECT_THAT(text, HasSubstr("prism_device_plugin_usage_region_errors{reason=\"incompatible\"} 1"));
+  EXPECT_THAT(text,
+              HasSubstr("prism_device_plugin_usage_region_errors{reason=\"incompatible\"} 1"));
   if (auto promtool = testing::FindPromtool()) {
     EXPECT_EQ(testing::PromtoolProblems(*promtool, text), "") << text;
   }

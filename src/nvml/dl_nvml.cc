@@ -417,8 +417,7 @@ absl::StatusOr<std::vector<ProcessUtilizationSample>> DlNvml::ProcessUtilization
   std::vector<nvmlProcessUtilizationSample_t> samples(64);
   for (int attempt = 0;; ++attempt) {
     unsigned int count = static_cast<unsigned>(samples.size());
-    const int rc =
-        sym_->nvmlDeviceGetProcessUtilization(device, samples.data(), &count, since_us);
+    const int rc = sym_->nvmlDeviceGetProcessUtilization(device, samples.data(), &count, since_us);
     if (rc == kNvmlErrorInsufficientSize && attempt < 4) {
       samples.resize(count + 16);  // Samples may arrive between the two calls.
       continue;

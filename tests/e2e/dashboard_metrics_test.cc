@@ -37,7 +37,9 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
-bool IdentStart(char c) { return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':'; }
+bool IdentStart(char c) {
+  return std::isalpha(static_cast<unsigned char>(c)) || c == '_' || c == ':';
+}
 bool IdentChar(char c) { return IdentStart(c) || std::isdigit(static_cast<unsigned char>(c)); }
 
 // The metric names a PromQL expression selects: identifiers that are not functions, operators,
@@ -45,11 +47,11 @@ bool IdentChar(char c) { return IdentStart(c) || std::isdigit(static_cast<unsign
 // numbers, strings or Grafana variables ($x, ${x}).
 std::set<std::string> MetricNames(const std::string& expr) {
   static const std::set<std::string> kKeywords = {
-      "and", "or", "unless", "bool", "offset", "inf", "nan", "sum", "min", "max", "avg",
-      "group", "stddev", "stdvar", "count", "count_values", "bottomk", "topk", "quantile",
-      "limitk", "limit_ratio", "atan2"};
-  static const std::set<std::string> kLabelLists = {"by", "without", "on", "ignoring",
-                                                    "group_left", "group_right"};
+      "and",     "or",   "unless",   "bool",   "offset",      "inf",    "nan",   "sum",
+      "min",     "max",  "avg",      "group",  "stddev",      "stdvar", "count", "count_values",
+      "bottomk", "topk", "quantile", "limitk", "limit_ratio", "atan2"};
+  static const std::set<std::string> kLabelLists = {"by",       "without",    "on",
+                                                    "ignoring", "group_left", "group_right"};
   std::set<std::string> out;
   size_t i = 0;
   auto skip_to = [&](char open, char close) {
@@ -174,13 +176,15 @@ std::string SchedulerMetricsText() {
 }
 
 TEST(PromqlNamesTest, FindsMetricsAndNothingElse) {
-  EXPECT_THAT(MetricNames("sum by (le, verb) (rate(prism_x_bucket{verb=~\"$v\"}[$__rate_interval]))"),
-              ElementsAre("prism_x_bucket"));
+  EXPECT_THAT(
+      MetricNames("sum by (le, verb) (rate(prism_x_bucket{verb=~\"$v\"}[$__rate_interval]))"),
+      ElementsAre("prism_x_bucket"));
   EXPECT_THAT(MetricNames("histogram_quantile(0.99, sum without(pod) (rate(a_bucket[5m]))) * 60"),
               ElementsAre("a_bucket"));
-  EXPECT_THAT(MetricNames("(a - b) and on (node, device_uuid) (c >= 1) / ignoring(x) group_left(y) d "
-                          "offset 5m"),
-              UnorderedElementsAre("a", "b", "c", "d"));
+  EXPECT_THAT(
+      MetricNames("(a - b) and on (node, device_uuid) (c >= 1) / ignoring(x) group_left(y) d "
+                  "offset 5m"),
+      UnorderedElementsAre("a", "b", "c", "d"));
   EXPECT_THAT(MetricNames("count(x > 0) or vector(0) unless sum(y{a=\"by (z)\"})"),
               UnorderedElementsAre("x", "y"));
   EXPECT_THAT(MetricNames("1e3 + 0.5"), IsEmpty());
@@ -194,11 +198,10 @@ TEST(DashboardMetricsTest, EveryPanelQueriesAMetricAnExporterExports) {
   exported.insert(from_scheduler.begin(), from_scheduler.end());
   // The usage families and the scheduler's per-GPU gauges must be among them, or the check
   // below would pass vacuously.
-  for (const char* name : {"prism_container_gpu_memory_used_bytes",
-                           "prism_container_gpu_memory_limit_bytes",
-                           "prism_gpu_memory_allocated_bytes",
-                           "prism_scheduler_request_duration_seconds_bucket",
-                           "prism_device_plugin_mig_instances_created_total"}) {
+  for (const char* name :
+       {"prism_container_gpu_memory_used_bytes", "prism_container_gpu_memory_limit_bytes",
+        "prism_gpu_memory_allocated_bytes", "prism_scheduler_request_duration_seconds_bucket",
+        "prism_device_plugin_mig_instances_created_total"}) {
     EXPECT_TRUE(exported.count(name)) << name;
   }
 
@@ -211,16 +214,16 @@ TEST(DashboardMetricsTest, EveryPanelQueriesAMetricAnExporterExports) {
     const std::set<std::string> names = MetricNames(q);
     EXPECT_FALSE(names.empty()) << "a query that names no metric: " << q;
     for (const std::string& name : names) {
-      EXPECT_TRUE(exported.count(name)) << "the dashboard queries " << name
-                                        << ", which no exporter exports: " << q;
+      EXPECT_TRUE(exported.count(name))
+          << "the dashboard queries " << name << ", which no exporter exports: " << q;
       used.insert(name);
     }
   }
   // The dashboard covers what the issue asks for: allocation, usage vs limit, latency, churn.
-  for (const char* name : {"prism_gpu_memory_allocated_bytes", "prism_container_gpu_memory_used_bytes",
-                           "prism_container_gpu_memory_limit_bytes",
-                           "prism_scheduler_request_duration_seconds_bucket",
-                           "prism_device_plugin_mig_instances_created_total"}) {
+  for (const char* name :
+       {"prism_gpu_memory_allocated_bytes", "prism_container_gpu_memory_used_bytes",
+        "prism_container_gpu_memory_limit_bytes", "prism_scheduler_request_duration_seconds_bucket",
+        "prism_device_plugin_mig_instances_created_total"}) {
     EXPECT_TRUE(used.count(name)) << name;
   }
   // Panel IDs are unique (Grafana keys panels by them).
@@ -243,10 +246,11 @@ TEST(DashboardMetricsTest, EveryPanelQueriesAMetricAnExporterExports) {
 
 TEST(DashboardMetricsTest, TheCheckCatchesAMetricNobodyExports) {
   const std::set<std::string> exported = ExportedNames(AgentMetricsText());
-  Json dashboard = {{"panels",
-                     {{{"id", 1},
-                       {"targets", {{{"expr", "sum(rate(prism_device_plugin_no_such_thing_total[5m]))"}}}}}}},
-                    {"templating", {{"list", Json::array()}}}};
+  Json dashboard = {
+      {"panels",
+       {{{"id", 1},
+         {"targets", {{{"expr", "sum(rate(prism_device_plugin_no_such_thing_total[5m]))"}}}}}}},
+      {"templating", {{"list", Json::array()}}}};
   std::vector<std::string> missing;
   for (const std::string& q : DashboardQueries(dashboard)) {
     for (const std::string& name : MetricNames(q)) {

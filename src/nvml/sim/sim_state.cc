@@ -238,8 +238,8 @@ absl::Status ParseGpu(const YAML::Node& node, int index, SimGpu* gpu) {
     if (!procs.IsSequence()) return Bad(where, "'processes' must be a list");
     for (size_t i = 0; i < procs.size(); ++i) {
       const std::string pw = StrCat(where, ".processes[", i, "]");
-      RETURN_IF_ERROR(
-          CheckKeys(procs[i], pw, {"pid", "used_mib", "gpu_instance", "compute_instance", "sm_util"}));
+      RETURN_IF_ERROR(CheckKeys(
+          procs[i], pw, {"pid", "used_mib", "gpu_instance", "compute_instance", "sm_util"}));
       SimProcess p;
       RETURN_IF_ERROR(Read(procs[i], "pid", pw, &p.pid));
       RETURN_IF_ERROR(Read(procs[i], "used_mib", pw, &p.used_memory_mib));
@@ -435,7 +435,9 @@ std::string SerializeSimState(const SimState& state) {
           out << YAML::Key << "gpu_instance" << YAML::Value << p.gpu_instance_id << YAML::Key
               << "compute_instance" << YAML::Value << p.compute_instance_id;
         }
-        if (p.sm_util_percent >= 0) out << YAML::Key << "sm_util" << YAML::Value << p.sm_util_percent;
+        if (p.sm_util_percent >= 0) {
+          out << YAML::Key << "sm_util" << YAML::Value << p.sm_util_percent;
+        }
         out << YAML::EndMap;
       }
       out << YAML::EndSeq;
