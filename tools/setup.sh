@@ -14,10 +14,25 @@ missing=()
 for p in "${PACKAGES[@]}"; do
   dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
+SUDO=""
+[[ $(id -u) -ne 0 ]] && SUDO="sudo"
 if ((${#missing[@]})); then
-  SUDO=""
-  [[ $(id -u) -ne 0 ]] && SUDO="sudo"
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# promtool lints every /metrics output in the tests (docs/metrics.md; they skip only that check
+# without it). Debian ships it only inside the `prometheus` server package (96 MB installed, and
+# on a systemd host it starts a Prometheus server), so just its promtool (48 MB, libc only) is
+# taken from that package into /usr/local/bin.
+if ! command -v promtool >/dev/null 2>&1; then
+  tmp=$(mktemp -d)
+  if ! (cd "$tmp" && apt-get download prometheus >/dev/null 2>&1); then
+    $SUDO apt-get update -qq
+    (cd "$tmp" && apt-get download prometheus >/dev/null)
+  fi
+  dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/root"
+  $SUDO install -m 0755 "$tmp/root/usr/bin/promtool" /usr/local/bin/promtool
+  rm -rf "$tmp"
 fi

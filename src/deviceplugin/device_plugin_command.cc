@@ -64,6 +64,7 @@ struct Flags {
   std::vector<uint64_t> ignore_xids;
   double inventory_interval_s = 30;
   double reconcile_interval_s = 30;
+  double usage_interval_s = 5;
 };
 
 absl::StatusOr<std::pair<std::string, int>> ParseAddress(const std::string& address) {
@@ -156,6 +157,7 @@ absl::Status Run(const Flags& flags) {
   options.ignored_xids.insert(flags.ignore_xids.begin(), flags.ignore_xids.end());
   options.inventory_interval = absl::Seconds(flags.inventory_interval_s);
   options.reconcile_interval = absl::Seconds(flags.reconcile_interval_s);
+  options.usage_interval = absl::Seconds(flags.usage_interval_s);
 
   // The signals are waited for below; every thread started from here on inherits the mask.
   sigset_t signals;
@@ -303,6 +305,11 @@ void AddDevicePluginCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--reconcile-interval", flags->reconcile_interval_s,
                   "Seconds between clean-ups (vanished pods, orphaned specs, idle instances)")
       ->capture_default_str();
+  cmd->add_option("--usage-interval", flags->usage_interval_s,
+                  "Seconds between NVML samples of what containers on MIG instances and whole GPUs "
+                  "use (docs/metrics.md); 0: never")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->callback([flags, exit_code] {
     // libcurl and gRPC write to sockets the peer may have closed.
     signal(SIGPIPE, SIG_IGN);

@@ -85,6 +85,32 @@ void MetricsRegistry::Observe(std::string_view name, double value, const MetricL
   s.count += 1;
 }
 
+void MetricsRegistry::ReplaceSeries(std::string_view name, std::map<MetricLabels, double> series) {
+  absl::MutexLock lock(&mu_);
+  Family* f = FindLocked(name);
+  f->series.clear();
+  for (auto& [labels, value] : series) f->series[labels].value = value;
+}
+
+int MetricsRegistry::AddCollector(std::function<void()> collector) {
+  absl::MutexLock lock(&collect_mu_);
+  const int id = next_collector_++;
+  collectors_.emplace(id, std::move(collector));
+  return id;
+}
+
+void MetricsRegistry::RemoveCollector(int id) {
+  absl::MutexLock lock(&collect_mu_);
+  collectors_.erase(id);
+}
+
+std::vector<std::string> MetricsRegistry::FamilyNames() const {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string> names;
+  for (const auto& [name, family] : families_) names.push_back(name);
+  return names;
+}
+
 double MetricsRegistry::Value(std::string_view name, const MetricLabels& labels) const {
   absl::MutexLock lock(&mu_);
   auto it = families_.find(name);
@@ -95,6 +121,10 @@ double MetricsRegistry::Value(std::string_view name, const MetricLabels& labels)
 }
 
 std::string MetricsRegistry::Render() const {
+  {
+    absl::MutexLock collecting(&collect_mu_);
+    for (const auto& [id, collector] : collectors_) collector();
+  }
   absl::MutexLock lock(&mu_);
   std::string out;
   for (const auto& [name, f] : families_) {

@@ -2,8 +2,11 @@
 //
 // A small registry (counters, gauges, histograms with fixed buckets, each family with optional
 // labels) rendered in the Prometheus text format 0.0.4, and an HTTP server (cpp-httplib) that
-// serves GET /metrics, /healthz and /readyz. Families the agent exports are listed in
-// docs/device-plugin.md. Thread-safe.
+// serves GET /metrics, /healthz and /readyz. Families whose series are computed from outside
+// state (per-container usage) are refreshed by collectors that run at the start of every
+// Render and replace a family's series as a whole, so series of things that are gone disappear.
+// Families the agent exports are listed in docs/device-plugin.md and docs/metrics.md.
+// Thread-safe.
 #pragma once
 
 #include <functional>
@@ -34,8 +37,22 @@ class MetricsRegistry {
   void Set(std::string_view name, double value, const MetricLabels& labels = {});
   void Observe(std::string_view name, double value, const MetricLabels& labels = {});
 
-  // A sample's current value (counter/gauge) or count (histogram); 0 if absent. For tests.
+  // Replaces every series of the family `name` (a counter or gauge) with `series`.
+  void ReplaceSeries(std::string_view name, std::map<MetricLabels, double> series);
+
+  // Runs `collector` at the start of every Render (never concurrently with itself or another
+  // collector, outside the registry's data lock, so it may call Set/ReplaceSeries). Returns an
+  // ID for RemoveCollector, which waits for a running collection to finish: call it before what
+  // the collector uses goes away.
+  int AddCollector(std::function<void()> collector);
+  void RemoveCollector(int id);
+
+  // A sample's current value (counter/gauge) or count (histogram); 0 if absent. For tests; runs
+  // no collector.
   double Value(std::string_view name, const MetricLabels& labels = {}) const;
+  // Every declared family's name.
+  std::vector<std::string> FamilyNames() const;
+  // Runs the collectors, then renders.
   std::string Render() const;
 
  private:
@@ -55,6 +72,10 @@ class MetricsRegistry {
 
   mutable absl::Mutex mu_;
   std::map<std::string, Family, std::less<>> families_ ABSL_GUARDED_BY(mu_);
+  // Held while collectors run; ordered before mu_.
+  mutable absl::Mutex collect_mu_ ABSL_ACQUIRED_BEFORE(mu_);
+  std::map<int, std::function<void()>> collectors_ ABSL_GUARDED_BY(collect_mu_);
+  int next_collector_ ABSL_GUARDED_BY(collect_mu_) = 0;
 };
 
 // Serves /metrics from a registry, and /healthz, /readyz from callbacks (200 "ok" when the

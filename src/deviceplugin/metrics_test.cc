@@ -28,6 +28,24 @@ TEST(MetricsTest, RendersPrometheusText) {
   EXPECT_EQ(r.Value("x_total", {{"result", "ok"}}), 3);
 }
 
+TEST(MetricsTest, CollectorsReplaceWholeFamiliesBeforeEachRender) {
+  MetricsRegistry r;
+  r.Declare("usage_bytes", MetricsRegistry::Type::kGauge, "Usage");
+  std::map<MetricLabels, double> next{{{{"pod", "a"}}, 1}, {{{"pod", "b"}}, 2}};
+  const int id = r.AddCollector([&] { r.ReplaceSeries("usage_bytes", next); });
+  std::string text = r.Render();
+  EXPECT_THAT(text, HasSubstr("usage_bytes{pod=\"a\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("usage_bytes{pod=\"b\"} 2\n"));
+  next.erase({{"pod", "a"}});
+  text = r.Render();
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("pod=\"a\"")));
+  EXPECT_THAT(text, HasSubstr("usage_bytes{pod=\"b\"} 2\n"));
+  r.RemoveCollector(id);
+  next.clear();
+  EXPECT_THAT(r.Render(), HasSubstr("usage_bytes{pod=\"b\"} 2\n"));  // No longer collected.
+  EXPECT_THAT(r.FamilyNames(), ::testing::ElementsAre("usage_bytes"));
+}
+
 TEST(MetricsTest, ServesMetricsAndProbes) {
   MetricsRegistry r;
   r.Declare("up", MetricsRegistry::Type::kGauge, "Up");

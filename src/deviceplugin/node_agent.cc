@@ -139,6 +139,7 @@ NodeAgent::NodeAgent(NodeAgentOptions options, nvml::Nvml* nvml, k8s::Client* cl
       nvml_(nvml),
       client_(client),
       metrics_(metrics),
+      usage_(options_.node_name, metrics),
       ledger_(options_.state_dir, Base36(static_cast<uint64_t>(NowMs()))),
       realizer_(nvml, options_.mig) {
   using Type = MetricsRegistry::Type;
@@ -168,6 +169,8 @@ NodeAgent::NodeAgent(NodeAgentOptions options, nvml::Nvml* nvml, k8s::Client* cl
   metrics_->Declare("prism_device_plugin_gpus", Type::kGauge, "GPUs by health");
   metrics_->Declare("prism_device_plugin_fail_closed", Type::kGauge,
                     "1 while the agent refuses allocations");
+  metrics_->Declare("prism_device_plugin_xid_events_total", Type::kCounter,
+                    "Critical XID events NVML reported, by XID (ignored ones included)");
   realizer_.SetOwnerLiveness([this](const std::string& uid) { return PodLive(uid); });
 }
 
@@ -249,6 +252,10 @@ absl::Status NodeAgent::Start() {
     (void)RefreshInventory(true);
   });
   every(options_.reconcile_interval, [this] { Reconcile(); });
+  if (options_.usage_interval > absl::ZeroDuration()) {
+    Post([this] { usage_.SampleNvml(*nvml_); });
+    every(options_.usage_interval, [this] { usage_.SampleNvml(*nvml_); });
+  }
   LogInfo(kLog, "node agent for ", options_.node_name, " started: ", inventory_.gpus.size(),
           " GPUs, ", ledger_.size(), " allocations in the ledger");
   return absl::OkStatus();
@@ -954,10 +961,27 @@ void NodeAgent::Publish(PodEntry& pod, const std::string& container) {
     }
   }
   QueueStatusPatch(pod);
+  if (error.empty()) TrackUsage(pod, container);
   if (std::any_of(r.devices.begin(), r.devices.end(),
                   [](const RealizedDevice& d) { return d.IsMig(); })) {
     SchedulePublishInventory();
   }
+}
+
+void NodeAgent::TrackUsage(const PodEntry& pod, const std::string& container) {
+  auto it = pod.containers.find(container);
+  if (it == pod.containers.end()) return;
+  UsageTarget target{pod.uid, pod.namespace_name, pod.name, container, it->second.devices, ""};
+  const bool limited = std::any_of(target.devices.begin(), target.devices.end(),
+                                   [](const RealizedDevice& d) { return d.Limited(); });
+  const bool controlled =
+      AsciiLower(ContainerEnv(pod.object, container, "CUDA_DISABLE_CONTROL")) != "true";
+  if (limited && controlled && !options_.vgpu.library_host_path.empty()) {
+    target.region_path = (fs::path(ContainerRunDir(options_.vgpu, pod.uid, container)) /
+                          fs::path(kVgpuRegionFile).filename())
+                             .string();
+  }
+  usage_.SetContainer(std::move(target));
 }
 
 void NodeAgent::QueueStatusPatch(const PodEntry& pod) {
@@ -992,169 +1016,6 @@ void NodeAgent::RecordFailureEvent(const PodEntry& pod, const std::string& conta
   if (events_ == nullptr) return;
   events_->Record(k8s::ReferenceTo(pod.object, "Pod", "v1"), k8s::EventType::kWarning,
                   "PrismAllocationFailed", StrCat("container ", container, ": ", reason));
-}
-
-// --- Release, reconcile, adopt --------------------------------------------------------------
-
-void NodeAgent::Release(const std::string& pod_uid, const std::string& why) {
-  std::set<std::string> containers;
-  std::string who;
-  for (const AllocationRecord& r : ledger_.All()) {
-    if (r.pod_uid != pod_uid) continue;
-    containers.insert(r.container);
-    who = r.PodKey();
-    (void)RemoveCdiSpec(options_.cdi_dir, r.id);
-    (void)ledger_.Remove(r.id);
-  }
-  if (auto it = pods_.find(pod_uid); it != pods_.end()) {
-    for (const auto& [name, result] : it->second.containers) containers.insert(name);
-    who = StrCat(it->second.namespace_name, "/", it->second.name);
-    it->second.released = true;
-  }
-  for (const std::string& c : containers) {
-    std::error_code ec;
-    fs::remove_all(ContainerRunDir(options_.vgpu, pod_uid, c), ec);
-  }
-  if (absl::Status s = realizer_.ReleasePod(pod_uid); !s.ok()) {
-    LogWarning(kLog, "releasing MIG instances of ", who, ": ", s.message());
-  }
-  LogInfo(kLog, "released pod ", who.empty() ? pod_uid : who, " (", why, ")");
-  pods_.erase(pod_uid);
-  SchedulePublishInventory();
-  UpdateMetrics();
-}
-
-void NodeAgent::Reconcile() {
-  std::map<std::string, AllocationRecord> by_pod;
-  const int64_t now = NowMs();
-  for (const AllocationRecord& r : ledger_.All()) {
-    if (r.Attributed()) {
-      by_pod.emplace(r.pod_uid, r);
-    } else if (r.state == AllocationState::kFailed &&
-               now - r.created_ms > 10 * absl::ToInt64Milliseconds(options_.resolve_timeout)) {
-      (void)RemoveCdiSpec(options_.cdi_dir, r.id);
-      (void)ledger_.Remove(r.id);
-    }
-  }
-  for (const auto& [uid, r] : by_pod) {
-    if (PodLive(uid)) continue;
-    std::optional<Json> pod = LookupPod(r.pod_namespace, r.pod_name);
-    if (pod && k8s::Uid(*pod) == uid && !Terminal(*pod)) {
-      EntryFor(*pod);
-      continue;
-    }
-    Release(uid, "gone");
-  }
-  std::set<std::string> ids;
-  for (const AllocationRecord& r : ledger_.All()) ids.insert(r.id);
-  for (const std::string& id : ListCdiSpecIds(options_.cdi_dir)) {
-    if (ids.count(id) == 0) {
-      LogInfo(kLog, "removing orphaned CDI spec of allocation ", id);
-      (void)RemoveCdiSpec(options_.cdi_dir, id);
-    }
-  }
-  RefreshOwnership();
-  if (!FailClosedReason().empty()) {
-    Adopt();  // Re-checks; clears the fault when consistent.
-  } else if (absl::Status trimmed = realizer_.TrimIdle(); !trimmed.ok()) {
-    LogWarning(kLog, "trimming idle MIG instances: ", trimmed.message());
-  }
-  UpdateMetrics();
-}
-
-void NodeAgent::Adopt() {
-  // Allocations the ledger lost (no state dir, or a new node disk) come back from the pods'
-  // status annotations.
-  const std::vector<AllocationRecord> known = ledger_.All();
-  std::set<std::string> known_ids;
-  for (const AllocationRecord& r : known) known_ids.insert(r.id);
-  for (const Json& pod : informer_->List()) {
-    std::optional<std::string> text = k8s::Annotation(pod, kAllocationStatusAnnotation);
-    if (!text || Terminal(pod)) continue;
-    const Json status = Json::parse(*text, nullptr, false);
-    const Json* containers = status.is_object() ? k8s::Find(status, {"containers"}) : nullptr;
-    if (containers == nullptr || !containers->is_object()) continue;
-    for (const auto& [name, c] : containers->items()) {
-      const Json* allocations = k8s::Find(c, {"allocations"});
-      if (allocations == nullptr || !allocations->is_array()) continue;
-      for (const Json& id : *allocations) {
-        if (!id.is_string() || known_ids.count(id.get<std::string>()) != 0) continue;
-        AllocationRecord r;
-        r.id = id.get<std::string>();
-        const size_t dash = r.id.rfind('-');
-        if (dash != std::string::npos) {
-          try {
-            r.seq = std::stoull(r.id.substr(dash + 1));
-          } catch (const std::exception&) {
-          }
-        }
-        r.pod_uid = k8s::Uid(pod);
-        r.pod_namespace = k8s::Namespace(pod);
-        r.pod_name = k8s::Name(pod);
-        r.container = name;
-        r.created_ms = NowMs();
-        if (const Json* ids = k8s::Find(c, {"deviceIds"}); ids && ids->is_array()) {
-          for (const Json& d : *ids) {
-            if (d.is_string()) r.device_ids.push_back(d.get<std::string>());
-          }
-        }
-        LogInfo(kLog, "recovered allocation ", r.id, " of ", r.PodKey(), " from its annotation");
-        (void)ledger_.Put(r);
-        known_ids.insert(r.id);
-      }
-    }
-  }
-
-  std::vector<std::string> problems;
-  std::set<std::pair<std::string, std::string>> done;
-  bool unattributed = false;
-  for (const AllocationRecord& r : ledger_.All()) {
-    if (!r.Attributed()) {
-      unattributed = unattributed || r.state == AllocationState::kPending;
-      continue;
-    }
-    if (!done.insert({r.pod_uid, r.container}).second) continue;
-    std::optional<Json> pod = informer_->Get(r.pod_namespace, r.pod_name);
-    if (!pod || k8s::Uid(*pod) != r.pod_uid || Terminal(*pod)) {
-      Release(r.pod_uid, "gone while the agent was away");
-      continue;
-    }
-    PodEntry* entry = EntryFor(*pod);
-    ContainerResult& result = entry->containers[r.container];
-    if (result.done && result.error.empty()) continue;  // Re-check of an adopted container.
-    if (r.state == AllocationState::kFailed && !r.error.empty()) {
-      result.done = true;  // A failure stays a failure; its spec says why.
-      result.error = r.error;
-      Publish(*entry, r.container);
-      continue;
-    }
-    absl::StatusOr<std::vector<RealizedDevice>> devices =
-        RealizeContainer(*entry, r.container, EnsureMode::kAdopt);
-    if (!devices.ok()) {
-      problems.push_back(
-          StrCat("pod ", r.PodKey(), " container ", r.container, ": ", devices.status().message()));
-      continue;
-    }
-    result.done = true;
-    result.error.clear();
-    result.devices = std::move(*devices);
-    Publish(*entry, r.container);
-  }
-  SetFailClosed(StrJoin(problems, "; "));
-  if (problems.empty()) {
-    if (absl::Status trimmed = realizer_.TrimIdle(); !trimmed.ok()) {
-      LogWarning(kLog, "cleaning idle MIG instances: ", trimmed.message());
-    }
-  }
-  if (unattributed) {
-    Post([this] {
-      if (!resolve_scheduled_) {
-        resolve_scheduled_ = true;
-        ResolvePending();
-      }
-    });
-  }
-  UpdateMetrics();
 }
 
 }  // namespace prism::deviceplugin

@@ -47,6 +47,7 @@
 #include "deviceplugin/ledger.h"
 #include "deviceplugin/metrics.h"
 #include "deviceplugin/mig_realizer.h"
+#include "deviceplugin/usage.h"
 #include "k8s/client.h"
 #include "kubelet/deviceplugin/v1beta1/api.pb.h"
 #include "nvml/nvml.h"
@@ -114,6 +115,9 @@ struct NodeAgentOptions {
   absl::Duration xid_wait = absl::Milliseconds(500);
   absl::Duration inventory_interval = absl::Seconds(30);
   absl::Duration reconcile_interval = absl::Seconds(30);
+  // How often NVML is asked what containers on MIG instances and whole GPUs use (usage.h);
+  // software slices are read from their regions at every scrape. Zero: never.
+  absl::Duration usage_interval = absl::Seconds(5);
   absl::Duration informer_sync_timeout = absl::Seconds(60);
   absl::Duration pod_resources_timeout = absl::Seconds(5);
 };
@@ -216,11 +220,14 @@ class NodeAgent {
   void SetFailClosed(std::string reason);
   void UpdateDevices();
   void UpdateMetrics();
+  // Registers a container whose devices are ready with the usage collector.
+  void TrackUsage(const PodEntry& pod, const std::string& container);
 
   const NodeAgentOptions options_;
   nvml::Nvml* const nvml_;
   k8s::Client* const client_;
   MetricsRegistry* const metrics_;
+  UsageCollector usage_;
   Ledger ledger_;
   std::unique_ptr<kubelet::PodResourcesClient> pod_resources_;
   std::unique_ptr<k8s::Informer> informer_;

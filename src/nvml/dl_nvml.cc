@@ -407,6 +407,36 @@ absl::StatusOr<std::vector<ProcessInfo>> DlNvml::ListProcesses(int gpu) {
   }
 }
 
+absl::StatusOr<std::vector<ProcessUtilizationSample>> DlNvml::ProcessUtilization(
+    int gpu, uint64_t since_us) {
+  if (sym_->nvmlDeviceGetProcessUtilization == nullptr) {
+    return absl::UnimplementedError(
+        "the NVIDIA driver lacks nvmlDeviceGetProcessUtilization: no process utilization");
+  }
+  ASSIGN_OR_RETURN(nvmlDevice_t device, Device(*sym_, gpu));
+  std::vector<nvmlProcessUtilizationSample_t> samples(64);
+  for (int attempt = 0;; ++attempt) {
+    unsigned int count = static_cast<unsigned>(samples.size());
+    const int rc = sym_->nvmlDeviceGetProcessUtilization(device, samples.data(), &count, since_us);
+    if (rc == kNvmlErrorInsufficientSize && attempt < 4) {
+      samples.resize(count + 16);  // Samples may arrive between the two calls.
+      continue;
+    }
+    if (rc == kNvmlErrorNotFound) return std::vector<ProcessUtilizationSample>{};  // No samples.
+    RETURN_IF_ERROR(NvmlError(rc, "nvmlDeviceGetProcessUtilization", StrCat("GPU ", gpu)));
+    std::vector<ProcessUtilizationSample> out;
+    for (unsigned int i = 0; i < count && i < samples.size(); ++i) {
+      ProcessUtilizationSample u;
+      u.pid = samples[i].pid;
+      u.timestamp_us = samples[i].timeStamp;
+      u.sm_percent = static_cast<int>(std::min(samples[i].smUtil, 100u));
+      u.memory_percent = static_cast<int>(std::min(samples[i].memUtil, 100u));
+      out.push_back(u);
+    }
+    return out;
+  }
+}
+
 namespace {
 
 // Owns an NVML event set registered for critical XIDs.

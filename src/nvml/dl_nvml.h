@@ -40,6 +40,9 @@ class DlNvml : public Nvml {
                                       int compute_instance_id) override;
   absl::Status DestroyGpuInstance(int gpu, int gpu_instance_id) override;
   absl::StatusOr<std::vector<ProcessInfo>> ListProcesses(int gpu) override;
+  // nvmlDeviceGetProcessUtilization (optional in the driver: Unimplemented without it).
+  absl::StatusOr<std::vector<ProcessUtilizationSample>> ProcessUtilization(
+      int gpu, uint64_t since_us) override;
   // nvmlEventSetCreate + nvmlDeviceRegisterEvents(nvmlEventTypeXidCriticalError);
   // the watcher waits with nvmlEventSetWait_v2 and frees the set when destroyed.
   absl::StatusOr<std::unique_ptr<XidEventWatcher>> WatchXidEvents(

@@ -94,6 +94,15 @@ struct ProcessInfo {
   int compute_instance_id = -1;
 };
 
+// One process's use of a GPU over NVML's last sampling window
+// (nvmlProcessUtilizationSample_t).
+struct ProcessUtilizationSample {
+  uint32_t pid = 0;
+  uint64_t timestamp_us = 0;  // When the sample was taken (CPU clock, microseconds).
+  int sm_percent = 0;         // Share of the GPU's SM time, 0-100.
+  int memory_percent = 0;     // Share of the memory controller's time, 0-100.
+};
+
 // A critical XID error NVML reported on a GPU (nvmlEventTypeXidCriticalError).
 struct XidEvent {
   int gpu = -1;      // GPU index.
@@ -152,6 +161,17 @@ class Nvml {
 
   // Compute processes running on the GPU (on any of its MIG devices).
   virtual absl::StatusOr<std::vector<ProcessInfo>> ListProcesses(int gpu) = 0;
+
+  // Per-process utilization samples taken after `since_us` (0: every sample the driver keeps;
+  // nvmlDeviceGetProcessUtilization). Empty when there are none. Unimplemented where the driver
+  // cannot say: it lacks the call, or the GPU is in MIG mode (NVML does not report process
+  // utilization on MIG devices).
+  virtual absl::StatusOr<std::vector<ProcessUtilizationSample>> ProcessUtilization(
+      int gpu, uint64_t since_us) {
+    (void)gpu;
+    (void)since_us;
+    return absl::UnimplementedError("this NVML backend does not report process utilization");
+  }
 
   // Registers for critical XID events on `gpus`. GPUs whose driver does not
   // support them are skipped (unsupported_gpus); Unimplemented when the driver

@@ -198,6 +198,32 @@ TEST_P(NvmlConformanceTest, ReportsProcessesAndBusyInstances) {
   EXPECT_EQ(state->layout[0].gpu_instance_id, gi->id);
 }
 
+TEST_P(NvmlConformanceTest, ReportsProcessUtilizationOutsideMigModeOnly) {
+  Edit([](sim::SimState& s) {
+    sim::SimProcess busy{4242, 2048};
+    busy.sm_util_percent = 37;
+    s.gpus[2].processes.push_back(busy);
+    s.gpus[2].processes.push_back(sim::SimProcess{4343, 512});  // No sample.
+  });
+  auto samples = nvml_->ProcessUtilization(2, 0);
+  ASSERT_TRUE(samples.ok()) << samples.status();
+  ASSERT_EQ(samples->size(), 1u);
+  EXPECT_EQ((*samples)[0].pid, 4242u);
+  EXPECT_EQ((*samples)[0].sm_percent, 37);
+  EXPECT_GT((*samples)[0].timestamp_us, 0u);
+  // Nothing newer than the last sample: empty, not an error.
+  auto none = nvml_->ProcessUtilization(2, (*samples)[0].timestamp_us + 60'000'000);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+  // NVML reports no process utilization on a GPU in MIG mode.
+  ASSERT_TRUE(nvml_->SetMigMode(1, true).ok());
+  EXPECT_EQ(nvml_->ProcessUtilization(1, 0).status().code(), absl::StatusCode::kUnimplemented);
+  Edit([](sim::SimState& s) {
+    s.faults.push_back(sim::SimFault{"ProcessUtilization", 0, 1, 15 /* GPU_IS_LOST */});
+  });
+  EXPECT_EQ(nvml_->ProcessUtilization(2, 0).status().code(), absl::StatusCode::kUnavailable);
+}
+
 TEST_P(NvmlConformanceTest, InjectedFaultsSurfaceAsErrors) {
   ASSERT_TRUE(nvml_->SetMigMode(1, true).ok());
   Edit([](sim::SimState& s) {

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "absl/time/clock.h"
+
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "core/mig/gpu_model.h"
@@ -211,6 +213,27 @@ absl::StatusOr<std::vector<ProcessInfo>> SimNvml::ListProcesses(int gpu) {
     for (const auto& p : s.gpus[gpu].processes) {
       out.push_back(
           ProcessInfo{p.pid, p.used_memory_mib, p.gpu_instance_id, p.compute_instance_id});
+    }
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<std::vector<ProcessUtilizationSample>> SimNvml::ProcessUtilization(
+    int gpu, uint64_t since_us) {
+  std::vector<ProcessUtilizationSample> out;
+  RETURN_IF_ERROR(file_.Transact([&](sim::SimState& s, bool*) -> absl::Status {
+    constexpr std::string_view kCall = "nvmlDeviceGetProcessUtilization";
+    RETURN_IF_ERROR(CheckIndex(s, gpu, kCall));
+    RETURN_IF_ERROR(NvmlError(sim::CheckFault(s, "ProcessUtilization"), kCall));
+    if (s.gpus[gpu].mig_current) {
+      return NvmlError(kNvmlErrorNotSupported, kCall, StrCat("GPU ", gpu, " (MIG mode)"));
+    }
+    const uint64_t now_us = static_cast<uint64_t>(absl::ToUnixMicros(absl::Now()));
+    if (now_us <= since_us) return absl::OkStatus();
+    for (const auto& p : s.gpus[gpu].processes) {
+      if (p.sm_util_percent < 0) continue;
+      out.push_back(ProcessUtilizationSample{p.pid, now_us, p.sm_util_percent, 0});
     }
     return absl::OkStatus();
   }));

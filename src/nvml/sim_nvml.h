@@ -33,6 +33,10 @@ class SimNvml : public Nvml {
                                       int compute_instance_id) override;
   absl::Status DestroyGpuInstance(int gpu, int gpu_instance_id) override;
   absl::StatusOr<std::vector<ProcessInfo>> ListProcesses(int gpu) override;
+  // The `sm_util` of the GPU's processes that have one, stamped now; Unimplemented in MIG mode
+  // (as the driver: NOT_SUPPORTED).
+  absl::StatusOr<std::vector<ProcessUtilizationSample>> ProcessUtilization(
+      int gpu, uint64_t since_us) override;
   // Waits take the file's pending `xid_events` for the watched GPUs, polling
   // the file (another process, e.g. a test, appends them).
   absl::StatusOr<std::unique_ptr<XidEventWatcher>> WatchXidEvents(

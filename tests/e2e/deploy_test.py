@@ -15,6 +15,7 @@
   byte for byte) through a name-limited Role, and pauses Prism's device plugin only where the
   plugin's DaemonSet honours the pause. mig_manager_deploy_test.py runs the rendered DaemonSet.
 """
+import json
 import os
 import re
 import shutil
@@ -474,6 +475,53 @@ class HelmChartTest(Wiring, unittest.TestCase):
         with open(os.path.join(CHART, "files", "gpu-clients.yaml")) as a, \
                 open(os.path.join(DEPLOY, "mig-manager", "gpu-clients.yaml")) as b:
             self.assertEqual(a.read(), b.read())
+
+    def test_metrics_scrape_config_and_dashboard(self):
+        # Defaults: annotated pods, no ServiceMonitor (no CRD needed), no dashboard.
+        kinds = {o["kind"] for o in self.objects}
+        self.assertNotIn("ServiceMonitor", kinds)
+        self.assertNotIn("prism-grafana-dashboard", [o["metadata"]["name"] for o in self.objects])
+        base, _ = kustomize_objects()
+        for objs in (base, self.objects):
+            for kind, name, port in (("Deployment", "prism-scheduler", "9395"),
+                                     ("DaemonSet", "prism-device-plugin", "9401")):
+                ann = find(objs, kind, name)["spec"]["template"]["metadata"]["annotations"]
+                self.assertEqual((ann["prometheus.io/scrape"], ann["prometheus.io/port"],
+                                  ann["prometheus.io/path"]), ("true", port, "/metrics"))
+        objs = helm_render.render_objects(CHART, {"metrics": {
+            "podAnnotations": False,
+            "serviceMonitor": {"enabled": True, "interval": "15s",
+                               "labels": {"release": "kube-prometheus-stack"}},
+            "dashboards": {"enabled": True, "namespace": "monitoring"}}}, namespace=NS)
+        self.assertNotIn("annotations",
+                         find(objs, "DaemonSet", "prism-device-plugin")["spec"]["template"]["metadata"])
+        # Each ServiceMonitor selects a Service of this release that has the port it scrapes,
+        # whose selector picks pods exposing that port by name.
+        monitors = [o for o in objs if o["kind"] == "ServiceMonitor"]
+        self.assertEqual({m["metadata"]["name"] for m in monitors},
+                         {"prism-scheduler", "prism-device-plugin"})
+        for m in monitors:
+            self.assertEqual(m["metadata"]["labels"]["release"], "kube-prometheus-stack")
+            ep = m["spec"]["endpoints"][0]
+            self.assertEqual((ep["path"], ep["interval"], ep["honorLabels"]), ("/metrics", "15s", True))
+            self.assertEqual(m["spec"]["namespaceSelector"]["matchNames"], [NS])
+            want = m["spec"]["selector"]["matchLabels"]
+            services = [o for o in objs if o["kind"] == "Service"
+                        and all(o["metadata"].get("labels", {}).get(k) == v for k, v in want.items())
+                        and ep["port"] in [p["name"] for p in o["spec"]["ports"]]]
+            self.assertEqual(len(services), 1, m["metadata"]["name"])
+            svc = services[0]
+            workload = next(o for o in objs if o["kind"] in ("Deployment", "DaemonSet") and all(
+                o["spec"]["template"]["metadata"]["labels"].get(k) == v
+                for k, v in svc["spec"]["selector"].items()))
+            target = next(p["targetPort"] for p in svc["spec"]["ports"] if p["name"] == ep["port"])
+            ports = [p["name"] for c in pod_spec(workload)["containers"] for p in c.get("ports", [])]
+            self.assertIn(target, ports)
+        cm = find(objs, "ConfigMap", "prism-grafana-dashboard")
+        self.assertEqual(cm["metadata"]["namespace"], "monitoring")
+        self.assertEqual(cm["metadata"]["labels"]["grafana_dashboard"], "1")
+        with open(os.path.join(CHART, "dashboards", "prism.json")) as f:
+            self.assertEqual(json.loads(cm["data"]["prism.json"]), json.load(f))
 
     def test_renderer_refuses_what_it_does_not_understand(self):
         with self.assertRaises(helm_render.TemplateError):

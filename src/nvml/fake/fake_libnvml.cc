@@ -484,6 +484,42 @@ NVML_API nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t devic
   });
 }
 
+NVML_API nvmlReturn_t nvmlDeviceGetProcessUtilization(nvmlDevice_t device,
+                                                      nvmlProcessUtilizationSample_t* samples,
+                                                      unsigned int* count,
+                                                      unsigned long long last_seen) {
+  return WithState([&](SimState& s, bool*) -> int {
+    const Decoded d = Decode(device);
+    if (d.kind != kDevice || !ValidDevice(s, d) || count == nullptr) {
+      return nv::kNvmlErrorInvalidArgument;
+    }
+    if (int rc = sim::CheckFault(s, "ProcessUtilization"); rc != 0) return rc;
+    if (s.gpus[d.gpu].mig_current) return nv::kNvmlErrorNotSupported;
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    const auto now_us = static_cast<unsigned long long>(
+        std::chrono::duration_cast<std::chrono::microseconds>(now).count());
+    std::vector<const sim::SimProcess*> sampled;
+    if (now_us > last_seen) {
+      for (const auto& p : s.gpus[d.gpu].processes) {
+        if (p.sm_util_percent >= 0) sampled.push_back(&p);
+      }
+    }
+    if (sampled.empty()) return nv::kNvmlErrorNotFound;  // As the driver: no sample since then.
+    if (samples == nullptr || *count < sampled.size()) {
+      *count = static_cast<unsigned>(sampled.size());
+      return nv::kNvmlErrorInsufficientSize;
+    }
+    for (size_t i = 0; i < sampled.size(); ++i) {
+      samples[i] = nvmlProcessUtilizationSample_t{};
+      samples[i].pid = sampled[i]->pid;
+      samples[i].timeStamp = now_us;
+      samples[i].smUtil = static_cast<unsigned>(sampled[i]->sm_util_percent);
+    }
+    *count = static_cast<unsigned>(sampled.size());
+    return nv::kNvmlSuccess;
+  });
+}
+
 NVML_API nvmlReturn_t nvmlDeviceGetAttributes_v2(nvmlDevice_t device,
                                                  nvmlDeviceAttributes_t* attributes) {
   return WithState([&](SimState& s, bool*) -> int {

@@ -238,13 +238,17 @@ absl::Status ParseGpu(const YAML::Node& node, int index, SimGpu* gpu) {
     if (!procs.IsSequence()) return Bad(where, "'processes' must be a list");
     for (size_t i = 0; i < procs.size(); ++i) {
       const std::string pw = StrCat(where, ".processes[", i, "]");
-      RETURN_IF_ERROR(
-          CheckKeys(procs[i], pw, {"pid", "used_mib", "gpu_instance", "compute_instance"}));
+      RETURN_IF_ERROR(CheckKeys(
+          procs[i], pw, {"pid", "used_mib", "gpu_instance", "compute_instance", "sm_util"}));
       SimProcess p;
       RETURN_IF_ERROR(Read(procs[i], "pid", pw, &p.pid));
       RETURN_IF_ERROR(Read(procs[i], "used_mib", pw, &p.used_memory_mib));
       RETURN_IF_ERROR(Read(procs[i], "gpu_instance", pw, &p.gpu_instance_id));
       RETURN_IF_ERROR(Read(procs[i], "compute_instance", pw, &p.compute_instance_id));
+      RETURN_IF_ERROR(Read(procs[i], "sm_util", pw, &p.sm_util_percent));
+      if (procs[i]["sm_util"] && (p.sm_util_percent < 0 || p.sm_util_percent > 100)) {
+        return Bad(pw, StrCat("'sm_util' is ", p.sm_util_percent, "; it must be 0 to 100"));
+      }
       if (p.gpu_instance_id >= 0 && FindGpuInstance(*gpu, p.gpu_instance_id) == nullptr) {
         return Bad(pw, StrCat("no GPU instance ", p.gpu_instance_id));
       }
@@ -431,6 +435,9 @@ std::string SerializeSimState(const SimState& state) {
           out << YAML::Key << "gpu_instance" << YAML::Value << p.gpu_instance_id << YAML::Key
               << "compute_instance" << YAML::Value << p.compute_instance_id;
         }
+        if (p.sm_util_percent >= 0) {
+          out << YAML::Key << "sm_util" << YAML::Value << p.sm_util_percent;
+        }
         out << YAML::EndMap;
       }
       out << YAML::EndSeq;
@@ -478,7 +485,7 @@ const std::vector<std::string>& SimCallNames() {
       "GetMigMode",          "SetMigMode",           "ResetGpu",
       "CreateGpuInstance",   "DestroyGpuInstance",   "CreateComputeInstance",
       "DestroyComputeInstance", "ListGpuInstances",  "ListProcesses",
-      "WaitXidEvent"};
+      "WaitXidEvent",        "ProcessUtilization"};
   return *names;
 }
 

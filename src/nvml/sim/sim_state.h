@@ -52,6 +52,9 @@ struct SimProcess {
   int64_t used_memory_mib = 0;
   int gpu_instance_id = -1;
   int compute_instance_id = -1;
+  // Share of the GPU's SM time in the last sample, percent (nvmlDeviceGetProcessUtilization's
+  // smUtil); -1: the process has no utilization sample.
+  int sm_util_percent = -1;
 };
 
 struct SimGpu {
@@ -109,7 +112,7 @@ std::string SerializeSimState(const SimState& state);
 
 // Operation names used in `faults` and `calls`: GetMigMode, SetMigMode, ResetGpu,
 // CreateGpuInstance, DestroyGpuInstance, CreateComputeInstance,
-// DestroyComputeInstance, ListGpuInstances, ListProcesses, WaitXidEvent. The
+// DestroyComputeInstance, ListGpuInstances, ListProcesses, ProcessUtilization, WaitXidEvent. The
 // parser rejects any other name (a misspelt fault would never fire, and the test
 // injecting it would pass without exercising the failure).
 const std::vector<std::string>& SimCallNames();
