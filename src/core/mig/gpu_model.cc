@@ -7,6 +7,7 @@
 
 #include "base/check.h"
 #include "base/strings.h"
+#include "core/mig/model_facts.h"
 
 namespace prism::mig {
 namespace {
@@ -556,6 +557,11 @@ const std::vector<GpuModel>& Catalog() {
 }
 
 const GpuModel* FindModel(std::string_view name) {
+  if (const GpuModel* m = FindCatalogModel(name); m != nullptr) return m;
+  return FindReportedModel(name);
+}
+
+const GpuModel* FindCatalogModel(std::string_view name) {
   // Every spelling of every model, folded once: the scheduler looks models up per GPU and per
   // type filter, and folding the whole catalog on each call showed in its profile.
   static const auto* folded_names = [] {

@@ -96,8 +96,12 @@ struct GpuModel {
 // Every built-in model.
 const std::vector<GpuModel>& Catalog();
 // Finds a model by canonical name, alias or NVML product name; case-insensitive,
-// ignoring a leading "NVIDIA " / "NVIDIA-" and treating ' ', '-' and '_' alike.
+// ignoring a leading "NVIDIA " / "NVIDIA-" and treating ' ', '-' and '_' alike;
+// then, by exact name, a model registered from a node's reported NVML facts
+// (model_facts.h: GPUs the catalog does not know).
 const GpuModel* FindModel(std::string_view name);
+// The catalog alone (no reported models).
+const GpuModel* FindCatalogModel(std::string_view name);
 const GpuModel* FindModelByPciId(uint32_t pci_device_id);
 // Canonical names of all models, for error messages.
 std::string ModelList();
