@@ -98,11 +98,11 @@ TEST_F(MigCommandTest, AllBalancedOnTheBlackwellPartsAndTheH20) {
     Result assert_ok = Run("mig assert -c all-balanced", nvml);
     EXPECT_EQ(assert_ok.exit_code, 0) << assert_ok.err;
     Result status = Run("mig status", nvml);
-    for (const char* layout :
-         {"layout: 1g.23gb@0 1g.23gb@1 2g.47gb@2 3g.93gb@4",
-          "layout: 1g.34gb@0 1g.34gb@1 2g.67gb@2 3g.135gb@4",
-          "layout: 1g.35gb@0 1g.35gb@1 2g.70gb@2 3g.139gb@4", "layout: 1g.24gb@0 1g.24gb@3 2g.48gb@6",
-          "layout: 1g.12gb@0 1g.12gb@1 2g.24gb@2 3g.48gb@4"}) {
+    for (const char* layout : {"layout: 1g.23gb@0 1g.23gb@1 2g.47gb@2 3g.93gb@4",
+                               "layout: 1g.34gb@0 1g.34gb@1 2g.67gb@2 3g.135gb@4",
+                               "layout: 1g.35gb@0 1g.35gb@1 2g.70gb@2 3g.139gb@4",
+                               "layout: 1g.24gb@0 1g.24gb@3 2g.48gb@6",
+                               "layout: 1g.12gb@0 1g.12gb@1 2g.24gb@2 3g.48gb@4"}) {
       EXPECT_THAT(status.out, HasSubstr(layout)) << status.out;
     }
     // The new profile kinds by NVIDIA's names.

@@ -47,7 +47,7 @@ struct InventoryGpu {
   // The node agent owns the MIG layout (prism.io/mig.mode, docs/mig-manager.md); false: static,
   // only its existing instances can be handed out.
   bool mig_dynamic = true;
-  std::vector<std::string> mig_profiles;     // GPU-instance profiles the GPU offers.
+  std::vector<std::string> mig_profiles;  // GPU-instance profiles the GPU offers.
   // The model's facts as NVML reports them (core/mig/model_facts.h; null when none): the
   // scheduler builds the model from them when the catalog lacks it, and cross-checks them
   // against the catalog when it has it.

@@ -163,7 +163,7 @@ TEST(InventoryTest, FactsThatDisagreeWithTheCatalogMakeTheNodeUnusable) {
   ASSERT_TRUE(inv.ok());
   ASSERT_FALSE(inv->gpus[0].mig_facts.is_null());
   EXPECT_TRUE(DecodeInventory(EncodeInventory(*inv)).ok());  // The simulator agrees.
-  inv->gpus[0].mig_facts["profiles"][0][7] = 4;               // NVML: 1g.5gb x4 only.
+  inv->gpus[0].mig_facts["profiles"][0][7] = 4;              // NVML: 1g.5gb x4 only.
   auto decoded = DecodeInventory(EncodeInventory(*inv));
   ASSERT_FALSE(decoded.ok());
   EXPECT_THAT(decoded.status().message(),

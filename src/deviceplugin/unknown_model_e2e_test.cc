@@ -63,11 +63,13 @@ TEST(UnknownModelE2eTest, AGpuKnownOnlyFromItsNvmlTablesGetsDynamicMigPods) {
     const char* name;
     int64_t memory_mib;
     const char* profile;
-  } pods[] = {{"small", 20000, "1g.25gb"}, {"medium", 40000, "2g.50gb"}, {"large", 90000, "3g.100gb"}};
+  } pods[] = {
+      {"small", 20000, "1g.25gb"}, {"medium", 40000, "2g.50gb"}, {"large", 90000, "3g.100gb"}};
   std::set<std::string> visible;
   for (const Want& w : pods) {
     SCOPED_TRACE(w.name);
-    PodSpec pod{w.name, {ContainerSpec{"main", 1, w.memory_mib}}, {{"nvidia.com/vgpu-mode", "mig"}}};
+    PodSpec pod{
+        w.name, {ContainerSpec{"main", 1, w.memory_mib}}, {{"nvidia.com/vgpu-mode", "mig"}}};
     absl::StatusOr<std::string> uid = h.SubmitPod(pod);
     ASSERT_TRUE(uid.ok()) << uid.status();
     const sched::Decision* decision = h.DecisionOf(*uid);

@@ -467,7 +467,8 @@ TEST_P(DefaultConfigPerModelTest, EveryConfigTargetingTheGpuGivesExactlyItsLayou
     ASSERT_TRUE(state.ok()) << state.status();
     EXPECT_EQ(state->mode.current, spec->mig_enabled);
     std::map<std::string, int> got;
-    for (const mig::Instance& inst : state->layout) ++got[state->model.profiles[inst.profile].Name()];
+    for (const mig::Instance& inst : state->layout)
+      ++got[state->model.profiles[inst.profile].Name()];
     std::map<std::string, int> want;
     for (const auto& [profile, count] : spec->mig_devices) {
       if (count > 0) want[profile] += count;

@@ -18,9 +18,9 @@ constexpr int kIdx2Slice = 1;
 constexpr int kIdx3Slice = 2;
 constexpr int kIdx4Slice = 3;
 constexpr int kIdx7Slice = 4;
-constexpr int kIdx1SliceRev1 = 7;  // +me
-constexpr int kIdx2SliceRev1 = 8;  // +me (A30)
-constexpr int kIdx1SliceRev2 = 9;  // 1 compute slice, double memory
+constexpr int kIdx1SliceRev1 = 7;      // +me
+constexpr int kIdx2SliceRev1 = 8;      // +me (A30)
+constexpr int kIdx1SliceRev2 = 9;      // 1 compute slice, double memory
 constexpr int kIdx1SliceGfx = 0xA;     // +gfx
 constexpr int kIdx2SliceGfx = 0xB;     // +gfx
 constexpr int kIdx4SliceGfx = 0xC;     // +gfx
@@ -418,8 +418,8 @@ std::vector<GpuModel> BuildCatalog() {
   c.push_back(MakeModel("A800-SXM4-80GB", {"A800-80GB"}, {"NVIDIA A800-SXM4-80GB"}, 0x20F310DE,
                         A::kAmpere, 81920, 108, Lattice8(A100_80Facts()),
                         "memory_mib,multiprocessors"));
-  c.push_back(MakeModel("A800-PCIE-80GB", {"A800-80GB-PCIe"}, {"NVIDIA A800 80GB PCIe"},
-                        0x20F510DE, A::kAmpere, 81920, 108, Lattice8(A100_80Facts()),
+  c.push_back(MakeModel("A800-PCIE-80GB", {"A800-80GB-PCIe"}, {"NVIDIA A800 80GB PCIe"}, 0x20F510DE,
+                        A::kAmpere, 81920, 108, Lattice8(A100_80Facts()),
                         "memory_mib,multiprocessors,product_names"));
   c.push_back(MakeModel("A800-PCIE-40GB", {"A800-40GB"}, {"NVIDIA A800 40GB PCIe"}, 0x20F610DE,
                         A::kAmpere, 40960, 108, Lattice8(A100_40Facts()),
@@ -448,11 +448,10 @@ std::vector<GpuModel> BuildCatalog() {
   c.push_back(MakeModel("GB300-278GB", {"GB300"}, {"NVIDIA GB300"}, 0x31C210DE, A::kBlackwell,
                         284672, 152, Lattice8(Gb300Facts()),
                         "memory_mib,multiprocessors,product_names"));
-  GpuModel rtx = MakeModel(
-      "RTX-PRO-6000-96GB",
-      {"RTX-PRO-6000", "RTX PRO 6000 Blackwell", "RTX-PRO-6000-Blackwell"},
-      {"NVIDIA RTX PRO 6000 Blackwell Server Edition"}, 0x2BB510DE, A::kBlackwell, 97887, 188,
-      RtxPro6000Profiles());
+  GpuModel rtx = MakeModel("RTX-PRO-6000-96GB",
+                           {"RTX-PRO-6000", "RTX PRO 6000 Blackwell", "RTX-PRO-6000-Blackwell"},
+                           {"NVIDIA RTX PRO 6000 Blackwell Server Edition"}, 0x2BB510DE,
+                           A::kBlackwell, 97887, 188, RtxPro6000Profiles());
   rtx.memory_slices = 12;
   rtx.compute_slices = 4;
   c.push_back(std::move(rtx));

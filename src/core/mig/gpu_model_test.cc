@@ -20,12 +20,11 @@ TEST(CatalogTest, HasEveryModelTheIssueNames) {
 // Issue 17: every PCI device ID NVIDIA's default mig-parted config filters on is a catalog model
 // (the file's all-balanced entry lists them all).
 TEST(CatalogTest, HasEveryGpuNvidiasDefaultConfigNames) {
-  for (uint32_t id : {0x294110DEu, 0x2BB510DEu, 0x290110DEu, 0x234810DEu, 0x233510DEu,
-                      0x233B10DEu, 0x232110DEu, 0x233A10DEu, 0x233010DEu, 0x233110DEu,
-                      0x232210DEu, 0x20B210DEu, 0x20B510DEu, 0x20F310DEu, 0x20F510DEu,
-                      0x232410DEu, 0x20B010DEu, 0x20B110DEu, 0x20F110DEu, 0x20F610DEu,
-                      0x20B710DEu, 0x234210DEu, 0x233D10DEu, 0x20B610DEu, 0x232910DEu,
-                      0x318210DEu, 0x31C210DEu}) {
+  for (uint32_t id :
+       {0x294110DEu, 0x2BB510DEu, 0x290110DEu, 0x234810DEu, 0x233510DEu, 0x233B10DEu, 0x232110DEu,
+        0x233A10DEu, 0x233010DEu, 0x233110DEu, 0x232210DEu, 0x20B210DEu, 0x20B510DEu, 0x20F310DEu,
+        0x20F510DEu, 0x232410DEu, 0x20B010DEu, 0x20B110DEu, 0x20F110DEu, 0x20F610DEu, 0x20B710DEu,
+        0x234210DEu, 0x233D10DEu, 0x20B610DEu, 0x232910DEu, 0x318210DEu, 0x31C210DEu}) {
     EXPECT_NE(FindModelByPciId(id), nullptr) << std::hex << id;
   }
   EXPECT_EQ(FindModelByPciId(0x20B110DE)->name, "A100-PCIE-40GB");

@@ -208,8 +208,9 @@ absl::StatusOr<Occupancy> Occupy(const GpuModel& model, const Layout& layout) {
     }
     if ((p.TakesAllMedia() && occ.media_users > 0) || (p.UsesMedia() && occ.all_media > 0)) {
       return absl::InvalidArgumentError(
-          StrCat(name, ": a +me.all instance takes every media engine, so only -me instances "
-                       "can share the GPU with it"));
+          StrCat(name,
+                 ": a +me.all instance takes every media engine, so only -me instances "
+                 "can share the GPU with it"));
     }
     if (occ.compute_used + p.compute_slices > model.compute_slices) {
       return absl::InvalidArgumentError(

@@ -15,10 +15,10 @@ using nlohmann::json;
 
 // Bounds a decoder accepts (generous for real hardware, small enough that a hostile inventory
 // cannot make the scheduler allocate much).
-constexpr int kMaxIndex = 0x11;        // NVML_GPU_INSTANCE_PROFILE_COUNT - 1 (nvml.h API 13).
+constexpr int kMaxIndex = 0x11;  // NVML_GPU_INSTANCE_PROFILE_COUNT - 1 (nvml.h API 13).
 constexpr int kMaxProfileId = 1023;
-constexpr int kMaxSlices = 8;          // Compute slices of one GPU instance.
-constexpr int kMaxMemorySlices = 32;   // Placement units (the layout engine's 32-bit masks).
+constexpr int kMaxSlices = 8;         // Compute slices of one GPU instance.
+constexpr int kMaxMemorySlices = 32;  // Placement units (the layout engine's 32-bit masks).
 constexpr int64_t kMaxMemoryMib = int64_t{1} << 30;
 constexpr int kMaxMultiprocessors = 100000;
 constexpr int kMaxEngines = 1024;
@@ -140,8 +140,7 @@ json ModelFactsToJson(const GpuModel& model) {
     profiles.push_back(json::array({p.nvml_index, p.id, p.compute_slices, p.memory_slices,
                                     p.memory_mib, p.multiprocessors,
                                     json::array({p.engines.copy, p.engines.decoder,
-                                                 p.engines.encoder, p.engines.jpeg,
-                                                 p.engines.ofa}),
+                                                 p.engines.encoder, p.engines.jpeg, p.engines.ofa}),
                                     p.max_count, p.starts}));
   }
   return json{{"v", kModelFactsVersion},
@@ -164,8 +163,8 @@ absl::StatusOr<GpuModel> ModelFactsFromJson(const json& facts, std::string_view 
   absl::StatusOr<int> version = d.SmallInt(facts["v"], "v", 1, 1 << 20);
   if (!version.ok()) return version.status();
   if (*version != kModelFactsVersion) {
-    return absl::FailedPreconditionError(StrCat(where, ".v is ", *version, "; this build reads ",
-                                                "version ", kModelFactsVersion));
+    return absl::FailedPreconditionError(
+        StrCat(where, ".v is ", *version, "; this build reads ", "version ", kModelFactsVersion));
   }
   for (const char* key : {"memMiB", "profiles"}) {
     if (!facts.contains(key)) return d.Bad(key, "missing");
@@ -204,9 +203,9 @@ absl::StatusOr<GpuModel> ModelFactsFromJson(const json& facts, std::string_view 
     if (!p.ok()) return p.status();
     if (!indices.insert(p->nvml_index).second) return d.Bad(f, "NVML index repeated");
     if (!ids.insert(p->id).second) return d.Bad(f, StrCat("profile ID ", p->id, " repeated"));
-    p->name = ProfileName{p->compute_slices, p->compute_slices,
-                          MigMemorySizeGb(p->memory_mib, m.memory_mib),
-                          AttrsForIndex(p->nvml_index)};
+    p->name =
+        ProfileName{p->compute_slices, p->compute_slices,
+                    MigMemorySizeGb(p->memory_mib, m.memory_mib), AttrsForIndex(p->nvml_index)};
     if (!names.insert(p->Name()).second) return d.Bad(f, StrCat(p->Name(), " repeated"));
     m.compute_slices = std::max(m.compute_slices, p->compute_slices);
     m.memory_slices = std::max(m.memory_slices, p->starts.back() + p->memory_slices);
@@ -234,7 +233,8 @@ absl::Status CrossCheckModel(const GpuModel& catalog, const GpuModel& reported) 
     }
     const GpuInstanceProfile& p = catalog.profiles[c];
     const std::string who = StrCat("profile ID ", r.id, ": ");
-    if (p.Name() != r.Name()) return differ(StrCat(who, "NVML names it ", r.Name(), ", the catalog ", p.Name()));
+    if (p.Name() != r.Name())
+      return differ(StrCat(who, "NVML names it ", r.Name(), ", the catalog ", p.Name()));
     if (p.nvml_index != r.nvml_index) {
       return differ(StrCat(who, "NVML index ", r.nvml_index, ", catalog ", p.nvml_index));
     }
@@ -248,8 +248,8 @@ absl::Status CrossCheckModel(const GpuModel& catalog, const GpuModel& reported) 
                            "}, the catalog at {", StrJoin(p.starts, ","), "}"));
     }
     if (p.max_count != r.max_count) {
-      return differ(StrCat(who, "NVML allows ", r.max_count, " instances, the catalog ",
-                           p.max_count));
+      return differ(
+          StrCat(who, "NVML allows ", r.max_count, " instances, the catalog ", p.max_count));
     }
   }
   return absl::OkStatus();

@@ -6,8 +6,8 @@
 namespace prism::mig {
 namespace {
 
-using ::testing::HasSubstr;
 using nlohmann::json;
+using ::testing::HasSubstr;
 
 TEST(ModelFactsTest, EveryCatalogModelRoundTripsAndPassesItsOwnCrossCheck) {
   for (const GpuModel& m : Catalog()) {

@@ -91,39 +91,63 @@ std::vector<Row> Hopper(const HopperFacts& f) {
   };
 }
 
-const HopperFacts kH100_80{{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me",
-                            "1g.20gb"},
-                           9984, 20096, 40448, 81152,
-                           {16, 32, 60, 64, 132, 16, 26}};
-const HopperFacts kH100Pcie80{{"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb",
-                               "1g.10gb+me", "1g.20gb"},
-                              9984, 20096, 40448, 81152,
-                              {14, 30, 46, 62, 114, 14, 14}};
-const HopperFacts kH100Nvl{{"1g.12gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb", "1g.12gb+me",
-                            "1g.24gb"},
-                           11008, 22144, 47488, 95360,
-                           {16, 32, 60, 64, 132, 16, 26}};
-const HopperFacts kH100_96{{"1g.12gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb", "1g.12gb+me",
-                            "1g.24gb"},
-                           11136, 22784, 47744, 95744,
-                           {16, 32, 60, 64, 132, 16, 26}};
+const HopperFacts kH100_80{
+    {"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me", "1g.20gb"},
+    9984,
+    20096,
+    40448,
+    81152,
+    {16, 32, 60, 64, 132, 16, 26}};
+const HopperFacts kH100Pcie80{
+    {"1g.10gb", "2g.20gb", "3g.40gb", "4g.40gb", "7g.80gb", "1g.10gb+me", "1g.20gb"},
+    9984,
+    20096,
+    40448,
+    81152,
+    {14, 30, 46, 62, 114, 14, 14}};
+const HopperFacts kH100Nvl{
+    {"1g.12gb", "2g.24gb", "3g.47gb", "4g.47gb", "7g.94gb", "1g.12gb+me", "1g.24gb"},
+    11008,
+    22144,
+    47488,
+    95360,
+    {16, 32, 60, 64, 132, 16, 26}};
+const HopperFacts kH100_96{
+    {"1g.12gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb", "1g.12gb+me", "1g.24gb"},
+    11136,
+    22784,
+    47744,
+    95744,
+    {16, 32, 60, 64, 132, 16, 26}};
 // H20 (78 SMs) and PG506 (108 SMs): the H100-96GB's memory; SMs pro rata (UNVERIFIED).
-const HopperFacts kH20{{"1g.12gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb", "1g.12gb+me",
-                        "1g.24gb"},
-                       11136, 22784, 47744, 95744,
-                       {9, 18, 35, 37, 78, 9, 15}};
-const HopperFacts kPg506{{"1g.12gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb", "1g.12gb+me",
-                          "1g.24gb"},
-                         11136, 22784, 47744, 95744,
-                         {13, 26, 49, 52, 108, 13, 21}};
-const HopperFacts kH200{{"1g.18gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb", "1g.18gb+me",
-                         "1g.35gb"},
-                        16384, 33024, 71168, 143104,
-                        {16, 32, 60, 64, 132, 16, 26}};
-const HopperFacts kGh200_144{{"1g.18gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb",
-                              "1g.18gb+me", "1g.36gb"},
-                             17920, 36096, 72704, 145664,
-                             {16, 32, 60, 64, 132, 16, 26}};
+const HopperFacts kH20{
+    {"1g.12gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb", "1g.12gb+me", "1g.24gb"},
+    11136,
+    22784,
+    47744,
+    95744,
+    {9, 18, 35, 37, 78, 9, 15}};
+const HopperFacts kPg506{
+    {"1g.12gb", "2g.24gb", "3g.48gb", "4g.48gb", "7g.96gb", "1g.12gb+me", "1g.24gb"},
+    11136,
+    22784,
+    47744,
+    95744,
+    {13, 26, 49, 52, 108, 13, 21}};
+const HopperFacts kH200{
+    {"1g.18gb", "2g.35gb", "3g.71gb", "4g.71gb", "7g.141gb", "1g.18gb+me", "1g.35gb"},
+    16384,
+    33024,
+    71168,
+    143104,
+    {16, 32, 60, 64, 132, 16, 26}};
+const HopperFacts kGh200_144{
+    {"1g.18gb", "2g.36gb", "3g.72gb", "4g.72gb", "7g.144gb", "1g.18gb+me", "1g.36gb"},
+    17920,
+    36096,
+    72704,
+    145664,
+    {16, 32, 60, 64, 132, 16, 26}};
 
 // Blackwell data-center parts: the guide's B200 table (copy engines 2/3/6/8/16... as -lgip shows:
 // 2g has 4) with one NVDEC and one JPEG per 1g; 7g owns the OFA.
@@ -146,23 +170,35 @@ std::vector<Row> Blackwell(const BlackwellFacts& f) {
 }
 
 // B200: 1g and 2g from the later -lgip (20.50 / 44.25 GiB, mig-parted #187).
-const BlackwellFacts kB200{{"1g.23gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb", "1g.23gb+me",
-                            "1g.45gb"},
-                           20992, 45312, 90624, 181248,
-                           {18, 36, 60, 72, 144, 18, 30}};
+const BlackwellFacts kB200{
+    {"1g.23gb", "2g.45gb", "3g.90gb", "4g.90gb", "7g.180gb", "1g.23gb+me", "1g.45gb"},
+    20992,
+    45312,
+    90624,
+    181248,
+    {18, 36, 60, 72, 144, 18, 30}};
 // GB200 HGX: 1g (22.00 GiB, 18 SMs), 1g double and 2g (45.50 GiB, 32 / 38 SMs) from -lgip.
-const BlackwellFacts kGb200{{"1g.23gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb",
-                             "1g.23gb+me", "1g.47gb"},
-                            22528, 46592, 93184, 186368,
-                            {18, 38, 54, 72, 152, 18, 32}};
-const BlackwellFacts kB300{{"1g.34gb", "2g.67gb", "3g.135gb", "4g.135gb", "7g.269gb",
-                            "1g.34gb+me", "1g.67gb"},
-                           33792, 68608, 137216, 272384,
-                           {18, 36, 54, 72, 148, 18, 18}};
-const BlackwellFacts kGb300{{"1g.35gb", "2g.70gb", "3g.139gb", "4g.139gb", "7g.278gb",
-                             "1g.35gb+me", "1g.70gb"},
-                            34816, 70144, 140800, 281600,
-                            {18, 36, 54, 72, 148, 18, 18}};
+const BlackwellFacts kGb200{
+    {"1g.23gb", "2g.47gb", "3g.93gb", "4g.93gb", "7g.186gb", "1g.23gb+me", "1g.47gb"},
+    22528,
+    46592,
+    93184,
+    186368,
+    {18, 38, 54, 72, 152, 18, 32}};
+const BlackwellFacts kB300{
+    {"1g.34gb", "2g.67gb", "3g.135gb", "4g.135gb", "7g.269gb", "1g.34gb+me", "1g.67gb"},
+    33792,
+    68608,
+    137216,
+    272384,
+    {18, 36, 54, 72, 148, 18, 18}};
+const BlackwellFacts kGb300{
+    {"1g.35gb", "2g.70gb", "3g.139gb", "4g.139gb", "7g.278gb", "1g.35gb+me", "1g.70gb"},
+    34816,
+    70144,
+    140800,
+    281600,
+    {18, 36, 54, 72, 148, 18, 18}};
 
 // RTX PRO 6000 Blackwell Server Edition: 4 compute slices over 12 placement units.
 const std::vector<Row> kRtxPro6000 = {
@@ -279,9 +315,9 @@ uint8_t SimProfileAttrs(int nvml_index) {
     case 0x7:  // 1_SLICE_REV1
     case 0x8:  // 2_SLICE_REV1
       return mig::kAttrMediaExtensions;
-    case 0xA:  // 1_SLICE_GFX
-    case 0xB:  // 2_SLICE_GFX
-    case 0xC:  // 4_SLICE_GFX
+    case 0xA:   // 1_SLICE_GFX
+    case 0xB:   // 2_SLICE_GFX
+    case 0xC:   // 4_SLICE_GFX
     case 0x11:  // 3_SLICE_GFX
       return mig::kAttrGraphics;
     case 0xD:  // 1_SLICE_NO_ME
@@ -297,8 +333,8 @@ uint8_t SimProfileAttrs(int nvml_index) {
 
 absl::Status ParsePlacements(std::string_view text, std::vector<int>* starts, int* size) {
   auto bad = [&text](std::string_view why) {
-    return absl::InvalidArgumentError(StrCat("placements '", text, "': ", why,
-                                             " (expected nvidia-smi's form, e.g. {0,2,4}:2)"));
+    return absl::InvalidArgumentError(
+        StrCat("placements '", text, "': ", why, " (expected nvidia-smi's form, e.g. {0,2,4}:2)"));
   };
   starts->clear();
   const size_t close = text.find('}');

@@ -62,9 +62,9 @@ struct SimProcess {
 };
 
 struct SimGpu {
-  std::string model;     // Simulated model's name, or any name for a GPU without MIG.
+  std::string model;      // Simulated model's name, or any name for a GPU without MIG.
   SimModelPtr mig_model;  // NVML's tables of the model (sim_models.h); null when not MIG capable.
-  std::string name;                          // nvmlDeviceGetName.
+  std::string name;       // nvmlDeviceGetName.
   std::string uuid;
   std::string pci_bus_id;
   uint32_t pci_device_id = 0;
