@@ -526,9 +526,11 @@ INSTANTIATE_TEST_SUITE_P(
     FreshInstall, DeploySeedTest,
     ::testing::Values(
         // HAMi's default geometries name the A100: template mode.
-        NodeCase{"template", "gpus:\n  - model: A100-PCIE-40GB\n    mig: {enabled: true}\n", {}, {}},
+        NodeCase{
+            "template", "gpus:\n  - model: A100-PCIE-40GB\n    mig: {enabled: true}\n", {}, {}},
         // No knownMigGeometries entry names the H100 96GB: placement mode.
-        NodeCase{"placement", "gpus:\n  - model: H100-SXM5-96GB\n    mig: {enabled: true}\n", {}, {}},
+        NodeCase{
+            "placement", "gpus:\n  - model: H100-SXM5-96GB\n    mig: {enabled: true}\n", {}, {}},
         // Issue 17: a GPU Prism's catalog has never seen, known to the simulated NVML by its
         // tables alone; the extender builds its model from the node's inventory facts.
         NodeCase{"neverseen",

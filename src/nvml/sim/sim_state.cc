@@ -173,8 +173,8 @@ absl::Status Read(const YAML::Node& node, std::string_view key, std::string_view
   return absl::OkStatus();
 }
 
-absl::Status ParseGpu(const YAML::Node& node, int index, const std::vector<SimModelPtr>& file_models,
-                      SimGpu* gpu) {
+absl::Status ParseGpu(const YAML::Node& node, int index,
+                      const std::vector<SimModelPtr>& file_models, SimGpu* gpu) {
   const std::string where = StrCat("gpus[", index, "]");
   if (auto s = CheckKeys(node, where,
                          {"model", "name", "uuid", "pci_bus_id", "memory_mib", "mig",
@@ -196,14 +196,13 @@ absl::Status ParseGpu(const YAML::Node& node, int index, const std::vector<SimMo
   } else {
     gpu->name = StrCat("NVIDIA ", gpu->model);
     if (!node["memory_mib"]) {
-      return Bad(where, StrCat("model '", gpu->model,
-                               "' is neither a MIG-capable model the simulator knows (",
-                               StrJoin(BuiltinSimModels(), ", ",
-                                       [](std::string* out, const SimModelPtr& m) {
-                                         out->append(m->name);
-                                       }),
-                               ") nor one of the file's 'models'; give memory_mib to simulate a "
-                               "GPU without MIG"));
+      return Bad(
+          where,
+          StrCat("model '", gpu->model, "' is neither a MIG-capable model the simulator knows (",
+                 StrJoin(BuiltinSimModels(), ", ",
+                         [](std::string* out, const SimModelPtr& m) { out->append(m->name); }),
+                 ") nor one of the file's 'models'; give memory_mib to simulate a "
+                 "GPU without MIG"));
     }
   }
   RETURN_IF_ERROR(Read(node, "name", where, &gpu->name));
@@ -248,9 +247,9 @@ absl::Status ParseGpu(const YAML::Node& node, int index, const std::vector<SimMo
       RETURN_IF_ERROR(Read(g, "start", gw, &gi.start));
       if (gi.start < 0) return Bad(gw, "missing 'start'");
       if (!prof.IsLegalStart(gi.start)) {
-        return Bad(gw, StrCat("illegal MIG layout: ", prof.Name(), " cannot start at ", gi.start,
-                              " (placements ", FormatPlacements(prof.starts, prof.memory_slices),
-                              ")"));
+        return Bad(gw,
+                   StrCat("illegal MIG layout: ", prof.Name(), " cannot start at ", gi.start,
+                          " (placements ", FormatPlacements(prof.starts, prof.memory_slices), ")"));
       }
       if (std::string why = WhyNoFit(*gpu->mig_model, gpu->gpu_instances, prof, gi.start);
           !why.empty()) {
@@ -350,8 +349,9 @@ absl::StatusOr<SimModelPtr> ParseModel(const YAML::Node& node, size_t index) {
   } else if (arch == "blackwell") {
     m.architecture = mig::Architecture::kBlackwell;
   } else {
-    return Bad(where, StrCat("'architecture' is '", arch,
-                             "'; one of ampere (mode changes wait for a reset), hopper, blackwell"));
+    return Bad(where,
+               StrCat("'architecture' is '", arch,
+                      "'; one of ampere (mode changes wait for a reset), hopper, blackwell"));
   }
   const YAML::Node profiles = node["profiles"];
   if (!profiles || !profiles.IsSequence() || profiles.size() == 0) {
@@ -403,22 +403,22 @@ void EmitModel(YAML::Emitter& out, const mig::GpuModel& m) {
     std::snprintf(pci, sizeof(pci), "0x%08X", m.pci_device_id);
     out << YAML::Key << "pci_device_id" << YAML::Value << pci;
   }
-  out << YAML::Key << "memory_mib" << YAML::Value << m.memory_mib << YAML::Key
-      << "multiprocessors" << YAML::Value << m.multiprocessors << YAML::Key << "architecture"
-      << YAML::Value << std::string(mig::ArchitectureName(m.architecture)) << YAML::Key
-      << "profiles" << YAML::Value << YAML::BeginSeq;
+  out << YAML::Key << "memory_mib" << YAML::Value << m.memory_mib << YAML::Key << "multiprocessors"
+      << YAML::Value << m.multiprocessors << YAML::Key << "architecture" << YAML::Value
+      << std::string(mig::ArchitectureName(m.architecture)) << YAML::Key << "profiles"
+      << YAML::Value << YAML::BeginSeq;
   for (const mig::GpuInstanceProfile& p : m.profiles) {
     out << YAML::Flow << YAML::BeginMap << YAML::Key << "index" << YAML::Value << p.nvml_index
         << YAML::Key << "id" << YAML::Value << p.id << YAML::Key << "slices" << YAML::Value
         << p.compute_slices << YAML::Key << "placements" << YAML::Value
-        << FormatPlacements(p.starts, p.memory_slices) << YAML::Key << "memory_mib"
-        << YAML::Value << p.memory_mib << YAML::Key << "multiprocessors" << YAML::Value
-        << p.multiprocessors << YAML::Key << "engines" << YAML::Value << YAML::BeginMap
-        << YAML::Key << "copy" << YAML::Value << p.engines.copy << YAML::Key << "decoder"
-        << YAML::Value << p.engines.decoder << YAML::Key << "encoder" << YAML::Value
-        << p.engines.encoder << YAML::Key << "jpeg" << YAML::Value << p.engines.jpeg << YAML::Key
-        << "ofa" << YAML::Value << p.engines.ofa << YAML::EndMap << YAML::Key << "max"
-        << YAML::Value << p.max_count << YAML::EndMap;
+        << FormatPlacements(p.starts, p.memory_slices) << YAML::Key << "memory_mib" << YAML::Value
+        << p.memory_mib << YAML::Key << "multiprocessors" << YAML::Value << p.multiprocessors
+        << YAML::Key << "engines" << YAML::Value << YAML::BeginMap << YAML::Key << "copy"
+        << YAML::Value << p.engines.copy << YAML::Key << "decoder" << YAML::Value
+        << p.engines.decoder << YAML::Key << "encoder" << YAML::Value << p.engines.encoder
+        << YAML::Key << "jpeg" << YAML::Value << p.engines.jpeg << YAML::Key << "ofa" << YAML::Value
+        << p.engines.ofa << YAML::EndMap << YAML::Key << "max" << YAML::Value << p.max_count
+        << YAML::EndMap;
   }
   out << YAML::EndSeq << YAML::EndMap;
 }
