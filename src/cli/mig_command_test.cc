@@ -82,6 +82,41 @@ TEST_F(MigCommandTest, WorksThroughTheRealDlopenBackendToo) {
   EXPECT_THAT(exported.out, HasSubstr("\"1g.10gb\": 4"));
 }
 
+// Issue 17: the GPUs NVIDIA's default config names that Prism's catalog lacked (this failed with
+// "model … is not a MIG-capable model Prism knows"), through both NVML backends: the simulator
+// and the real dlopen backend over the fake libnvidia-ml (names derived from NVML's tables).
+TEST_F(MigCommandTest, AllBalancedOnTheBlackwellPartsAndTheH20) {
+  const std::string lib = std::string(PRISM_BINARY_DIR) + "/fake-nvml/libnvidia-ml.so.1";
+  for (const std::string& nvml : {std::string(), "nvml:" + lib}) {
+    SCOPED_TRACE(nvml.empty() ? "sim" : nvml);
+    Write("gpus.yaml",
+          "gpus:\n  - model: GB200-186GB\n  - model: B300-269GB\n  - model: GB300-278GB\n"
+          "  - model: RTX-PRO-6000-96GB\n  - model: H20-96GB\n");
+    Result apply = Run("mig apply -c all-balanced", nvml);
+    EXPECT_EQ(apply.exit_code, 0) << apply.err;
+    EXPECT_EQ(apply.out, "MIG configuration applied successfully\n");
+    Result assert_ok = Run("mig assert -c all-balanced", nvml);
+    EXPECT_EQ(assert_ok.exit_code, 0) << assert_ok.err;
+    Result status = Run("mig status", nvml);
+    for (const char* layout : {"layout: 1g.23gb@0 1g.23gb@1 2g.47gb@2 3g.93gb@4",
+                               "layout: 1g.34gb@0 1g.34gb@1 2g.67gb@2 3g.135gb@4",
+                               "layout: 1g.35gb@0 1g.35gb@1 2g.70gb@2 3g.139gb@4",
+                               "layout: 1g.24gb@0 1g.24gb@3 2g.48gb@6",
+                               "layout: 1g.12gb@0 1g.12gb@1 2g.24gb@2 3g.48gb@4"}) {
+      EXPECT_THAT(status.out, HasSubstr(layout)) << status.out;
+    }
+    // The new profile kinds by NVIDIA's names.
+    Write("gpus.yaml", "gpus:\n  - model: RTX-PRO-6000-96GB\n");
+    Result me_all = Run("mig apply -c all-1g.24gb.me.all", nvml);
+    EXPECT_EQ(me_all.exit_code, 0) << me_all.err;
+    Result exported = Run("mig export", nvml);
+    EXPECT_THAT(exported.out, HasSubstr("1g.24gb+me.all")) << exported.out;
+    Result gfx = Run("mig apply -c all-2g.48gb.gfx", nvml);
+    EXPECT_EQ(gfx.exit_code, 0) << gfx.err;
+    EXPECT_THAT(Run("mig status", nvml).out, HasSubstr("layout: 2g.48gb+gfx@0 2g.48gb+gfx@6"));
+  }
+}
+
 TEST_F(MigCommandTest, BadInputIsOneErrorLineAndChangesNothing) {
   const std::string before = Read("gpus.yaml");
   Write("bad.yaml", "version: v1\nmig-configs: [oops");

@@ -45,6 +45,8 @@ TEST(DeviceConfigYamlTest, EveryCatalogModelGetsItsOwnGeometriesFromTheDefaults)
       {"H100-PCIE-80GB", "1g.10gb"},  {"H100-NVL-94GB", "1g.12gb"},
       {"GH200-96GB", "1g.12gb"},      {"H200-SXM5-141GB", "1g.18gb"},
       {"H200-NVL-141GB", "1g.18gb"},  {"B200-180GB", "1g.23gb"},
+      // HAMi's entry names "H20" (issue 17 added the H20 to the catalog).
+      {"H20-96GB", "1g.12gb"},
   };
   for (const mig::GpuModel& model : mig::Catalog()) {
     SCOPED_TRACE(model.name);

@@ -7,6 +7,7 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "core/mig/gpu_model.h"
+#include "core/mig/model_facts.h"
 #include "nvml/gpu_state.h"
 
 namespace prism::deviceplugin {
@@ -29,6 +30,8 @@ absl::StatusOr<InventoryGpu> ReadGpu(nvml::Nvml& nvml, const nvml::GpuInfo& info
   gpu.mig_pending = state.mode.ResetPending();
   for (const mig::GpuInstanceProfile& p : state.model.profiles)
     gpu.mig_profiles.push_back(p.Name());
+  // What NVML reports (ModelForGpu: live values win over the catalog's).
+  if (!state.model.profiles.empty()) gpu.mig_facts = mig::ModelFactsToJson(state.model);
   for (const mig::Instance& inst : state.layout) {
     gpu.instances.push_back(
         InventoryInstance{state.model.profiles[inst.profile].Name(), inst.start, inst.busy});
@@ -37,6 +40,34 @@ absl::StatusOr<InventoryGpu> ReadGpu(nvml::Nvml& nvml, const nvml::GpuInfo& info
       gpu.instances.begin(), gpu.instances.end(),
       [](const InventoryInstance& a, const InventoryInstance& b) { return a.start < b.start; });
   return gpu;
+}
+
+// Decodes a GPU's `mig.model` facts (if any): cross-checks them against the catalog entry the
+// GPU names, or registers the model they describe and names the GPU after it.
+absl::Status ResolveMigModel(const json& mig_json, InventoryGpu* g) {
+  if (!mig_json.contains("model")) return absl::OkStatus();
+  g->mig_facts = mig_json.at("model");
+  const std::string where = StrCat(kInventoryAnnotation, ": GPU ", g->index, " mig.model");
+  absl::StatusOr<mig::GpuModel> reported = mig::ModelFactsFromJson(g->mig_facts, g->model, where);
+  const mig::GpuModel* catalog = mig::FindCatalogModel(g->model);
+  if (catalog != nullptr) {
+    // Facts of a newer format than this build reads: the catalog entry stands.
+    if (reported.status().code() == absl::StatusCode::kFailedPrecondition) return absl::OkStatus();
+    if (!reported.ok()) return reported.status();
+    if (absl::Status s = mig::CrossCheckModel(*catalog, *reported); !s.ok()) {
+      return absl::InvalidArgumentError(
+          StrCat(kInventoryAnnotation, ": GPU ", g->index, " (", g->model, "): ", s.message()));
+    }
+    return absl::OkStatus();
+  }
+  if (!reported.ok()) return reported.status();
+  absl::StatusOr<const mig::GpuModel*> known = mig::InternReportedModel(*std::move(reported));
+  if (!known.ok()) {
+    return absl::InvalidArgumentError(
+        StrCat(kInventoryAnnotation, ": GPU ", g->index, ": ", known.status().message()));
+  }
+  g->model = (*known)->name;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -74,6 +105,7 @@ std::string EncodeInventory(const NodeInventory& inventory) {
                        {"pendingReset", g.mig_pending},
                        {"profiles", g.mig_profiles},
                        {"instances", std::move(instances)}};
+      if (!g.mig_facts.is_null()) gj["mig"]["model"] = g.mig_facts;
     }
     gpus.push_back(std::move(gj));
   }
@@ -125,6 +157,7 @@ absl::StatusOr<NodeInventory> DecodeInventory(std::string_view text) {
                                                   ij.value("inUse", false)});
         }
       }
+      if (g.mig_capable) RETURN_IF_ERROR(ResolveMigModel(gj.at("mig"), &g));
       if (g.mode == sched::GpuMode::kMig && !g.mig_capable) {
         return absl::InvalidArgumentError(StrCat(kInventoryAnnotation, ": GPU ", g.index,
                                                  " is in mig mode without a mig section"));
@@ -143,6 +176,15 @@ std::vector<sched::GpuSpec> ToGpuSpecs(const NodeInventory& inventory) {
     sched::GpuSpec spec;
     spec.uuid = g.uuid;
     spec.model = g.model;
+    if (g.mig_capable && !g.mig_facts.is_null() && mig::FindModel(g.model) == nullptr) {
+      // The agent's own inventory (never decoded): register the model NVML described.
+      absl::StatusOr<mig::GpuModel> reported =
+          mig::ModelFactsFromJson(g.mig_facts, g.model, "mig.model");
+      if (reported.ok()) {
+        absl::StatusOr<const mig::GpuModel*> known = mig::InternReportedModel(*std::move(reported));
+        if (known.ok()) spec.model = (*known)->name;
+      }
+    }
     spec.memory_mib = g.memory_mib;
     spec.mode = g.mode;
     spec.healthy = g.healthy && inventory.fault.empty();

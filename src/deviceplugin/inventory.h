@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 
 #include "core/sched/cluster.h"
 #include "core/sched/request.h"
@@ -46,7 +47,11 @@ struct InventoryGpu {
   // The node agent owns the MIG layout (prism.io/mig.mode, docs/mig-manager.md); false: static,
   // only its existing instances can be handed out.
   bool mig_dynamic = true;
-  std::vector<std::string> mig_profiles;     // GPU-instance profiles the GPU offers.
+  std::vector<std::string> mig_profiles;  // GPU-instance profiles the GPU offers.
+  // The model's facts as NVML reports them (core/mig/model_facts.h; null when none): the
+  // scheduler builds the model from them when the catalog lacks it, and cross-checks them
+  // against the catalog when it has it.
+  nlohmann::json mig_facts;
   std::vector<InventoryInstance> instances;  // Existing MIG instances, by start.
   friend bool operator==(const InventoryGpu&, const InventoryGpu&) = default;
 };
@@ -64,10 +69,16 @@ struct NodeInventory {
 absl::StatusOr<NodeInventory> ReadInventory(nvml::Nvml& nvml, int split_count);
 
 std::string EncodeInventory(const NodeInventory& inventory);
-// InvalidArgument naming the field for malformed text or an unsupported version.
+// InvalidArgument naming the field for malformed text or an unsupported version. A MIG GPU's
+// model facts are decoded too: for a model the catalog lacks, the model is registered
+// (mig::InternReportedModel) and `model` becomes its registered name; for a catalog model a
+// disagreement with the catalog is an error naming the GPU and the difference (the node is
+// unusable until it is resolved, never silently scheduled on the wrong table).
 absl::StatusOr<NodeInventory> DecodeInventory(std::string_view text);
 
-// The GPUs as the placement engine's input (sched::NodeSpec::gpus).
+// The GPUs as the placement engine's input (sched::NodeSpec::gpus). A MIG GPU the catalog does
+// not know is given the model registered from its facts (the node agent's own view, which is
+// not decoded).
 std::vector<sched::GpuSpec> ToGpuSpecs(const NodeInventory& inventory);
 
 }  // namespace prism::deviceplugin

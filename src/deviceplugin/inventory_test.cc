@@ -3,6 +3,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
+#include "core/mig/model_facts.h"
 #include "deviceplugin/test_util.h"
 #include "nvml/sim_nvml.h"
 
@@ -100,6 +101,80 @@ TEST(InventoryTest, DecodeNamesWhatIsWrong) {
               HasSubstr("unknown mode 'mps'"));
   EXPECT_THAT(DecodeInventory(R"({"version":1,"gpus":[{"index":0}]})").status().message(),
               HasSubstr("prism.io/gpu-inventory"));
+}
+
+// Issue 17: a GPU Prism's catalog does not know, described to the simulated NVML by its tables
+// alone (docs/nvml-simulator.md).
+constexpr char kNeverSeenNode[] = R"(models:
+  - name: X300-200GB
+    product: NVIDIA X300
+    pci_device_id: 0x40AA10DE
+    memory_mib: 204800
+    multiprocessors: 160
+    architecture: blackwell
+    profiles:
+      - {index: 0, id: 19, slices: 1, placements: "{0,1,2,3,4,5,6}:1", memory_mib: 25088, multiprocessors: 20, engines: {copy: 2, decoder: 1, jpeg: 1}, max: 7}
+      - {index: 1, id: 14, slices: 2, placements: "{0,2,4}:2", memory_mib: 50176, multiprocessors: 40, max: 3}
+      - {index: 2, id: 9, slices: 3, placements: "{0,4}:4", memory_mib: 100352, multiprocessors: 60, max: 2}
+      - {index: 4, id: 0, slices: 7, placements: "{0}:8", memory_mib: 202752, multiprocessors: 140, max: 1}
+      - {index: 0xD, id: 67, slices: 1, placements: "{0,1,2,3,4,5,6}:1", memory_mib: 25088, max: 7}
+gpus:
+  - model: X300-200GB
+    mig: {enabled: true}
+    gpu_instances: [{profile: 3g.100gb, start: 4}]
+)";
+
+TEST(InventoryTest, CarriesModelFactsAndTheSchedulerBuildsAnUnknownModelFromThem) {
+  const auto dir = testing::TestDir();
+  nvml::SimNvml nvml(testing::WriteFile(dir / "gpus.yaml", kNeverSeenNode));
+  auto inv = ReadInventory(nvml, 10);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  ASSERT_EQ(inv->gpus.size(), 1u);
+  EXPECT_EQ(inv->gpus[0].model, "NVIDIA X300");  // Not a catalog name: the product.
+  const std::string text = EncodeInventory(*inv);
+  // NVML gives no architecture: an unknown model reads as Hopper (mode changes judged by the
+  // pending state, gpu_state.h).
+  EXPECT_THAT(text, HasSubstr(R"("model":{"arch":"hopper","memMiB":204800,)"));
+  EXPECT_THAT(text, HasSubstr(R"([13,67,1,1,25088,0,[0,0,0,0,0],7,[0,1,2,3,4,5,6]])"));
+  auto decoded = DecodeInventory(text);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  const std::string& registered = decoded->gpus[0].model;
+  const mig::GpuModel* model = mig::FindModel(registered);
+  ASSERT_NE(model, nullptr);
+  EXPECT_EQ(mig::FindCatalogModel(registered), nullptr);
+  std::vector<std::string> names;
+  for (const auto& p : model->profiles) names.push_back(p.Name());
+  EXPECT_THAT(names, ElementsAre("1g.25gb", "2g.50gb", "3g.100gb", "7g.200gb", "1g.25gb-me"));
+  EXPECT_EQ(model->profiles[2].starts, (std::vector<int>{0, 4}));
+  // The scheduler's input resolves to it, instances included.
+  auto specs = ToGpuSpecs(*decoded);
+  ASSERT_EQ(specs.size(), 1u);
+  EXPECT_EQ(specs[0].model, registered);
+  ASSERT_EQ(specs[0].instances.size(), 1u);
+  EXPECT_EQ(specs[0].instances[0].profile, "3g.100gb");
+  // The node agent's own (undecoded) view resolves too.
+  EXPECT_EQ(mig::FindModel(ToGpuSpecs(*inv)[0].model), model);
+}
+
+TEST(InventoryTest, FactsThatDisagreeWithTheCatalogMakeTheNodeUnusable) {
+  const auto dir = testing::TestDir();
+  nvml::SimNvml nvml(testing::WriteFile(dir / "gpus.yaml", kMixedNode));
+  auto inv = ReadInventory(nvml, 10);
+  ASSERT_TRUE(inv.ok());
+  ASSERT_FALSE(inv->gpus[0].mig_facts.is_null());
+  EXPECT_TRUE(DecodeInventory(EncodeInventory(*inv)).ok());  // The simulator agrees.
+  inv->gpus[0].mig_facts["profiles"][0][7] = 4;              // NVML: 1g.5gb x4 only.
+  auto decoded = DecodeInventory(EncodeInventory(*inv));
+  ASSERT_FALSE(decoded.ok());
+  EXPECT_THAT(decoded.status().message(),
+              HasSubstr("GPU 0 (A100-SXM4-40GB): NVML's MIG facts disagree with Prism's catalog "
+                        "entry A100-SXM4-40GB: profile ID 19: NVML allows 4 instances"));
+  inv->gpus[0].mig_facts["profiles"][0][8] = "everywhere";
+  EXPECT_THAT(DecodeInventory(EncodeInventory(*inv)).status().message(),
+              HasSubstr("GPU 0 mig.model.profiles[0][8] (starts): must list 1-32"));
+  // Facts of a newer format: the catalog entry stands for a model it has.
+  inv->gpus[0].mig_facts["v"] = 2;
+  EXPECT_TRUE(DecodeInventory(EncodeInventory(*inv)).ok());
 }
 
 }  // namespace

@@ -383,3 +383,114 @@ TEST_F(MigPartedTest, ApplyThenAssertAgreeOnGpusNoSpecSelects) {
 
 }  // namespace
 }  // namespace prism::migparted
+
+namespace prism::migparted {
+namespace {
+
+// Issue 17: on each GPU Prism's catalog lacked (GB200, B300, GB300, RTX PRO 6000 Blackwell, H20),
+// every config of NVIDIA's default file that targets the GPU applies with exactly the counts it
+// asks for, and asserts afterwards. A config targets a GPU when its last spec selecting the GPU
+// asks for MIG off, or only for profiles the GPU has (a `devices: all` config of another GPU's
+// profiles is refused up front, as mig-parted's would fail).
+class DefaultConfigPerModelTest : public MigPartedTest,
+                                  public ::testing::WithParamInterface<const char*> {};
+
+struct ModelExpectation {
+  const char* model;
+  std::vector<std::string> targeted;  // Configs of the default file that target it.
+  std::string balanced;               // all-balanced's layout.
+};
+
+const ModelExpectation& Expectation(const std::string& model) {
+  static const auto* all = new std::vector<ModelExpectation>{
+      {"GB200-186GB",
+       {"all-disabled", "all-enabled", "all-1g.23gb", "all-1g.23gb.me", "all-1g.47gb",
+        "all-2g.47gb", "all-3g.93gb", "all-4g.93gb", "all-7g.186gb", "all-balanced"},
+       "1g.23gb@0 1g.23gb@1 2g.47gb@2 3g.93gb@4"},
+      {"B300-269GB",
+       {"all-disabled", "all-enabled", "all-balanced", "all-1g.34gb", "all-1g.34gb.me",
+        "all-1g.67gb", "all-2g.67gb", "all-3g.135gb", "all-4g.135gb", "all-7g.269gb"},
+       "1g.34gb@0 1g.34gb@1 2g.67gb@2 3g.135gb@4"},
+      {"GB300-278GB",
+       {"all-disabled", "all-enabled", "all-balanced", "all-1g.35gb", "all-1g.35gb.me",
+        "all-1g.70gb", "all-2g.70gb", "all-3g.139gb", "all-4g.139gb", "all-7g.278gb"},
+       "1g.35gb@0 1g.35gb@1 2g.70gb@2 3g.139gb@4"},
+      {"RTX-PRO-6000-96GB",
+       {"all-disabled", "all-enabled", "all-1g.24gb.gfx", "all-1g.24gb.me.all", "all-1g.24gb-me",
+        "all-2g.48gb", "all-2g.48gb.gfx", "all-2g.48gb.me.all", "all-2g.48gb-me", "all-4g.96gb",
+        "all-4g.96gb.gfx", "all-1g.24gb.me", "all-1g.24gb", "all-balanced"},
+       "1g.24gb@0 1g.24gb@3 2g.48gb@6"},
+      {"H20-96GB",
+       {"all-disabled", "all-enabled", "all-1g.12gb", "all-1g.12gb.me", "all-1g.24gb",
+        "all-2g.24gb", "all-3g.48gb", "all-4g.48gb", "all-7g.96gb", "all-balanced"},
+       "1g.12gb@0 1g.12gb@1 2g.24gb@2 3g.48gb@4"},
+  };
+  for (const ModelExpectation& e : *all) {
+    if (e.model == model) return e;
+  }
+  ADD_FAILURE() << "no expectation for " << model;
+  return all->front();
+}
+
+TEST_P(DefaultConfigPerModelTest, EveryConfigTargetingTheGpuGivesExactlyItsLayout) {
+  const std::string model_name = GetParam();
+  const ModelExpectation& expected = Expectation(model_name);
+  const mig::GpuModel* model = mig::FindModel(model_name);
+  ASSERT_NE(model, nullptr);
+  std::vector<std::string> targeted;
+  for (const std::string& name : defaults_.names) {
+    SCOPED_TRACE(name);
+    const std::vector<MigConfigSpec> specs = Config(name);
+    const MigConfigSpec* spec = nullptr;
+    for (const MigConfigSpec& s : specs) {
+      if (s.Applies(0, model->pci_device_id, 0)) spec = &s;
+    }
+    if (spec == nullptr) continue;
+    bool has_all = true;
+    for (const auto& [profile, count] : spec->mig_devices) {
+      has_all = has_all && model->FindProfile(profile) >= 0;
+    }
+    SetGpus("gpus: [{model: " + model_name + "}]\n");
+    const std::string before = FileText();
+    auto result = Apply(*nvml_, Config(name), {});
+    if (spec->mig_enabled && !has_all) {
+      EXPECT_EQ(result.status().code(), absl::StatusCode::kInvalidArgument) << result.status();
+      EXPECT_EQ(FileText(), before);
+      continue;
+    }
+    targeted.push_back(name);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_TRUE(Assert(*nvml_, Config(name), false).ok()) << Assert(*nvml_, Config(name), false);
+    auto gpus = nvml_->ListGpus();
+    ASSERT_TRUE(gpus.ok());
+    auto state = nvml::ReadGpuMigState(*nvml_, (*gpus)[0]);
+    ASSERT_TRUE(state.ok()) << state.status();
+    EXPECT_EQ(state->mode.current, spec->mig_enabled);
+    std::map<std::string, int> got;
+    for (const mig::Instance& inst : state->layout)
+      ++got[state->model.profiles[inst.profile].Name()];
+    std::map<std::string, int> want;
+    for (const auto& [profile, count] : spec->mig_devices) {
+      if (count > 0) want[profile] += count;
+    }
+    EXPECT_EQ(got, want) << mig::LayoutToString(state->model, state->layout);
+    if (name == "all-balanced") {
+      EXPECT_EQ(mig::LayoutToString(state->model, state->layout), expected.balanced);
+    }
+  }
+  EXPECT_EQ(targeted, expected.targeted);
+}
+
+INSTANTIATE_TEST_SUITE_P(NewModels, DefaultConfigPerModelTest,
+                         ::testing::Values("GB200-186GB", "B300-269GB", "GB300-278GB",
+                                           "RTX-PRO-6000-96GB", "H20-96GB"),
+                         [](const ::testing::TestParamInfo<const char*>& param_info) {
+                           std::string name = param_info.param;
+                           for (char& c : name) {
+                             if (c == '-') c = '_';
+                           }
+                           return name;
+                         });
+
+}  // namespace
+}  // namespace prism::migparted

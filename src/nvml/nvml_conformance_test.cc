@@ -112,27 +112,35 @@ TEST_P(NvmlConformanceTest, MigModeIsPendingOnAmpereUntilReset) {
   }
 }
 
-TEST_P(NvmlConformanceTest, ProfilesMatchTheCatalog) {
+// The simulator's NVML tables are written from NVIDIA's guide and nvidia-smi transcripts
+// (nvml/sim/sim_models.cc), the catalog separately (core/mig/gpu_model.cc): the two check each
+// other here, through both NVML front ends.
+TEST_P(NvmlConformanceTest, ProfilesAndTheCatalogCheckEachOther) {
   auto profiles = nvml_->ListGpuInstanceProfiles(1);
   ASSERT_TRUE(profiles.ok()) << profiles.status();
   const mig::GpuModel* h100 = mig::FindModel("H100-SXM5-80GB");
   ASSERT_EQ(profiles->size(), h100->profiles.size());
-  for (size_t i = 0; i < profiles->size(); ++i) {
-    const auto& live = (*profiles)[i];
-    const auto& table = h100->profiles[i];
+  for (const GpuInstanceProfileInfo& live : *profiles) {
+    const int t = h100->FindProfileById(live.id);
+    ASSERT_GE(t, 0) << "profile ID " << live.id << " is not in the catalog";
+    const mig::GpuInstanceProfile& table = h100->profiles[t];
+    SCOPED_TRACE(table.Name());
     EXPECT_EQ(live.index, table.nvml_index);
-    EXPECT_EQ(live.id, table.id);
-    EXPECT_EQ(live.memory_mib, table.memory_mib);
+    EXPECT_EQ(live.slice_count, table.compute_slices);
+    EXPECT_EQ(live.memory_mib, table.memory_mib);  // Both from the same GFD / -lgip values.
+    EXPECT_EQ(live.multiprocessors, table.multiprocessors);
     EXPECT_EQ(live.placement_starts, table.starts);
     EXPECT_EQ(live.placement_size, table.memory_slices);
     EXPECT_EQ(live.instance_count, table.max_count);
   }
-  // ModelForGpu rebuilds the same model from live values, names included.
+  // ModelForGpu derives the same names from live memory with the driver's formula.
   auto gpus = nvml_->ListGpus();
   auto model = ModelForGpu(*nvml_, (*gpus)[1]);
   ASSERT_TRUE(model.ok()) << model.status();
-  for (size_t i = 0; i < model->profiles.size(); ++i) {
-    EXPECT_EQ(model->profiles[i].Name(), h100->profiles[i].Name());
+  for (const mig::GpuInstanceProfile& p : model->profiles) {
+    const int t = h100->FindProfileById(p.id);
+    ASSERT_GE(t, 0);
+    EXPECT_EQ(p.Name(), h100->profiles[t].Name());
   }
   EXPECT_EQ(model->compute_slices, 7);
   EXPECT_EQ(model->memory_slices, 8);

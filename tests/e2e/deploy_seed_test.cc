@@ -9,7 +9,8 @@
 // The seed's example (HAMi's pod: 2 GPUs of 8000 MiB in MIG mode on an A100-PCIE-40GB) must run;
 // then both binaries are SIGKILLed and restarted with a process on the pod's instances, and the
 // next pod must be served without touching them. The same for a placement-mode GPU (a model with
-// no knownMigGeometries) and for a node the MIG manager owns (nvidia.com/mig.config).
+// no knownMigGeometries), for a GPU no catalog knows (only its NVML tables: issue 17) and for a
+// node the MIG manager owns (nvidia.com/mig.config).
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -525,9 +526,30 @@ INSTANTIATE_TEST_SUITE_P(
     FreshInstall, DeploySeedTest,
     ::testing::Values(
         // HAMi's default geometries name the A100: template mode.
-        NodeCase{"template", "gpus:\n  - model: A100-PCIE-40GB\n    mig: {enabled: true}\n", {}, {}},
+        NodeCase{
+            "template", "gpus:\n  - model: A100-PCIE-40GB\n    mig: {enabled: true}\n", {}, {}},
         // No knownMigGeometries entry names the H100 96GB: placement mode.
-        NodeCase{"placement", "gpus:\n  - model: H100-SXM5-96GB\n    mig: {enabled: true}\n", {}, {}},
+        NodeCase{
+            "placement", "gpus:\n  - model: H100-SXM5-96GB\n    mig: {enabled: true}\n", {}, {}},
+        // Issue 17: a GPU Prism's catalog has never seen, known to the simulated NVML by its
+        // tables alone; the extender builds its model from the node's inventory facts.
+        NodeCase{"neverseen",
+                 "models:\n"
+                 "  - name: X300-200GB\n"
+                 "    product: NVIDIA X300\n"
+                 "    pci_device_id: 0x40AA10DE\n"
+                 "    memory_mib: 204800\n"
+                 "    architecture: blackwell\n"
+                 "    profiles:\n"
+                 "      - {index: 0, id: 19, slices: 1, placements: \"{0,1,2,3,4,5,6}:1\", "
+                 "memory_mib: 25088, multiprocessors: 20, max: 7}\n"
+                 "      - {index: 1, id: 14, slices: 2, placements: \"{0,2,4}:2\", "
+                 "memory_mib: 50176, multiprocessors: 40, max: 3}\n"
+                 "      - {index: 4, id: 0, slices: 7, placements: \"{0}:8\", "
+                 "memory_mib: 202752, multiprocessors: 140, max: 1}\n"
+                 "gpus:\n  - model: X300-200GB\n    mig: {enabled: true}\n",
+                 {},
+                 {}},
         // The MIG manager's node: its layout (7 x 1g.5gb) is handed out as it is.
         NodeCase{"static",
                  "gpus:\n  - model: A100-PCIE-40GB\n    mig: {enabled: true}\n",

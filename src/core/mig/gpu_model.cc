@@ -7,6 +7,7 @@
 
 #include "base/check.h"
 #include "base/strings.h"
+#include "core/mig/model_facts.h"
 
 namespace prism::mig {
 namespace {
@@ -17,9 +18,16 @@ constexpr int kIdx2Slice = 1;
 constexpr int kIdx3Slice = 2;
 constexpr int kIdx4Slice = 3;
 constexpr int kIdx7Slice = 4;
-constexpr int kIdx1SliceRev1 = 7;  // +me
-constexpr int kIdx2SliceRev1 = 8;  // +me (A30)
-constexpr int kIdx1SliceRev2 = 9;  // 1 compute slice, double memory
+constexpr int kIdx1SliceRev1 = 7;      // +me
+constexpr int kIdx2SliceRev1 = 8;      // +me (A30)
+constexpr int kIdx1SliceRev2 = 9;      // 1 compute slice, double memory
+constexpr int kIdx1SliceGfx = 0xA;     // +gfx
+constexpr int kIdx2SliceGfx = 0xB;     // +gfx
+constexpr int kIdx4SliceGfx = 0xC;     // +gfx
+constexpr int kIdx1SliceNoMe = 0xD;    // -me
+constexpr int kIdx2SliceNoMe = 0xE;    // -me
+constexpr int kIdx1SliceAllMe = 0xF;   // +me.all
+constexpr int kIdx2SliceAllMe = 0x10;  // +me.all
 
 // Per-profile facts that vary by model; the lattice (index, ID, slices, starts,
 // max count) is shared by every 8-memory-slice part (mig.md §2.1).
@@ -189,6 +197,15 @@ Lattice8Facts H200Facts() {
           {143104, 132, kH100_7g, "engines"}};
 }
 
+// `f` for a part with `sms` SMs instead of 132 (SM counts per profile are then UNVERIFIED:
+// the proportional share, as a 1/7 slice is "roughly one seventh" of the SMs).
+Lattice8Facts WithMultiprocessors(Lattice8Facts f, int sms) {
+  for (ProfileFacts* p : {&f.one, &f.one_me, &f.one_double, &f.two, &f.three, &f.four, &f.seven}) {
+    p->multiprocessors = p->multiprocessors * sms / 132;
+  }
+  return f;
+}
+
 Lattice8Facts Gh200_144Facts() {
   // mig-parted #139 gives 1g.18gb (17.50 GiB, 16 SMs) and 1g.36gb / 2g.36gb
   // (35.25 GiB, 26 / 32 SMs); the larger profiles are UNVERIFIED.
@@ -227,6 +244,98 @@ Lattice8Facts B200Facts() {
           {90624, 60, k3g, kUnverified},
           {90624, 72, k4g, kUnverified},
           {181248, 144, k7g, kUnverified}};
+}
+
+// GB200, B300 and GB300 (Blackwell, 8 memory slices). NVIDIA's MIG User Guide (R580) has no
+// table for them: the names are those of NVIDIA's default mig-parted config (its all-balanced
+// and all-<profile> entries for 0x294110DE, 0x318210DE, 0x31C210DE); the lattice (IDs,
+// placements, counts) is B200's. GB200's 1g/1g-double/2g memory and SMs are from the -lgip
+// transcripts in mig-parted #227 and gpu-operator #1303; everything else is UNVERIFIED and
+// chosen so the driver's formula gives the config's names.
+Lattice8Facts Gb200Facts() {
+  constexpr EngineCounts k1g{2, 1, 0, 1, 0};
+  constexpr EngineCounts k1gMe{2, 1, 0, 1, 1};
+  constexpr EngineCounts k2g{4, 2, 0, 2, 0};
+  constexpr EngineCounts k3g{6, 3, 0, 3, 0};
+  constexpr EngineCounts k4g{8, 4, 0, 4, 0};
+  constexpr EngineCounts k7g{16, 7, 0, 7, 1};
+  constexpr const char* kUnverified = "id,memory_mib,multiprocessors,engines,starts";
+  return {23,
+          47,
+          93,
+          186,
+          {22528, 18, k1g, "id,engines,starts"},
+          {22528, 18, k1gMe, "id,engines,starts"},
+          {46592, 32, k1g, "id,engines,starts"},
+          {46592, 38, k2g, "id,engines,starts"},
+          {93184, 54, k3g, kUnverified},
+          {93184, 72, k4g, kUnverified},
+          {186368, 152, k7g, kUnverified}};
+}
+
+Lattice8Facts B300Facts() {
+  constexpr EngineCounts k1g{2, 1, 0, 1, 0};
+  constexpr EngineCounts k1gMe{2, 1, 0, 1, 1};
+  constexpr EngineCounts k2g{4, 2, 0, 2, 0};
+  constexpr EngineCounts k3g{6, 3, 0, 3, 0};
+  constexpr EngineCounts k4g{8, 4, 0, 4, 0};
+  constexpr EngineCounts k7g{16, 7, 0, 7, 1};
+  constexpr const char* kUnverified = "id,memory_mib,multiprocessors,engines,starts";
+  return {34,
+          67,
+          135,
+          269,
+          {33792, 18, k1g, kUnverified},
+          {33792, 18, k1gMe, kUnverified},
+          {68608, 18, k1g, kUnverified},
+          {68608, 36, k2g, kUnverified},
+          {137216, 54, k3g, kUnverified},
+          {137216, 72, k4g, kUnverified},
+          {272384, 148, k7g, kUnverified}};
+}
+
+Lattice8Facts Gb300Facts() {
+  Lattice8Facts f = B300Facts();
+  f.memory_gb_1g = 35;
+  f.memory_gb_2m = 70;
+  f.memory_gb_4m = 139;
+  f.memory_gb_8m = 278;
+  f.one.memory_mib = f.one_me.memory_mib = 34816;
+  f.one_double.memory_mib = f.two.memory_mib = 70144;
+  f.three.memory_mib = f.four.memory_mib = 140800;
+  f.seven.memory_mib = 281600;
+  return f;
+}
+
+// RTX PRO 6000 Blackwell (GB202): 4 compute slices over 12 placement units (1g takes 3, 2g 6,
+// 4g all 12). Profiles, fractions, engines and counts: MIG User Guide R580, "RTX PRO 6000
+// Blackwell MIG Profiles" (Table 11). Profile IDs, MiB, SMs and placements: `nvidia-smi mig
+// -lgip` / `-lgipp` on the Server Edition, driver 610.43.02 (GCP container-engine-accelerators
+// #564, bigstack-oss/cubecos #312, a public walkthrough on an 8-GPU host).
+std::vector<GpuInstanceProfile> RtxPro6000Profiles() {
+  const ProfileFacts one{24192, 46, {1, 1, 1, 1, 0}};
+  const ProfileFacts one_me{24192, 46, {1, 1, 1, 1, 1}};
+  const ProfileFacts one_all{24192, 46, {1, 4, 4, 4, 1}};
+  const ProfileFacts one_none{24192, 46, {1, 0, 0, 0, 0}};
+  const ProfileFacts two{48512, 94, {2, 2, 2, 2, 0}};
+  const ProfileFacts two_all{48512, 94, {2, 4, 4, 4, 1}};
+  const ProfileFacts two_none{48512, 94, {2, 0, 0, 0, 0}};
+  const ProfileFacts four{97408, 188, {4, 4, 4, 4, 1}};
+  const std::vector<int> quarter{0, 3, 6, 9};
+  const std::vector<int> half{0, 6};
+  return {
+      MakeProfile(kIdx1Slice, 14, 1, 24, kAttrNone, 3, 4, quarter, one),
+      MakeProfile(kIdx2Slice, 5, 2, 48, kAttrNone, 6, 2, half, two),
+      MakeProfile(kIdx4Slice, 0, 4, 96, kAttrNone, 12, 1, {0}, four),
+      MakeProfile(kIdx1SliceRev1, 21, 1, 24, kAttrMediaExtensions, 3, 1, quarter, one_me),
+      MakeProfile(kIdx1SliceGfx, 47, 1, 24, kAttrGraphics, 3, 4, quarter, one),
+      MakeProfile(kIdx2SliceGfx, 35, 2, 48, kAttrGraphics, 6, 2, half, two),
+      MakeProfile(kIdx4SliceGfx, 32, 4, 96, kAttrGraphics, 12, 1, {0}, four),
+      MakeProfile(kIdx1SliceNoMe, 67, 1, 24, kAttrNoMediaExtensions, 3, 4, quarter, one_none),
+      MakeProfile(kIdx2SliceNoMe, 66, 2, 48, kAttrNoMediaExtensions, 6, 2, half, two_none),
+      MakeProfile(kIdx1SliceAllMe, 65, 1, 24, kAttrAllMediaExtensions, 3, 1, quarter, one_all),
+      MakeProfile(kIdx2SliceAllMe, 64, 2, 48, kAttrAllMediaExtensions, 6, 1, half, two_all),
+  };
 }
 
 std::vector<GpuInstanceProfile> A30Profiles() {
@@ -273,8 +382,10 @@ std::vector<GpuModel> BuildCatalog() {
   c.push_back(std::move(a30));
   c.push_back(MakeModel("A100-SXM4-40GB", {"A100-40GB", "A100-SXM4-40G"}, {"NVIDIA A100-SXM4-40GB"},
                         0x20B010DE, A::kAmpere, 40960, 108, Lattice8(A100_40Facts())));
-  c.push_back(MakeModel("A100-PCIE-40GB", {"A100-40GB-PCIe"}, {"NVIDIA A100-PCIE-40GB"}, 0x20F110DE,
-                        A::kAmpere, 40960, 108, Lattice8(A100_40Facts())));
+  GpuModel a100_pcie = MakeModel("A100-PCIE-40GB", {"A100-40GB-PCIe"}, {"NVIDIA A100-PCIE-40GB"},
+                                 0x20F110DE, A::kAmpere, 40960, 108, Lattice8(A100_40Facts()));
+  a100_pcie.other_pci_device_ids = {0x20B110DE};  // mig-parted's A100-40GB filter names both.
+  c.push_back(std::move(a100_pcie));
   c.push_back(MakeModel("A100-SXM4-80GB", {"A100-80GB"}, {"NVIDIA A100-SXM4-80GB"}, 0x20B210DE,
                         A::kAmpere, 81920, 108, Lattice8(A100_80Facts())));
   c.push_back(MakeModel("A100-PCIE-80GB", {"A100-80GB-PCIe"}, {"NVIDIA A100 80GB PCIe"}, 0x20B510DE,
@@ -302,6 +413,48 @@ std::vector<GpuModel> BuildCatalog() {
                         "memory_mib,product_names"));
   c.push_back(MakeModel("B200-180GB", {"B200"}, {"NVIDIA B200"}, 0x290110DE, A::kBlackwell, 183359,
                         148, Lattice8(B200Facts()), "memory_mib,starts"));
+  // The rest of the GPUs NVIDIA's default mig-parted config names (docs/mig.md, "Supported
+  // models"): siblings with the same MIG facts as a model above, and the newer parts.
+  c.push_back(MakeModel("A800-SXM4-80GB", {"A800-80GB"}, {"NVIDIA A800-SXM4-80GB"}, 0x20F310DE,
+                        A::kAmpere, 81920, 108, Lattice8(A100_80Facts()),
+                        "memory_mib,multiprocessors"));
+  c.push_back(MakeModel("A800-PCIE-80GB", {"A800-80GB-PCIe"}, {"NVIDIA A800 80GB PCIe"}, 0x20F510DE,
+                        A::kAmpere, 81920, 108, Lattice8(A100_80Facts()),
+                        "memory_mib,multiprocessors,product_names"));
+  c.push_back(MakeModel("A800-PCIE-40GB", {"A800-40GB"}, {"NVIDIA A800 40GB PCIe"}, 0x20F610DE,
+                        A::kAmpere, 40960, 108, Lattice8(A100_40Facts()),
+                        "memory_mib,multiprocessors,product_names"));
+  c.push_back(MakeModel("H800-SXM5-80GB", {"H800-80GB", "H800"}, {"NVIDIA H800"}, 0x232410DE,
+                        A::kHopper, 81559, 132, Lattice8(H100_80Facts(false)),
+                        "memory_mib,multiprocessors"));
+  c.push_back(MakeModel("H800-PCIE-80GB", {"H800-80GB-PCIe"}, {"NVIDIA H800 PCIe"}, 0x232210DE,
+                        A::kHopper, 81559, 114, Lattice8(H100_80Facts(true)),
+                        "memory_mib,multiprocessors"));
+  c.push_back(MakeModel("H800-NVL-94GB", {"H800-NVL"}, {"NVIDIA H800 NVL"}, 0x233A10DE, A::kHopper,
+                        95830, 132, Lattice8(H100NvlFacts()), "memory_mib,multiprocessors"));
+  // H20: the guide lists it (96 GB, 7 instances); mig-parted groups it with the H100-96GB.
+  c.push_back(MakeModel("H20-96GB", {"H20"}, {"NVIDIA H20"}, 0x232910DE, A::kHopper, 97871, 78,
+                        Lattice8(WithMultiprocessors(H100_96Facts(), 78)),
+                        "memory_mib,multiprocessors"));
+  c.push_back(MakeModel("PG506-96GB", {"PG506"}, {"NVIDIA PG506-96GB"}, 0x20B610DE, A::kAmpere,
+                        97871, 108, Lattice8(WithMultiprocessors(H100_96Facts(), 108)),
+                        "memory_mib,multiprocessors,product_names,engines"));
+  c.push_back(MakeModel("GB200-186GB", {"GB200", "GB200-HGX"}, {"NVIDIA GB200"}, 0x294110DE,
+                        A::kBlackwell, 189471, 152, Lattice8(Gb200Facts()),
+                        "memory_mib,multiprocessors"));
+  c.push_back(MakeModel("B300-269GB", {"B300", "B300-SXM6"}, {"NVIDIA B300 SXM6 AC"}, 0x318210DE,
+                        A::kBlackwell, 275040, 148, Lattice8(B300Facts()),
+                        "memory_mib,multiprocessors,product_names"));
+  c.push_back(MakeModel("GB300-278GB", {"GB300"}, {"NVIDIA GB300"}, 0x31C210DE, A::kBlackwell,
+                        284672, 152, Lattice8(Gb300Facts()),
+                        "memory_mib,multiprocessors,product_names"));
+  GpuModel rtx = MakeModel("RTX-PRO-6000-96GB",
+                           {"RTX-PRO-6000", "RTX PRO 6000 Blackwell", "RTX-PRO-6000-Blackwell"},
+                           {"NVIDIA RTX PRO 6000 Blackwell Server Edition"}, 0x2BB510DE,
+                           A::kBlackwell, 97887, 188, RtxPro6000Profiles());
+  rtx.memory_slices = 12;
+  rtx.compute_slices = 4;
+  c.push_back(std::move(rtx));
   return c;
 }
 
@@ -403,6 +556,11 @@ const std::vector<GpuModel>& Catalog() {
 }
 
 const GpuModel* FindModel(std::string_view name) {
+  if (const GpuModel* m = FindCatalogModel(name); m != nullptr) return m;
+  return FindReportedModel(name);
+}
+
+const GpuModel* FindCatalogModel(std::string_view name) {
   // Every spelling of every model, folded once: the scheduler looks models up per GPU and per
   // type filter, and folding the whole catalog on each call showed in its profile.
   static const auto* folded_names = [] {
@@ -426,6 +584,9 @@ const GpuModel* FindModel(std::string_view name) {
 const GpuModel* FindModelByPciId(uint32_t pci_device_id) {
   for (const GpuModel& m : Catalog()) {
     if (m.pci_device_id == pci_device_id) return &m;
+    for (uint32_t other : m.other_pci_device_ids) {
+      if (other == pci_device_id) return &m;
+    }
   }
   return nullptr;
 }

@@ -1,8 +1,9 @@
 // src/core/mig/gpu_model.h: MIG-capable GPU models and their GPU-instance profiles.
 //
 // Pure data and lookups: no I/O. The built-in catalog (Catalog()) holds every
-// MIG-capable model Prism knows, from ../shared/reference/mig.md §2. Fields the
-// reference could not confirm carry `unverified` notes; on real hardware the
+// MIG-capable model Prism knows: every GPU NVIDIA's default mig-parted config
+// names. Where each fact comes from is in docs/mig.md ("Supported models");
+// fields no source confirmed carry `unverified` notes. On real hardware the
 // NVML layer builds a GpuModel from live NVML values, which win over the table.
 // Immutable after construction; safe to share between threads.
 #pragma once
@@ -42,7 +43,16 @@ struct GpuInstanceProfile {
   // Comma-separated fields the reference tables could not confirm ("memory_mib,sms").
   std::string unverified;
 
-  bool HasMediaExtensions() const { return (name.attrs & kAttrMediaExtensions) != 0; }
+  // "+me" or "+me.all": owns the GPU's single optical-flow / media-extension set, so at most one
+  // such instance exists.
+  bool HasMediaExtensions() const {
+    return (name.attrs & (kAttrMediaExtensions | kAttrAllMediaExtensions)) != 0;
+  }
+  // "+me.all": takes every media engine, so it shares the GPU only with "-me" instances.
+  bool TakesAllMedia() const { return (name.attrs & kAttrAllMediaExtensions) != 0; }
+  // Everything but "-me" uses some of the GPU's media engines (and so cannot sit next to a
+  // "+me.all" instance).
+  bool UsesMedia() const { return (name.attrs & kAttrNoMediaExtensions) == 0; }
   bool IsLegalStart(int start) const;
   std::string Name() const { return name.ToString(); }
 };
@@ -59,6 +69,8 @@ struct GpuModel {
   std::vector<std::string> aliases;        // Other spellings (HAMi model strings, short names).
   std::vector<std::string> product_names;  // nvmlDeviceGetName(), e.g. "NVIDIA A100-SXM4-40GB".
   uint32_t pci_device_id = 0;              // 0xDDDDVVVV as mig-parted's device-filter spells it.
+  // Other PCI device IDs of boards with the same MIG facts (a second board revision).
+  std::vector<uint32_t> other_pci_device_ids;
   Architecture architecture = Architecture::kAmpere;
   int64_t memory_mib = 0;  // nvmlDeviceGetMemoryInfo().total in MiB.
   int multiprocessors = 0;
@@ -84,8 +96,12 @@ struct GpuModel {
 // Every built-in model.
 const std::vector<GpuModel>& Catalog();
 // Finds a model by canonical name, alias or NVML product name; case-insensitive,
-// ignoring a leading "NVIDIA " / "NVIDIA-" and treating ' ', '-' and '_' alike.
+// ignoring a leading "NVIDIA " / "NVIDIA-" and treating ' ', '-' and '_' alike;
+// then, by exact name, a model registered from a node's reported NVML facts
+// (model_facts.h: GPUs the catalog does not know).
 const GpuModel* FindModel(std::string_view name);
+// The catalog alone (no reported models).
+const GpuModel* FindCatalogModel(std::string_view name);
 const GpuModel* FindModelByPciId(uint32_t pci_device_id);
 // Canonical names of all models, for error messages.
 std::string ModelList();

@@ -17,6 +17,92 @@ TEST(CatalogTest, HasEveryModelTheIssueNames) {
   }
 }
 
+// Issue 17: every PCI device ID NVIDIA's default mig-parted config filters on is a catalog model
+// (the file's all-balanced entry lists them all).
+TEST(CatalogTest, HasEveryGpuNvidiasDefaultConfigNames) {
+  for (uint32_t id :
+       {0x294110DEu, 0x2BB510DEu, 0x290110DEu, 0x234810DEu, 0x233510DEu, 0x233B10DEu, 0x232110DEu,
+        0x233A10DEu, 0x233010DEu, 0x233110DEu, 0x232210DEu, 0x20B210DEu, 0x20B510DEu, 0x20F310DEu,
+        0x20F510DEu, 0x232410DEu, 0x20B010DEu, 0x20B110DEu, 0x20F110DEu, 0x20F610DEu, 0x20B710DEu,
+        0x234210DEu, 0x233D10DEu, 0x20B610DEu, 0x232910DEu, 0x318210DEu, 0x31C210DEu}) {
+    EXPECT_NE(FindModelByPciId(id), nullptr) << std::hex << id;
+  }
+  EXPECT_EQ(FindModelByPciId(0x20B110DE)->name, "A100-PCIE-40GB");
+  EXPECT_EQ(FindModel("GB300")->name, "GB300-278GB");
+  EXPECT_EQ(FindModel("NVIDIA RTX PRO 6000 Blackwell Server Edition")->name, "RTX-PRO-6000-96GB");
+  EXPECT_EQ(FindModel("H20")->name, "H20-96GB");
+}
+
+// The Blackwell parts' names as NVIDIA's default mig-parted config spells them.
+TEST(CatalogTest, BlackwellProfileNamesMatchNvidiasDefaultConfig) {
+  auto names = [](const char* model) {
+    std::vector<std::string> out;
+    for (const GpuInstanceProfile& p : FindModel(model)->profiles) out.push_back(p.Name());
+    return out;
+  };
+  using ::testing::UnorderedElementsAre;
+  EXPECT_THAT(names("GB200"), UnorderedElementsAre("1g.23gb", "1g.23gb+me", "1g.47gb", "2g.47gb",
+                                                   "3g.93gb", "4g.93gb", "7g.186gb"));
+  EXPECT_THAT(names("B300"), UnorderedElementsAre("1g.34gb", "1g.34gb+me", "1g.67gb", "2g.67gb",
+                                                  "3g.135gb", "4g.135gb", "7g.269gb"));
+  EXPECT_THAT(names("GB300"), UnorderedElementsAre("1g.35gb", "1g.35gb+me", "1g.70gb", "2g.70gb",
+                                                   "3g.139gb", "4g.139gb", "7g.278gb"));
+  EXPECT_THAT(names("H20"), UnorderedElementsAre("1g.12gb", "1g.12gb+me", "1g.24gb", "2g.24gb",
+                                                 "3g.48gb", "4g.48gb", "7g.96gb"));
+}
+
+// MIG User Guide R580, Table 11 (names, engines, counts) and `nvidia-smi mig -lgip/-lgipp` on
+// the Server Edition (IDs, placements in the 12-unit grid).
+TEST(CatalogTest, RtxPro6000ProfileTableMatchesTheUserGuideAndNvidiaSmi) {
+  const GpuModel* m = FindModel("RTX-PRO-6000-96GB");
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->memory_slices, 12);
+  EXPECT_EQ(m->compute_slices, 4);
+  struct Row {
+    const char* name;
+    int id;
+    int nvml_index;
+    int g;
+    int size;
+    int max;
+    EngineCounts e;  // copy, decoder, encoder, jpeg, ofa
+  } rows[] = {
+      {"1g.24gb", 14, 0x0, 1, 3, 4, {1, 1, 1, 1, 0}},
+      {"1g.24gb+me", 21, 0x7, 1, 3, 1, {1, 1, 1, 1, 1}},
+      {"1g.24gb+gfx", 47, 0xA, 1, 3, 4, {1, 1, 1, 1, 0}},
+      {"1g.24gb+me.all", 65, 0xF, 1, 3, 1, {1, 4, 4, 4, 1}},
+      {"1g.24gb-me", 67, 0xD, 1, 3, 4, {1, 0, 0, 0, 0}},
+      {"2g.48gb", 5, 0x1, 2, 6, 2, {2, 2, 2, 2, 0}},
+      {"2g.48gb+gfx", 35, 0xB, 2, 6, 2, {2, 2, 2, 2, 0}},
+      {"2g.48gb+me.all", 64, 0x10, 2, 6, 1, {2, 4, 4, 4, 1}},
+      {"2g.48gb-me", 66, 0xE, 2, 6, 2, {2, 0, 0, 0, 0}},
+      {"4g.96gb", 0, 0x3, 4, 12, 1, {4, 4, 4, 4, 1}},
+      {"4g.96gb+gfx", 32, 0xC, 4, 12, 1, {4, 4, 4, 4, 1}},
+  };
+  EXPECT_EQ(m->profiles.size(), std::size(rows));
+  for (const Row& r : rows) {
+    SCOPED_TRACE(r.name);
+    const int i = m->FindProfile(r.name);
+    ASSERT_GE(i, 0);
+    const GpuInstanceProfile& p = m->profiles[i];
+    EXPECT_EQ(p.Name(), r.name);  // NVIDIA's spelling round-trips.
+    EXPECT_EQ(p.id, r.id);
+    EXPECT_EQ(p.nvml_index, r.nvml_index);
+    EXPECT_EQ(p.compute_slices, r.g);
+    EXPECT_EQ(p.memory_slices, r.size);
+    EXPECT_EQ(p.max_count, r.max);
+    EXPECT_EQ(p.engines.copy, r.e.copy);
+    EXPECT_EQ(p.engines.decoder, r.e.decoder);
+    EXPECT_EQ(p.engines.encoder, r.e.encoder);
+    EXPECT_EQ(p.engines.jpeg, r.e.jpeg);
+    EXPECT_EQ(p.engines.ofa, r.e.ofa);
+    const std::vector<int> expected_starts =
+        r.size == 3 ? std::vector<int>{0, 3, 6, 9}
+                    : (r.size == 6 ? std::vector<int>{0, 6} : std::vector<int>{0});
+    EXPECT_EQ(p.starts, expected_starts);
+  }
+}
+
 TEST(CatalogTest, ProfileNamesFollowFromMemoryWithTheDriverFormula) {
   for (const GpuModel& m : Catalog()) {
     for (const GpuInstanceProfile& p : m.profiles) {

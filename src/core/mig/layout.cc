@@ -93,7 +93,16 @@ std::string NoFitReason(const GpuModel& model, const Occupancy& occ,
                     model.profiles[p].max_count);
     }
   }
-  if (media + occ.media_extensions > 1) return "at most one +me instance fits on a GPU";
+  if (media + occ.media_extensions > 1) return "at most one +me or +me.all instance fits on a GPU";
+  int users = 0;
+  int takes_all = 0;
+  for (int p : profiles) {
+    if (model.profiles[p].UsesMedia()) ++users;
+    if (model.profiles[p].TakesAllMedia()) ++takes_all;
+  }
+  if (takes_all + occ.all_media > 0 && users + occ.media_users > 1) {
+    return "a +me.all instance takes every media engine: only -me instances fit next to it";
+  }
   const int free_compute = model.compute_slices - occ.compute_used;
   if (compute > free_compute) {
     return StrCat("needs ", compute, " compute slices, ", free_compute, " free");
@@ -120,6 +129,8 @@ bool CanAdd(const GpuModel& model, const Occupancy& occ, int profile, int start)
   if (occ.count[profile] >= p.max_count) return false;
   if (occ.compute_used + p.compute_slices > model.compute_slices) return false;
   if (p.HasMediaExtensions() && occ.media_extensions > 0) return false;
+  if (p.TakesAllMedia() && occ.media_users > 0) return false;
+  if (p.UsesMedia() && occ.all_media > 0) return false;
   if (!p.IsLegalStart(start)) return false;
   return (occ.memory_mask & PlacementMask(model, profile, start)) == 0;
 }
@@ -130,6 +141,8 @@ void Add(const GpuModel& model, Occupancy* occ, int profile, int start) {
   occ->memory_mask |= PlacementMask(model, profile, start);
   occ->compute_used += p.compute_slices;
   if (p.HasMediaExtensions()) ++occ->media_extensions;
+  if (p.UsesMedia()) ++occ->media_users;
+  if (p.TakesAllMedia()) ++occ->all_media;
   ++occ->count[profile];
 }
 
@@ -138,6 +151,8 @@ int MaxAdditional(const GpuModel& model, const Occupancy& occ, int profile) {
   int limit = p.max_count - occ.count[profile];
   limit = std::min(limit, (model.compute_slices - occ.compute_used) / p.compute_slices);
   if (p.HasMediaExtensions()) limit = std::min(limit, occ.media_extensions > 0 ? 0 : 1);
+  if (p.TakesAllMedia() && occ.media_users > 0) return 0;
+  if (p.UsesMedia() && occ.all_media > 0) return 0;
   if (limit <= 0) return 0;
   // Starts of one profile are aligned to its size, so taking the lowest free
   // start first is optimal.
@@ -188,8 +203,14 @@ absl::StatusOr<Occupancy> Occupy(const GpuModel& model, const Layout& layout) {
                                                " on ", model.name));
     }
     if (p.HasMediaExtensions() && occ.media_extensions > 0) {
+      return absl::InvalidArgumentError(StrCat(
+          name, ": a GPU has one set of media extensions, so at most one +me or +me.all instance"));
+    }
+    if ((p.TakesAllMedia() && occ.media_users > 0) || (p.UsesMedia() && occ.all_media > 0)) {
       return absl::InvalidArgumentError(
-          StrCat(name, ": a GPU has one set of media engines, so at most one +me instance"));
+          StrCat(name,
+                 ": a +me.all instance takes every media engine, so only -me instances "
+                 "can share the GPU with it"));
     }
     if (occ.compute_used + p.compute_slices > model.compute_slices) {
       return absl::InvalidArgumentError(
@@ -199,6 +220,8 @@ absl::StatusOr<Occupancy> Occupy(const GpuModel& model, const Layout& layout) {
     occ.memory_mask |= mask;
     occ.compute_used += p.compute_slices;
     if (p.HasMediaExtensions()) ++occ.media_extensions;
+    if (p.UsesMedia()) ++occ.media_users;
+    if (p.TakesAllMedia()) ++occ.all_media;
     ++occ.count[inst.profile];
   }
   return occ;

@@ -7,8 +7,9 @@
 // start slot (memory-slice units). A layout is legal when every start is one of
 // the profile's legal starts, no two instances share a memory slice, the
 // compute slices add up to at most the model's, no profile exceeds its maximum
-// count, and at most one "+me" instance exists (they own the GPU's single set
-// of media engines).
+// count, at most one "+me" or "+me.all" instance exists (they own the GPU's
+// single optical-flow engine), and a "+me.all" instance (every media engine)
+// shares the GPU only with "-me" instances (none).
 #pragma once
 
 #include <array>
@@ -53,7 +54,9 @@ using ProfileWeights = std::vector<double>;
 struct Occupancy {
   uint32_t memory_mask = 0;  // Bit i set: memory slice i is used.
   int compute_used = 0;
-  int media_extensions = 0;
+  int media_extensions = 0;  // "+me" and "+me.all" instances.
+  int media_users = 0;       // Instances using media engines: all but "-me".
+  int all_media = 0;         // "+me.all" instances.
   std::array<uint8_t, kMaxProfiles> count{};
 
   friend bool operator==(const Occupancy&, const Occupancy&) = default;

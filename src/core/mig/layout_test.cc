@@ -44,6 +44,29 @@ TEST(ValidateLayoutTest, NamesTheConflict) {
   EXPECT_THAT(Error(a100, bad), HasSubstr("unknown profile index 42"));
 }
 
+// RTX PRO 6000 (issue 17): +me.all takes every media engine, so only -me instances share the
+// GPU with it; +me and +me.all both hold the single OFA; +gfx and -me place like plain ones.
+TEST(ValidateLayoutTest, MediaVariantsOfBlackwellShareTheEnginesAsNvidiaSays) {
+  const GpuModel& rtx = Model("RTX-PRO-6000-96GB");
+  EXPECT_TRUE(ValidateLayout(rtx, L(rtx, "1g.24gb+me.all@0 1g.24gb-me@3 2g.48gb-me@6")).ok());
+  EXPECT_TRUE(
+      ValidateLayout(rtx, L(rtx, "1g.24gb+gfx@0 1g.24gb+gfx@3 1g.24gb+gfx@6 1g.24gb+gfx@9")).ok());
+  EXPECT_TRUE(ValidateLayout(rtx, L(rtx, "1g.24gb+me@0 1g.24gb@3 2g.48gb@6")).ok());
+  EXPECT_THAT(Error(rtx, L(rtx, "1g.24gb+me.all@0 1g.24gb@3")), HasSubstr("only -me instances"));
+  EXPECT_THAT(Error(rtx, L(rtx, "1g.24gb+gfx@0 2g.48gb+me.all@6")), HasSubstr("only -me"));
+  EXPECT_THAT(Error(rtx, L(rtx, "1g.24gb+me@0 1g.24gb+me.all@3")), HasSubstr("+me.all"));
+  EXPECT_THAT(Error(rtx, L(rtx, "1g.24gb@0 1g.24gb@3 1g.24gb@6 1g.24gb@9 1g.24gb-me@0")),
+              HasSubstr("overlaps"));
+  EXPECT_THAT(Error(rtx, L(rtx, "2g.48gb@3")), HasSubstr("not a legal placement"));
+  // The planner knows it too: a +me.all next to a plain instance has no placement.
+  auto placed = PlaceProfiles(rtx, L(rtx, "1g.24gb@0"), {rtx.FindProfile("1g.24gb+me.all")});
+  EXPECT_EQ(placed.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(placed.status().message(), HasSubstr("only -me instances fit next to it"));
+  Occupancy occ = *Occupy(rtx, L(rtx, "1g.24gb+me.all@0"));
+  EXPECT_EQ(MaxAdditional(rtx, occ, rtx.FindProfile("1g.24gb")), 0);
+  EXPECT_EQ(MaxAdditional(rtx, occ, rtx.FindProfile("1g.24gb-me")), 3);
+}
+
 TEST(ValidateLayoutTest, EnforcesTheComputeSliceBudget) {
   // No 8-slice lattice layout can exceed 7 compute slices by geometry alone, so
   // check the rule on a model whose memory would allow it.

@@ -226,12 +226,13 @@ class Engine::Impl {
       e.max_add[p] = static_cast<int8_t>(mig::MaxAdditional(model, occ, static_cast<int>(p)));
     }
     e.free_space_utility = mig::FreeSpaceUtility(model, occ);
-    const int cat = CatalogIndex(&model);
     const int32_t free =
         (model.compute_slices - occ.compute_used) * kPermille / model.compute_slices;
+    std::vector<int8_t> scratch;
     for (const ShapeData& s : shapes_) {
       if (s.shape.gpu_count == 0 || !s.type_ok[type_id]) continue;
-      for (int8_t p : s.mig_candidates[cat]) {
+      for (int8_t p :
+           CandidatesOf(s.mig_candidates, model, s.shape.gpu, config_.mig_match_cores, &scratch)) {
         const int n = e.max_add[p];
         if (n <= 0) continue;
         e.workload_usable += s.weight * std::min(free, n * MigProfileCorePermille(model, p));
@@ -275,9 +276,12 @@ class Engine::Impl {
     }
     const mig::GpuModel& model = *gi.mig_model;
     const int cat = CatalogIndex(&model);
+    std::vector<int8_t> scratch;
+    const std::vector<int8_t>& candidates =
+        CandidatesOf(s.mig_candidates, model, r, config_.mig_match_cores, &scratch);
     if (!gi.template_mode && !gi.fixed_layout) {
       const OccEntry& e = Occ(cluster_.gpu_type_id(g), model, u.busy);
-      for (int8_t p : s.mig_candidates[cat]) {
+      for (int8_t p : candidates) {
         if (!(gi.allowed_profiles & (1u << p))) continue;
         const int n = e.max_add[p];
         if (n <= 0) continue;
@@ -295,7 +299,9 @@ class Engine::Impl {
       if (inst.Busy()) continue;
       const bool fits = (u.template_index >= 0 && inst.entry >= 0)
                             ? (s.entry_fit[gi.template_set][u.template_index] >> inst.entry) & 1
-                            : (s.profile_fit[cat] >> inst.profile) & 1;
+                            : (cat >= 0 ? (s.profile_fit[cat] >> inst.profile) & 1
+                                        : std::find(candidates.begin(), candidates.end(),
+                                                    inst.profile) != candidates.end());
       if (!fits) continue;
       usable += MigProfileCorePermille(model, inst.profile);
       ++capacity;
@@ -807,9 +813,9 @@ class Engine::Impl {
                                 uint8_t* reason) {
     const GpuInfo& gi = cluster_.gpu(g);
     const mig::GpuModel& model = *gi.mig_model;
-    const int cat = CatalogIndex(&model);
     const int type = cluster_.gpu_type_id(g);
     const GpuRequest& req = rp.pod.containers[rp.order[oi]].gpu;
+    std::vector<int8_t> scratch;
     const int32_t requested = RequestedUnits(gi, req);
     MigOption best;
     bool any_profile = false;
@@ -822,7 +828,8 @@ class Engine::Impl {
       }
       return false;
     };
-    for (int8_t p : rp.mig_candidates[oi][cat]) {
+    for (int8_t p :
+         CandidatesOf(rp.mig_candidates[oi], model, req, config_.mig_match_cores, &scratch)) {
       if (!gi.fixed_layout && !(gi.allowed_profiles & (1u << p))) continue;
       any_profile = true;
       for (int start : model.profiles[p].starts) {

@@ -64,6 +64,20 @@ inline std::vector<int8_t> MigCandidates(const mig::GpuModel& model, const GpuRe
   return out;
 }
 
+// The candidates precomputed per catalog model (`per_catalog_model[CatalogIndex(&model)]`), or,
+// for a model the catalog lacks (registered from a node's reported NVML facts,
+// mig::InternReportedModel), computed afresh into `scratch`.
+inline const std::vector<int8_t>& CandidatesOf(
+    const std::vector<std::vector<int8_t>>& per_catalog_model, const mig::GpuModel& model,
+    const GpuRequest& req, bool match_cores, std::vector<int8_t>* scratch) {
+  const int cat = CatalogIndex(&model);
+  if (cat >= 0 && static_cast<size_t>(cat) < per_catalog_model.size()) {
+    return per_catalog_model[cat];
+  }
+  *scratch = MigCandidates(model, req, match_cores);
+  return *scratch;
+}
+
 // Whether a template slot (entry of a geometry, or a plain instance) serves `req`.
 inline bool SlotFits(const mig::GpuModel& model, int profile, int64_t slot_memory_mib,
               const GpuRequest& req, bool match_cores) {

@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <set>
 
 #include "base/status_macros.h"
 #include "base/strings.h"
-#include "core/mig/layout.h"
 #include "nvml/nvml_errors.h"
 
 namespace prism::nvml::sim {
@@ -67,14 +67,58 @@ bool ValidGpu(const SimState& state, int gpu) {
   return gpu >= 0 && static_cast<size_t>(gpu) < state.gpus.size();
 }
 
-// Occupancy of `gpu`'s GPU instances in the layout engine's terms.
-mig::Occupancy OccupancyOf(const SimGpu& gpu) {
-  mig::Occupancy occ;
-  for (const SimGpuInstance& gi : gpu.gpu_instances) {
-    const int p = gpu.mig_model->FindProfileById(gi.profile_id);
-    if (p >= 0) mig::Add(*gpu.mig_model, &occ, p, gi.start);
+// What one GPU-instance profile shares of the GPU's media engines, by its NVML index: "+me"
+// (REV1) and "+me.all" (ALL_ME) own the single optical-flow engine; "+me.all" owns every media
+// engine, so nvml.h allows next to it only "-me" (NO_ME) instances, which use none.
+struct MediaUse {
+  bool owns_ofa = false;
+  bool owns_all = false;
+  bool uses_any = true;
+};
+
+MediaUse MediaUseOf(const mig::GpuInstanceProfile& p) {
+  const uint8_t attrs = SimProfileAttrs(p.nvml_index);
+  MediaUse m;
+  m.owns_ofa = (attrs & (mig::kAttrMediaExtensions | mig::kAttrAllMediaExtensions)) != 0;
+  m.owns_all = (attrs & mig::kAttrAllMediaExtensions) != 0;
+  m.uses_any = (attrs & mig::kAttrNoMediaExtensions) == 0;
+  return m;
+}
+
+// Why NVML would refuse a GPU instance of `prof` at `start` next to `instances` (memory-slice
+// ranges overlap, compute slices over the GPU's, the profile's instance count reached, media
+// engines taken), or "" when it fits. The start must be one of the profile's placements.
+std::string WhyNoFit(const mig::GpuModel& model, const std::vector<SimGpuInstance>& instances,
+                     const mig::GpuInstanceProfile& prof, int start) {
+  int compute = prof.compute_slices;
+  int same = 1;
+  const MediaUse mine = MediaUseOf(prof);
+  for (const SimGpuInstance& gi : instances) {
+    const int o = model.FindProfileById(gi.profile_id);
+    if (o < 0) continue;
+    const mig::GpuInstanceProfile& other = model.profiles[o];
+    if (start < gi.start + gi.size && gi.start < start + prof.memory_slices) {
+      return StrCat("overlaps ", other.Name(), "@", gi.start, " (GPU instance ", gi.id,
+                    ") on memory slices");
+    }
+    compute += other.compute_slices;
+    if (other.id == prof.id) ++same;
+    const MediaUse theirs = MediaUseOf(other);
+    if (mine.owns_ofa && theirs.owns_ofa) {
+      return StrCat("the optical-flow engine is GPU instance ", gi.id, "'s (", other.Name(), ")");
+    }
+    if ((mine.owns_all && theirs.uses_any) || (theirs.owns_all && mine.uses_any)) {
+      return StrCat("media engines are shared with GPU instance ", gi.id, " (", other.Name(),
+                    "); +me.all sits only next to -me instances");
+    }
   }
-  return occ;
+  if (compute > model.compute_slices) {
+    return StrCat("compute slices would total ", compute, " of ", model.compute_slices);
+  }
+  if (same > prof.max_count) {
+    return StrCat(same, " instances of ", prof.Name(), " exceed its count of ", prof.max_count);
+  }
+  return "";
 }
 
 bool HasProcessOn(const SimGpu& gpu, int gi, int ci) {
@@ -129,7 +173,8 @@ absl::Status Read(const YAML::Node& node, std::string_view key, std::string_view
   return absl::OkStatus();
 }
 
-absl::Status ParseGpu(const YAML::Node& node, int index, SimGpu* gpu) {
+absl::Status ParseGpu(const YAML::Node& node, int index,
+                      const std::vector<SimModelPtr>& file_models, SimGpu* gpu) {
   const std::string where = StrCat("gpus[", index, "]");
   if (auto s = CheckKeys(node, where,
                          {"model", "name", "uuid", "pci_bus_id", "memory_mib", "mig",
@@ -139,7 +184,10 @@ absl::Status ParseGpu(const YAML::Node& node, int index, SimGpu* gpu) {
   }
   if (!node["model"]) return Bad(where, "missing 'model' (e.g. model: A100-SXM4-40GB)");
   if (auto s = Read(node, "model", where, &gpu->model); !s.ok()) return s;
-  gpu->mig_model = mig::FindModel(gpu->model);
+  for (const SimModelPtr& m : file_models) {
+    if (m->name == gpu->model) gpu->mig_model = m;
+  }
+  if (gpu->mig_model == nullptr) gpu->mig_model = FindBuiltinSimModel(gpu->model);
   if (gpu->mig_model != nullptr) {
     gpu->model = gpu->mig_model->name;
     gpu->name = gpu->mig_model->product_names.front();
@@ -148,9 +196,13 @@ absl::Status ParseGpu(const YAML::Node& node, int index, SimGpu* gpu) {
   } else {
     gpu->name = StrCat("NVIDIA ", gpu->model);
     if (!node["memory_mib"]) {
-      return Bad(where,
-                 StrCat("model '", gpu->model, "' is not a MIG-capable model Prism knows (",
-                        mig::ModelList(), "); give memory_mib to simulate a GPU without MIG"));
+      return Bad(
+          where,
+          StrCat("model '", gpu->model, "' is neither a MIG-capable model the simulator knows (",
+                 StrJoin(BuiltinSimModels(), ", ",
+                         [](std::string* out, const SimModelPtr& m) { out->append(m->name); }),
+                 ") nor one of the file's 'models'; give memory_mib to simulate a "
+                 "GPU without MIG"));
     }
   }
   RETURN_IF_ERROR(Read(node, "name", where, &gpu->name));
@@ -177,7 +229,6 @@ absl::Status ParseGpu(const YAML::Node& node, int index, SimGpu* gpu) {
     if (!gis.IsSequence()) return Bad(where, "'gpu_instances' must be a list");
     if (gpu->mig_model == nullptr) return Bad(where, "GPU instances on a GPU without MIG");
     if (!gpu->mig_current) return Bad(where, "GPU instances while MIG is disabled");
-    mig::Layout layout;
     for (size_t i = 0; i < gis.size(); ++i) {
       const std::string gw = StrCat(where, ".gpu_instances[", i, "]");
       const YAML::Node g = gis[i];
@@ -195,7 +246,15 @@ absl::Status ParseGpu(const YAML::Node& node, int index, SimGpu* gpu) {
       gi.start = -1;
       RETURN_IF_ERROR(Read(g, "start", gw, &gi.start));
       if (gi.start < 0) return Bad(gw, "missing 'start'");
-      layout.push_back(mig::Instance{p, gi.start});
+      if (!prof.IsLegalStart(gi.start)) {
+        return Bad(gw,
+                   StrCat("illegal MIG layout: ", prof.Name(), " cannot start at ", gi.start,
+                          " (placements ", FormatPlacements(prof.starts, prof.memory_slices), ")"));
+      }
+      if (std::string why = WhyNoFit(*gpu->mig_model, gpu->gpu_instances, prof, gi.start);
+          !why.empty()) {
+        return Bad(gw, StrCat("illegal MIG layout: ", prof.Name(), "@", gi.start, ": ", why));
+      }
       gi.id = GpuInstanceIdForPlacement(gpu->mig_model->memory_slices, gi.start, gi.size);
       RETURN_IF_ERROR(Read(g, "id", gw, &gi.id));
       int used = 0;
@@ -230,9 +289,6 @@ absl::Status ParseGpu(const YAML::Node& node, int index, SimGpu* gpu) {
       }
       gpu->gpu_instances.push_back(std::move(gi));
     }
-    if (auto s = mig::ValidateLayout(*gpu->mig_model, layout); !s.ok()) {
-      return Bad(where, StrCat("illegal MIG layout: ", ToStd(s.message())));
-    }
   }
   if (const YAML::Node procs = node["processes"]) {
     if (!procs.IsSequence()) return Bad(where, "'processes' must be a list");
@@ -256,6 +312,115 @@ absl::Status ParseGpu(const YAML::Node& node, int index, SimGpu* gpu) {
     }
   }
   return absl::OkStatus();
+}
+
+// A model given by its NVML tables alone (docs/nvml-simulator.md, "Models the catalog does not
+// know"): what a driver would report for a GPU Prism has never seen.
+absl::StatusOr<SimModelPtr> ParseModel(const YAML::Node& node, size_t index) {
+  const std::string where = StrCat("models[", index, "]");
+  RETURN_IF_ERROR(CheckKeys(node, where,
+                            {"name", "product", "pci_device_id", "memory_mib", "multiprocessors",
+                             "architecture", "profiles"}));
+  mig::GpuModel m;
+  if (!node["name"]) return Bad(where, "missing 'name' (what gpus[].model calls it)");
+  RETURN_IF_ERROR(Read(node, "name", where, &m.name));
+  std::string product = StrCat("NVIDIA ", m.name);
+  RETURN_IF_ERROR(Read(node, "product", where, &product));
+  m.product_names = {product};
+  std::string pci;
+  RETURN_IF_ERROR(Read(node, "pci_device_id", where, &pci));
+  if (!pci.empty()) {
+    char* end = nullptr;
+    const unsigned long long v = std::strtoull(pci.c_str(), &end, 0);
+    if (end == pci.c_str() || *end != '\0' || v > 0xFFFFFFFFull) {
+      return Bad(where, StrCat("'pci_device_id' is not a 32-bit ID like 0x40AA10DE: '", pci, "'"));
+    }
+    m.pci_device_id = static_cast<uint32_t>(v);
+  }
+  if (!node["memory_mib"]) return Bad(where, "missing 'memory_mib' (nvmlDeviceGetMemoryInfo)");
+  RETURN_IF_ERROR(Read(node, "memory_mib", where, &m.memory_mib));
+  RETURN_IF_ERROR(Read(node, "multiprocessors", where, &m.multiprocessors));
+  std::string arch = "hopper";
+  RETURN_IF_ERROR(Read(node, "architecture", where, &arch));
+  if (arch == "ampere") {
+    m.architecture = mig::Architecture::kAmpere;
+  } else if (arch == "hopper") {
+    m.architecture = mig::Architecture::kHopper;
+  } else if (arch == "blackwell") {
+    m.architecture = mig::Architecture::kBlackwell;
+  } else {
+    return Bad(where,
+               StrCat("'architecture' is '", arch,
+                      "'; one of ampere (mode changes wait for a reset), hopper, blackwell"));
+  }
+  const YAML::Node profiles = node["profiles"];
+  if (!profiles || !profiles.IsSequence() || profiles.size() == 0) {
+    return Bad(where, "needs 'profiles', a list of GPU-instance profiles as NVML reports them");
+  }
+  if (profiles.size() > 24) return Bad(where, "more than 24 profiles");
+  for (size_t i = 0; i < profiles.size(); ++i) {
+    const std::string pw = StrCat(where, ".profiles[", i, "]");
+    const YAML::Node pn = profiles[i];
+    RETURN_IF_ERROR(CheckKeys(pn, pw,
+                              {"index", "id", "slices", "placements", "memory_mib",
+                               "multiprocessors", "engines", "max"}));
+    for (const char* key : {"index", "id", "slices", "placements", "memory_mib", "max"}) {
+      if (!pn[key]) return Bad(pw, StrCat("missing '", key, "'"));
+    }
+    mig::GpuInstanceProfile p;
+    RETURN_IF_ERROR(Read(pn, "index", pw, &p.nvml_index));
+    RETURN_IF_ERROR(Read(pn, "id", pw, &p.id));
+    RETURN_IF_ERROR(Read(pn, "slices", pw, &p.compute_slices));
+    RETURN_IF_ERROR(Read(pn, "memory_mib", pw, &p.memory_mib));
+    RETURN_IF_ERROR(Read(pn, "multiprocessors", pw, &p.multiprocessors));
+    RETURN_IF_ERROR(Read(pn, "max", pw, &p.max_count));
+    std::string placements;
+    RETURN_IF_ERROR(Read(pn, "placements", pw, &placements));
+    if (auto st = ParsePlacements(placements, &p.starts, &p.memory_slices); !st.ok()) {
+      return Bad(pw, ToStd(st.message()));
+    }
+    if (const YAML::Node e = pn["engines"]) {
+      const std::string ew = pw + ".engines";
+      RETURN_IF_ERROR(CheckKeys(e, ew, {"copy", "decoder", "encoder", "jpeg", "ofa"}));
+      RETURN_IF_ERROR(Read(e, "copy", ew, &p.engines.copy));
+      RETURN_IF_ERROR(Read(e, "decoder", ew, &p.engines.decoder));
+      RETURN_IF_ERROR(Read(e, "encoder", ew, &p.engines.encoder));
+      RETURN_IF_ERROR(Read(e, "jpeg", ew, &p.engines.jpeg));
+      RETURN_IF_ERROR(Read(e, "ofa", ew, &p.engines.ofa));
+    }
+    m.profiles.push_back(std::move(p));
+  }
+  absl::StatusOr<mig::GpuModel> done = CompleteSimModel(std::move(m));
+  if (!done.ok()) return Bad(where, ToStd(done.status().message()));
+  return std::make_shared<const mig::GpuModel>(*std::move(done));
+}
+
+void EmitModel(YAML::Emitter& out, const mig::GpuModel& m) {
+  out << YAML::BeginMap << YAML::Key << "name" << YAML::Value << m.name << YAML::Key << "product"
+      << YAML::Value << m.product_names.front();
+  if (m.pci_device_id != 0) {
+    char pci[16];
+    std::snprintf(pci, sizeof(pci), "0x%08X", m.pci_device_id);
+    out << YAML::Key << "pci_device_id" << YAML::Value << pci;
+  }
+  out << YAML::Key << "memory_mib" << YAML::Value << m.memory_mib << YAML::Key << "multiprocessors"
+      << YAML::Value << m.multiprocessors << YAML::Key << "architecture" << YAML::Value
+      << std::string(mig::ArchitectureName(m.architecture)) << YAML::Key << "profiles"
+      << YAML::Value << YAML::BeginSeq;
+  for (const mig::GpuInstanceProfile& p : m.profiles) {
+    out << YAML::Flow << YAML::BeginMap << YAML::Key << "index" << YAML::Value << p.nvml_index
+        << YAML::Key << "id" << YAML::Value << p.id << YAML::Key << "slices" << YAML::Value
+        << p.compute_slices << YAML::Key << "placements" << YAML::Value
+        << FormatPlacements(p.starts, p.memory_slices) << YAML::Key << "memory_mib" << YAML::Value
+        << p.memory_mib << YAML::Key << "multiprocessors" << YAML::Value << p.multiprocessors
+        << YAML::Key << "engines" << YAML::Value << YAML::BeginMap << YAML::Key << "copy"
+        << YAML::Value << p.engines.copy << YAML::Key << "decoder" << YAML::Value
+        << p.engines.decoder << YAML::Key << "encoder" << YAML::Value << p.engines.encoder
+        << YAML::Key << "jpeg" << YAML::Value << p.engines.jpeg << YAML::Key << "ofa" << YAML::Value
+        << p.engines.ofa << YAML::EndMap << YAML::Key << "max" << YAML::Value << p.max_count
+        << YAML::EndMap;
+  }
+  out << YAML::EndSeq << YAML::EndMap;
 }
 
 }  // namespace
@@ -288,16 +453,28 @@ absl::StatusOr<SimState> ParseSimStateUnguarded(const std::string& yaml_text) {
     return absl::InvalidArgumentError(StrCat("simulated GPU file: malformed YAML: ", e.what()));
   }
   if (!root.IsMap()) return Bad("top level", "expected a mapping with a 'gpus' list");
-  RETURN_IF_ERROR(
-      CheckKeys(root, "top level", {"gpus", "faults", "xid_events", "calls", "generation"}));
+  RETURN_IF_ERROR(CheckKeys(root, "top level",
+                            {"models", "gpus", "faults", "xid_events", "calls", "generation"}));
   const YAML::Node gpus = root["gpus"];
   if (!gpus || !gpus.IsSequence()) {
     return Bad("top level", "missing 'gpus' list (e.g. gpus: [{model: A100-SXM4-40GB}])");
   }
   SimState state;
+  if (const YAML::Node models = root["models"]) {
+    if (!models.IsSequence()) return Bad("models", "must be a list");
+    for (size_t i = 0; i < models.size(); ++i) {
+      ASSIGN_OR_RETURN(SimModelPtr m, ParseModel(models[i], i));
+      for (const SimModelPtr& other : state.models) {
+        if (other->name == m->name) {
+          return Bad(StrCat("models[", i, "]"), StrCat("name '", m->name, "' is used twice"));
+        }
+      }
+      state.models.push_back(std::move(m));
+    }
+  }
   for (size_t i = 0; i < gpus.size(); ++i) {
     SimGpu gpu;
-    RETURN_IF_ERROR(ParseGpu(gpus[i], static_cast<int>(i), &gpu));
+    RETURN_IF_ERROR(ParseGpu(gpus[i], static_cast<int>(i), state.models, &gpu));
     state.gpus.push_back(std::move(gpu));
   }
   std::set<std::string> uuids;
@@ -390,7 +567,13 @@ absl::StatusOr<SimState> ParseSimState(const std::string& yaml_text) {
 
 std::string SerializeSimState(const SimState& state) {
   YAML::Emitter out;
-  out << YAML::BeginMap << YAML::Key << "gpus" << YAML::Value << YAML::BeginSeq;
+  out << YAML::BeginMap;
+  if (!state.models.empty()) {
+    out << YAML::Key << "models" << YAML::Value << YAML::BeginSeq;
+    for (const SimModelPtr& m : state.models) EmitModel(out, *m);
+    out << YAML::EndSeq;
+  }
+  out << YAML::Key << "gpus" << YAML::Value << YAML::BeginSeq;
   for (const SimGpu& g : state.gpus) {
     out << YAML::BeginMap;
     out << YAML::Key << "model" << YAML::Value << g.model;
@@ -588,7 +771,9 @@ int CreateGpuInstance(SimState& state, int gpu, int profile_id, int start, int* 
   const auto& prof = g.mig_model->profiles[p];
   if (!prof.IsLegalStart(start)) return kNvmlErrorInvalidArgument;
   if (int rc = TakeFault(state, "CreateGpuInstance"); rc != kNvmlSuccess) return rc;
-  if (!mig::CanAdd(*g.mig_model, OccupancyOf(g), p, start)) return kNvmlErrorInsufficientResources;
+  if (!WhyNoFit(*g.mig_model, g.gpu_instances, prof, start).empty()) {
+    return kNvmlErrorInsufficientResources;
+  }
   ++state.calls["CreateGpuInstance"];
   SimGpuInstance gi;
   gi.profile_id = profile_id;

@@ -6,10 +6,13 @@
 // fake libnvidia-ml.so.1 (used to test the real dlopen backend) are thin
 // front ends over these functions, so they behave identically.
 //
-// Rules enforced (mig.md §2-§4): MIG must be on to create instances; profile
-// IDs and placements must be legal for the model; overlapping placements, too
-// many compute slices, a profile over its max count or a second +me instance
-// give INSUFFICIENT_RESOURCES; GPU-instance IDs follow the placement (as the
+// Rules enforced (mig.md §2-§4), written here from NVIDIA's documentation and
+// not borrowed from the layout engine (mig::CanAdd), so tests comparing the two
+// check each other: MIG must be on to create instances; profile IDs and
+// placements must be legal for the model; overlapping placements, too many
+// compute slices, a profile over its max count, a second +me / +me.all
+// instance, or a +me.all next to anything but -me instances give
+// INSUFFICIENT_RESOURCES; GPU-instance IDs follow the placement (as the
 // driver numbers them); a GPU instance with compute instances or processes,
 // and a compute instance with processes, is IN_USE; Ampere MIG mode changes
 // stay pending until a reset, Hopper and later apply at once; a mode change
@@ -28,6 +31,7 @@
 #include "absl/status/statusor.h"
 
 #include "core/mig/gpu_model.h"
+#include "nvml/sim/sim_models.h"
 
 namespace prism::nvml::sim {
 
@@ -58,9 +62,9 @@ struct SimProcess {
 };
 
 struct SimGpu {
-  std::string model;                         // Catalog name, or any name for a GPU without MIG.
-  const mig::GpuModel* mig_model = nullptr;  // Null when not MIG capable.
-  std::string name;                          // nvmlDeviceGetName.
+  std::string model;      // Simulated model's name, or any name for a GPU without MIG.
+  SimModelPtr mig_model;  // NVML's tables of the model (sim_models.h); null when not MIG capable.
+  std::string name;       // nvmlDeviceGetName.
   std::string uuid;
   std::string pci_bus_id;
   uint32_t pci_device_id = 0;
@@ -94,6 +98,9 @@ struct SimXidEvent {
 };
 
 struct SimState {
+  // Models the file defines from NVML tables alone (docs/nvml-simulator.md), by name; GPUs name
+  // them like built-in ones, which they take precedence over.
+  std::vector<SimModelPtr> models;
   std::vector<SimGpu> gpus;
   std::vector<SimFault> faults;
   std::vector<SimXidEvent> xid_events;  // Pending, oldest first.

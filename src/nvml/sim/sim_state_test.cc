@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 
 #include "base/strings.h"
 #include "core/mig/layout.h"
@@ -159,6 +160,147 @@ TEST(SimStateTest, TextFieldsMustBePrintableAndNonEmpty) {
   auto empty = ParseSimState("gpus:\n  - model: A100-SXM4-40GB\n    name: \"\"\n");
   ASSERT_FALSE(empty.ok());
   EXPECT_THAT(empty.status().message(), HasSubstr("gpus[0]: 'name' is empty"));
+}
+
+// Issue 18: the simulator's tables (sim_models.cc, from NVIDIA's guide and nvidia-smi) and the
+// catalog (core/mig/gpu_model.cc) are written separately; every fact both hold must agree.
+TEST(SimModelsTest, EveryCatalogModelAgreesWithTheSimulatorsNvmlTables) {
+  for (const mig::GpuModel& table : mig::Catalog()) {
+    SCOPED_TRACE(table.name);
+    SimModelPtr sim = FindBuiltinSimModel(table.name);
+    ASSERT_NE(sim, nullptr) << "the simulator has no NVML table for a catalog model";
+    EXPECT_EQ(sim->pci_device_id, table.pci_device_id);
+    EXPECT_EQ(sim->product_names.front(), table.product_names.front());
+    EXPECT_EQ(sim->memory_mib, table.memory_mib);
+    EXPECT_EQ(sim->ModeChangeNeedsReset(), table.ModeChangeNeedsReset());
+    EXPECT_EQ(sim->memory_slices, table.memory_slices);
+    EXPECT_EQ(sim->compute_slices, table.compute_slices);
+    ASSERT_EQ(sim->profiles.size(), table.profiles.size());
+    for (const mig::GpuInstanceProfile& p : table.profiles) {
+      SCOPED_TRACE(p.Name());
+      const int s = sim->FindProfileById(p.id);
+      ASSERT_GE(s, 0) << "profile ID " << p.id << " missing from the simulator";
+      const mig::GpuInstanceProfile& q = sim->profiles[s];
+      EXPECT_EQ(q.Name(), p.Name());  // Derived from the simulator's MiB by the driver formula.
+      EXPECT_EQ(q.nvml_index, p.nvml_index);
+      EXPECT_EQ(q.compute_slices, p.compute_slices);
+      EXPECT_EQ(q.memory_slices, p.memory_slices);
+      EXPECT_EQ(q.starts, p.starts);
+      EXPECT_EQ(q.max_count, p.max_count);
+    }
+  }
+  EXPECT_EQ(BuiltinSimModels().size(), mig::Catalog().size());
+}
+
+// The simulator's placement rule (WhyNoFit, from the guide and nvml.h) and the layout engine's
+// (mig::CanAdd) agree on random create/destroy walks over every model.
+TEST(SimModelsTest, PlacementRulesAgreeWithTheLayoutEngine) {
+  std::mt19937 rng(17);
+  for (const mig::GpuModel& model : mig::Catalog()) {
+    SCOPED_TRACE(model.name);
+    SimState s = Parse("gpus: [{model: " + model.name + ", mig: {enabled: true}}]");
+    ASSERT_EQ(s.gpus.size(), 1u);
+    mig::Layout layout;
+    for (int step = 0; step < 300; ++step) {
+      if (!layout.empty() && rng() % 4 == 0) {
+        const size_t k = rng() % layout.size();
+        ASSERT_EQ(DestroyGpuInstance(s, 0, layout[k].gpu_instance_id), kNvmlSuccess);
+        layout.erase(layout.begin() + static_cast<long>(k));
+        continue;
+      }
+      const int p = static_cast<int>(rng() % model.profiles.size());
+      const auto& prof = model.profiles[p];
+      const int start = prof.starts[rng() % prof.starts.size()];
+      auto occ = mig::Occupy(model, layout);
+      ASSERT_TRUE(occ.ok()) << occ.status();
+      const bool engine_says = mig::CanAdd(model, *occ, p, start);
+      int id = -1;
+      const int rc = CreateGpuInstance(s, 0, prof.id, start, &id);
+      ASSERT_EQ(rc == kNvmlSuccess, engine_says)
+          << prof.Name() << "@" << start << " next to " << mig::LayoutToString(model, layout)
+          << ": NVML code " << rc;
+      if (rc == kNvmlSuccess) {
+        mig::Instance inst{p, start};
+        inst.gpu_instance_id = id;
+        layout.push_back(inst);
+      } else {
+        EXPECT_EQ(rc, kNvmlErrorInsufficientResources);
+      }
+    }
+  }
+}
+
+// Issue 17: a model the catalog has never heard of, given by its NVML tables alone.
+constexpr char kNeverSeen[] = R"(models:
+  - name: X300-200GB
+    product: NVIDIA X300
+    pci_device_id: 0x40AA10DE
+    memory_mib: 204800
+    multiprocessors: 160
+    architecture: blackwell
+    profiles:
+      - {index: 0, id: 19, slices: 1, placements: "{0,1,2,3,4,5,6}:1", memory_mib: 25088, multiprocessors: 20, engines: {copy: 2, decoder: 1, jpeg: 1}, max: 7}
+      - {index: 1, id: 14, slices: 2, placements: "{0,2,4}:2", memory_mib: 50176, multiprocessors: 40, max: 3}
+      - {index: 4, id: 0, slices: 7, placements: "{0}:8", memory_mib: 202752, multiprocessors: 140, max: 1}
+      - {index: 0xF, id: 65, slices: 1, placements: "{0,1,2,3,4,5,6}:1", memory_mib: 25088, max: 1}
+      - {index: 0xD, id: 67, slices: 1, placements: "{0,1,2,3,4,5,6}:1", memory_mib: 25088, max: 7}
+gpus:
+  - model: X300-200GB
+    mig: {enabled: true}
+    gpu_instances: [{profile: 2g.50gb, start: 0}]
+)";
+
+TEST(SimModelsTest, AFileCanDefineAModelByItsNvmlTablesAlone) {
+  ASSERT_EQ(mig::FindModel("X300-200GB"), nullptr);
+  SimState s = Parse(kNeverSeen);
+  ASSERT_EQ(s.gpus.size(), 1u);
+  const SimGpu& g = s.gpus[0];
+  ASSERT_NE(g.mig_model, nullptr);
+  EXPECT_EQ(g.name, "NVIDIA X300");
+  EXPECT_EQ(g.pci_device_id, 0x40AA10DEu);
+  EXPECT_EQ(g.memory_mib, 204800);
+  EXPECT_EQ(g.mig_model->memory_slices, 8);
+  EXPECT_EQ(g.mig_model->compute_slices, 7);
+  std::vector<std::string> names;
+  for (const auto& p : g.mig_model->profiles) names.push_back(p.Name());
+  // Names as the driver derives them: index gives the attribute, memory the GB.
+  EXPECT_THAT(names, ::testing::ElementsAre("1g.25gb", "2g.50gb", "7g.200gb", "1g.25gb-me",
+                                            "1g.25gb+me.all"));
+  // NVML's rules hold for it: +me.all only next to -me instances.
+  int id = -1;
+  EXPECT_EQ(CreateGpuInstance(s, 0, 65, 4, &id), kNvmlErrorInsufficientResources);
+  ASSERT_EQ(DestroyGpuInstance(s, 0, s.gpus[0].gpu_instances[0].id), kNvmlSuccess);
+  ASSERT_EQ(CreateGpuInstance(s, 0, 67, 0, &id), kNvmlSuccess);
+  ASSERT_EQ(CreateGpuInstance(s, 0, 65, 4, &id), kNvmlSuccess);
+  EXPECT_EQ(CreateGpuInstance(s, 0, 19, 5, &id), kNvmlErrorInsufficientResources);
+  // The file round-trips with its model.
+  const std::string text = SerializeSimState(s);
+  SimState again = Parse(text);
+  EXPECT_EQ(SerializeSimState(again), text);
+  EXPECT_EQ(again.gpus[0].mig_model->profiles.size(), 5u);
+}
+
+TEST(SimModelsTest, BadModelTablesAreRefusedNamingTheField) {
+  auto with = [](const std::string& profile) {
+    return StrCat("models:\n  - name: X\n    memory_mib: 1000\n    profiles:\n      - ", profile,
+                  "\ngpus: [{model: X}]\n");
+  };
+  EXPECT_THAT(ParseError(with("{index: 0, id: 19, slices: 1, placements: \"{0,1}:1\", "
+                              "memory_mib: 100}")),
+              HasSubstr("models[0].profiles[0]: missing 'max'"));
+  EXPECT_THAT(ParseError(with("{index: 0, id: 19, slices: 1, placements: \"0,1:1\", "
+                              "memory_mib: 100, max: 2}")),
+              HasSubstr("placements '0,1:1'"));
+  EXPECT_THAT(ParseError(with("{index: 40, id: 19, slices: 1, placements: \"{0}:1\", "
+                              "memory_mib: 100, max: 1}")),
+              HasSubstr("NVML profile indices are 0-17"));
+  EXPECT_THAT(ParseError(with("{index: 0, id: 19, slices: 1, placements: \"{0}:1\", "
+                              "memory_mib: 5000, max: 1}")),
+              HasSubstr("at most the GPU's"));
+  EXPECT_THAT(ParseError("models: [{name: X, memory_mib: 10, architecture: maxwell, profiles: "
+                         "[{index: 0, id: 1, slices: 1, placements: \"{0}:1\", memory_mib: 1, "
+                         "max: 1}]}]\ngpus: []\n"),
+              HasSubstr("'architecture' is 'maxwell'"));
 }
 
 TEST(SimStateTest, GpuInstanceIdsFollowThePlacementTree) {
