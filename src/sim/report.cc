@@ -261,13 +261,9 @@ std::optional<WasteBreakdown> MeanWaste(const Series& s, int pct) {
       ++n;
       sum.capacity_milli = w.capacity_milli;
       sum.unallocated_milli += w.unallocated_milli;
-      for (size_t b = 0; b < w.too_small_milli.size(); ++b) {
-        sum.too_small_milli[b] += w.too_small_milli[b];
-      }
+      for (size_t b = 0; b < w.holes_milli.size(); ++b) sum.holes_milli[b] += w.holes_milli[b];
       sum.cpu_stranded_milli += w.cpu_stranded_milli;
       sum.memory_stranded_milli += w.memory_stranded_milli;
-      sum.usable_idle_milli += w.usable_idle_milli;
-      sum.usable_partial_milli += w.usable_partial_milli;
       for (const FailedShape& f : w.failed) {
         FailedShape& to = failed[f.shape];
         to.shape = f.shape;
@@ -280,11 +276,9 @@ std::optional<WasteBreakdown> MeanWaste(const Series& s, int pct) {
   auto mean = [&](int64_t v) { return v / n; };
   sum.arrived_pct = pct;
   sum.unallocated_milli = mean(sum.unallocated_milli);
-  for (int64_t& v : sum.too_small_milli) v = mean(v);
+  for (int64_t& v : sum.holes_milli) v = mean(v);
   sum.cpu_stranded_milli = mean(sum.cpu_stranded_milli);
   sum.memory_stranded_milli = mean(sum.memory_stranded_milli);
-  sum.usable_idle_milli = mean(sum.usable_idle_milli);
-  sum.usable_partial_milli = mean(sum.usable_partial_milli);
   for (auto& [name, f] : failed) {
     f.pods = mean(f.pods);
     f.gpu_milli = mean(f.gpu_milli);
@@ -302,19 +296,18 @@ struct WastePart {
   const char* label;
   const char* color;
   int64_t WasteBreakdown::*field = nullptr;
-  int bucket = -1;  // Index into too_small_milli when field is null.
+  int bucket = -1;  // Index into holes_milli when field is null.
 };
 constexpr WastePart kWasteParts[] = {
-    {"too small < 0.25", "#08306b", nullptr, 0},
-    {"too small 0.25-0.5", "#2171b5", nullptr, 1},
-    {"too small >= 0.5", "#6baed6", nullptr, 2},
+    {"holes < 0.25 GPU", "#08306b", nullptr, 0},
+    {"holes 0.25-0.5", "#2171b5", nullptr, 1},
+    {"holes >= 0.5", "#6baed6", nullptr, 2},
+    {"idle GPUs", "#c6dbef", nullptr, 3},
     {"stranded by CPU", "#d94801", &WasteBreakdown::cpu_stranded_milli},
     {"stranded by memory", "#fdae6b", &WasteBreakdown::memory_stranded_milli},
-    {"usable, idle GPUs", "#31a354", &WasteBreakdown::usable_idle_milli},
-    {"usable, partly used", "#a1d99b", &WasteBreakdown::usable_partial_milli},
 };
 int64_t PartValue(const WasteBreakdown& w, const WastePart& part) {
-  return part.field != nullptr ? w.*part.field : w.too_small_milli[part.bucket];
+  return part.field != nullptr ? w.*part.field : w.holes_milli[part.bucket];
 }
 
 // The second row of the allocation plot: each line minus the reference policy's
@@ -574,14 +567,13 @@ std::string FormatWasteTable(const std::vector<Series>& series, int arrived_pct)
     if (!any) continue;
     StrAppend(&out, "Where the unallocated GPU is at ", arrived_pct, " % arrived, trace ",
               group.front()->trace,
-              " (GPUs, mean over seeds): too small for any pod shape (by a GPU's free share), "
-              "stranded by CPU or memory, usable but unused; failed pods by shape (GPUs x "
-              "milli-GPU: pods, GPUs)\n");
+              " (GPUs, mean over seeds): holes by a GPU's free share, idle GPUs, GPUs stranded "
+              "by CPU or memory; failed pods by shape (GPUs x milli-GPU: pods, GPUs)\n");
     size_t width = 18;
     for (const Series* s : group) width = std::max(width, s->policy.size() + 2);
     out += Pad("policy", width) + Pad("unalloc", 9) + Pad("<0.25", 8) + Pad("0.25-0.5", 10) +
-           Pad(">=0.5", 8) + Pad("CPU", 8) + Pad("memory", 8) + Pad("idle", 8) +
-           Pad("partial", 9) + "failed pods (top shapes)\n";
+           Pad(">=0.5", 8) + Pad("idle", 8) + Pad("CPU", 8) + Pad("memory", 8) +
+           "failed pods (top shapes)\n";
     for (const Series* s : group) {
       if (s->policy == "ceiling" || s->policy == "offline-packing") {
         const double v = s->MeanAt(arrived_pct);
@@ -606,13 +598,10 @@ std::string FormatWasteTable(const std::vector<Series>& series, int arrived_pct)
                   Num(Gpus(w->failed[i].gpu_milli), 1));
       }
       out += Pad(s->policy, width) + Pad(Num(Gpus(w->unallocated_milli), 1), 9) +
-             Pad(Num(Gpus(w->too_small_milli[0]), 1), 8) +
-             Pad(Num(Gpus(w->too_small_milli[1]), 1), 10) +
-             Pad(Num(Gpus(w->too_small_milli[2]), 1), 8) +
+             Pad(Num(Gpus(w->holes_milli[0]), 1), 8) + Pad(Num(Gpus(w->holes_milli[1]), 1), 10) +
+             Pad(Num(Gpus(w->holes_milli[2]), 1), 8) + Pad(Num(Gpus(w->holes_milli[3]), 1), 8) +
              Pad(Num(Gpus(w->cpu_stranded_milli), 1), 8) +
              Pad(Num(Gpus(w->memory_stranded_milli), 1), 8) +
-             Pad(Num(Gpus(w->usable_idle_milli), 1), 8) +
-             Pad(Num(Gpus(w->usable_partial_milli), 1), 9) +
              StrCat(failed_pods, shapes.empty() ? "" : StrCat(" (", shapes, ")")) + "\n";
     }
     out += "\n";

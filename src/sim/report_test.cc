@@ -92,7 +92,7 @@ std::vector<Series> WithCeilingAndWaste() {
       w.arrived_pct = 100;
       w.capacity_milli = 100000;
       w.unallocated_milli = s.policy == "fgd" ? 5000 : 8000;
-      w.too_small_milli = {3000, 1000, 0};
+      w.holes_milli = {3000, 1000, 0, 0};
       w.cpu_stranded_milli = w.unallocated_milli - 4000;
       w.failed = {{"1x810", 4, 3240}, {"1x470", 2, 940}};
       r.waste.push_back(w);
@@ -132,7 +132,7 @@ TEST(ReportTest, WasteTableBreaksDownEveryPolicyBesideTheCeiling) {
   const std::string table = FormatWasteTable(WithCeilingAndWaste(), 100);
   EXPECT_THAT(table, HasSubstr("Where the unallocated GPU is at 100 % arrived, trace default"));
   // fgd: 5 GPUs unallocated, 3 in holes under 0.25, 1 CPU-stranded; 6 failed pods.
-  EXPECT_THAT(table, HasSubstr("fgd               5.0      3.0     1.0       0.0     1.0"));
+  EXPECT_THAT(table, HasSubstr("fgd               5.0      3.0     1.0       0.0     0.0     1.0"));
   EXPECT_THAT(table, HasSubstr("6 (1x810: 4, 3.2, 1x470: 2, 0.9)"));
   // The ceiling: 3 % of 100 GPUs cannot be allocated by any placement.
   EXPECT_THAT(table, HasSubstr("ceiling           3.0      unavoidable"));

@@ -51,10 +51,7 @@ WasteBreakdown ComputeWaste(const ClusterState& state, std::span<const PodReques
   for (int n = 0; n < cluster.node_count(); ++n) {
     const NodeSpec& spec = cluster.node(n);
     if (spec.gpu_count == 0) continue;
-    if (spec.mig_model != nullptr) {
-      // MIG GPUs: the allocation metric counts shares, not instances; leave them as usable.
-      continue;
-    }
+    if (spec.mig_model != nullptr) continue;  // Counted below.
     const int64_t free = state.gpu_left_total(n);
     if (free == 0) continue;
     bool gpus_fit = false, cpu_fit = false, all_fit = false;
@@ -68,25 +65,22 @@ WasteBreakdown ComputeWaste(const ClusterState& state, std::span<const PodReques
         break;
       }
     }
-    if (all_fit) {
-      for (int left : state.gpu_left(n)) {
-        (left >= kMilliPerGpu ? out.usable_idle_milli : out.usable_partial_milli) += left;
-      }
-    } else if (gpus_fit) {
+    if (gpus_fit && !all_fit) {
       (cpu_fit ? out.memory_stranded_milli : out.cpu_stranded_milli) += free;
-    } else {
-      for (int left : state.gpu_left(n)) {
-        const size_t bucket = left < kHoleBounds[0] ? 0 : left < kHoleBounds[1] ? 1 : 2;
-        out.too_small_milli[bucket] += left;
-      }
+      continue;
+    }
+    for (int left : state.gpu_left(n)) {
+      const size_t bucket = left >= kMilliPerGpu    ? 3
+                            : left >= kHoleBounds[1] ? 2
+                            : left >= kHoleBounds[0] ? 1
+                                                     : 0;
+      out.holes_milli[bucket] += left;
     }
   }
-  // MIG capacity is not broken down: what no category holds is usable.
-  const int64_t counted = out.too_small_milli[0] + out.too_small_milli[1] +
-                          out.too_small_milli[2] + out.cpu_stranded_milli +
-                          out.memory_stranded_milli + out.usable_idle_milli +
-                          out.usable_partial_milli;
-  out.usable_partial_milli += std::max<int64_t>(0, out.unallocated_milli - counted);
+  // MIG capacity is not broken down: what no category holds counts as idle.
+  int64_t counted = out.cpu_stranded_milli + out.memory_stranded_milli;
+  for (int64_t h : out.holes_milli) counted += h;
+  out.holes_milli[3] += std::max<int64_t>(0, out.unallocated_milli - counted);
   std::map<std::string, FailedShape> by_shape;
   for (const PodRequest* p : failed) {
     const std::string shape =

@@ -12,8 +12,8 @@ using testing::Pod;
 using testing::SmallCluster;
 
 TEST(WasteTest, SortsFreeGpuIntoCategories) {
-  // Node 0: one GPU with 190 free after an 810 (too small for the 300 shape);
-  // node 1: CPU used up, its idle GPU stranded; node 2: idle, usable.
+  // Node 0: one GPU with 190 free after an 810; node 1: CPU used up, its idle GPU
+  // stranded; node 2: one GPU idle, one half used.
   std::vector<NodeSpec> nodes = {{"a", 64000, 262144, 1, 0, nullptr},
                                  {"b", 4000, 262144, 1, 0, nullptr},
                                  {"c", 64000, 262144, 2, 0, nullptr}};
@@ -31,11 +31,12 @@ TEST(WasteTest, SortsFreeGpuIntoCategories) {
   WasteBreakdown w = ComputeWaste(state, shapes, failed_list, 100);
   EXPECT_EQ(w.capacity_milli, 4000);
   EXPECT_EQ(w.unallocated_milli, 4000 - 1310);
-  EXPECT_EQ(w.too_small_milli[0], 190);
+  EXPECT_EQ(w.holes_milli[0], 190);
+  EXPECT_EQ(w.holes_milli[1], 0);
+  EXPECT_EQ(w.holes_milli[2], 500);
+  EXPECT_EQ(w.holes_milli[3], 1000);
   EXPECT_EQ(w.cpu_stranded_milli, 1000);
   EXPECT_EQ(w.memory_stranded_milli, 0);
-  EXPECT_EQ(w.usable_idle_milli, 1000);
-  EXPECT_EQ(w.usable_partial_milli, 500);
   ASSERT_EQ(w.failed.size(), 1u);
   EXPECT_EQ(w.failed[0].shape, "1x810");
   EXPECT_EQ(w.failed[0].pods, 2);
