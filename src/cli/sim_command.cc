@@ -240,6 +240,9 @@ std::string PlotPath(const std::string& base, const std::string& trace, bool sev
   return (p.parent_path() / StrCat(p.stem().string(), "-", trace, p.extension().string())).string();
 }
 
+// Segments of the ceiling's window at the table's points (CurveCeilingPct).
+constexpr int kTableSegments = 4;
+
 // Where the ceiling is computed: the table's points, every 5 % from 80 % (the plot's
 // zoom) and every 10 % below; the offline packing only at the table's points.
 std::vector<int> CeilingPoints(const std::vector<int>& at, int max_pct) {
@@ -272,9 +275,15 @@ absl::Status ComputeCeilingRuns(const sim::Cluster& cluster, const sim::Workload
   for (int pct : points) {
     std::span<const sim::PodRequest> pods(workload.pods.data(),
                                           sim::PodsArrivedAt(cluster, workload.pods, pct));
-    ASSIGN_OR_RETURN(sim::CeilingBound bound, sim::ComputeCeiling(cluster, pods, {mapping}));
-    bound_run->curve[pct] = static_cast<double>(bound.bound_gpu_milli) * 100 / capacity;
-    if (pack && std::find(pack_points.begin(), pack_points.end(), pct) != pack_points.end()) {
+    const bool table_point =
+        std::find(pack_points.begin(), pack_points.end(), pct) != pack_points.end();
+    // A bound on the curve's own value (its mean over a window of prefixes around the
+    // point): tighter with more segments, one LP each.
+    ASSIGN_OR_RETURN(bound_run->curve[pct],
+                     sim::CurveCeilingPct(cluster, workload.pods, pct,
+                                          table_point ? kTableSegments : 1, {mapping}));
+    if (pack && table_point) {
+      ASSIGN_OR_RETURN(sim::CeilingBound bound, sim::ComputeCeiling(cluster, pods, {mapping}));
       packing_run->curve[pct] =
           static_cast<double>(sim::PackOffline(cluster, pods, &bound).gpu_milli) * 100 / capacity;
     }

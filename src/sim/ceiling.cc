@@ -8,6 +8,7 @@
 #include "base/status_macros.h"
 #include "core/mig/layout.h"
 #include "sim/lp_solver.h"
+#include "sim/simulator.h"
 
 namespace prism::sim {
 namespace {
@@ -293,6 +294,40 @@ absl::StatusOr<CeilingBound> ComputeCeiling(const Cluster& cluster,
   bound.node_group = std::move(node_group);
   bound.pod_class = std::move(pod_class);
   return bound;
+}
+
+absl::StatusOr<double> CurveCeilingPct(const Cluster& cluster, std::span<const PodRequest> pods,
+                                       int arrived_pct, int segments,
+                                       const CeilingOptions& options) {
+  const int64_t capacity = cluster.total_gpu_milli();
+  if (capacity <= 0) return std::nan("");
+  // The prefix lengths the curve averages at the point, as RunInflated samples them.
+  auto sampled = [&](int lo, int hi) {
+    std::vector<size_t> lengths;
+    int64_t arrived = 0;
+    for (size_t i = 0; i < pods.size(); ++i) {
+      arrived += pods[i].TotalGpuMilli();
+      const int64_t x = RoundHalfEven(arrived * 100, capacity);
+      if (x > hi) break;
+      if (x >= lo) lengths.push_back(i + 1);
+    }
+    return lengths;
+  };
+  std::vector<size_t> lengths = sampled(arrived_pct, arrived_pct);
+  if (lengths.empty()) lengths = sampled(arrived_pct - 1, arrived_pct + 1);
+  if (lengths.empty()) return std::nan("");
+  segments = std::clamp(segments, 1, static_cast<int>(lengths.size()));
+  double weighted = 0;
+  size_t begin = 0;
+  for (int k = 0; k < segments; ++k) {
+    const size_t end = lengths.size() * static_cast<size_t>(k + 1) / static_cast<size_t>(segments);
+    if (end <= begin) continue;
+    ASSIGN_OR_RETURN(CeilingBound b,
+                     ComputeCeiling(cluster, pods.first(lengths[end - 1]), options));
+    weighted += static_cast<double>(b.bound_gpu_milli) * static_cast<double>(end - begin);
+    begin = end;
+  }
+  return weighted * 100 / static_cast<double>(lengths.size()) / static_cast<double>(capacity);
 }
 
 size_t PodsArrivedAt(const Cluster& cluster, std::span<const PodRequest> pods, int arrived_pct) {

@@ -68,4 +68,16 @@ absl::StatusOr<CeilingBound> ComputeCeiling(const Cluster& cluster,
 // window centred here; docs/simulator.md, "Ceiling".)
 size_t PodsArrivedAt(const Cluster& cluster, std::span<const PodRequest> pods, int arrived_pct);
 
+// An upper bound on the simulator's curve at `arrived_pct` (simulator.h: the mean
+// allocation over the prefixes whose GPU request rounds to it, or to x-1..x+1 if
+// none does), for any policy, in % of capacity. The curve's prefixes are split
+// into `segments` runs of consecutive prefixes; each prefix's allocation is at
+// most the bound of its run's longest prefix (more pods never lower the bound),
+// so the count-weighted mean of those bounds bounds the curve's mean. More
+// segments: tighter and costlier (one LP each). NaN if no prefix samples the point.
+// Errors: ComputeCeiling's.
+absl::StatusOr<double> CurveCeilingPct(const Cluster& cluster, std::span<const PodRequest> pods,
+                                       int arrived_pct, int segments,
+                                       const CeilingOptions& options = {});
+
 }  // namespace prism::sim

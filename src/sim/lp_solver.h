@@ -22,7 +22,8 @@ class LinearProgram {
   LinearProgram& operator=(const LinearProgram&) = delete;
 
   // A row lower <= a.x <= upper (use -kInfinity / kInfinity for no bound).
-  // Returns its index.
+  // Returns its index. Rows and columns are handed to the solver in batches at
+  // the next Solve().
   int AddRow(double lower, double upper);
   // A column 0 <= x <= upper with `objective`, coefficient coefs[i] in rows[i].
   // Returns its index. REQUIRES: rows.size() == coefs.size(), valid rows.

@@ -69,7 +69,7 @@ class Packer {
     for (int g = 0; g < static_cast<int>(left.size()); ++g) {
       if (left[g] > 0) free_gpus_[b].emplace(left[g], cluster_.gpu_offset(node) + g);
     }
-    if (const int idle = Idle(node); idle > 0) idle_nodes_[b].emplace(idle, node);
+    if (Idle(node) > 0) idle_nodes_[b].emplace(-CpuPerFreeGpu(node), node);
   }
 
   void Unindex(int node) {
@@ -78,7 +78,7 @@ class Packer {
     for (int g = 0; g < static_cast<int>(left.size()); ++g) {
       free_gpus_[b].erase({left[g], cluster_.gpu_offset(node) + g});
     }
-    idle_nodes_[b].erase({Idle(node), node});
+    idle_nodes_[b].erase({-CpuPerFreeGpu(node), node});
   }
 
   // The tightest partly used GPU with room for the share; else an idle GPU, on the node
@@ -102,29 +102,30 @@ class Packer {
     return p;
   }
 
-  // Of the nodes with enough idle GPUs, the one left with the most CPU per free GPU
-  // (whole GPUs fill nodes fast; this keeps CPU from running out before GPUs do).
+  // Cores left per free GPU: whole GPUs fill nodes fast, and going where this is highest
+  // keeps CPU from running out before the GPUs do.
+  double CpuPerFreeGpu(int node) const {
+    return static_cast<double>(state_.cpu_left(node)) * kMilliPerGpu /
+           static_cast<double>(std::max<int64_t>(1, state_.gpu_left_total(node)));
+  }
+
+  // Of the nodes with enough idle GPUs (and CPU and memory), the one with the most CPU
+  // per free GPU.
   std::optional<Placement> WholeGpus(const PodRequest& pod, const std::vector<int>& buckets) const {
-    std::optional<int> best;
-    double best_score = 0;
+    const int idle_needed = pod.gpu_milli < kMilliPerGpu ? 1 : pod.gpu_count;
+    std::optional<std::pair<double, int>> best;  // (-CPU per free GPU, node)
     for (int b : buckets) {
-      for (auto it = idle_nodes_[b].lower_bound({pod.gpu_milli < kMilliPerGpu ? 1 : pod.gpu_count, -1}); it != idle_nodes_[b].end();
-           ++it) {
-        const int n = it->second;
-        if (!state_.CpuMemoryFit(n, pod)) continue;
-        const double free_after =
-            static_cast<double>(state_.gpu_left_total(n) - pod.TotalGpuMilli()) / kMilliPerGpu;
-        const double score =
-            static_cast<double>(state_.cpu_left(n) - pod.milli_cpu) / std::max(free_after, 0.5);
-        if (!best || score > best_score) {
-          best = n;
-          best_score = score;
+      for (const auto& entry : idle_nodes_[b]) {
+        if (best && entry >= *best) break;
+        if (Idle(entry.second) >= idle_needed && state_.CpuMemoryFit(entry.second, pod)) {
+          best = entry;
+          break;
         }
       }
     }
     if (!best) return std::nullopt;
     Placement p;
-    p.node = *best;
+    p.node = best->second;
     p.gpus = TightestGpus(state_, p.node, pod);
     if (pod.gpu_milli < kMilliPerGpu) {  // A share on an idle GPU.
       std::span<const int> left = state_.gpu_left(p.node);
@@ -160,9 +161,10 @@ class Packer {
   std::vector<int> node_bucket_;
   std::vector<int> bucket_model_;
   std::vector<int> gpu_node_;
-  // Per bucket: (milli free, flat GPU) of GPUs with room; (idle GPUs, node).
+  // Per bucket: (milli free, flat GPU) of GPUs with room; (-CPU per free GPU, node) of
+  // nodes with an idle GPU.
   std::vector<std::set<std::pair<int, int>>> free_gpus_;
-  std::vector<std::set<std::pair<int, int>>> idle_nodes_;
+  std::vector<std::set<std::pair<double, int>>> idle_nodes_;
 };
 
 bool UsableGuide(const CeilingBound* guide, const Cluster& cluster, size_t pods) {

@@ -3,8 +3,9 @@
 // The lower side of the ceiling (ceiling.h): the LP's solution rounded by
 // best-fit decreasing. GPU pods are taken largest request first (total GPU,
 // then per-GPU share, then CPU); a share goes to the GPU with the least room
-// that still fits it (on a node with CPU and memory for the pod), whole GPUs to
-// the node with the fewest idle GPUs that are enough. With the LP's solution
+// that still fits it (on a node with CPU and memory for the pod), whole GPUs (and
+// shares no used GPU has room for) to the node with the most CPU left per free
+// GPU that has enough idle ones, so that CPU does not run out first. With the LP's solution
 // (`guide`), a pod first tries the node groups where the LP still has room for
 // its class, and the pods of a class beyond what the LP places wait until every
 // other pod had its turn. Pods that fit nowhere are skipped, as an offline
