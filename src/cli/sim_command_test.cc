@@ -105,13 +105,13 @@ TEST_F(SimCommandTest, ExplainsBadInput) {
 TEST_F(SimCommandTest, PrintsTheCeilingAndTheWasteBreakdown) {
   Result r = Run("--policy best-fit --seeds 42 --at 100,130 --csv runs.csv --progress off");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("ceiling             96.89   99.89"));
+  EXPECT_THAT(r.out, HasSubstr("ceiling             96.90   99.89"));
   EXPECT_THAT(r.out, HasSubstr("offline-packing"));
   EXPECT_THAT(r.out, HasSubstr("Where the unallocated GPU is at 100 % arrived, trace default"));
   EXPECT_THAT(r.out, HasSubstr("unavoidable"));
   const std::string csv = Read("runs.csv");
-  EXPECT_THAT(csv, HasSubstr("\nceiling,42,100,96.89"));
-  EXPECT_THAT(csv, HasSubstr("\nceiling,42,130,99.89"));
+  EXPECT_THAT(csv, HasSubstr("\nceiling,42,100,96.90"));
+  EXPECT_THAT(csv, HasSubstr("\nceiling,42,130,99.88"));
   const std::string svg = Read("prism-sim.svg");
   EXPECT_THAT(svg, HasSubstr("stroke-dasharray=\"7,4\""));
   EXPECT_THAT(svg, HasSubstr("where the unallocated GPU is"));
