@@ -205,7 +205,7 @@ std::string Svg(const std::vector<const Series*>& lines, std::string_view title,
                 const std::vector<double>& xs, const std::vector<std::vector<double>>& ys,
                 std::string_view xlabel, double zoom_from, double height = 470,
                 const std::string& extra = "") {
-  const double width = 980;
+  const double width = 980;  // Height: 470, or 920 with the second row.
   std::string svg =
       Fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
           "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" "
@@ -327,25 +327,48 @@ std::string DifferenceAndWasteRow(const std::vector<const Series*>& lines,
   const double xmax = xs.empty() ? 1 : xs.back();
   if (ref < lines.size()) {
     std::vector<std::vector<double>> diffs(lines.size(), std::vector<double>(xs.size(), kNaN));
-    double lo = 0, hi = 0;
+    // The y range fits the close competitors (lines within 1 point of the reference), so that
+    // their differences show; the others are named with their difference at 100 %.
+    constexpr double kClose = 1.0;
+    std::vector<bool> close(lines.size(), true);
     for (size_t i = 0; i < lines.size(); ++i) {
       for (size_t k = 0; k < xs.size(); ++k) {
         if (xs[k] < zoom_from || std::isnan(ys[i][k]) || std::isnan(ys[ref][k])) continue;
         diffs[i][k] = ys[i][k] - ys[ref][k];
-        lo = std::min(lo, diffs[i][k]);
-        hi = std::max(hi, diffs[i][k]);
+        if (std::abs(diffs[i][k]) > kClose) close[i] = false;
       }
     }
-    const double span = std::max(hi - lo, 0.5);
-    const double ystep = span > 10 ? 2 : span > 4 ? 1 : span > 2 ? 0.5 : 0.25;
+    double lo = 0, hi = 0;
+    std::string off_scale;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (close[i]) {
+        for (double d : diffs[i]) {
+          if (std::isnan(d)) continue;
+          lo = std::min(lo, d);
+          hi = std::max(hi, d);
+        }
+        continue;
+      }
+      const double at100 = ys[i].size() > 100 && ys[ref].size() > 100 ? ys[i][100] - ys[ref][100]
+                                                                        : kNaN;
+      StrAppend(&off_scale, off_scale.empty() ? "" : ", ", lines[i]->policy, " ",
+                Fmt("%+.2f", at100));
+    }
+    const double span = std::max(hi - lo, 0.2);
+    const double ystep = span > 1 ? 0.2 : span > 0.4 ? 0.1 : 0.05;
     Panel p{70, 530, 370, 300, zoom_from, xmax, std::floor(lo / ystep) * ystep - ystep,
             std::ceil(hi / ystep) * ystep + ystep, 5, ystep};
     DrawAxes(&svg, p, "arrived GPU demand (% of capacity)",
              StrCat("allocated minus ", lines[ref]->policy, " (points)"),
-             StrCat("difference to ", lines[ref]->policy));
+             StrCat("difference to ", lines[ref]->policy, ", lines within ", kClose, " point"));
     for (size_t i = 0; i < lines.size(); ++i) {
+      if (!close[i]) continue;
       const auto [color, dash] = LineStyle(*lines[i], i);
       DrawLine(&svg, p, xs, diffs[i], color, dash);
+    }
+    if (!off_scale.empty()) {
+      StrAppend(&svg, Fmt("<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">", p.x0 + 6, p.y0 + 14),
+                Escape(StrCat("off scale, at 100 %: ", off_scale)), "</text>\n");
     }
   }
   // Waste bars at 100 % arrived, % of capacity.
@@ -420,8 +443,8 @@ std::string DifferenceAndWasteRow(const std::vector<const Series*>& lines,
                   "<text x=\"%.1f\" y=\"%.1f\">",
                   lx, ly - 10, part.color, lx + 16, ly),
               Escape(part.label), "</text>\n");
-    lx += 130;
-    if (lx > 900) lx = 70, ly += 18;
+    lx += 150;
+    if (lx > 800) lx = 70, ly += 18;
   }
   StrAppend(&svg,
             Fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"#000\"/>"
