@@ -172,14 +172,15 @@ bool UsableGuide(const CeilingBound* guide, const Cluster& cluster, size_t pods)
          guide->pod_class.size() == pods;
 }
 
-// Best-fit decreasing, guided by the LP's solution if `guide`.
-OfflinePacking BestFitDecreasing(const Cluster& cluster, std::span<const PodRequest> pods,
-                                 const CeilingBound* guide) {
+// Best fit, pods largest first if `decreasing` (else in arrival order), guided by the LP's
+// solution if `guide`.
+OfflinePacking BestFit(const Cluster& cluster, std::span<const PodRequest> pods,
+                       const CeilingBound* guide, bool decreasing) {
   std::vector<size_t> order;
   for (size_t i = 0; i < pods.size(); ++i) {
     if (pods[i].gpu_count > 0) order.push_back(i);
   }
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+  if (decreasing) std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     const PodRequest& x = pods[a];
     const PodRequest& y = pods[b];
     if (x.TotalGpuMilli() != y.TotalGpuMilli()) return x.TotalGpuMilli() > y.TotalGpuMilli();
@@ -238,11 +239,17 @@ OfflinePacking BestFitDecreasing(const Cluster& cluster, std::span<const PodRequ
 
 OfflinePacking PackOffline(const Cluster& cluster, std::span<const PodRequest> pods,
                            const CeilingBound* guide) {
-  // Neither always wins: node-level CPU makes the LP's group assignment hard to round.
-  OfflinePacking plain = BestFitDecreasing(cluster, pods, nullptr);
-  if (!UsableGuide(guide, cluster, pods.size())) return plain;
-  OfflinePacking guided = BestFitDecreasing(cluster, pods, guide);
-  return guided.gpu_milli > plain.gpu_milli ? guided : plain;
+  // None always wins: node-level CPU makes the LP's solution hard to round, and sorting by
+  // size packs GPUs tight but piles CPU-heavy pods together.
+  OfflinePacking best;
+  for (const CeilingBound* g : {static_cast<const CeilingBound*>(nullptr), guide}) {
+    if (g != nullptr && !UsableGuide(g, cluster, pods.size())) continue;
+    for (bool decreasing : {true, false}) {
+      OfflinePacking p = BestFit(cluster, pods, g, decreasing);
+      if (p.gpu_milli > best.gpu_milli) best = std::move(p);
+    }
+  }
+  return best;
 }
 
 }  // namespace prism::sim

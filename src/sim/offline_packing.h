@@ -1,18 +1,19 @@
 // src/sim/offline_packing.h: a placement of the arrived pods that sees them all at once.
 //
-// The lower side of the ceiling (ceiling.h): the LP's solution rounded by
-// best-fit decreasing. GPU pods are taken largest request first (total GPU,
-// then per-GPU share, then CPU); a share goes to the GPU with the least room
-// that still fits it (on a node with CPU and memory for the pod), whole GPUs (and
-// shares no used GPU has room for) to the node with the most CPU left per free
-// GPU that has enough idle ones, so that CPU does not run out first. With the LP's solution
-// (`guide`), a pod first tries the node groups where the LP still has room for
-// its class, and the pods of a class beyond what the LP places wait until every
-// other pod had its turn. Pods that fit nowhere are skipped, as an offline
-// packer may.
-// CPU-only pods are skipped: they allocate no GPU. Every placement is applied
-// through ClusterState, so the result is feasible by the simulator's own rules.
-// Software-shared GPUs only (MIG nodes are left empty).
+// The lower side of the ceiling (ceiling.h): the best of four best-fit packings,
+// with and without the LP's solution as a guide, pods taken largest request
+// first (total GPU, then per-GPU share, then CPU) or in arrival order (which
+// mixes CPU-heavy and GPU-heavy pods, as online policies see them). A share goes
+// to the GPU with the least room that still fits it (on a node with CPU and
+// memory for the pod); whole GPUs, and shares no partly used GPU takes, go to the
+// node with the most CPU left per free GPU that has enough idle ones, so that CPU
+// does not run out first. With the LP's solution (`guide`), a pod first tries the
+// node groups where the LP still has room for its class, and the pods of a class
+// beyond what the LP places wait until every other pod had its turn. Pods that
+// fit nowhere are skipped, as an offline packer may; CPU-only pods too (they
+// allocate no GPU). Every placement is applied through ClusterState, so the
+// result is feasible by the simulator's own rules. Software-shared GPUs only
+// (MIG nodes are left empty).
 #pragma once
 
 #include <cstdint>
