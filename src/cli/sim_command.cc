@@ -440,7 +440,8 @@ absl::Status RunSim(const SimFlags& f) {
       sim::RunOptions options;
       options.mig_mapping = mapping;
       options.max_arrived_pct = std::max(130, static_cast<int>(std::ceil(f.tune * 100)));
-      options.waste_pcts = {100, 130};
+      // The breakdown is of shares of software-shared GPUs; MIG free space is not shares.
+      if (mig_model == nullptr) options.waste_pcts = {100, 130};
       options.progress = [&](int64_t done, int64_t total) { progress.Update(label, done, total); };
       auto r = sim::Simulate(cluster, *workload, **policy, options);
       if (!r.ok()) {

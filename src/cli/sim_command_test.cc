@@ -133,6 +133,7 @@ TEST_F(SimCommandTest, BoundsTheMigBenchmark) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("ceiling"));
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("offline-packing")));  // Shared GPUs only.
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("Where the unallocated GPU is")));
 }
 
 }  // namespace

@@ -372,25 +372,31 @@ std::string DifferenceAndWasteRow(const std::vector<const Series*>& lines,
     }
   }
   // Waste bars at 100 % arrived, % of capacity.
+  // A bar is the breakdown, or one block: the ceiling's unavoidable part (black), or the
+  // unallocated GPU of a run without a breakdown (grey: MIG runs, the offline packing).
   struct Bar {
     std::string label;
     std::optional<WasteBreakdown> waste;
-    double unavoidable_pct = kNaN;  // The ceiling's bar.
+    double block_pct = kNaN;
+    const char* color = "#000";
   };
   std::vector<Bar> bars;
   double longest = 0;
+  bool any_plain = false;
   for (const Series* s : lines) {
-    if (s->policy == "ceiling") {
-      const double bound = s->MeanAt(100);
-      if (!std::isnan(bound)) {
-        bars.push_back({"ceiling (LP)", std::nullopt, 100 - bound});
-        longest = std::max(longest, 100 - bound);
-      }
-    } else if (auto w = MeanWaste(*s, 100)) {
+    if (auto w = MeanWaste(*s, 100)) {
       bars.push_back({s->policy, w, kNaN});
       longest = std::max(longest, Gpus(w->unallocated_milli) * 100 * kMilliPerGpu /
                                       std::max<double>(1, static_cast<double>(w->capacity_milli)));
+      continue;
     }
+    const double allocated = s->MeanAt(100);
+    if (std::isnan(allocated)) continue;
+    const bool ceiling = s->policy == "ceiling";
+    bars.push_back({ceiling ? std::string("ceiling (LP)") : s->policy, std::nullopt,
+                    100 - allocated, ceiling ? "#000" : "#999"});
+    any_plain |= !ceiling;
+    longest = std::max(longest, 100 - allocated);
   }
   if (bars.empty()) return svg;
   const double xstep = longest > 20 ? 5 : longest > 8 ? 2 : 1;
@@ -418,8 +424,8 @@ std::string DifferenceAndWasteRow(const std::vector<const Series*>& lines,
               Escape(bars[i].label), "</text>\n");
     if (!bars[i].waste) {
       StrAppend(&svg, Fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
-                          "fill=\"#000\"/>\n",
-                          b.X(0), y, b.X(bars[i].unavoidable_pct) - b.X(0), row * 0.6));
+                          "fill=\"%s\"/>\n",
+                          b.X(0), y, b.X(bars[i].block_pct) - b.X(0), row * 0.6, bars[i].color));
       continue;
     }
     const WasteBreakdown& w = *bars[i].waste;
@@ -450,6 +456,14 @@ std::string DifferenceAndWasteRow(const std::vector<const Series*>& lines,
             Fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"#000\"/>"
                 "<text x=\"%.1f\" y=\"%.1f\">unavoidable: capacity - LP bound</text>\n",
                 lx, ly - 10, lx + 16, ly));
+  if (any_plain) {
+    lx += 230;
+    if (lx > 800) lx = 70, ly += 18;
+    StrAppend(&svg,
+              Fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"#999\"/>"
+                  "<text x=\"%.1f\" y=\"%.1f\">unallocated, not broken down</text>\n",
+                  lx, ly - 10, lx + 16, ly));
+  }
   return svg;
 }
 

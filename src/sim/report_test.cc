@@ -82,6 +82,9 @@ TEST(ReportTest, SvgHasALinePerPolicyInEveryPanel) {
   EXPECT_EQ(lines, 5u);
   EXPECT_THAT(svg, HasSubstr("difference to fgd"));
   EXPECT_THAT(svg, HasSubstr("off scale, at 100 %: best-fit -2.75"));
+  // Runs without a waste breakdown (MIG) still get a bar: their unallocated GPU, in grey.
+  EXPECT_THAT(svg, HasSubstr("fill=\"#999\""));
+  EXPECT_THAT(svg, HasSubstr("unallocated, not broken down"));
   EXPECT_THAT(svg, HasSubstr(">best-fit</text>"));
   EXPECT_THAT(svg, HasSubstr("</svg>"));
 }
