@@ -8,6 +8,7 @@ PACKAGES=(
   libcurl4-openssl-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   prometheus-cpp-dev
+  coinor-libclp-dev
   clang libclang-rt-dev
 )
 missing=()

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -22,6 +24,8 @@
 #include "base/strings.h"
 #include "config/device_config_yaml.h"
 #include "core/mig/gpu_model.h"
+#include "sim/ceiling.h"
+#include "sim/offline_packing.h"
 #include "sim/policy.h"
 #include "sim/report.h"
 #include "sim/simulator.h"
@@ -50,6 +54,7 @@ struct SimFlags {
   std::string csv;
   std::string plot = "prism-sim.svg";
   bool no_plot = false;
+  bool no_ceiling = false;
   std::vector<int> at = {90, 95, 100, 110, 130};
   int jobs = 0;  // 0: one per CPU.
   std::string progress = "auto";
@@ -235,6 +240,58 @@ std::string PlotPath(const std::string& base, const std::string& trace, bool sev
   return (p.parent_path() / StrCat(p.stem().string(), "-", trace, p.extension().string())).string();
 }
 
+// Segments of the ceiling's window at the table's points (CurveCeilingPct).
+constexpr int kTableSegments = 4;
+
+// Where the ceiling is computed: the table's points, every 5 % from 80 % (the plot's
+// zoom) and every 10 % below; the offline packing only at the table's points.
+std::vector<int> CeilingPoints(const std::vector<int>& at, int max_pct) {
+  std::vector<int> points;
+  for (int p = 10; p <= max_pct; p += p < 80 ? 10 : 5) points.push_back(p);
+  for (int p : at) {
+    if (p <= max_pct) points.push_back(p);
+  }
+  std::sort(points.begin(), points.end());
+  points.erase(std::unique(points.begin(), points.end()), points.end());
+  return points;
+}
+
+// The ceiling of one trace and seed: the LP bound (policy "ceiling") and the offline
+// packing (policy "offline-packing"; software-shared GPUs only) as curves sampled
+// at `points` (NaN elsewhere).
+absl::Status ComputeCeilingRuns(const sim::Cluster& cluster, const sim::Workload& workload,
+                                sim::MigMapping mapping, const std::vector<int>& points,
+                                const std::vector<int>& pack_points, int max_pct,
+                                sim::RunResult* bound_run, sim::RunResult* packing_run) {
+  const double capacity = static_cast<double>(cluster.total_gpu_milli());
+  const bool pack = !cluster.has_mig();
+  for (sim::RunResult* r : {bound_run, packing_run}) {
+    r->seed = workload.seed;
+    r->curve.assign(max_pct + 1, std::nan(""));
+  }
+  bound_run->policy = "ceiling";
+  packing_run->policy = "offline-packing";
+  const auto start = std::chrono::steady_clock::now();
+  for (int pct : points) {
+    std::span<const sim::PodRequest> pods(workload.pods.data(),
+                                          sim::PodsArrivedAt(cluster, workload.pods, pct));
+    const bool table_point =
+        std::find(pack_points.begin(), pack_points.end(), pct) != pack_points.end();
+    // A bound on the curve's own value (its mean over a window of prefixes around the
+    // point): tighter with more segments, one LP each.
+    ASSIGN_OR_RETURN(bound_run->curve[pct],
+                     sim::CurveCeilingPct(cluster, workload.pods, pct,
+                                          table_point ? kTableSegments : 1, {mapping}));
+    if (pack && table_point) {
+      ASSIGN_OR_RETURN(sim::CeilingBound bound, sim::ComputeCeiling(cluster, pods, {mapping}));
+      packing_run->curve[pct] =
+          static_cast<double>(sim::PackOffline(cluster, pods, &bound).gpu_milli) * 100 / capacity;
+    }
+  }
+  bound_run->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return absl::OkStatus();
+}
+
 absl::Status RunSim(const SimFlags& f) {
   ASSIGN_OR_RETURN(std::vector<uint64_t> seeds, ParseSeeds(f.seeds));
   // Every numeric flag in range before any work: --tune sizes the workload (1e6 filled memory
@@ -383,6 +440,8 @@ absl::Status RunSim(const SimFlags& f) {
       sim::RunOptions options;
       options.mig_mapping = mapping;
       options.max_arrived_pct = std::max(130, static_cast<int>(std::ceil(f.tune * 100)));
+      // The breakdown is of shares of software-shared GPUs; MIG free space is not shares.
+      if (mig_model == nullptr) options.waste_pcts = {100, 130};
       options.progress = [&](int64_t done, int64_t total) { progress.Update(label, done, total); };
       auto r = sim::Simulate(cluster, *workload, **policy, options);
       if (!r.ok()) {
@@ -416,6 +475,53 @@ absl::Status RunSim(const SimFlags& f) {
     it->runs.push_back(std::move(results[i]));
   }
 
+  // The ceiling per trace and seed, in parallel like the runs.
+  std::vector<Series> ceilings;
+  if (!f.departures && !f.no_ceiling) {
+    const int max_pct = std::max(130, static_cast<int>(std::ceil(f.tune * 100)));
+    const std::vector<int> points = CeilingPoints(f.at, max_pct);
+    std::vector<std::pair<size_t, uint64_t>> ceiling_jobs;
+    for (size_t t = 0; t < traces.size(); ++t) {
+      for (uint64_t s : seeds) ceiling_jobs.emplace_back(t, s);
+    }
+    std::vector<sim::RunResult> bounds(ceiling_jobs.size()), packings(ceiling_jobs.size());
+    std::vector<absl::Status> ceiling_errors(ceiling_jobs.size());
+    std::atomic<size_t> next_ceiling{0};
+    auto ceiling_worker = [&] {
+      for (size_t i = next_ceiling++; i < ceiling_jobs.size(); i = next_ceiling++) {
+        const auto& [t, seed] = ceiling_jobs[i];
+        sim::Workload workload = sim::BuildInflatedWorkload(cluster, traces[t].pods, {seed, f.tune});
+        ceiling_errors[i] =
+            Annotate(ComputeCeilingRuns(cluster, workload, mapping, points, f.at, max_pct,
+                                        &bounds[i], &packings[i]),
+                     StrCat("ceiling of ", traces[t].name, " seed ", seed));
+      }
+    };
+    std::vector<std::thread> ceiling_pool;
+    for (int t = 1; t < threads; ++t) ceiling_pool.emplace_back(ceiling_worker);
+    ceiling_worker();
+    for (std::thread& t : ceiling_pool) t.join();
+    for (const absl::Status& s : ceiling_errors) RETURN_IF_ERROR(s);
+    for (size_t t = 0; t < traces.size(); ++t) {
+      Series bound{traces[t].name, "ceiling", {}}, packing{traces[t].name, "offline-packing", {}};
+      for (size_t i = 0; i < ceiling_jobs.size(); ++i) {
+        if (ceiling_jobs[i].first != t) continue;
+        bound.runs.push_back(std::move(bounds[i]));
+        packing.runs.push_back(std::move(packings[i]));
+      }
+      // Each trace's policies first, then its ceiling rows.
+      auto after = std::find_if(series.begin(), series.end(), [&](const Series& s) {
+        return s.trace == traces[t].name;
+      });
+      while (after != series.end() && after->trace == traces[t].name) ++after;
+      const size_t at = static_cast<size_t>(after - series.begin());
+      series.insert(series.begin() + static_cast<std::ptrdiff_t>(at), std::move(bound));
+      if (!cluster.has_mig()) {
+        series.insert(series.begin() + static_cast<std::ptrdiff_t>(at + 1), std::move(packing));
+      }
+    }
+  }
+
   for (const Series& s : series) {
     for (const sim::RunResult& r : s.runs) {
       if (r.rejected_placements == 0) continue;
@@ -434,10 +540,15 @@ absl::Status RunSim(const SimFlags& f) {
     table.show_mig = mig_model != nullptr;
     table.show_published = mig_model == nullptr;
     std::fputs(sim::FormatTable(series, table).c_str(), stdout);
+    std::fputs(sim::FormatWasteTable(series, 100).c_str(), stdout);
     if (several) {
-      std::fputs(sim::FormatVariantTable(series, 100).c_str(), stdout);
+      std::vector<Series> policies_only;
+      for (const Series& s : series) {
+        if (!sim::IsCeilingSeries(s)) policies_only.push_back(s);
+      }
+      std::fputs(sim::FormatVariantTable(policies_only, 100).c_str(), stdout);
       std::fputs("\n", stdout);
-      std::fputs(sim::FormatVariantTable(series, 130).c_str(), stdout);
+      std::fputs(sim::FormatVariantTable(policies_only, 130).c_str(), stdout);
     }
   }
   if (!f.csv.empty()) {
@@ -507,6 +618,8 @@ void AddSimCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--plot", flags->plot, "SVG plot of allocation vs arrived demand")
       ->capture_default_str();
   cmd->add_flag("--no-plot", flags->no_plot, "Do not write the plot");
+  cmd->add_flag("--no-ceiling", flags->no_ceiling,
+                "Skip the ceiling (LP upper bound and offline packing of the arrived pods)");
   cmd->add_option("--at", flags->at, "Arrived demand (%) columns of the table")->delimiter(',');
   cmd->add_option("--jobs,-j", flags->jobs, "Runs in parallel (0: one per CPU)")
       ->capture_default_str();

@@ -136,5 +136,41 @@ TEST_F(SimCommandTest, ExplainsBadInput) {
   EXPECT_THAT(mig.err, HasSubstr("places on software-shared GPUs only"));
 }
 
+// Issue 15: the ceiling (LP upper bound and offline packing of the arrived pods) and where the
+// unallocated GPU is, in the table, the CSV and the plot.
+TEST_F(SimCommandTest, PrintsTheCeilingAndTheWasteBreakdown) {
+  Result r = Run("--policy best-fit --seeds 42 --at 100,130 --csv runs.csv --progress off");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("ceiling             96.90   99.89"));
+  EXPECT_THAT(r.out, HasSubstr("offline-packing"));
+  EXPECT_THAT(r.out, HasSubstr("Where the unallocated GPU is at 100 % arrived, trace default"));
+  EXPECT_THAT(r.out, HasSubstr("unavoidable"));
+  const std::string csv = Read("runs.csv");
+  EXPECT_THAT(csv, HasSubstr("\nceiling,42,100,96.90"));
+  EXPECT_THAT(csv, HasSubstr("\nceiling,42,130,99.88"));
+  const std::string svg = Read("prism-sim.svg");
+  EXPECT_THAT(svg, HasSubstr("stroke-dasharray=\"7,4\""));
+  EXPECT_THAT(svg, HasSubstr("where the unallocated GPU is"));
+}
+
+TEST_F(SimCommandTest, NoCeilingLeavesItOut) {
+  Result r = Run("--policy random --seeds 42 --no-plot --no-ceiling --progress off");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("ceiling")));
+}
+
+TEST_F(SimCommandTest, BoundsTheMigBenchmark) {
+  std::ofstream nodes(dir_ + "/nodes.csv");
+  nodes << "sn,cpu_milli,memory_mib,gpu,model\n";
+  for (int i = 0; i < 20; ++i) nodes << "n" << i << ",96000,786432,8,V100M32\n";
+  nodes.close();
+  Result r = Run("--nodes nodes.csv --mig --policy hami-v2.10 --seeds 7 --at 100 --no-plot "
+                 "--progress off");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("ceiling"));
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("offline-packing")));  // Shared GPUs only.
+  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("Where the unallocated GPU is")));
+}
+
 }  // namespace
 }  // namespace prism::cli

@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
+#include <utility>
 
 #include "base/strings.h"
 
@@ -179,21 +181,31 @@ void DrawAxes(std::string* svg, const Panel& p, std::string_view xlabel, std::st
 }
 
 void DrawLine(std::string* svg, const Panel& p, const std::vector<double>& xs,
-              const std::vector<double>& ys, const std::string& color) {
+              const std::vector<double>& ys, const std::string& color,
+              std::string_view dash = "") {
   std::string points;
   for (size_t i = 0; i < xs.size(); ++i) {
     if (std::isnan(ys[i]) || xs[i] < p.xmin || xs[i] > p.xmax) continue;
     const double y = std::clamp(ys[i], p.ymin, p.ymax);
     StrAppend(&points, Fmt("%.1f,%.1f ", p.X(xs[i]), p.Y(y)));
   }
-  StrAppend(svg, "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"", color, "\" points=\"",
-            points, "\"/>\n");
+  StrAppend(svg, "<polyline fill=\"none\" stroke-width=\"2\" stroke=\"", color, "\"",
+            dash.empty() ? std::string() : StrCat(" stroke-dasharray=\"", dash, "\""),
+            " points=\"", points, "\"/>\n");
+}
+
+// Colour and dash of a series' line: the ceiling rows stand apart from the policies.
+std::pair<std::string, std::string> LineStyle(const Series& s, size_t index) {
+  if (s.policy == "ceiling") return {"#000000", "7,4"};
+  if (s.policy == "offline-packing") return {"#888888", "2,3"};
+  return {Palette()[index % Palette().size()], ""};
 }
 
 std::string Svg(const std::vector<const Series*>& lines, std::string_view title,
                 const std::vector<double>& xs, const std::vector<std::vector<double>>& ys,
-                std::string_view xlabel, double zoom_from) {
-  const double width = 980, height = 470;
+                std::string_view xlabel, double zoom_from, double height = 470,
+                const std::string& extra = "") {
+  const double width = 980;  // Height: 470, or 920 with the second row.
   std::string svg =
       Fmt("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" "
           "font-family=\"sans-serif\" font-size=\"12\">\n<rect width=\"100%%\" height=\"100%%\" "
@@ -222,17 +234,236 @@ std::string Svg(const std::vector<const Series*>& lines, std::string_view title,
   DrawAxes(&svg, full, xlabel, "allocated GPU (% of capacity)", "full range");
   DrawAxes(&svg, zoom, xlabel, "allocated GPU (% of capacity)", "saturated region");
   for (size_t i = 0; i < lines.size(); ++i) {
-    const std::string& color = Palette()[i % Palette().size()];
-    DrawLine(&svg, full, xs, ys[i], color);
-    DrawLine(&svg, zoom, xs, ys[i], color);
+    const auto [color, dash] = LineStyle(*lines[i], i);
+    DrawLine(&svg, full, xs, ys[i], color, dash);
+    DrawLine(&svg, zoom, xs, ys[i], color, dash);
     const double ly = 78 + 18 * static_cast<double>(i);
     StrAppend(&svg,
               Fmt("<line x1=\"80\" y1=\"%.1f\" x2=\"104\" y2=\"%.1f\" stroke-width=\"3\" "
-                  "stroke=\"%s\"/>\n<text x=\"110\" y=\"%.1f\">",
-                  ly, ly, color.c_str(), ly + 4),
+                  "stroke=\"%s\"%s/>\n<text x=\"110\" y=\"%.1f\">",
+                  ly, ly, color.c_str(),
+                  dash.empty() ? "" : StrCat(" stroke-dasharray=\"", dash, "\"").c_str(), ly + 4),
               Escape(lines[i]->policy), "</text>\n");
   }
+  svg += extra;
   svg += "</svg>\n";
+  return svg;
+}
+
+// Mean over seeds of the waste breakdowns at `pct`; nullopt if no run has one.
+std::optional<WasteBreakdown> MeanWaste(const Series& s, int pct) {
+  WasteBreakdown sum;
+  std::map<std::string, FailedShape> failed;
+  int n = 0;
+  for (const RunResult& r : s.runs) {
+    for (const WasteBreakdown& w : r.waste) {
+      if (w.arrived_pct != pct) continue;
+      ++n;
+      sum.capacity_milli = w.capacity_milli;
+      sum.unallocated_milli += w.unallocated_milli;
+      for (size_t b = 0; b < w.holes_milli.size(); ++b) sum.holes_milli[b] += w.holes_milli[b];
+      sum.cpu_stranded_milli += w.cpu_stranded_milli;
+      sum.memory_stranded_milli += w.memory_stranded_milli;
+      for (const FailedShape& f : w.failed) {
+        FailedShape& to = failed[f.shape];
+        to.shape = f.shape;
+        to.pods += f.pods;
+        to.gpu_milli += f.gpu_milli;
+      }
+    }
+  }
+  if (n == 0) return std::nullopt;
+  auto mean = [&](int64_t v) { return v / n; };
+  sum.arrived_pct = pct;
+  sum.unallocated_milli = mean(sum.unallocated_milli);
+  for (int64_t& v : sum.holes_milli) v = mean(v);
+  sum.cpu_stranded_milli = mean(sum.cpu_stranded_milli);
+  sum.memory_stranded_milli = mean(sum.memory_stranded_milli);
+  for (auto& [name, f] : failed) {
+    f.pods = mean(f.pods);
+    f.gpu_milli = mean(f.gpu_milli);
+    sum.failed.push_back(f);
+  }
+  std::sort(sum.failed.begin(), sum.failed.end(), [](const FailedShape& a, const FailedShape& b) {
+    return a.gpu_milli != b.gpu_milli ? a.gpu_milli > b.gpu_milli : a.shape < b.shape;
+  });
+  return sum;
+}
+
+double Gpus(int64_t milli) { return static_cast<double>(milli) / kMilliPerGpu; }
+
+struct WastePart {
+  const char* label;
+  const char* color;
+  int64_t WasteBreakdown::*field = nullptr;
+  int bucket = -1;  // Index into holes_milli when field is null.
+};
+constexpr WastePart kWasteParts[] = {
+    {"holes < 0.25 GPU", "#08306b", nullptr, 0},
+    {"holes 0.25-0.5", "#2171b5", nullptr, 1},
+    {"holes >= 0.5", "#6baed6", nullptr, 2},
+    {"idle GPUs", "#c6dbef", nullptr, 3},
+    {"stranded by CPU", "#d94801", &WasteBreakdown::cpu_stranded_milli},
+    {"stranded by memory", "#fdae6b", &WasteBreakdown::memory_stranded_milli},
+};
+int64_t PartValue(const WasteBreakdown& w, const WastePart& part) {
+  return part.field != nullptr ? w.*part.field : w.holes_milli[part.bucket];
+}
+
+// The second row of the allocation plot: each line minus the reference policy's
+// (fgd if present) over the saturated region, and where the unallocated GPU is at
+// 100 % arrived, per policy, beside the ceiling's unavoidable part.
+std::string DifferenceAndWasteRow(const std::vector<const Series*>& lines,
+                                  const std::vector<double>& xs,
+                                  const std::vector<std::vector<double>>& ys, double zoom_from) {
+  size_t ref = lines.size();
+  for (size_t i = 0; i < lines.size(); ++i) {
+    if (lines[i]->policy == "fgd") ref = i;
+  }
+  for (size_t i = 0; i < lines.size() && ref == lines.size(); ++i) {
+    if (!IsCeilingSeries(*lines[i])) ref = i;
+  }
+  std::string svg;
+  const double xmax = xs.empty() ? 1 : xs.back();
+  if (ref < lines.size()) {
+    std::vector<std::vector<double>> diffs(lines.size(), std::vector<double>(xs.size(), kNaN));
+    // The y range fits the close competitors (lines within 1 point of the reference), so that
+    // their differences show; the others are named with their difference at 100 %.
+    constexpr double kClose = 1.0;
+    std::vector<bool> close(lines.size(), true);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      for (size_t k = 0; k < xs.size(); ++k) {
+        if (xs[k] < zoom_from || std::isnan(ys[i][k]) || std::isnan(ys[ref][k])) continue;
+        diffs[i][k] = ys[i][k] - ys[ref][k];
+        if (std::abs(diffs[i][k]) > kClose) close[i] = false;
+      }
+    }
+    double lo = 0, hi = 0;
+    std::string off_scale;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (close[i]) {
+        for (double d : diffs[i]) {
+          if (std::isnan(d)) continue;
+          lo = std::min(lo, d);
+          hi = std::max(hi, d);
+        }
+        continue;
+      }
+      const double at100 = ys[i].size() > 100 && ys[ref].size() > 100 ? ys[i][100] - ys[ref][100]
+                                                                        : kNaN;
+      StrAppend(&off_scale, off_scale.empty() ? "" : ", ", lines[i]->policy, " ",
+                Fmt("%+.2f", at100));
+    }
+    const double span = std::max(hi - lo, 0.2);
+    const double ystep = span > 1 ? 0.2 : span > 0.4 ? 0.1 : 0.05;
+    Panel p{70, 530, 370, 300, zoom_from, xmax, std::floor(lo / ystep) * ystep - ystep,
+            std::ceil(hi / ystep) * ystep + ystep, 5, ystep};
+    DrawAxes(&svg, p, "arrived GPU demand (% of capacity)",
+             StrCat("allocated minus ", lines[ref]->policy, " (points)"),
+             StrCat("difference to ", lines[ref]->policy, ", lines within ", kClose, " point"));
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (!close[i]) continue;
+      const auto [color, dash] = LineStyle(*lines[i], i);
+      DrawLine(&svg, p, xs, diffs[i], color, dash);
+    }
+    if (!off_scale.empty()) {
+      StrAppend(&svg, Fmt("<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\">", p.x0 + 6, p.y0 + 14),
+                Escape(StrCat("off scale, at 100 %: ", off_scale)), "</text>\n");
+    }
+  }
+  // Waste bars at 100 % arrived, % of capacity.
+  // A bar is the breakdown, or one block: the ceiling's unavoidable part (black), or the
+  // unallocated GPU of a run without a breakdown (grey: MIG runs, the offline packing).
+  struct Bar {
+    std::string label;
+    std::optional<WasteBreakdown> waste;
+    double block_pct = kNaN;
+    const char* color = "#000";
+  };
+  std::vector<Bar> bars;
+  double longest = 0;
+  bool any_plain = false;
+  for (const Series* s : lines) {
+    if (auto w = MeanWaste(*s, 100)) {
+      bars.push_back({s->policy, w, kNaN});
+      longest = std::max(longest, Gpus(w->unallocated_milli) * 100 * kMilliPerGpu /
+                                      std::max<double>(1, static_cast<double>(w->capacity_milli)));
+      continue;
+    }
+    const double allocated = s->MeanAt(100);
+    if (std::isnan(allocated)) continue;
+    const bool ceiling = s->policy == "ceiling";
+    bars.push_back({ceiling ? std::string("ceiling (LP)") : s->policy, std::nullopt,
+                    100 - allocated, ceiling ? "#000" : "#999"});
+    any_plain |= !ceiling;
+    longest = std::max(longest, 100 - allocated);
+  }
+  if (bars.empty()) return svg;
+  const double xstep = longest > 20 ? 5 : longest > 8 ? 2 : 1;
+  Panel b{640, 530, 270, 300, 0, std::ceil(longest / xstep) * xstep + xstep, 0, 1, xstep, 1};
+  StrAppend(&svg, Fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"none\" "
+                      "stroke=\"#444\"/>\n",
+                      b.x0, b.y0, b.width, b.height));
+  for (double v = 0; v <= b.xmax + 1e-9; v += xstep) {
+    StrAppend(&svg, Fmt("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+                        "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",
+                        b.X(v), b.y0, b.X(v), b.y0 + b.height, b.X(v), b.y0 + b.height + 16, v));
+  }
+  StrAppend(&svg,
+            Fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">unallocated GPU at 100 %% "
+                "arrived (%% of capacity)</text>\n",
+                b.x0 + b.width / 2, b.y0 + b.height + 36),
+            Fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\" font-weight=\"bold\">where "
+                "the unallocated GPU is</text>\n",
+                b.x0 + b.width / 2, b.y0 - 8));
+  const double row = std::min(36.0, b.height / static_cast<double>(bars.size()));
+  for (size_t i = 0; i < bars.size(); ++i) {
+    const double y = b.y0 + row * static_cast<double>(i) + row * 0.2;
+    StrAppend(&svg,
+              Fmt("<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">", b.x0 - 6, y + row * 0.4),
+              Escape(bars[i].label), "</text>\n");
+    if (!bars[i].waste) {
+      StrAppend(&svg, Fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+                          "fill=\"%s\"/>\n",
+                          b.X(0), y, b.X(bars[i].block_pct) - b.X(0), row * 0.6, bars[i].color));
+      continue;
+    }
+    const WasteBreakdown& w = *bars[i].waste;
+    const double scale = 100.0 / std::max<double>(1, static_cast<double>(w.capacity_milli));
+    double x = 0;
+    for (const WastePart& part : kWasteParts) {
+      const double v = static_cast<double>(PartValue(w, part)) * scale;
+      if (v <= 0) continue;
+      StrAppend(&svg, Fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" "
+                          "fill=\"%s\"/>\n",
+                          b.X(x), y, b.X(x + v) - b.X(x), row * 0.6, part.color));
+      x += v;
+    }
+  }
+  // Legend of the parts, under the difference panel's neighbour.
+  double ly = 880;
+  double lx = 70;
+  for (const WastePart& part : kWasteParts) {
+    StrAppend(&svg,
+              Fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"%s\"/>"
+                  "<text x=\"%.1f\" y=\"%.1f\">",
+                  lx, ly - 10, part.color, lx + 16, ly),
+              Escape(part.label), "</text>\n");
+    lx += 150;
+    if (lx > 800) lx = 70, ly += 18;
+  }
+  StrAppend(&svg,
+            Fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"#000\"/>"
+                "<text x=\"%.1f\" y=\"%.1f\">unavoidable: capacity - LP bound</text>\n",
+                lx, ly - 10, lx + 16, ly));
+  if (any_plain) {
+    lx += 230;
+    if (lx > 800) lx = 70, ly += 18;
+    StrAppend(&svg,
+              Fmt("<rect x=\"%.1f\" y=\"%.1f\" width=\"12\" height=\"12\" fill=\"#999\"/>"
+                  "<text x=\"%.1f\" y=\"%.1f\">unallocated, not broken down</text>\n",
+                  lx, ly - 10, lx + 16, ly));
+  }
   return svg;
 }
 
@@ -333,8 +564,11 @@ std::string FormatTable(const std::vector<Series>& series, const TableOptions& o
         row += Pad(p100 ? Num(*p100) : "", 11) + Pad(p130 ? Num(*p130) : "", 11);
       }
       row += Pad(StrCat(Num(s->MinAt(130)), "-", Num(s->MaxAt(130))), 13);
-      row += Pad(Num(Mean(s->runs, [](const RunResult& r) { return double(r.failed); }), 0), 9);
-      row += Pad(Num(s->MicrosPerPod(), 1), 9);
+      row += Pad(IsCeilingSeries(*s)
+                     ? std::string("-")
+                     : Num(Mean(s->runs, [](const RunResult& r) { return double(r.failed); }), 0),
+                 9);
+      row += Pad(IsCeilingSeries(*s) ? std::string("-") : Num(s->MicrosPerPod(), 1), 9);
       if (options.show_mig) {
         row += Pad(
             Num(Mean(s->runs, [](const RunResult& r) { return double(r.mig.instances_created); }),
@@ -352,6 +586,60 @@ std::string FormatTable(const std::vector<Series>& series, const TableOptions& o
       for (const RunResult& r : s->runs) rejected += r.rejected_placements;
       if (rejected > 0) StrAppend(&row, "  (", rejected, " placements rejected!)");
       out += row + "\n";
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+bool IsCeilingSeries(const Series& series) {
+  return series.policy == "ceiling" || series.policy == "offline-packing";
+}
+
+std::string FormatWasteTable(const std::vector<Series>& series, int arrived_pct) {
+  std::string out;
+  for (const auto& group : ByTrace(series)) {
+    bool any = false;
+    for (const Series* s : group) any |= MeanWaste(*s, arrived_pct).has_value();
+    if (!any) continue;
+    StrAppend(&out, "Where the unallocated GPU is at ", arrived_pct, " % arrived, trace ",
+              group.front()->trace,
+              " (GPUs, mean over seeds): holes by a GPU's free share, idle GPUs, GPUs stranded "
+              "by CPU or memory; failed pods by shape (GPUs x milli-GPU: pods, GPUs)\n");
+    size_t width = 18;
+    for (const Series* s : group) width = std::max(width, s->policy.size() + 2);
+    out += Pad("policy", width) + Pad("unalloc", 9) + Pad("<0.25", 8) + Pad("0.25-0.5", 10) +
+           Pad(">=0.5", 8) + Pad("idle", 8) + Pad("CPU", 8) + Pad("memory", 8) +
+           "failed pods (top shapes)\n";
+    for (const Series* s : group) {
+      if (s->policy == "ceiling" || s->policy == "offline-packing") {
+        const double v = s->MeanAt(arrived_pct);
+        if (std::isnan(v) || s->runs.empty()) continue;
+        double capacity_gpus = 0;
+        for (const Series* other : group) {
+          if (auto w = MeanWaste(*other, arrived_pct)) capacity_gpus = Gpus(w->capacity_milli);
+        }
+        out += Pad(s->policy, width) + Pad(Num((100 - v) * capacity_gpus / 100, 1), 9) +
+               (s->policy == "ceiling" ? "unavoidable: no placement of the arrived pods leaves less"
+                                       : "left by the offline packing") +
+               "\n";
+        continue;
+      }
+      auto w = MeanWaste(*s, arrived_pct);
+      if (!w) continue;
+      int64_t failed_pods = 0;
+      for (const FailedShape& f : w->failed) failed_pods += f.pods;
+      std::string shapes;
+      for (size_t i = 0; i < w->failed.size() && i < 3; ++i) {
+        StrAppend(&shapes, i ? ", " : "", w->failed[i].shape, ": ", w->failed[i].pods, ", ",
+                  Num(Gpus(w->failed[i].gpu_milli), 1));
+      }
+      out += Pad(s->policy, width) + Pad(Num(Gpus(w->unallocated_milli), 1), 9) +
+             Pad(Num(Gpus(w->holes_milli[0]), 1), 8) + Pad(Num(Gpus(w->holes_milli[1]), 1), 10) +
+             Pad(Num(Gpus(w->holes_milli[2]), 1), 8) + Pad(Num(Gpus(w->holes_milli[3]), 1), 8) +
+             Pad(Num(Gpus(w->cpu_stranded_milli), 1), 8) +
+             Pad(Num(Gpus(w->memory_stranded_milli), 1), 8) +
+             StrCat(failed_pods, shapes.empty() ? "" : StrCat(" (", shapes, ")")) + "\n";
     }
     out += "\n";
   }
@@ -487,8 +775,9 @@ std::string SvgPlot(const std::vector<Series>& series, std::string_view title) {
   std::vector<double> xs(n);
   for (size_t i = 0; i < n; ++i) xs[i] = static_cast<double>(i);
   for (auto& y : ys) y.resize(n, kNaN);
-  return Svg(lines, title, xs, ys, "arrived GPU demand (% of capacity)",
-             n > 100 ? 80.0 : std::max(0.0, static_cast<double>(n) - 30));
+  const double zoom_from = n > 100 ? 80.0 : std::max(0.0, static_cast<double>(n) - 30);
+  return Svg(lines, title, xs, ys, "arrived GPU demand (% of capacity)", zoom_from, 920,
+             DifferenceAndWasteRow(lines, xs, ys, zoom_from));
 }
 
 std::string SvgChurnPlot(const std::vector<Series>& series, std::string_view title) {

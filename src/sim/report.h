@@ -44,6 +44,13 @@ struct TableOptions {
 
 // One table per trace: a row per policy.
 std::string FormatTable(const std::vector<Series>& series, const TableOptions& options);
+// The ceiling rows `prism sim` adds (policy "ceiling": the LP upper bound,
+// "offline-packing": a placement that approaches it; ceiling.h) are series whose
+// curves are sampled at a few points only.
+bool IsCeilingSeries(const Series& series);
+// Where the unallocated GPU is at `arrived_pct` (RunResult::waste; waste.h), a row
+// per policy in GPUs, means over seeds, with the ceiling's unavoidable share.
+std::string FormatWasteTable(const std::vector<Series>& series, int arrived_pct);
 // Runs with departures: a row per policy and trace.
 std::string FormatChurnTable(const std::vector<Series>& series, bool show_mig);
 // Several traces: a row per trace, a column per policy, at `arrived_pct`, plus

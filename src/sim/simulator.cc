@@ -1,5 +1,6 @@
 #include "sim/simulator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -63,10 +64,23 @@ absl::Status RunInflated(const Cluster& cluster, const Workload& workload,
   int64_t arrived = 0;
   const int64_t total = static_cast<int64_t>(workload.pods.size());
   const int64_t step = std::max<int64_t>(1, total / 100);
+  std::vector<int> waste_pcts = options.waste_pcts;
+  std::sort(waste_pcts.begin(), waste_pcts.end());
+  size_t next_waste = 0;
+  std::vector<const PodRequest*> failed;
+  auto snapshot_waste = [&](int64_t arrived_next) {
+    while (next_waste < waste_pcts.size() &&
+           arrived_next * 100 > capacity * int64_t{waste_pcts[next_waste]}) {
+      result->waste.push_back(
+          ComputeWaste(runner.state(), workload.trace_pods, failed, waste_pcts[next_waste++]));
+    }
+  };
   for (int64_t i = 0; i < total; ++i) {
     const PodRequest& pod = workload.pods[i];
+    snapshot_waste(arrived + pod.TotalGpuMilli());
     arrived += pod.TotalGpuMilli();
-    RETURN_IF_ERROR(runner.Attempt(pod).status());
+    ASSIGN_OR_RETURN(std::optional<Placement> placed, runner.Attempt(pod));
+    if (!placed && !waste_pcts.empty()) failed.push_back(&pod);
     if (capacity > 0) {
       const int64_t x = RoundHalfEven(arrived * 100, capacity);
       if (x <= max_pct) {
@@ -77,6 +91,7 @@ absl::Status RunInflated(const Cluster& cluster, const Workload& workload,
     }
     if (options.progress && ((i + 1) % step == 0 || i + 1 == total)) options.progress(i + 1, total);
   }
+  snapshot_waste(std::numeric_limits<int64_t>::max() / 100);
   result->curve.assign(max_pct + 1, std::numeric_limits<double>::quiet_NaN());
   for (int x = 0; x <= max_pct; ++x) {
     if (count[x] > 0) {

@@ -19,6 +19,7 @@
 
 #include "sim/cluster.h"
 #include "sim/policy.h"
+#include "sim/waste.h"
 #include "sim/workload.h"
 
 namespace prism::sim {
@@ -26,6 +27,10 @@ namespace prism::sim {
 struct RunOptions {
   MigMapping mig_mapping = MigMapping::kMemory;
   int max_arrived_pct = 130;  // Last point of the curve.
+  // Runs without departures: where the unallocated GPU is (RunResult::waste) when the
+  // arrived demand reaches each of these % of capacity (the state after the last pod
+  // that keeps it at or below; the ceiling's prefix, ceiling.h).
+  std::vector<int> waste_pcts;
   // Called about every 1 % of the pods (done, total); may be empty.
   std::function<void(int64_t, int64_t)> progress;
 };
@@ -58,6 +63,7 @@ struct RunResult {
   double seconds = 0;  // Wall time of the policy's decisions and their application.
   // Runs without departures: allocation % at arrived % 0..max (NaN: no sample).
   std::vector<double> curve;
+  std::vector<WasteBreakdown> waste;  // One per RunOptions::waste_pcts.
   // Runs with departures.
   ChurnSummary churn;
 };
