@@ -75,6 +75,17 @@ std::string_view InstanceStateName(sched::InstanceState s) {
   return "unknown";
 }
 
+// Instances a tracked decision names are held by Prism pods, whatever the node reports: they
+// are marked free in `spec` so that the pods' decisions can take them again.
+void ReleaseClaimedInstances(const std::set<std::tuple<std::string, std::string, int>>& claimed,
+                             sched::NodeSpec& spec) {
+  for (sched::GpuSpec& gpu : spec.gpus) {
+    for (sched::MigInstanceSpec& inst : gpu.instances) {
+      if (inst.in_use && claimed.count({gpu.uuid, inst.profile, inst.start})) inst.in_use = false;
+    }
+  }
+}
+
 // Whether two workloads have the same shapes with weights (as shares) within two points.
 bool SimilarWorkloads(const sched::TargetWorkload& a, const sched::TargetWorkload& b) {
   if (a.shapes.size() != b.shapes.size()) return false;
@@ -227,11 +238,7 @@ void SchedulerCache::ApplyNodeLocked(const std::string& name) {
   auto it = nodes_.find(name);
   if (it != nodes_.end() && it->second.spec.has_value() && it->second.error.empty()) {
     sched::NodeSpec spec = *it->second.spec;
-    for (sched::GpuSpec& gpu : spec.gpus) {
-      for (sched::MigInstanceSpec& inst : gpu.instances) {
-        if (inst.in_use && claimed.count({gpu.uuid, inst.profile, inst.start})) inst.in_use = false;
-      }
-    }
+    ReleaseClaimedInstances(claimed, spec);
     absl::StatusOr<std::vector<std::string>> replaced = engine_->UpsertNode(spec);
     if (replaced.ok()) {
       dropped = std::move(*replaced);
@@ -495,11 +502,7 @@ void SchedulerCache::RebuildLocked() {
   for (auto& [name, node] : nodes_) {
     if (!node.spec.has_value() || !node.error.empty()) continue;
     sched::NodeSpec spec = *node.spec;
-    for (sched::GpuSpec& gpu : spec.gpus) {
-      for (sched::MigInstanceSpec& inst : gpu.instances) {
-        if (inst.in_use && claimed.count({gpu.uuid, inst.profile, inst.start})) inst.in_use = false;
-      }
-    }
+    ReleaseClaimedInstances(claimed, spec);
     specs.push_back(std::move(spec));
   }
   absl::StatusOr<sched::ClusterState> state = sched::ClusterState::Build(specs, config_);
