@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "base/json_fields.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 
@@ -130,15 +131,10 @@ absl::StatusOr<int64_t> IntField(const json& object, const char* key, const std:
     if (required) return FieldError(StrCat(path, key), "missing");
     return absent;
   }
-  if (!v->is_number_integer()) {
-    return FieldError(StrCat(path, key), StrCat("expected an integer, got ", v->type_name()));
-  }
-  const int64_t value =
-      v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX)
-          ? INT64_MAX
-          : v->get<int64_t>();
-  if (value < min || value > max) {
-    return FieldError(StrCat(path, key), StrCat(value, " is out of range ", min, "..", max));
+  absl::StatusOr<int64_t> value = json_fields::Int(*v, StrCat(path, key), min, max);
+  if (!value.ok()) {
+    return absl::InvalidArgumentError(
+        StrCat(kPrismDecisionAnnotation, ": ", value.status().message()));
   }
   return value;
 }
@@ -363,9 +359,22 @@ absl::StatusOr<Decision> DecodeHami(const std::map<std::string, std::string>& an
               return absl::InvalidArgumentError(
                   StrCat("MIG device ", uuid, " has no entry in ", kHamiMigAllocationsAnnotation));
             }
-            ASSIGN_OR_RETURN(dev.profile,
-                             ProfileIndex(gi, m->second.at("profile").get<std::string>()));
-            dev.start = m->second.at("placement").at("start").get<int32_t>();
+            const json& entry = m->second;
+            const std::string where =
+                StrCat(kHamiMigAllocationsAnnotation, "[container ", c, ", device ", index, "].");
+            ASSIGN_OR_RETURN(const json* profile,
+                             json_fields::Required(entry, "profile", where + "profile"));
+            ASSIGN_OR_RETURN(const std::string profile_name,
+                             json_fields::String(*profile, where + "profile"));
+            ASSIGN_OR_RETURN(dev.profile, ProfileIndex(gi, profile_name));
+            ASSIGN_OR_RETURN(const json* placement,
+                             json_fields::Required(entry, "placement", where + "placement"));
+            ASSIGN_OR_RETURN(const json* start, json_fields::Required(*placement, "start",
+                                                                      where + "placement.start"));
+            ASSIGN_OR_RETURN(const int64_t start_slice,
+                             json_fields::Int(*start, where + "placement.start", 0,
+                                              kMaxPlacementStart));
+            dev.start = static_cast<int32_t>(start_slice);
           }
           dev.profile_name = gi.mig_model->profiles[dev.profile].Name();
           dev.size = gi.mig_model->profiles[dev.profile].memory_slices;

@@ -4,6 +4,7 @@
 
 #include "nlohmann/json.hpp"
 
+#include "base/json_fields.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "core/mig/gpu_model.h"
@@ -119,53 +120,112 @@ absl::StatusOr<NodeInventory> DecodeInventory(std::string_view text) {
   if (j.is_discarded() || !j.is_object()) {
     return absl::InvalidArgumentError(StrCat(kInventoryAnnotation, " is not a JSON object"));
   }
+  // Every field is read typed and bounded (base/json_fields.h): the annotation is written by
+  // the node agent but anyone who can patch the node can change it.
+  const std::string prefix = StrCat(kInventoryAnnotation, ": ");
+  auto field = [&](std::string_view name) { return StrCat(prefix, name); };
   NodeInventory inventory;
-  try {
-    const int version = j.at("version").get<int>();
-    if (version != kInventoryVersion) {
+  ASSIGN_OR_RETURN(const json* version_json, json_fields::Required(j, "version", field("version")));
+  ASSIGN_OR_RETURN(const int64_t version,
+                   json_fields::Int(*version_json, field("version"), 0, INT32_MAX));
+  if (version != kInventoryVersion) {
+    return absl::InvalidArgumentError(
+        StrCat(kInventoryAnnotation, " has version ", version, ", expected ", kInventoryVersion));
+  }
+  ASSIGN_OR_RETURN(const int64_t split,
+                   json_fields::IntMember(j, "splitCount", field("splitCount"), 1,
+                                          kMaxInventorySplitCount, 10));
+  inventory.split_count = static_cast<int>(split);
+  ASSIGN_OR_RETURN(inventory.fault, json_fields::StringMember(j, "fault", field("fault"), ""));
+  ASSIGN_OR_RETURN(const json* gpus, json_fields::Required(j, "gpus", field("gpus")));
+  if (!gpus->is_array()) {
+    return absl::InvalidArgumentError(
+        StrCat(field("gpus"), ": expected an array, got ", gpus->type_name()));
+  }
+  if (gpus->size() > kMaxInventoryGpus) {
+    return absl::InvalidArgumentError(
+        StrCat(field("gpus"), ": ", gpus->size(), " GPUs, at most ", kMaxInventoryGpus));
+  }
+  for (size_t n = 0; n < gpus->size(); ++n) {
+    const json& gj = (*gpus)[n];
+    const std::string at = field(StrCat("gpus[", n, "]."));
+    if (!gj.is_object()) {
       return absl::InvalidArgumentError(
-          StrCat(kInventoryAnnotation, " has version ", version, ", expected ", kInventoryVersion));
+          StrCat(field(StrCat("gpus[", n, "]")), ": expected an object, got ", gj.type_name()));
     }
-    inventory.split_count = j.value("splitCount", 10);
-    inventory.fault = j.value("fault", std::string());
-    for (const json& gj : j.at("gpus")) {
-      InventoryGpu g;
-      g.index = gj.at("index").get<int>();
-      g.uuid = gj.at("uuid").get<std::string>();
-      g.model = gj.at("model").get<std::string>();
-      g.product = gj.value("product", g.model);
-      g.memory_mib = gj.at("memoryMiB").get<int64_t>();
-      const std::string mode = gj.at("mode").get<std::string>();
-      if (mode == "mig") {
-        g.mode = sched::GpuMode::kMig;
-      } else if (mode == "hami-core") {
-        g.mode = sched::GpuMode::kHamiCore;
-      } else {
+    InventoryGpu g;
+    ASSIGN_OR_RETURN(const json* index, json_fields::Required(gj, "index", at + "index"));
+    ASSIGN_OR_RETURN(const int64_t index_value,
+                     json_fields::Int(*index, at + "index", 0, kMaxInventoryGpus - 1));
+    g.index = static_cast<int>(index_value);
+    ASSIGN_OR_RETURN(const json* uuid, json_fields::Required(gj, "uuid", at + "uuid"));
+    ASSIGN_OR_RETURN(g.uuid, json_fields::String(*uuid, at + "uuid"));
+    ASSIGN_OR_RETURN(const json* model, json_fields::Required(gj, "model", at + "model"));
+    ASSIGN_OR_RETURN(g.model, json_fields::String(*model, at + "model"));
+    ASSIGN_OR_RETURN(g.product, json_fields::StringMember(gj, "product", at + "product", g.model));
+    ASSIGN_OR_RETURN(const json* memory, json_fields::Required(gj, "memoryMiB", at + "memoryMiB"));
+    ASSIGN_OR_RETURN(g.memory_mib,
+                     json_fields::Int(*memory, at + "memoryMiB", 0, kMaxInventoryMemoryMiB));
+    ASSIGN_OR_RETURN(const json* mode_json, json_fields::Required(gj, "mode", at + "mode"));
+    ASSIGN_OR_RETURN(const std::string mode, json_fields::String(*mode_json, at + "mode"));
+    if (mode == "mig") {
+      g.mode = sched::GpuMode::kMig;
+    } else if (mode == "hami-core") {
+      g.mode = sched::GpuMode::kHamiCore;
+    } else {
+      return absl::InvalidArgumentError(
+          StrCat(kInventoryAnnotation, ": GPU ", g.index, " has unknown mode '", mode, "'"));
+    }
+    ASSIGN_OR_RETURN(g.healthy, json_fields::BoolMember(gj, "healthy", at + "healthy", true));
+    if (gj.contains("mig") && !gj.at("mig").is_null()) {
+      const json& mj = gj.at("mig");
+      const std::string mat = at + "mig.";
+      if (!mj.is_object()) {
         return absl::InvalidArgumentError(
-            StrCat(kInventoryAnnotation, ": GPU ", g.index, " has unknown mode '", mode, "'"));
+            StrCat(at, "mig: expected an object, got ", mj.type_name()));
       }
-      g.healthy = gj.value("healthy", true);
-      if (gj.contains("mig")) {
-        const json& mj = gj.at("mig");
-        g.mig_capable = true;
-        g.mig_pending = mj.value("pendingReset", false);
-        g.mig_dynamic = mj.value("dynamic", true);
-        g.mig_profiles = mj.value("profiles", std::vector<std::string>());
-        for (const json& ij : mj.at("instances")) {
-          g.instances.push_back(InventoryInstance{ij.at("profile").get<std::string>(),
-                                                  ij.at("start").get<int>(),
-                                                  ij.value("inUse", false)});
+      g.mig_capable = true;
+      ASSIGN_OR_RETURN(g.mig_pending,
+                       json_fields::BoolMember(mj, "pendingReset", mat + "pendingReset", false));
+      ASSIGN_OR_RETURN(g.mig_dynamic, json_fields::BoolMember(mj, "dynamic", mat + "dynamic", true));
+      if (mj.contains("profiles") && !mj.at("profiles").is_null()) {
+        const json& pj = mj.at("profiles");
+        if (!pj.is_array() || pj.size() > kMaxInventoryInstances) {
+          return absl::InvalidArgumentError(
+              StrCat(mat, "profiles: expected an array of at most ", kMaxInventoryInstances,
+                     " profile names"));
+        }
+        for (size_t k = 0; k < pj.size(); ++k) {
+          ASSIGN_OR_RETURN(std::string name,
+                           json_fields::String(pj[k], StrCat(mat, "profiles[", k, "]")));
+          g.mig_profiles.push_back(std::move(name));
         }
       }
-      if (g.mig_capable) RETURN_IF_ERROR(ResolveMigModel(gj.at("mig"), &g));
-      if (g.mode == sched::GpuMode::kMig && !g.mig_capable) {
-        return absl::InvalidArgumentError(StrCat(kInventoryAnnotation, ": GPU ", g.index,
-                                                 " is in mig mode without a mig section"));
+      ASSIGN_OR_RETURN(const json* instances, json_fields::Required(mj, "instances", mat + "instances"));
+      if (!instances->is_array() || instances->size() > kMaxInventoryInstances) {
+        return absl::InvalidArgumentError(StrCat(mat, "instances: expected an array of at most ",
+                                                 kMaxInventoryInstances, " instances"));
       }
-      inventory.gpus.push_back(std::move(g));
+      for (size_t k = 0; k < instances->size(); ++k) {
+        const json& ij = (*instances)[k];
+        const std::string iat = StrCat(mat, "instances[", k, "].");
+        ASSIGN_OR_RETURN(const json* profile, json_fields::Required(ij, "profile", iat + "profile"));
+        ASSIGN_OR_RETURN(std::string profile_name, json_fields::String(*profile, iat + "profile"));
+        ASSIGN_OR_RETURN(const json* start, json_fields::Required(ij, "start", iat + "start"));
+        // Placement starts are memory slices of a 32-bit placement mask.
+        ASSIGN_OR_RETURN(const int64_t start_value, json_fields::Int(*start, iat + "start", 0, 31));
+        ASSIGN_OR_RETURN(const bool in_use,
+                         json_fields::BoolMember(ij, "inUse", iat + "inUse", false));
+        g.instances.push_back(InventoryInstance{std::move(profile_name),
+                                                static_cast<int>(start_value), in_use});
+      }
+      RETURN_IF_ERROR(ResolveMigModel(mj, &g));
     }
-  } catch (const json::exception& e) {
-    return absl::InvalidArgumentError(StrCat(kInventoryAnnotation, ": ", e.what()));
+    if (g.mode == sched::GpuMode::kMig && !g.mig_capable) {
+      return absl::InvalidArgumentError(StrCat(kInventoryAnnotation, ": GPU ", g.index,
+                                               " is in mig mode without a mig section"));
+    }
+    inventory.gpus.push_back(std::move(g));
   }
   return inventory;
 }

@@ -24,6 +24,12 @@
 namespace prism::deviceplugin {
 
 inline constexpr int kInventoryVersion = 1;
+// Bounds of a decoded inventory: more than any node has, few enough that a hostile annotation
+// cannot make the scheduler allocate without limit.
+inline constexpr int64_t kMaxInventoryGpus = 1024;
+inline constexpr int64_t kMaxInventorySplitCount = 1000;  // HAMi's deviceSplitCount bound.
+inline constexpr int64_t kMaxInventoryInstances = 64;
+inline constexpr int64_t kMaxInventoryMemoryMiB = int64_t{1} << 30;  // 1 PiB per GPU.
 
 struct InventoryInstance {
   std::string profile;  // e.g. "3g.20gb".

@@ -100,7 +100,41 @@ TEST(InventoryTest, DecodeNamesWhatIsWrong) {
                   .message(),
               HasSubstr("unknown mode 'mps'"));
   EXPECT_THAT(DecodeInventory(R"({"version":1,"gpus":[{"index":0}]})").status().message(),
-              HasSubstr("prism.io/gpu-inventory"));
+              HasSubstr("prism.io/gpu-inventory: gpus[0].uuid: missing"));
+}
+
+// Numbers a C++ cast would mangle (a float read as an integer is undefined behaviour; CI's
+// fuzzer found 1e300 as a GPU field) and sizes beyond any node are errors naming the field.
+TEST(InventoryTest, DecodeRefusesNumbersACastWouldMangle) {
+  const std::string gpu = R"("uuid":"u","model":"m","memoryMiB":1,"mode":"hami-core")";
+  const std::string mig_gpu =
+      R"("index":0,"uuid":"u","model":"A100-SXM4-40GB","memoryMiB":40960,"mode":"mig")";
+  for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"version":1e300,"gpus":[]})", "version: expected an integer, got number"},
+           {R"({"version":1,"splitCount":2.5,"gpus":[]})", "splitCount: expected an integer"},
+           {R"({"version":1,"splitCount":0,"gpus":[]})", "splitCount: 0 is out of range 1..1000"},
+           {R"({"version":1,"gpus":[{"index":1e300,)" + gpu + "}]}", "gpus[0].index: expected"},
+           {R"({"version":1,"gpus":[{"index":-1,)" + gpu + "}]}", "gpus[0].index: -1 is out"},
+           {R"({"version":1,"gpus":[{"index":0,"uuid":"u","model":"m","memoryMiB":-5e20,)"
+            R"("mode":"hami-core"}]})",
+            "gpus[0].memoryMiB: expected an integer"},
+           {R"({"version":1,"gpus":[{"index":0,"healthy":1,)" + gpu + "}]}",
+            "gpus[0].healthy: expected true or false"},
+           {R"({"version":1,"gpus":[{)" + mig_gpu +
+                R"(,"mig":{"instances":[{"profile":"1g.5gb","start":1e300}]}}]})",
+            "gpus[0].mig.instances[0].start: expected an integer"},
+           {R"({"version":1,"gpus":[{)" + mig_gpu +
+                R"(,"mig":{"instances":[{"profile":"1g.5gb","start":40}]}}]})",
+            "gpus[0].mig.instances[0].start: 40 is out of range 0..31"},
+           {R"({"version":1,"gpus":[{)" + mig_gpu + R"(,"mig":{"profiles":[1],"instances":[]}}]})",
+            "gpus[0].mig.profiles[0]: expected a string"},
+           {R"({"version":1,"gpus":{}})", "gpus: expected an array"},
+       }) {
+    absl::StatusOr<NodeInventory> decoded = DecodeInventory(text);
+    ASSERT_FALSE(decoded.ok()) << text;
+    EXPECT_THAT(decoded.status().message(), HasSubstr("prism.io/gpu-inventory: ")) << text;
+    EXPECT_THAT(decoded.status().message(), HasSubstr(want)) << text;
+  }
 }
 
 // Issue 17: a GPU Prism's catalog does not know, described to the simulated NVML by its tables

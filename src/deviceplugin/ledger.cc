@@ -7,7 +7,9 @@
 
 #include "nlohmann/json.hpp"
 
+#include "base/json_fields.h"
 #include "base/log.h"
+#include "base/status_macros.h"
 #include "base/strings.h"
 
 namespace prism::deviceplugin {
@@ -33,24 +35,41 @@ json ToJson(const AllocationRecord& r) {
   return j;
 }
 
-AllocationRecord FromJson(const json& j) {
+// A record file is the plugin's own, but it lives on a host path anyone with node access can
+// edit: read it typed, so a damaged file is skipped with a reason, never misread.
+absl::StatusOr<AllocationRecord> FromJson(const json& j) {
+  namespace jf = json_fields;
   AllocationRecord r;
-  r.id = j.at("id").get<std::string>();
-  r.seq = j.at("seq").get<uint64_t>();
-  r.device_ids = j.at("deviceIds").get<std::vector<std::string>>();
-  r.created_ms = j.value("createdMs", int64_t{0});
-  const std::string state = j.value("state", std::string("pending"));
-  r.state = state == "ready"    ? AllocationState::kReady
-            : state == "failed" ? AllocationState::kFailed
-                                : AllocationState::kPending;
-  if (j.contains("pod")) {
-    const json& p = j.at("pod");
-    r.pod_uid = p.at("uid").get<std::string>();
-    r.pod_namespace = p.at("namespace").get<std::string>();
-    r.pod_name = p.at("name").get<std::string>();
-    r.container = p.at("container").get<std::string>();
+  ASSIGN_OR_RETURN(const json* id, jf::Required(j, "id", "id"));
+  ASSIGN_OR_RETURN(r.id, jf::String(*id, "id"));
+  ASSIGN_OR_RETURN(const json* seq, jf::Required(j, "seq", "seq"));
+  ASSIGN_OR_RETURN(const int64_t seq_value, jf::Int(*seq, "seq", 0, INT64_MAX - 1));
+  r.seq = static_cast<uint64_t>(seq_value);
+  ASSIGN_OR_RETURN(const json* ids, jf::Required(j, "deviceIds", "deviceIds"));
+  if (!ids->is_array()) return absl::InvalidArgumentError("deviceIds: expected an array");
+  for (size_t k = 0; k < ids->size(); ++k) {
+    ASSIGN_OR_RETURN(std::string device, jf::String((*ids)[k], StrCat("deviceIds[", k, "]")));
+    r.device_ids.push_back(std::move(device));
   }
-  r.error = j.value("error", std::string());
+  ASSIGN_OR_RETURN(r.created_ms, jf::IntMember(j, "createdMs", "createdMs", 0, INT64_MAX, 0));
+  ASSIGN_OR_RETURN(const std::string state, jf::StringMember(j, "state", "state", "pending"));
+  if (state == "ready") {
+    r.state = AllocationState::kReady;
+  } else if (state == "failed") {
+    r.state = AllocationState::kFailed;
+  } else if (state == "pending") {
+    r.state = AllocationState::kPending;
+  } else {
+    return absl::InvalidArgumentError(StrCat("state: unknown state '", state, "'"));
+  }
+  if (j.contains("pod") && !j.at("pod").is_null()) {
+    const json& p = j.at("pod");
+    ASSIGN_OR_RETURN(r.pod_uid, jf::StringMember(p, "uid", "pod.uid", ""));
+    ASSIGN_OR_RETURN(r.pod_namespace, jf::StringMember(p, "namespace", "pod.namespace", ""));
+    ASSIGN_OR_RETURN(r.pod_name, jf::StringMember(p, "name", "pod.name", ""));
+    ASSIGN_OR_RETURN(r.container, jf::StringMember(p, "container", "pod.container", ""));
+  }
+  ASSIGN_OR_RETURN(r.error, jf::StringMember(j, "error", "error", ""));
   return r;
 }
 
@@ -98,15 +117,17 @@ absl::Status Ledger::Load() {
     std::ifstream in(entry.path());
     std::stringstream text;
     text << in.rdbuf();
-    try {
-      AllocationRecord r = FromJson(json::parse(text.str()));
-      next_seq_ = std::max(next_seq_, r.seq + 1);
-      records_[r.id] = std::move(r);
-      ++version_;
-    } catch (const json::exception& e) {
+    const json parsed = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+    absl::StatusOr<AllocationRecord> r =
+        parsed.is_discarded() ? absl::InvalidArgumentError("not JSON") : FromJson(parsed);
+    if (!r.ok()) {
       LogError(kLog, "skipping unreadable allocation record ", entry.path().string(), ": ",
-               e.what());
+               r.status().message());
+      continue;
     }
+    next_seq_ = std::max(next_seq_, r->seq + 1);
+    records_[r->id] = *std::move(r);
+    ++version_;
   }
   return absl::OkStatus();
 }

@@ -49,9 +49,24 @@ TEST(LedgerTest, SkipsUnreadableRecordsAndWorksInMemory) {
   const auto dir = testing::TestDir();
   std::filesystem::create_directories(dir / "allocations");
   testing::WriteFile(dir / "allocations" / "bad.json", "{nope");
+  // Numbers a cast would mangle (1e300 as an integer is undefined behaviour) and wrong types.
+  testing::WriteFile(dir / "allocations" / "huge.json",
+                     R"({"id":"x-1","seq":1e300,"deviceIds":["g::0"]})");
+  testing::WriteFile(dir / "allocations" / "negative.json",
+                     R"({"id":"x-2","seq":-1,"deviceIds":["g::0"]})");
+  testing::WriteFile(dir / "allocations" / "ids.json",
+                     R"({"id":"x-3","seq":3,"deviceIds":"g::0"})");
+  testing::WriteFile(dir / "allocations" / "state.json",
+                     R"({"id":"x-4","seq":4,"deviceIds":[],"state":"gone"})");
+  testing::WriteFile(dir / "allocations" / "good.json",
+                     R"({"id":"x-5","seq":5,"deviceIds":["g::1"],"state":"ready"})");
   Ledger ledger(dir.string(), "r");
   EXPECT_TRUE(ledger.Load().ok());
-  EXPECT_EQ(ledger.size(), 0u);
+  ASSERT_EQ(ledger.size(), 1u);
+  EXPECT_EQ(ledger.All()[0].id, "x-5");
+  auto next = ledger.Add({"g::2"}, 1);
+  ASSERT_TRUE(next.ok());
+  EXPECT_EQ(next->seq, 6u);  // The skipped files' sequence numbers are not trusted.
   Ledger memory("", "m");
   ASSERT_TRUE(memory.Load().ok());
   ASSERT_TRUE(memory.Add({"g::0"}, 1).ok());

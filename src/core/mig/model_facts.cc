@@ -6,6 +6,7 @@
 
 #include "absl/synchronization/mutex.h"
 
+#include "base/json_fields.h"
 #include "base/strings.h"
 
 namespace prism::mig {
@@ -55,12 +56,7 @@ class Decoder {
     return absl::InvalidArgumentError(StrCat(where_, ".", field, ": ", why));
   }
   absl::StatusOr<int64_t> Int(const json& j, std::string_view field, int64_t lo, int64_t hi) const {
-    if (!j.is_number_integer()) return Bad(field, "must be an integer");
-    const int64_t v = j.is_number_unsigned() && j.get<uint64_t>() > uint64_t{INT64_MAX}
-                          ? INT64_MAX
-                          : j.get<int64_t>();
-    if (v < lo || v > hi) return Bad(field, StrCat(v, " is outside ", lo, "-", hi));
-    return v;
+    return json_fields::Int(j, StrCat(where_, ".", field), lo, hi);
   }
   absl::StatusOr<int> SmallInt(const json& j, std::string_view field, int lo, int hi) const {
     absl::StatusOr<int64_t> v = Int(j, field, lo, hi);

@@ -42,7 +42,7 @@ TEST(ModelFactsTest, MalformedFactsAreRefusedNamingTheField) {
   EXPECT_THAT(DecodeError(f), HasSubstr("gpus[0].mig.model.profiles[2][8][1]: starts must ascend"));
   f = A100Facts();
   f["profiles"][0][2] = "one";
-  EXPECT_THAT(DecodeError(f), HasSubstr("profiles[0][2] (slices): must be an integer"));
+  EXPECT_THAT(DecodeError(f), HasSubstr("profiles[0][2] (slices): expected an integer"));
   f = A100Facts();
   f["profiles"][0][4] = int64_t{1} << 40;
   EXPECT_THAT(DecodeError(f), HasSubstr("profiles[0][4] (memMiB)"));
@@ -56,7 +56,7 @@ TEST(ModelFactsTest, MalformedFactsAreRefusedNamingTheField) {
   f["profiles"][0][8] = json::array({7});  // 7 + size 1 fits; 32 does not.
   EXPECT_TRUE(ModelFactsFromJson(f, "X", "m").ok());
   f["profiles"][0][8] = json::array({32});
-  EXPECT_THAT(DecodeError(f), HasSubstr("profiles[0][8][0]: 32 is outside 0-31"));
+  EXPECT_THAT(DecodeError(f), HasSubstr("profiles[0][8][0]: 32 is out of range 0..31"));
   f = A100Facts();
   f["colour"] = "red";
   EXPECT_THAT(DecodeError(f), HasSubstr("colour: unknown key"));
