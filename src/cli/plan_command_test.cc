@@ -108,6 +108,60 @@ TEST_F(PlanCommandTest, MixedPodsInOrderAsJsonAndText) {
   EXPECT_THAT(text.out, HasSubstr("5 of 6 pods placed"));
 }
 
+// Issue 11, item 3, as the issue reproduced it: a software-slice pod on a T4 node must not
+// change the grant of a MIG pod on the A100 node (2g.10gb of geometry 1 either way; it was
+// 3g.20gb of geometry 2 once the slice pod's shape joined the workload).
+TEST_F(PlanCommandTest, AMigGrantDoesNotGrowWhenASlicePodComesFirst) {
+  const std::string cluster = Write("cluster.yaml", R"(nodes:
+  - name: a100-node
+    cpu: "32"
+    memory: 128Gi
+    gpus:
+      - {model: A100-PCIE-40GB, mode: mig, uuid: GPU-a100-0}
+  - name: t4-node
+    cpu: "32"
+    memory: 128Gi
+    gpus:
+      - {model: Tesla T4, mode: hami-core, memory: 15360Mi, uuid: GPU-t4-0}
+)");
+  const std::string slice = Write("slice.yaml", R"(apiVersion: v1
+kind: Pod
+metadata:
+  name: slice
+  annotations: {nvidia.com/vgpu-mode: hami-core}
+spec:
+  containers:
+    - name: main
+      resources:
+        limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 4000, nvidia.com/gpucores: 30}
+)");
+  const std::string mig = Write("mig.yaml", R"(apiVersion: v1
+kind: Pod
+metadata:
+  name: mig
+  annotations: {nvidia.com/vgpu-mode: mig}
+spec:
+  containers:
+    - name: main
+      resources:
+        limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 8000}
+)");
+  for (const std::string& pods : {mig, slice + " " + mig}) {
+    SCOPED_TRACE(pods);
+    Result r = Run("--cluster " + cluster + " " + pods);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    const nlohmann::json& placed = j.back();
+    ASSERT_EQ(placed["pod"], "default/mig");
+    ASSERT_EQ(placed["node"], "a100-node") << placed.dump();
+    EXPECT_EQ(placed["containers"][0]["devices"][0]["profile"], "2g.10gb") << placed.dump();
+    EXPECT_EQ(placed["containers"][0]["devices"][0]["template"], 1) << placed.dump();
+    if (j.size() == 2) {
+      EXPECT_EQ(j[0]["node"], "t4-node") << j[0].dump();
+    }
+  }
+}
+
 TEST_F(PlanCommandTest, BadInput) {
   const std::string cluster = "--cluster " + Example("cluster.yaml") + " ";
   Result deployment = Run(cluster + Write("d.yaml", "kind: Deployment\nmetadata: {name: x}\n"));
