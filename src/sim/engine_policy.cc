@@ -119,6 +119,7 @@ class EnginePolicy : public Policy {
     const int repeat = name_count_[pod.name]++;
     std::string key = repeat == 0 ? pod.name : StrCat(pod.name, "#", repeat);
     RETURN_IF_ERROR(Annotate(engine_->Apply(key, pending_), StrCat("engine Apply of ", key)));
+    if (options_.maintain_evaluations > 0) engine_->MaintainIndexes(options_.maintain_evaluations);
     keys_[&pod] = std::move(key);
     return absl::OkStatus();
   }
@@ -240,6 +241,7 @@ std::optional<std::pair<double, double>> KnobRange(std::string_view key) {
   if (key == "split") return std::pair{1.0, 1000.0};
   if (key == "frag_weight" || key == "pack_weight") return std::pair{-1e6, 1e6};
   if (key == "resolution") return std::pair{0.0, 1e6};
+  if (key == "maintain") return std::pair{0.0, 1e9};
   return std::nullopt;
 }
 
@@ -317,11 +319,13 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view 
         o.policy.cpu_pods_on_busy_gpus = v != 0;
       } else if (key == "exact_gpu") {
         o.policy.exact_gpu_tiebreak = v != 0;
+      } else if (key == "maintain") {
+        o.maintain_evaluations = static_cast<int64_t>(v);
       } else {
         return absl::InvalidArgumentError(
             StrCat("unknown policy option '", key,
                    "' (known: frag_weight, pack_weight, gpu, quantize, resolution, cpu_pack, "
-                   "exact_gpu, split, coverage, bestfit_cpu_share)"));
+                   "exact_gpu, split, coverage, bestfit_cpu_share, maintain)"));
       }
     }
   }

@@ -34,6 +34,9 @@ struct EnginePolicyOptions {
   // HAMi's deviceSplitCount for software-shared GPUs. The trace's model has no
   // such limit, so the default is generous.
   int32_t device_split_count = 100;
+  // > 0: after each placed pod, Engine::MaintainIndexes with this budget (node scorings), as
+  // the extender does off the decision path; 0: indexes catch up when used (same decisions).
+  int64_t maintain_evaluations = 0;
 };
 
 std::unique_ptr<Policy> MakeEnginePolicy(const EnginePolicyOptions& options);
@@ -42,7 +45,7 @@ std::unique_ptr<Policy> MakeEnginePolicy(const EnginePolicyOptions& options);
 // "prism-fgd", "prism-bestfit", "prism-binpack", "prism-spread". A suffix
 // ":key=value,..." sets engine knobs, e.g. "prism:pack_weight=0.05,frag_weight=1"
 // (keys: frag_weight, pack_weight, gpu=binpack|spread|fgd, quantize=0|1,
-// resolution=GPUs, cpu_pack=0|1, exact_gpu=0|1, split=N, coverage=F; see
+// resolution=GPUs, cpu_pack=0|1, exact_gpu=0|1, split=N, coverage=F, maintain=N; see
 // core/sched/policy.h); ';' also separates knobs ("prism:cpu_pack=0;exact_gpu=0"),
 // for `prism sim --policy`, whose list is comma-separated.
 absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view name);

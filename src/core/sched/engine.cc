@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <list>
 #include <map>
 #include <unordered_map>
 
@@ -13,6 +12,7 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "core/sched/engine_internal.h"
+#include "core/sched/shape_indexes.h"
 
 namespace prism::sched {
 using namespace engine_internal;  // NOLINT: the engine's own private types (engine.cc only).
@@ -34,8 +34,7 @@ class Engine::Impl {
   double shape_weight_total_ = 0;
   std::unordered_map<OccKey, OccEntry, OccKeyHash> occ_cache_;
   std::vector<std::pair<uint64_t, double>> frag_cache_;  // Per node: (version + 1, frag).
-  std::unordered_map<std::string, std::unique_ptr<ShapeIndex>> indexes_;
-  std::list<std::string> lru_;
+  ShapeIndexes indexes_{&cluster_, options_.max_indexes};
   // Scratch.
   std::vector<ScratchGpu> scratch_;
   std::vector<ScratchGpu> best_scratch_;
@@ -57,8 +56,7 @@ class Engine::Impl {
   // --- Setup --------------------------------------------------------------
 
   void InvalidateCaches() {
-    indexes_.clear();
-    lru_.clear();
+    indexes_.Clear();
     occ_cache_.clear();
     frag_cache_.assign(cluster_.node_count(), {0, 0});
   }
@@ -68,11 +66,11 @@ class Engine::Impl {
   // depends only on its own GPUs and the new node is in the change log.
   void ClusterVocabularyGrew() {
     RebuildShapes();
-    for (auto& [key, index] : indexes_) {
-      absl::StatusOr<Resolved> rp = Resolve(index->rp.pod);
+    indexes_.ForEachShape([this](Resolved& shape) {
+      absl::StatusOr<Resolved> rp = Resolve(shape.pod);
       PRISM_CHECK(rp.ok());  // It resolved before; only per-type filters are added.
-      index->rp = std::move(*rp);
-    }
+      shape = std::move(*rp);
+    });
   }
 
   void RebuildShapes() {
@@ -1421,67 +1419,16 @@ class Engine::Impl {
   }
 
   ShapeIndex* IndexFor(const Resolved& rp, const std::string& key) {
-    auto it = indexes_.find(key);
-    ShapeIndex* index = nullptr;
-    if (it == indexes_.end()) {
-      auto created = std::make_unique<ShapeIndex>();
-      index = created.get();
-      index->rp = rp;
-      lru_.push_front(key);
-      index->lru = lru_.begin();
-      indexes_.emplace(key, std::move(created));
-      FullRebuild(*index);
-      while (indexes_.size() > std::max<size_t>(1, options_.max_indexes)) {
-        const std::string victim = lru_.back();
-        lru_.pop_back();
-        indexes_.erase(victim);
-      }
-      return index;
-    }
-    index = it->second.get();
-    lru_.splice(lru_.begin(), lru_, index->lru);
-    CatchUp(*index);
-    return index;
+    return indexes_.Get(rp, key,
+                        [this](const Resolved& r, int n) { return ScoreOrInfeasible(r, n); });
   }
 
   // Equal scores go to the node first by name (ClusterState::node_rank).
   bool Before(int a, int b) const { return cluster_.node_rank(a) < cluster_.node_rank(b); }
 
-  void FullRebuild(ShapeIndex& index) {
-    const int nodes = cluster_.node_count();
-    index.score.resize(nodes);
-    index.version.resize(nodes);
-    for (int n = 0; n < nodes; ++n) {
-      index.score[n] = ScoreOrInfeasible(index.rp, n);
-      index.version[n] = static_cast<uint32_t>(cluster_.node_usage(n).version);
-    }
-    index.tree.Reset(&index.score, &cluster_.node_ranks());
-    index.synced = cluster_.change_log_end();
-  }
-
-  void CatchUp(ShapeIndex& index) {
-    const uint64_t end = cluster_.change_log_end();
-    if (index.synced < cluster_.change_log_begin() ||
-        end - index.synced > static_cast<uint64_t>(cluster_.node_count())) {
-      FullRebuild(index);
-      return;
-    }
-    if (index.score.size() < static_cast<size_t>(cluster_.node_count())) {
-      // Nodes were added (UpsertNode); they are in the change log, so the loop below scores
-      // them. The sentinel version forces that even for a node whose version matches by chance.
-      index.score.resize(cluster_.node_count(), kInfeasible);
-      index.version.resize(cluster_.node_count(), UINT32_MAX);
-      index.tree.Grow();
-    }
-    for (uint64_t pos = index.synced; pos < end; ++pos) {
-      const int n = cluster_.change_at(pos);
-      const uint32_t v = static_cast<uint32_t>(cluster_.node_usage(n).version);
-      if (index.version[n] == v) continue;
-      index.version[n] = v;
-      index.score[n] = ScoreOrInfeasible(index.rp, n);
-      index.tree.Update(n);
-    }
-    index.synced = end;
+  int64_t MaintainIndexes(uint64_t max_backlog, int64_t max_evaluations) {
+    return indexes_.Maintain([this](const Resolved& r, int n) { return ScoreOrInfeasible(r, n); },
+                             max_backlog, max_evaluations);
   }
 
   // --- Entry points ---------------------------------------------------------------
@@ -1724,11 +1671,12 @@ double Engine::ClusterFragmentation() {
 size_t Engine::CacheMemoryBytes() const {
   size_t bytes = impl_->frag_cache_.capacity() * sizeof(std::pair<uint64_t, double>);
   bytes += impl_->occ_cache_.size() * (sizeof(OccKey) + sizeof(OccEntry) + 2 * sizeof(void*));
-  for (const auto& [key, index] : impl_->indexes_) {
-    bytes += sizeof(ShapeIndex) + key.capacity() + index->score.capacity() * sizeof(double) +
-             index->version.capacity() * sizeof(uint32_t) + index->tree.MemoryBytes();
-  }
-  return bytes;
+  return bytes + impl_->indexes_.MemoryBytes();
+}
+
+int64_t Engine::MaintainIndexes(int64_t max_evaluations) {
+  if (!impl_->options_.use_indexes) return 0;
+  return impl_->MaintainIndexes(impl_->options_.max_index_backlog, max_evaluations);
 }
 
 size_t Engine::index_count() const { return impl_->indexes_.size(); }

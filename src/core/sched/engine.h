@@ -42,6 +42,11 @@ struct EngineOptions {
   PolicyOptions policy;
   bool use_indexes = true;   // false: score every node on every call (reference path).
   size_t max_indexes = 256;  // Shape indexes kept, least recently used evicted.
+  // Bounded staleness: MaintainIndexes() catches up every shape index that lags the cluster
+  // by more than this many changes, so a decision that follows catches up at most about this
+  // many (plus what changed since). Decisions are the same either way; only where the work is
+  // done moves.
+  uint64_t max_index_backlog = 8;
 };
 
 struct NodeVerdict {
@@ -121,6 +126,12 @@ class Engine {
   // Bytes held by the shape indexes and caches (for reports).
   size_t CacheMemoryBytes() const;
   size_t index_count() const;
+
+  // Index maintenance off the decision path (the caller picks when: after a bind, on a timer):
+  // catches up the shape indexes that lag by more than EngineOptions::max_index_backlog
+  // changes, spending at most `max_evaluations` node scorings. Returns the scorings spent (0:
+  // nothing lagged, or indexes are off). Never changes a decision.
+  int64_t MaintainIndexes(int64_t max_evaluations);
 
   class Impl;
 

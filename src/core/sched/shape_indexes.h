@@ -1,0 +1,130 @@
+// src/core/sched/shape_indexes.h: the engine's per-shape node-score indexes. For each pod shape
+// decided recently, every node's score (or kInfeasible) and a max tree over them, so a decision
+// reads the best node instead of scoring them all. An index is exact once caught up with the
+// cluster's change log (the nodes whose usage changed since it was last read); how far it may
+// lag is the caller's choice (Engine: on use; with EngineOptions::max_index_backlog also between
+// decisions, so that a decision never catches up more than that many changes).
+// Included by the engine's own files only.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+
+#include "core/sched/cluster.h"
+#include "core/sched/engine_internal.h"
+
+namespace prism::sched::engine_internal {
+
+// Max segment tree over node scores; ties go to the lowest node index.
+class MaxTree {
+ public:
+  // `ranks`: the tie-break order (lower rank wins equal scores; ClusterState::node_ranks()).
+  void Reset(const std::vector<double>* scores, const std::vector<uint32_t>* ranks) {
+    scores_ = scores;
+    ranks_ = ranks;
+    n_ = scores->size();
+    size_ = 1;
+    while (size_ < n_) size_ <<= 1;
+    tree_.assign(2 * size_, -1);
+    for (size_t i = 0; i < n_; ++i) tree_[size_ + i] = static_cast<int32_t>(i);
+    for (size_t i = size_ - 1; i >= 1; --i) tree_[i] = Better(tree_[2 * i], tree_[2 * i + 1]);
+  }
+  // The scores vector grew (nodes added): new leaves join without a rebuild while they fit.
+  // Ranks of the old nodes may have shifted, but not their order, so the tree stays valid.
+  void Grow() {
+    const size_t n = scores_->size();
+    if (n > size_) {
+      Reset(scores_, ranks_);
+      return;
+    }
+    for (size_t i = n_; i < n; ++i) {
+      tree_[size_ + i] = static_cast<int32_t>(i);
+      Update(static_cast<int>(i));
+    }
+    n_ = n;
+  }
+  void Update(int node) {
+    size_t i = (size_ + static_cast<size_t>(node)) >> 1;
+    while (i >= 1) {
+      tree_[i] = Better(tree_[2 * i], tree_[2 * i + 1]);
+      i >>= 1;
+    }
+  }
+  int Best() const { return tree_.size() > 1 ? tree_[1] : -1; }
+  size_t MemoryBytes() const { return tree_.capacity() * sizeof(int32_t); }
+
+ private:
+  int32_t Better(int32_t a, int32_t b) const {
+    if (a < 0) return b;
+    if (b < 0) return a;
+    const double sa = (*scores_)[a];
+    const double sb = (*scores_)[b];
+    if (sb > sa) return b;
+    if (sb == sa && (*ranks_)[b] < (*ranks_)[a]) return b;
+    return a;
+  }
+  const std::vector<double>* scores_ = nullptr;
+  const std::vector<uint32_t>* ranks_ = nullptr;
+  size_t n_ = 0;
+  size_t size_ = 1;
+  std::vector<int32_t> tree_;
+};
+
+struct ShapeIndex {
+  Resolved rp;
+  std::vector<double> score;
+  std::vector<uint32_t> version;
+  MaxTree tree;
+  uint64_t synced = 0;  // Change-log position the scores reflect.
+  std::list<std::string>::iterator lru;
+};
+
+class ShapeIndexes {
+ public:
+  // A node's score for a resolved shape, or kInfeasible.
+  using Scorer = absl::FunctionRef<double(const Resolved&, int node)>;
+
+  ShapeIndexes(const ClusterState* cluster, size_t max_indexes)
+      : cluster_(cluster), max_indexes_(max_indexes) {}
+
+  // The index of `key` (built for `rp` when new, least recently used evicted beyond the
+  // limit), caught up with every change.
+  ShapeIndex* Get(const Resolved& rp, const std::string& key, Scorer score);
+
+  // Catches up the indexes whose backlog (change-log entries not yet read) exceeds
+  // `max_backlog`, most recently used first, spending at most `max_evaluations` node scorings
+  // (an index that would need a full rebuild counts as one scoring per node). Returns the
+  // scorings spent. Indexes stay exact either way: this only moves work off the next decision.
+  int64_t Maintain(Scorer score, uint64_t max_backlog, int64_t max_evaluations);
+
+  // Change-log entries `index` has not read yet.
+  uint64_t Backlog(const ShapeIndex& index) const;
+
+  void Clear();
+  size_t size() const { return indexes_.size(); }
+  size_t MemoryBytes() const;
+  // Every index's resolved shape, for re-resolution when the cluster's vocabulary grows.
+  template <typename F>
+  void ForEachShape(F&& f) {
+    for (auto& [key, index] : indexes_) f(index->rp);
+  }
+
+ private:
+  void FullRebuild(ShapeIndex& index, Scorer score);
+  // Reads the change log from index.synced, at most `budget` scorings (-1: no limit).
+  // Returns the scorings spent.
+  int64_t CatchUp(ShapeIndex& index, Scorer score, int64_t budget);
+
+  const ClusterState* cluster_;
+  size_t max_indexes_;
+  std::unordered_map<std::string, std::unique_ptr<ShapeIndex>> indexes_;
+  std::list<std::string> lru_;  // Most recently used first.
+};
+
+}  // namespace prism::sched::engine_internal
