@@ -356,11 +356,11 @@ TEST_F(StatusAgreesWithPlanTest, ReportsWhatTheRunningPodsTakeAndWritesNothing) 
       EXPECT_EQ(gpu["memoryMiB"]["free"],
                 gpu["memoryMiB"]["total"].get<int64_t>() - granted - untracked)
           << uuid;
-      if (untracked == 0) {
-        EXPECT_DOUBLE_EQ(gpu["coresPercent"]["allocated"].get<double>(),
-                         holds ? granted_cores.at(uuid) : 0.0)
-            << uuid;
-      }
+      EXPECT_EQ(gpu["memoryMiB"]["untracked"], untracked) << uuid;
+      EXPECT_DOUBLE_EQ(
+          gpu["coresPercent"]["allocated"].get<double>(),
+          (holds ? granted_cores.at(uuid) : 0.0) + gpu["coresPercent"]["untracked"].get<double>())
+          << uuid;
       ASSERT_EQ(gpu["pods"].size(), holds ? 1u : 0u) << uuid;
       if (holds) {
         EXPECT_EQ(gpu["pods"][0]["memoryMiB"], granted) << uuid;

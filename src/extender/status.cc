@@ -71,7 +71,7 @@ std::string ShapeText(const sched::WorkloadShape& s, double total_weight) {
     } else {
       StrAppend(&out, PercentText(s.gpu.memory_permille), " memory");
     }
-    StrAppend(&out, " ", PercentText(s.gpu.cores_permille), " cores");
+    if (s.gpu.cores_permille > 0) StrAppend(&out, " ", PercentText(s.gpu.cores_permille), " cores");
   }
   StrAppend(&out, ", ", s.cpu_milli, "m CPU");
   if (!s.types.empty()) StrAppend(&out, " (", StrJoin(s.types, ","), ")");
@@ -194,6 +194,12 @@ absl::StatusOr<StatusReport> BuildStatusReport(const CacheSnapshot& snapshot) {
           const mig::GpuInstanceProfile& p = gi.mig_model->profiles[inst.profile];
           gpu.instances.push_back(StatusInstance{p.Name(), inst.start, p.memory_slices,
                                                  std::string(InstanceStateText(inst.state)), ""});
+          if (inst.state == sched::InstanceState::kInUse) {
+            // What ClusterState::Build charges for it.
+            gpu.memory_untracked_mib += p.memory_mib;
+            gpu.cores_untracked_permille +=
+                sched::MigProfileCorePermille(*gi.mig_model, inst.profile);
+          }
         }
       }
       where[g] = {report.nodes.size(), node.gpus.size()};
@@ -314,10 +320,12 @@ json StatusToJson(const StatusReport& report, const std::vector<WhatIfResult>& w
               {"memoryMiB",
                {{"total", g.memory_total_mib},
                 {"allocated", g.memory_allocated_mib},
+                {"untracked", g.memory_untracked_mib},
                 {"free", g.memory_total_mib - g.memory_allocated_mib}}},
               {"coresPercent",
                {{"total", PercentJson(g.cores_total_permille)},
                 {"allocated", PercentJson(g.cores_allocated_permille)},
+                {"untracked", PercentJson(g.cores_untracked_permille)},
                 {"free", PercentJson(g.cores_total_permille - g.cores_allocated_permille)}}},
               {"tasks", {{"used", g.tasks}, {"max", g.split_count}}}};
       if (!g.mig_strategy.empty()) {
@@ -429,9 +437,13 @@ std::string StatusToText(const StatusReport& report, const std::vector<WhatIfRes
         StrAppend(&out, "/", g.mig_strategy, g.mig_layout_fixed ? " (fixed layout)" : "");
       }
       StrAppend(&out, g.healthy ? "" : " UNHEALTHY", ": memory ", g.memory_allocated_mib, "/",
-                g.memory_total_mib, " MiB allocated (", g.memory_total_mib - g.memory_allocated_mib,
-                " free), cores ", PercentText(g.cores_allocated_permille), "/",
-                PercentText(g.cores_total_permille), ", tasks ", g.tasks, "/", g.split_count, "\n");
+                g.memory_total_mib, " MiB allocated (",
+                g.memory_untracked_mib > 0
+                    ? StrCat(g.memory_untracked_mib, " by untracked instances, ")
+                    : std::string(),
+                g.memory_total_mib - g.memory_allocated_mib, " free), cores ",
+                PercentText(g.cores_allocated_permille), "/", PercentText(g.cores_total_permille),
+                ", tasks ", g.tasks, "/", g.split_count, "\n");
       if (!g.mig_strategy.empty()) {
         std::vector<std::string> instances;
         for (const StatusInstance& i : g.instances) {

@@ -55,9 +55,13 @@ struct StatusGpu {
   std::string mode;  // hami-core or mig.
   bool healthy = true;
   int64_t memory_total_mib = 0;
+  // Not free: what pods hold plus what untracked MIG instances hold (below).
   int64_t memory_allocated_mib = 0;
   int32_t cores_total_permille = 0;
   int32_t cores_allocated_permille = 0;
+  // Held by MIG instances in use by something Prism does not track (part of the allocation).
+  int64_t memory_untracked_mib = 0;
+  int32_t cores_untracked_permille = 0;
   int tasks = 0;
   int split_count = 0;
   // MIG mode only.

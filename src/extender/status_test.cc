@@ -150,6 +150,8 @@ TEST_F(StatusTest, ReportShowsWhatEachPodTakesOfEachGpu) {
     }
   }
   EXPECT_EQ(assigned, 1);
+  EXPECT_EQ(h.memory_untracked_mib, 11136);  // The 1g.12gb of an H100-SXM5-96GB.
+  EXPECT_EQ(h.memory_allocated_mib, h.pods[0].memory_mib + h.memory_untracked_mib);
   // Template mode: a geometry is realised and the pod holds one of its slots.
   const StatusGpu& t = r.nodes[2].gpus[0];
   EXPECT_EQ(t.mig_strategy, "template");
