@@ -489,5 +489,25 @@ TEST_F(StatusCommandTest, BadWhatIfFileIsNamedAndNothingIsAsked) {
   EXPECT_EQ(r.exit_code, 2);
 }
 
+// docs/status.md's flag table and the binary agree (a documented flag the binary rejects was
+// issue 13's finding 7 for `prism scheduler`).
+TEST_F(StatusCommandTest, EveryDocumentedFlagExists) {
+  const char* src = std::getenv("PRISM_SOURCE_DIR");
+  const std::string doc = ReadText(std::string(src ? src : ".") + "/docs/status.md");
+  const size_t table = doc.find("## Flags");
+  ASSERT_NE(table, std::string::npos);
+  const std::string flags = doc.substr(table, doc.find("\n## ", table + 1) - table);
+  Result help = Run("status", "--help");
+  ASSERT_EQ(help.exit_code, 0);
+  int documented = 0;
+  for (size_t at = flags.find("`--"); at != std::string::npos; at = flags.find("`--", at + 1)) {
+    const size_t end = flags.find_first_of("` ", at + 1);
+    const std::string flag = flags.substr(at + 1, end - at - 1);
+    EXPECT_THAT(help.out, HasSubstr(flag)) << flag;
+    ++documented;
+  }
+  EXPECT_GE(documented, 10);
+}
+
 }  // namespace
 }  // namespace prism::cli

@@ -396,6 +396,8 @@ json StatusToJson(const StatusReport& report, const std::vector<WhatIfResult>& w
         j["error"] = w.error;
       } else {
         j["fits"] = w.fitted;
+        // More might fit: the answer is "at least".
+        j["reachedMaxCopies"] = w.fitted == w.max_copies;
         j["nodes"] = w.nodes;
         if (!w.first_decision.is_null()) j["firstDecision"] = w.first_decision;
         if (!w.unschedulable.empty()) {

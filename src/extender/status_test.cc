@@ -301,6 +301,7 @@ TEST_F(StatusTest, NothingFitsGivesTheEnginesReasons) {
   EXPECT_EQ(w->unschedulable, "0/1 nodes are available: 1 CardInsufficientMemory");
   const json j = StatusToJson(Report(*Fresh()), {*w});
   EXPECT_EQ(j["whatIf"][0]["fits"], 0);
+  EXPECT_EQ(j["whatIf"][0]["reachedMaxCopies"], false);
   EXPECT_FALSE(j["whatIf"][0].contains("firstDecision"));
   EXPECT_EQ(j["whatIf"][0]["nodeReasons"]["n1"], "1/1 CardInsufficientMemory");
   EXPECT_THAT(StatusToText(Report(*Fresh()), {*w}),
@@ -331,6 +332,7 @@ TEST_F(StatusTest, JsonHasTheDocumentedFieldsAndSurvivesBytesThatAreNotUtf8) {
   EXPECT_EQ(mig["instances"][0]["state"], "assigned");
   EXPECT_EQ(mig["instances"][0]["pod"], "default/b");
   EXPECT_EQ(j["whatIf"][0]["fits"], 3);
+  EXPECT_EQ(j["whatIf"][0]["reachedMaxCopies"], true);
   EXPECT_EQ(j["whatIf"][0]["nodes"]["n1"], 3);
   // Names and models come from the cluster's objects: whatever their bytes, writing the output
   // must not throw (`prism status` dumps with error_handler_t::replace).
