@@ -151,6 +151,30 @@ bool AllocationFailedEverywhere(const std::map<std::string, std::string>& annota
   return gpu_containers > 0;
 }
 
+AllocationProgress ReadAllocationProgress(std::string_view text,
+                                          const std::set<std::string>& containers) {
+  if (containers.empty()) return AllocationProgress::kPending;
+  Json status = Json::parse(text, nullptr, false);
+  if (!status.is_object()) return AllocationProgress::kPending;
+  auto entries = status.find("containers");
+  if (entries == status.end() || !entries->is_object()) return AllocationProgress::kPending;
+  bool ready = true;
+  for (const std::string& name : containers) {
+    auto entry = entries->find(name);
+    if (entry == entries->end() || !entry->is_object()) {
+      ready = false;
+      continue;
+    }
+    auto error = entry->find("error");
+    if (error != entry->end() && error->is_string() && !error->get<std::string>().empty()) {
+      return AllocationProgress::kFailed;
+    }
+    auto devices = entry->find("devices");
+    if (devices == entry->end() || !devices->is_array() || devices->empty()) ready = false;
+  }
+  return ready ? AllocationProgress::kReady : AllocationProgress::kPending;
+}
+
 std::string FilterOutcome::Reason(std::string_view node) const {
   for (const auto& [n, reason] : failed) {
     if (n == node) return reason;

@@ -330,4 +330,12 @@ std::map<std::string, std::string> DecisionAnnotations(
 bool AllocationFailedEverywhere(const std::map<std::string, std::string>& annotations,
                                 const sched::PodRequest& request);
 
+enum class AllocationProgress { kPending, kReady, kFailed };
+// What the node agent's prism.io/allocation-status (`text`, docs/annotations.md) says of the
+// containers named: kReady when each has its devices, kFailed when one got an error instead,
+// kPending otherwise (an entry missing or still without devices, or a status that cannot be read:
+// the agent rewrites it). kPending for an empty set.
+AllocationProgress ReadAllocationProgress(std::string_view text,
+                                          const std::set<std::string>& containers);
+
 }  // namespace prism::extender

@@ -647,5 +647,29 @@ TEST_F(CacheTest, SnapshotCopiesWhatTheEngineHolds) {
   EXPECT_EQ(s.config.mig_strategy, cache_->device_config().mig_strategy);
 }
 
+TEST(AllocationProgressTest, ReadyOnlyWhenEveryNamedContainerHasDevices) {
+  const std::set<std::string> both{"a", "b"};
+  const json device = json::array({{{"index", 0}}});
+  auto status = [](const json& containers) { return json{{"containers", containers}}.dump(); };
+  EXPECT_EQ(ReadAllocationProgress(
+                status({{"a", {{"devices", device}}}, {"b", {{"devices", device}}}}), both),
+            AllocationProgress::kReady);
+  EXPECT_EQ(ReadAllocationProgress(status({{"a", {{"devices", device}}}}), both),
+            AllocationProgress::kPending);
+  EXPECT_EQ(ReadAllocationProgress(
+                status({{"a", {{"devices", device}}}, {"b", {{"devices", json::array()}}}}), both),
+            AllocationProgress::kPending);
+  EXPECT_EQ(
+      ReadAllocationProgress(status({{"a", {{"devices", device}}}, {"b", {{"error", "x"}}}}), both),
+      AllocationProgress::kFailed);
+  // Hostile or half-written text is "not yet", never a crash.
+  for (const char* text : {"", "{", "[]", R"({"containers":[]})", R"({"containers":{"a":7}})",
+                           R"({"containers":{"a":{"devices":"x","error":3}}})"}) {
+    EXPECT_EQ(ReadAllocationProgress(text, both), AllocationProgress::kPending) << text;
+  }
+  EXPECT_EQ(ReadAllocationProgress(status({{"a", {{"devices", device}}}}), {}),
+            AllocationProgress::kPending);
+}
+
 }  // namespace
 }  // namespace prism::extender
