@@ -256,9 +256,8 @@ absl::StatusOr<WhatIfResult> WhatIf(const CacheSnapshot& snapshot, const config:
     return out;
   }
   if (!request->WantsGpu()) {
-    // The extender passes such pods on every node and charges nothing: kube-scheduler alone
-    // decides, on CPU and memory the engine does not fully see.
-    out.error = "the pod asks for no GPU: kube-scheduler alone places it";
+    // Counting copies would use CPU and memory the engine sees only in part (GPU pods).
+    out.no_gpu = true;
     return out;
   }
   ASSIGN_OR_RETURN(sched::Engine engine, EngineFromSnapshot(snapshot));
@@ -394,6 +393,8 @@ json StatusToJson(const StatusReport& report, const std::vector<WhatIfResult>& w
       json j{{"pod", w.pod}, {"maxCopies", w.max_copies}};
       if (!w.error.empty()) {
         j["error"] = w.error;
+      } else if (w.no_gpu) {
+        j["noGpu"] = true;
       } else {
         j["fits"] = w.fitted;
         // More might fit: the answer is "at least".
@@ -484,6 +485,10 @@ std::string StatusToText(const StatusReport& report, const std::vector<WhatIfRes
     StrAppend(&out, "\nwhat-if ", w.pod, ": ");
     if (!w.error.empty()) {
       StrAppend(&out, "invalid: ", w.error, "\n");
+      continue;
+    }
+    if (w.no_gpu) {
+      StrAppend(&out, "asks for no GPU: kube-scheduler alone places it\n");
       continue;
     }
     std::vector<std::string> per_node;

@@ -99,7 +99,10 @@ struct StatusReport {
 // How many copies of one pod fit if they arrived now, one after another.
 struct WhatIfResult {
   std::string pod;    // namespace/name as read from the file.
-  std::string error;  // Not empty: the request is invalid (or asks for no GPU); nothing tried.
+  std::string error;  // Not empty: the request is invalid; nothing tried.
+  // The pod asks for no GPU: the extender passes it on every node and charges nothing, so
+  // kube-scheduler alone decides where it goes; nothing tried.
+  bool no_gpu = false;
   int max_copies = 0;
   int fitted = 0;
   std::map<std::string, int> nodes;  // Copies per node.

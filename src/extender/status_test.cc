@@ -285,7 +285,10 @@ TEST_F(StatusTest, InvalidWhatIfRequestsAreReportedAndNothingIsPlaced) {
   EXPECT_EQ(w->fitted, 0);
   w = WhatIf(snapshot, Manifest(GpuPod("cpu", 0, 0)), 10);
   ASSERT_TRUE(w.ok());
-  EXPECT_THAT(w->error, HasSubstr("no GPU"));
+  EXPECT_EQ(w->error, "");
+  EXPECT_TRUE(w->no_gpu);
+  EXPECT_EQ(w->fitted, 0);
+  EXPECT_EQ(StatusToJson(StatusReport{}, {*w})["whatIf"][0]["noGpu"], true);
   EXPECT_EQ(WhatIf(snapshot, Manifest(GpuPod("w", 1, 1000)), 0).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(WhatIf(snapshot, Manifest(GpuPod("w", 1, 1000)), kMaxWhatIfCopies + 1).status().code(),
