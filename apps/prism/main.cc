@@ -5,8 +5,9 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
-#include "base/log.h"
 #include "cli/commands.h"
+
+#include "base/log.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"Prism: GPU sharing for Kubernetes (dynamic MIG + software slices)", "prism"};
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   // Component commands (each adds one line here).
   prism::cli::AddMigManagerCommand(app, &exit_code);
   prism::cli::AddSchedulerCommand(app, &exit_code);
+  prism::cli::AddStatusCommand(app, &exit_code);
 
   try {
     app.parse(argc, argv);

@@ -30,4 +30,8 @@ void AddMigManagerCommand(CLI::App& app, int* exit_code);
 // `prism scheduler`: kube-scheduler extender and admission webhook (docs/scheduler.md).
 void AddSchedulerCommand(CLI::App& app, int* exit_code);
 
+// `prism status`: a live cluster's GPUs, fragmentation and --what-if headroom, read-only
+// (docs/status.md).
+void AddStatusCommand(CLI::App& app, int* exit_code);
+
 }  // namespace prism::cli

@@ -33,7 +33,11 @@ struct PlanFlags {
   std::string format = "json";
   std::string policy;
   std::string gpu_policy;
-  bool no_workload = false;
+  // What fragmentation is measured against: "plan" (the plan's own pods and the running ones),
+  // "running" (the running pods that hold GPUs: the extender's workload, so that `prism status
+  // --what-if` and this plan agree), "none".
+  std::string workload = "plan";
+  bool no_workload = false;  // --no-workload: the same as --workload=none.
 };
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -146,6 +150,13 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
   if (flags.format != "json" && flags.format != "text") {
     return fail(absl::InvalidArgumentError("--format must be json or text"));
   }
+  if (flags.workload != "plan" && flags.workload != "running" && flags.workload != "none") {
+    return fail(absl::InvalidArgumentError("--workload must be plan, running or none"));
+  }
+  if (flags.no_workload && flags.workload != "plan" && flags.workload != "none") {
+    return fail(absl::InvalidArgumentError("--no-workload contradicts --workload=running"));
+  }
+  const std::string workload = flags.no_workload ? "none" : flags.workload;
   // Device config.
   sched::DeviceConfig device_config;
   {
@@ -209,16 +220,22 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
     workload_sample.push_back(requests[i]);
   }
   std::vector<sched::PodRequest> running;
+  std::vector<sched::PodRequest> running_with_gpus;
   for (const config::PodManifest& m : cluster->running) {
     auto req = config::BuildPodRequest(m, device_config);
     if (!req.ok()) return fail(Annotate(req.status(), StrCat("running pod ", m.Key())));
     running.push_back(*req);
     workload_sample.push_back(*req);
+    if (req->WantsGpu()) running_with_gpus.push_back(*req);
   }
   sched::Engine engine(std::move(*state), device_config, options);
-  // Fragmentation is measured against the pods this plan sees (FGD's "typical pods").
-  if (!flags.no_workload)
+  // Fragmentation is measured against the pods this plan sees (FGD's "typical pods"), or, with
+  // --workload=running, against the pods the extender charges (those holding GPUs).
+  if (workload == "plan") {
     engine.SetTargetWorkload(sched::TargetWorkload::FromPods(workload_sample));
+  } else if (workload == "running") {
+    engine.SetTargetWorkload(sched::TargetWorkload::FromPods(running_with_gpus));
+  }
   for (size_t i = 0; i < running.size(); ++i) {
     const config::PodManifest& m = cluster->running[i];
     const int node = engine.cluster().FindNode(m.node_name);
@@ -280,8 +297,11 @@ void AddPlanCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--policy", flags->policy,
                   "Node policy: prism (default), fgd, binpack, spread, bestfit");
   cmd->add_option("--gpu-policy", flags->gpu_policy, "GPU policy: fgd, binpack, spread");
-  cmd->add_flag("--no-workload", flags->no_workload,
-                "Do not measure fragmentation against the plan's own pods");
+  cmd->add_option("--workload", flags->workload,
+                  "What fragmentation is measured against: plan (the given and running pods), "
+                  "running (the running GPU pods, as the extender and prism status do), none")
+      ->capture_default_str();
+  cmd->add_flag("--no-workload", flags->no_workload, "The same as --workload=none");
   cmd->add_option("pods", flags->pod_files, "Pod YAML files, placed in order")->required();
   cmd->callback([flags, exit_code] { *exit_code = RunPlan(*flags, std::cout, std::cerr); });
 }

@@ -202,6 +202,28 @@ spec:
   EXPECT_THAT(policy.err, HasSubstr("--policy"));
 }
 
+// --workload chooses what fragmentation is measured against; --no-workload stays an alias of
+// --workload=none. (That `running` is the extender's choice is checked against the live
+// extender's reader by status_command_test.)
+TEST_F(PlanCommandTest, WorkloadChoices) {
+  const std::string args = "--cluster " + Example("cluster.yaml") + " --device-config " +
+                           Example("device-config.yaml") + " " + Example("pods.yaml");
+  Result none = Run("--workload=none " + args);
+  ASSERT_EQ(none.exit_code, 0) << none.err;
+  Result alias = Run("--no-workload " + args);
+  ASSERT_EQ(alias.exit_code, 0) << alias.err;
+  EXPECT_EQ(none.out, alias.out);
+  Result running = Run("--workload running " + args);
+  ASSERT_EQ(running.exit_code, 0) << running.err;
+  EXPECT_EQ(nlohmann::json::parse(running.out).size(), 5u);
+  Result bogus = Run("--workload=mine " + args);
+  EXPECT_EQ(bogus.exit_code, 2);
+  EXPECT_THAT(bogus.err, HasSubstr("--workload must be plan, running or none"));
+  Result contradiction = Run("--no-workload --workload=running " + args);
+  EXPECT_EQ(contradiction.exit_code, 2);
+  EXPECT_THAT(contradiction.err, HasSubstr("--no-workload"));
+}
+
 // Issue 13 #2: a pod file whose document starts with ',' made yaml-cpp's LoadAll loop forever,
 // growing memory. `timeout` turns a hang into exit code 124.
 TEST_F(PlanCommandTest, PodFileStartingWithACommaIsAnError) {

@@ -151,6 +151,30 @@ bool AllocationFailedEverywhere(const std::map<std::string, std::string>& annota
   return gpu_containers > 0;
 }
 
+AllocationProgress ReadAllocationProgress(std::string_view text,
+                                          const std::set<std::string>& containers) {
+  if (containers.empty()) return AllocationProgress::kPending;
+  Json status = Json::parse(text, nullptr, false);
+  if (!status.is_object()) return AllocationProgress::kPending;
+  auto entries = status.find("containers");
+  if (entries == status.end() || !entries->is_object()) return AllocationProgress::kPending;
+  bool ready = true;
+  for (const std::string& name : containers) {
+    auto entry = entries->find(name);
+    if (entry == entries->end() || !entry->is_object()) {
+      ready = false;
+      continue;
+    }
+    auto error = entry->find("error");
+    if (error != entry->end() && error->is_string() && !error->get<std::string>().empty()) {
+      return AllocationProgress::kFailed;
+    }
+    auto devices = entry->find("devices");
+    if (devices == entry->end() || !devices->is_array() || devices->empty()) ready = false;
+  }
+  return ready ? AllocationProgress::kReady : AllocationProgress::kPending;
+}
+
 std::string FilterOutcome::Reason(std::string_view node) const {
   for (const auto& [n, reason] : failed) {
     if (n == node) return reason;
@@ -933,11 +957,8 @@ void SchedulerCache::Forget(std::string_view key, std::string_view uid) {
 
 // --- Observability ----------------------------------------------------------------------------
 
-std::vector<GpuSnapshot> SchedulerCache::GpuSnapshots() {
-  absl::MutexLock lock(&mu_);
-  MaybeRebuildLocked();
+std::vector<GpuSnapshot> SnapshotGpus(const sched::ClusterState& state) {
   std::vector<GpuSnapshot> out;
-  const sched::ClusterState& state = engine_->cluster();
   out.reserve(state.gpu_count());
   for (int g = 0; g < state.gpu_count(); ++g) {
     const sched::GpuInfo& info = state.gpu(g);
@@ -965,6 +986,55 @@ std::vector<GpuSnapshot> SchedulerCache::GpuSnapshots() {
       }
     }
     out.push_back(std::move(s));
+  }
+  return out;
+}
+
+std::vector<GpuSnapshot> SchedulerCache::GpuSnapshots() {
+  absl::MutexLock lock(&mu_);
+  MaybeRebuildLocked();
+  return SnapshotGpus(engine_->cluster());
+}
+
+CacheSnapshot SchedulerCache::Snapshot() {
+  absl::MutexLock lock(&mu_);
+  MaybeRebuildLocked();
+  CacheSnapshot out;
+  out.config = config_;
+  out.engine_options = engine_->options();
+  out.workload = engine_->target_workload();
+  const sched::ClusterState& state = engine_->cluster();
+  // As RebuildLocked gives them to the engine: claimed instances are free for their pods.
+  std::set<std::tuple<std::string, std::string, int>> claimed;
+  for (const auto& [key, e] : pods_) claimed.insert(e.claimed.begin(), e.claimed.end());
+  for (const auto& [name, node] : nodes_) {
+    if (!node.error.empty()) {
+      out.node_problems.emplace_back(name, node.error);
+    } else if (!node.spec.has_value()) {
+      ++out.nodes_without_inventory;
+    } else if (state.FindNode(name) >= 0) {
+      sched::NodeSpec spec = *node.spec;
+      ReleaseClaimedInstances(claimed, spec);
+      out.nodes.push_back(std::move(spec));
+    }
+  }
+  std::vector<std::pair<uint64_t, const std::string*>> order;
+  for (const auto& [key, e] : pods_) {
+    if (e.charged) order.emplace_back(e.seq, &key);
+    if (e.allocation_failed || !e.problem.empty()) {
+      out.pod_issues.push_back(CacheSnapshot::PodIssue{
+          PodRef{e.namespace_name, e.name, e.uid, e.node, e.annotations},
+          e.allocation_failed ? "allocation-failed" : "problem", e.problem, e.charged});
+    }
+  }
+  std::sort(order.begin(), order.end());
+  for (const auto& [seq, key] : order) {
+    const PodEntry& e = pods_.find(*key)->second;
+    const sched::PodCharge* charge = state.FindPod(*key);
+    if (charge == nullptr) continue;  // Cannot happen: `charged` means the engine holds it.
+    out.pods.push_back(
+        CacheSnapshot::ChargedPod{*key, StateName(static_cast<int>(e.state)), e.request,
+                                  config::EncodeDecisionAnnotations(charge->decision, state)});
   }
   return out;
 }

@@ -137,6 +137,49 @@ struct GpuSnapshot {
   std::vector<InstanceSnapshot> instances;
 };
 
+// The GPUs of `state` as /metrics and `prism status` show them (dead slots left by changed nodes
+// are skipped).
+std::vector<GpuSnapshot> SnapshotGpus(const sched::ClusterState& state);
+
+// Everything the cache decides with, copied out so that another engine can be built from it
+// (extender/status.h) without touching, or holding the lock of, the live one. Node specs and
+// decisions are in the engine's input form, not its ids: a state rebuilt from `nodes` numbers
+// GPUs afresh, so each decision travels as its annotations and is decoded against the new state
+// with the reader a restarted extender uses.
+struct CacheSnapshot {
+  sched::DeviceConfig config;
+  sched::EngineOptions engine_options;
+  // Nodes the engine holds, by name, as it got them: instances that a tracked decision claims
+  // are idle (their pods take them again when charged).
+  std::vector<sched::NodeSpec> nodes;
+  struct ChargedPod {
+    std::string key;    // namespace/name
+    std::string state;  // assumed, binding, bound, uncertain
+    sched::PodRequest request;
+    // The charged decision (config::EncodeDecisionAnnotations of what the engine holds).
+    std::map<std::string, std::string> annotations;
+  };
+  // In the order the cache first saw them (the order it charges them in).
+  std::vector<ChargedPod> pods;
+  // The shapes fragmentation is scored against now.
+  sched::TargetWorkload workload;
+  // Nodes whose inventory is unusable (malformed, or rejected by the engine), with the reason;
+  // by name. Their GPUs are in no other field.
+  std::vector<std::pair<std::string, std::string>> node_problems;
+  int nodes_without_inventory = 0;
+  struct PodIssue {
+    PodRef pod;
+    std::string state;    // "problem" or "allocation-failed"
+    std::string problem;  // Why (empty for allocation-failed).
+    // A problem of a pod whose earlier, readable decision stays charged (an edit broke it).
+    bool charged = false;
+  };
+  // Bound pods whose decision the cache cannot charge, or whose node agent reported that every
+  // GPU container failed (nothing charged), listed at once (Problems() waits for
+  // `problem_grace`); by key.
+  std::vector<PodIssue> pod_issues;
+};
+
 struct CacheStats {
   int nodes_with_gpus = 0;
   int nodes_without_inventory = 0;
@@ -199,6 +242,9 @@ class SchedulerCache {
 
   // --- Observability -----------------------------------------------------------------------
   std::vector<GpuSnapshot> GpuSnapshots();
+  // A copy of the cache's state (CacheSnapshot). Rebuilds first if a rebuild is due, as every
+  // verb does; otherwise changes nothing.
+  CacheSnapshot Snapshot();
   CacheStats stats();
   // Rebuilds now if anything changed (tests and benchmarks).
   void RebuildIfDirty();
@@ -283,5 +329,13 @@ std::map<std::string, std::string> DecisionAnnotations(
 // failed to get its devices.
 bool AllocationFailedEverywhere(const std::map<std::string, std::string>& annotations,
                                 const sched::PodRequest& request);
+
+enum class AllocationProgress { kPending, kReady, kFailed };
+// What the node agent's prism.io/allocation-status (`text`, docs/annotations.md) says of the
+// containers named: kReady when each has its devices, kFailed when one got an error instead,
+// kPending otherwise (an entry missing or still without devices, or a status that cannot be read:
+// the agent rewrites it). kPending for an empty set.
+AllocationProgress ReadAllocationProgress(std::string_view text,
+                                          const std::set<std::string>& containers);
 
 }  // namespace prism::extender

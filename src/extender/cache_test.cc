@@ -6,6 +6,7 @@
 #include "config/annotations.h"
 #include "config/device_config_yaml.h"
 #include "extender/test_util.h"
+#include "k8s/objects.h"
 
 namespace prism::extender {
 namespace {
@@ -600,6 +601,74 @@ TEST_F(CacheTest, MigDecisionSurvivesTheAgentReportingItsInstance) {
     }
   }
   EXPECT_EQ(assigned, 1);
+}
+
+// The snapshot `prism status` builds its own engine from: nodes as the engine got them (an
+// instance a decision claims is idle, though the agent reports it in use), decisions in charge
+// order as annotations, the workload; and it changes nothing.
+TEST_F(CacheTest, SnapshotCopiesWhatTheEngineHolds) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{"H100-SXM5-96GB", 97871, true}}));
+  cache_->UpsertNode(NodeJson("n2", {TestGpu{}}));
+  json bad = NodeJson("bad", {TestGpu{}});
+  bad["metadata"]["annotations"]["prism.io/gpu-inventory"] = "{";
+  cache_->UpsertNode(bad);
+  json mig = Schedule(GpuPod("m", 1, 20000, 0, {{"nvidia.com/vgpu-mode", "mig"}}), {"n1"});
+  json slice = Schedule(GpuPod("s", 1, 5000), {"n2"});
+  const sched::DeviceAssignment dev =
+      cache_->ChargedDecision("default/m")->containers[0].devices[0];
+  TestGpu gpu{"H100-SXM5-96GB", 97871, true};
+  gpu.instances.push_back({dev.profile_name, dev.start, /*in_use=*/true});
+  cache_->UpsertNode(NodeJson("n1", {gpu}));
+  cache_->UpsertPod(mig);
+  cache_->UpsertPod(slice);
+  clock_.Advance(absl::Minutes(1));
+  cache_->Tick();  // The workload follows the charged pods.
+  const uint64_t generation = cache_->stats().generation;
+  const CacheSnapshot s = cache_->Snapshot();
+  EXPECT_EQ(cache_->stats().generation, generation);
+  ASSERT_EQ(s.nodes.size(), 2u);
+  EXPECT_EQ(s.nodes[0].name, "n1");
+  ASSERT_EQ(s.nodes[0].gpus[0].instances.size(), 1u);
+  EXPECT_FALSE(s.nodes[0].gpus[0].instances[0].in_use);
+  ASSERT_EQ(s.node_problems.size(), 1u);
+  EXPECT_EQ(s.node_problems[0].first, "bad");
+  ASSERT_EQ(s.pods.size(), 2u);
+  EXPECT_EQ(s.pods[0].key, "default/m");
+  EXPECT_EQ(s.pods[0].state, "bound");
+  EXPECT_EQ(s.pods[1].key, "default/s");
+  // The decision as charged now: the same instance, which exists, so nothing to create.
+  const json d = json::parse(s.pods[0].annotations.at(config::kPrismDecisionAnnotation));
+  EXPECT_EQ(d["containers"][0]["devices"][0]["profile"], dev.profile_name);
+  EXPECT_EQ(d["containers"][0]["devices"][0]["placement"]["start"], dev.start);
+  EXPECT_FALSE(d.contains("migChanges"));
+  EXPECT_TRUE(json::parse(k8s::Annotations(mig).at(config::kPrismDecisionAnnotation))
+                  .contains("migChanges"));
+  EXPECT_FALSE(s.workload.shapes.empty());
+  EXPECT_EQ(s.config.mig_strategy, cache_->device_config().mig_strategy);
+}
+
+TEST(AllocationProgressTest, ReadyOnlyWhenEveryNamedContainerHasDevices) {
+  const std::set<std::string> both{"a", "b"};
+  const json device = json::array({{{"index", 0}}});
+  auto status = [](const json& containers) { return json{{"containers", containers}}.dump(); };
+  EXPECT_EQ(ReadAllocationProgress(
+                status({{"a", {{"devices", device}}}, {"b", {{"devices", device}}}}), both),
+            AllocationProgress::kReady);
+  EXPECT_EQ(ReadAllocationProgress(status({{"a", {{"devices", device}}}}), both),
+            AllocationProgress::kPending);
+  EXPECT_EQ(ReadAllocationProgress(
+                status({{"a", {{"devices", device}}}, {"b", {{"devices", json::array()}}}}), both),
+            AllocationProgress::kPending);
+  EXPECT_EQ(
+      ReadAllocationProgress(status({{"a", {{"devices", device}}}, {"b", {{"error", "x"}}}}), both),
+      AllocationProgress::kFailed);
+  // Hostile or half-written text is "not yet", never a crash.
+  for (const char* text : {"", "{", "[]", R"({"containers":[]})", R"({"containers":{"a":7}})",
+                           R"({"containers":{"a":{"devices":"x","error":3}}})"}) {
+    EXPECT_EQ(ReadAllocationProgress(text, both), AllocationProgress::kPending) << text;
+  }
+  EXPECT_EQ(ReadAllocationProgress(status({{"a", {{"devices", device}}}}), {}),
+            AllocationProgress::kPending);
 }
 
 }  // namespace

@@ -32,6 +32,11 @@ class SchedulerMetrics {
   void CountConfigReload(std::string_view result);
   void CountRequeue(std::string_view result);
   void SetLeader(bool leader);
+  // End to end, for the pods this replica binds: from the pod's metadata.creationTimestamp to
+  // its successful bind, and to the node agent reporting every GPU container's devices ready
+  // (prism.io/allocation-status).
+  void ObservePodCreationToBind(double seconds);
+  void ObservePodCreationToDevicesReady(double seconds);
 
   // Everything, in the Prometheus text format.
   std::string Render(SchedulerCache& cache) const;
@@ -45,6 +50,8 @@ class SchedulerMetrics {
   prometheus::Family<prometheus::Counter>* config_reloads_;
   prometheus::Family<prometheus::Counter>* requeues_;
   prometheus::Gauge* leader_;
+  prometheus::Histogram* creation_to_bind_;
+  prometheus::Histogram* creation_to_ready_;
 };
 
 }  // namespace prism::extender

@@ -11,6 +11,7 @@
 
 #include "base/log.h"
 #include "base/strings.h"
+#include "config/annotations.h"
 #include "config/device_config_yaml.h"
 #include "k8s/errors.h"
 #include "k8s/objects.h"
@@ -74,10 +75,18 @@ absl::Status Scheduler::Start() {
   // Finished pods hold no GPU: leaving the selection delivers a delete.
   pod_options.field_selector = "status.phase!=Succeeded,status.phase!=Failed";
   pods_ = std::make_unique<k8s::Informer>(client_, k8s::kPods, pod_options);
-  pods_->AddHandler(
-      k8s::ResourceEventHandler{[this](const Json& p) { cache_.UpsertPod(p); },
-                                [this](const Json&, const Json& p) { cache_.UpsertPod(p); },
-                                [this](const Json& p) { cache_.DeletePod(p); }});
+  pods_->AddHandler(k8s::ResourceEventHandler{[this](const Json& p) {
+                                                cache_.UpsertPod(p);
+                                                ObserveAllocation(p);
+                                              },
+                                              [this](const Json&, const Json& p) {
+                                                cache_.UpsertPod(p);
+                                                ObserveAllocation(p);
+                                              },
+                                              [this](const Json& p) {
+                                                cache_.DeletePod(p);
+                                                ForgetAwaitingDevices(p);
+                                              }});
   if (!options_.config_map_name.empty()) {
     k8s::InformerOptions cm_options;
     cm_options.namespace_ = options_.config_namespace;
@@ -381,6 +390,7 @@ HttpReply Scheduler::Bind(std::string_view body) {
                                            args->node, ticket->annotations);
   if (bound.ok()) {
     cache_.FinishBind(*ticket, BindOutcome::kBound);
+    ObserveBound(*pod, *ticket);
     return done("ok", 200, "");
   }
   // A reply from the API server is definite (except a gateway timeout); no reply is not.
@@ -393,6 +403,7 @@ HttpReply Scheduler::Bind(std::string_view body) {
     absl::StatusOr<bool> as_decided = BoundAsDecided(ref);
     if (as_decided.ok() && *as_decided) {
       cache_.FinishBind(*ticket, BindOutcome::kBound);
+      ObserveBound(*pod, *ticket);
       return done("ok", 200, "");
     }
     if (!as_decided.ok() && uncertain) {
@@ -407,6 +418,67 @@ HttpReply Scheduler::Bind(std::string_view body) {
   }
   cache_.FinishBind(*ticket, BindOutcome::kFailed);
   return fail(bound, &*pod);
+}
+
+void Scheduler::ObserveBound(const Json& pod, const BindTicket& ticket) {
+  const std::string created_text = k8s::GetString(pod, {"metadata", "creationTimestamp"});
+  absl::StatusOr<absl::Time> created = k8s::ParseTimestamp(created_text);
+  if (!created.ok()) return;  // The API server always sets it; a pod without one is not timed.
+  const absl::Time now = options_.cache.clock->Now();
+  // The timestamp is the API server's clock (second precision); a scheduler clock behind it
+  // would give a negative age, which is not observed.
+  if (now < *created) return;
+  metrics_.ObservePodCreationToBind(absl::ToDoubleSeconds(now - *created));
+  AwaitingDevices awaiting{*created, {}};
+  if (auto d = ticket.annotations.find(config::kPrismDecisionAnnotation);
+      d != ticket.annotations.end()) {
+    absl::StatusOr<config::DecisionRecord> record = config::ParseDecisionRecord(d->second);
+    if (record.ok()) {
+      for (const config::DecisionContainerRecord& c : record->containers) {
+        if (!c.init && !c.devices.empty()) awaiting.containers.insert(c.name);
+      }
+    }
+  }
+  if (awaiting.containers.empty()) return;
+  absl::MutexLock lock(&awaiting_mu_);
+  if (awaiting_devices_.size() >= kMaxAwaitingDevices) return;
+  awaiting_devices_[ticket.uid] = std::move(awaiting);
+}
+
+void Scheduler::ObserveAllocation(const Json& pod) {
+  const std::string uid = k8s::Uid(pod);
+  AwaitingDevices awaiting;
+  {
+    absl::MutexLock lock(&awaiting_mu_);
+    auto it = awaiting_devices_.find(uid);
+    if (it == awaiting_devices_.end()) return;
+    awaiting = it->second;
+  }
+  const std::string phase = k8s::PodPhase(pod);
+  std::optional<std::string> status = k8s::Annotation(pod, "prism.io/allocation-status");
+  AllocationProgress progress = AllocationProgress::kPending;
+  if (phase == "Succeeded" || phase == "Failed") {
+    progress = AllocationProgress::kFailed;  // Ended: nothing more to wait for.
+  } else if (status.has_value()) {
+    progress = ReadAllocationProgress(*status, awaiting.containers);
+  }
+  if (progress == AllocationProgress::kPending) return;
+  {
+    absl::MutexLock lock(&awaiting_mu_);
+    // Another informer event may have got here first: observe once.
+    if (awaiting_devices_.erase(uid) == 0) return;
+  }
+  if (progress == AllocationProgress::kReady) {
+    const absl::Time now = options_.cache.clock->Now();
+    if (now >= awaiting.created) {
+      metrics_.ObservePodCreationToDevicesReady(absl::ToDoubleSeconds(now - awaiting.created));
+    }
+  }
+}
+
+void Scheduler::ForgetAwaitingDevices(const Json& pod) {
+  absl::MutexLock lock(&awaiting_mu_);
+  awaiting_devices_.erase(k8s::Uid(pod));
 }
 
 HttpReply Scheduler::Admission(std::string_view body, bool mutate) {

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <atomic>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -118,6 +119,12 @@ class Scheduler {
   absl::StatusOr<bool> BoundAsDecided(const PodRef& pod);
   void RecordEvent(const k8s::Json& object, std::string_view kind, k8s::EventType type,
                    std::string_view reason, std::string_view message);
+  // After a successful bind: observes creation -> bind, and remembers the pod until the node
+  // agent reports its devices (ObserveAllocation).
+  void ObserveBound(const k8s::Json& pod, const BindTicket& ticket);
+  // The pod informer's view of a pod: creation -> devices ready, once, for a remembered pod.
+  void ObserveAllocation(const k8s::Json& pod);
+  void ForgetAwaitingDevices(const k8s::Json& pod);
 
   const SchedulerOptions options_;
   k8s::Client* const client_;
@@ -136,6 +143,18 @@ class Scheduler {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::set<std::string> reported_problems_ ABSL_GUARDED_BY(mu_);  // Pod UIDs.
   std::string config_version_ ABSL_GUARDED_BY(mu_);
+
+  // Pods this replica bound whose devices the node agent has not reported yet, by UID: when each
+  // was created and which of its containers get GPUs (init containers left out: the agent may
+  // report them only once they ran). Entries leave when the devices are reported, the
+  // allocation failed, or the pod ends; at most kMaxAwaitingDevices are kept.
+  struct AwaitingDevices {
+    absl::Time created;
+    std::set<std::string> containers;
+  };
+  static constexpr size_t kMaxAwaitingDevices = 100000;
+  absl::Mutex awaiting_mu_;
+  std::map<std::string, AwaitingDevices> awaiting_devices_ ABSL_GUARDED_BY(awaiting_mu_);
   std::thread ticker_;
 };
 

@@ -9,6 +9,7 @@
 #include "config/annotations.h"
 #include "config/device_config_yaml.h"
 #include "extender/test_util.h"
+#include "k8s/objects.h"
 #include "k8s/test_util.h"
 #include "testing/fake_apiserver/fake_apiserver.h"
 
@@ -412,6 +413,84 @@ TEST_F(SchedulerServiceTest, MetricsCoverAllocationLatencyAndFailures) {
       m, HasSubstr("prism_scheduler_requests_total{result=\"unschedulable\",verb=\"filter\"} 1"));
   EXPECT_THAT(m, HasSubstr("prism_scheduler_leader 1"));
   EXPECT_THAT(m, HasSubstr("prism_scheduler_nodes{state=\"gpus\"} 1"));
+}
+
+// The value of the sample `name` (e.g. "x_count") in a Prometheus text exposition, or -1.
+double Sample(const std::string& text, const std::string& name) {
+  const std::string prefix = name + " ";
+  for (size_t at = text.find(prefix); at != std::string::npos; at = text.find(prefix, at + 1)) {
+    if (at == 0 || text[at - 1] == '\n') return std::stod(text.substr(at + prefix.size()));
+  }
+  return -1;
+}
+
+// Issue 16: creation -> bind and creation -> devices ready, on the injected clock.
+TEST_F(SchedulerServiceTest, CreationToBindAndToDevicesReadyAreTimedOnce) {
+  constexpr char kBind[] = "prism_scheduler_pod_creation_to_bind_seconds";
+  constexpr char kReady[] = "prism_scheduler_pod_creation_to_devices_ready_seconds";
+  k8s::FakeClock clock;
+  SchedulerOptions options = Options();
+  options.cache.clock = &clock;
+  CreateNode(NodeJson("n1", {TestGpu{}, TestGpu{}}));
+  auto s = Start(options);
+  // Before any pod: rendered, empty (a dashboard finds the family from the start).
+  EXPECT_EQ(Sample(s->Metrics().body, StrCat(kBind, "_count")), 0);
+  json pod = CreatePod(GpuPod("p", 1, 8000));
+  ASSERT_OK_AND_ASSIGN(
+      const absl::Time created,
+      k8s::ParseTimestamp(pod["metadata"]["creationTimestamp"].get<std::string>()));
+  clock.Set(created + absl::Seconds(3));
+  ASSERT_EQ(Schedule(*s, pod, {"n1"}), "");
+  std::string m = s->Metrics().body;
+  EXPECT_EQ(Sample(m, StrCat(kBind, "_count")), 1);
+  EXPECT_DOUBLE_EQ(Sample(m, StrCat(kBind, "_sum")), 3);
+  EXPECT_EQ(Sample(m, StrCat(kReady, "_count")), 0);
+  // The node agent's status, first without devices (still pending), then with them.
+  auto set_status = [&](const json& status) {
+    ASSERT_OK(api_->MergePatch(
+        "pods", "default", "p",
+        {{"metadata", {{"annotations", {{"prism.io/allocation-status", status.dump()}}}}}}));
+    ASSERT_TRUE(WaitUntil([&] {
+      std::optional<json> seen = s->InformerPod("default", "p");
+      return seen.has_value() &&
+             k8s::Annotation(*seen, "prism.io/allocation-status") == status.dump();
+    }));
+  };
+  clock.Set(created + absl::Seconds(5));
+  set_status({{"node", "n1"}, {"containers", {{"main", {{"allocations", {"a1"}}}}}}});
+  EXPECT_EQ(Sample(s->Metrics().body, StrCat(kReady, "_count")), 0);
+  clock.Set(created + absl::Seconds(8));
+  const json ready{
+      {"node", "n1"},
+      {"containers",
+       {{"main",
+         {{"allocations", {"a1"}},
+          {"devices", {{{"index", 0}, {"uuid", "GPU-n1-0"}, {"mode", "hami-core"}}}}}}}}};
+  set_status(ready);
+  m = s->Metrics().body;
+  EXPECT_EQ(Sample(m, StrCat(kReady, "_count")), 1);
+  EXPECT_DOUBLE_EQ(Sample(m, StrCat(kReady, "_sum")), 8);
+  // Seen again (the agent rewrites its status, a relist): not observed twice.
+  clock.Set(created + absl::Seconds(20));
+  json again = ready;
+  again["containers"]["main"]["allocations"].push_back("a2");
+  set_status(again);
+  EXPECT_EQ(Sample(s->Metrics().body, StrCat(kReady, "_count")), 1);
+  // A failed allocation is not "ready", ever.
+  json failed_pod = CreatePod(GpuPod("q", 1, 8000));
+  ASSERT_EQ(Schedule(*s, failed_pod, {"n1"}), "");
+  EXPECT_EQ(Sample(s->Metrics().body, StrCat(kBind, "_count")), 2);
+  ASSERT_OK(api_->MergePatch(
+      "pods", "default", "q",
+      {{"metadata",
+        {{"annotations",
+          {{"prism.io/allocation-status",
+            json{{"containers", {{"main", {{"error", "no such GPU"}}}}}}.dump()}}}}}}));
+  ASSERT_TRUE(WaitUntil([&] {
+    std::optional<json> seen = s->InformerPod("default", "q");
+    return seen.has_value() && k8s::Annotation(*seen, "prism.io/allocation-status").has_value();
+  }));
+  EXPECT_EQ(Sample(s->Metrics().body, StrCat(kReady, "_count")), 1);
 }
 
 TEST_F(SchedulerServiceTest, NotReadyUntilSynced) {

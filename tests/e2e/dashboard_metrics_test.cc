@@ -219,10 +219,13 @@ TEST(DashboardMetricsTest, EveryPanelQueriesAMetricAnExporterExports) {
       used.insert(name);
     }
   }
-  // The dashboard covers what the issue asks for: allocation, usage vs limit, latency, churn.
+  // The dashboard covers what the issue asks for: allocation, usage vs limit, latency (end to
+  // end too), churn.
   for (const char* name :
        {"prism_gpu_memory_allocated_bytes", "prism_container_gpu_memory_used_bytes",
         "prism_container_gpu_memory_limit_bytes", "prism_scheduler_request_duration_seconds_bucket",
+        "prism_scheduler_pod_creation_to_bind_seconds_bucket",
+        "prism_scheduler_pod_creation_to_devices_ready_seconds_bucket",
         "prism_device_plugin_mig_instances_created_total"}) {
     EXPECT_TRUE(used.count(name)) << name;
   }
