@@ -27,12 +27,43 @@ constexpr off_t kLockOffset = 128;
 constexpr off_t kDevicesOffset = 192;
 constexpr size_t kDeviceSize = 320;
 constexpr off_t kDeviceMemoryLimitOffset = 24;
+constexpr off_t kDeviceUsedOffset = 40;
+constexpr off_t kDevicePeakOffset = 48;
+constexpr off_t kSlotsOffset = 5312;
+constexpr size_t kSlotSize = 320;
+constexpr off_t kSlotPidOffset = 4;
+constexpr off_t kSlotUsedOffset = 24;
+constexpr int kMaxSlots = 1024;
 
 void Overwrite(const std::string& path, off_t offset, const void* bytes, size_t size) {
   const int fd = open(path.c_str(), O_RDWR);
   ASSERT_GE(fd, 0) << path;
   ASSERT_EQ(pwrite(fd, bytes, size, offset), static_cast<ssize_t>(size));
   close(fd);
+}
+
+// The index of the live slot of process `pid` in the region file, or -1.
+int SlotOfPid(const std::string& path, pid_t pid) {
+  const int fd = open(path.c_str(), O_RDONLY);
+  if (fd < 0) return -1;
+  int found = -1;
+  for (int s = 0; s < kMaxSlots && found < 0; ++s) {
+    uint32_t head[2] = {};  // state, pid
+    if (pread(fd, head, sizeof(head), kSlotsOffset + s * kSlotSize) != sizeof(head)) break;
+    if (head[0] == 1 && static_cast<pid_t>(head[1]) == pid) found = s;
+  }
+  close(fd);
+  return found;
+}
+
+uint64_t ReadU64(const std::string& path, off_t offset) {
+  uint64_t value = 0;
+  const int fd = open(path.c_str(), O_RDONLY);
+  if (fd >= 0) {
+    if (pread(fd, &value, sizeof(value), offset) != sizeof(value)) value = ~uint64_t{0};
+    close(fd);
+  }
+  return value;
 }
 
 class FailClosedTest : public PreloadTest {
@@ -142,6 +173,67 @@ TEST_F(FailClosedTest, RegionLimitWrittenByATenantIsNotObeyed) {
   EXPECT_NE(r.err.find("not trusted"), std::string::npos) << r.err;
 }
 
+// Gap 1 of the issue 14 review: with 600 MiB held under a 1 GiB limit, writing the device's
+// `used` to 0 let a second process get 600 MiB more (1.2 GiB). A reservation now decides on the
+// live slots' sum, repairs the counter and refuses.
+TEST_F(FailClosedTest, RegionUsageLoweredByATenantIsRepaired) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  std::unique_ptr<Child> holder = Child::Start(Argv({"init", "alloc", "600m", "wait"}), env);
+  ASSERT_TRUE(holder->WaitForLine("waiting", 30000));
+  const uint64_t zero = 0;
+  Overwrite(RegionPath(), kDevicesOffset + kDeviceUsedOffset, &zero, sizeof(zero));
+  const ExitInfo r = Probe(env, {"init", "alloc", "600m", "meminfo"});
+  EXPECT_NE(r.out.find("alloc err=2\n"), std::string::npos) << r.out << r.err;
+  EXPECT_EQ(Field(r.out, "meminfo", "free"), U(kGiB - 600 * kMiB)) << r.out;
+  EXPECT_NE(r.err.find("lowered outside Prism"), std::string::npos) << r.err;
+  EXPECT_EQ(ReadU64(RegionPath(), kDevicesOffset + kDeviceUsedOffset), 600 * kMiB);
+  EXPECT_LE(ReadU64(RegionPath(), kDevicesOffset + kDevicePeakOffset), kGiB);
+  holder->Wait();
+}
+
+// A process's own slot and the device total zeroed together (consistently: the live slots'
+// sum then agrees with `used`): the process itself checks its slot against its private record
+// at its next locked operation, restores it and is refused, instead of getting 600 MiB more.
+TEST_F(FailClosedTest, OwnSlotZeroedByATenantIsRestoredFromThePrivateRecord) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  std::unique_ptr<Child> p = Child::Start(
+      Argv({"init", "alloc", "600m", "step", "zeroed", "alloc", "600m", "meminfo", "wait"}), env);
+  ASSERT_TRUE(p->WaitForLine("step zeroed", 30000));
+  const int slot = SlotOfPid(RegionPath(), p->pid());
+  ASSERT_GE(slot, 0) << DescribeRegion(RegionPath());
+  const uint64_t zero = 0;
+  Overwrite(RegionPath(), kSlotsOffset + slot * kSlotSize + kSlotUsedOffset, &zero, sizeof(zero));
+  Overwrite(RegionPath(), kDevicesOffset + kDeviceUsedOffset, &zero, sizeof(zero));
+  p->Send("\n");
+  ASSERT_TRUE(p->WaitForLine("waiting", 30000));
+  const ExitInfo r = p->Wait();
+  EXPECT_NE(r.out.find("step zeroed\nalloc err=2\n"), std::string::npos) << r.out << r.err;
+  EXPECT_EQ(Field(r.out, "meminfo", "free"), U(kGiB - 600 * kMiB)) << r.out;
+  EXPECT_NE(r.err.find("written outside Prism"), std::string::npos) << r.err;
+}
+
+// Only the slot zeroed (the total intact): the free of the 600 MiB used to find nothing in the
+// slot to return, so the 600 MiB stayed charged for good. Restored first, the free is exact.
+TEST_F(FailClosedTest, OwnSlotZeroedByATenantKeepsFreesExact) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  std::unique_ptr<Child> p =
+      Child::Start(Argv({"init", "alloc", "600m", "step", "zeroed", "free", "0", "wait"}), env);
+  ASSERT_TRUE(p->WaitForLine("step zeroed", 30000));
+  const int slot = SlotOfPid(RegionPath(), p->pid());
+  ASSERT_GE(slot, 0) << DescribeRegion(RegionPath());
+  const uint64_t zero = 0;
+  Overwrite(RegionPath(), kSlotsOffset + slot * kSlotSize + kSlotUsedOffset, &zero, sizeof(zero));
+  p->Send("\n");
+  ASSERT_TRUE(p->WaitForLine("waiting", 30000));
+  const ExitInfo r = Probe(env, {"init", "fill", "8m"});
+  EXPECT_EQ(Field(r.out, "fill", "count"), U(kGiB / (8 * kMiB)))
+      << r.out << r.err << DescribeRegion(RegionPath());
+  p->Wait();
+}
+
 // Item 4: a lock word naming a live thread that does not hold the lock blocked every allocation
 // forever, with no log. Now the wait ends after the bound, the allocation is refused and one line
 // says why.
@@ -199,10 +291,10 @@ TEST_F(FailClosedTest, StoppedLockHolderWedgesNobodyAndAccountingStaysExact) {
     for (int i = 0; i < kWorkers; ++i) {
       // Each: hold 100 MiB, then (holder stopped) try 100 MiB more and free the first, then
       // (holder gone or resumed) allocate 50 MiB and hold it.
-      workers.push_back(Child::Start(Argv({"init", "alloc", "100m", "step", "stopped", "alloc",
-                                           "100m", "free", "0", "step", "resumed", "alloc", "50m",
-                                           "meminfo", "wait"}),
-                                     env));
+      workers.push_back(
+          Child::Start(Argv({"init", "alloc", "100m", "step", "stopped", "alloc", "100m", "free",
+                             "0", "step", "resumed", "alloc", "50m", "meminfo", "wait"}),
+                       env));
       ASSERT_TRUE(workers.back()->WaitForLine("step stopped", 30000));
     }
     // The holder reserves 400 MiB and stalls inside the lock halfway through; then it is stopped.

@@ -334,7 +334,7 @@ int DeviceEntryForOrdinal(int ordinal) {
   const uint64_t memory_limit = request.source == LimitSource::kValue ? request.bytes : 0;
   const uint32_t sm_limit = SmLimitForOrdinal(ordinal);
   const uint32_t policy = static_cast<uint32_t>(g_config.policy);
-  bool mismatch = false;
+  bool mismatch = false;  // Each limit is compared with the entry's below.
   const int entry =
       region->ClaimDevice(reinterpret_cast<const uint8_t*>(uuid.bytes), memory_limit, sm_limit,
                           policy, static_cast<uint32_t>(sm_count), &mismatch);
@@ -371,17 +371,23 @@ int DeviceEntryForOrdinal(int ordinal) {
                      static_cast<unsigned long long>(request.bytes));
     }
   }
-  if (mismatch && (device.sm_limit_percent != sm_limit || device.policy != policy)) {
-    PRISM_VGPU_LOG(kWarning,
-                   "device %d: this process asks for SM limit %u, policy %u, but the region was "
-                   "created with %u, %u; the region's SM limit applies",
-                   ordinal, sm_limit, policy, device.sm_limit_percent, device.policy);
+  // The SM limit and policy follow the same rule as the memory limit: this process's
+  // environment decides, and a region that stores others (another creator's environment, or a
+  // write to the shared file) is reported, never obeyed.
+  const uint32_t stored_sm = device.sm_limit_percent >= 100 ? 0 : device.sm_limit_percent;
+  if (stored_sm != sm_limit || (sm_limit != 0 && device.policy != policy)) {
+    PRISM_VGPU_LOG(kError,
+                   "device %d: the shared region stores SM limit %u%%, policy %u but this "
+                   "process's environment asks for %u%%, policy %u; the region is not trusted for "
+                   "them and the environment's apply",
+                   ordinal, device.sm_limit_percent, device.policy, sm_limit, policy);
   }
+  // Before the entry is published: a launch that finds the entry finds its SM limit too.
+  SmLimiterDeviceMapped(entry, sm_limit, policy);
   g_ordinal_entry[ordinal].store(static_cast<int16_t>(entry + 1), std::memory_order_release);
   PRISM_VGPU_LOG(kInfo, "device %d -> region entry %d (memory limit %llu%s, SM limit %u%%)",
                  ordinal, entry, static_cast<unsigned long long>(region->EffectiveLimit(entry)),
-                 region->FailsClosed(entry) ? ", fail closed" : "", device.sm_limit_percent);
-  SmLimiterDeviceMapped(entry);
+                 region->FailsClosed(entry) ? ", fail closed" : "", sm_limit);
   return entry;
 }
 
