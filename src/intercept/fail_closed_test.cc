@@ -136,6 +136,27 @@ TEST_F(FailClosedTest, RealDriverNamingTheLibraryItselfFailsCuInit) {
   }
 }
 
+// The NVML twin of item 5 (issue 14 review gap 2): PRISM_VGPU_REAL_NVML naming the library
+// itself made the NVML memory query call its own wrapper until SIGSEGV (rc 139). NVML is now
+// unavailable in that process (its queries fail), and the memory limit still holds.
+TEST_F(FailClosedTest, RealNvmlNamingTheLibraryItselfIsRefused) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  env.Set("PRISM_VGPU_REAL_NVML", PRISM_VGPU_LIB);
+  for (bool linked : {false, true}) {
+    SCOPED_TRACE(linked ? "linked" : "dlsym");
+    const ExitInfo r =
+        Probe(env, {"init", "nvmlmem", "alloc", "600m", "alloc", "600m", "meminfo"}, linked);
+    EXPECT_EQ(r.term_signal, 0) << r.out << r.err;
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    // nvmlInit_v2 is not wrapped (the fake's own); the memory queries answer "no NVML" (12).
+    EXPECT_EQ(Field(r.out, "nvmlmem", "err"), "0,0,12,12") << r.out << r.err;
+    EXPECT_NE(r.out.find("alloc ok id=0\nalloc err=2\n"), std::string::npos) << r.out << r.err;
+    EXPECT_EQ(Field(r.out, "meminfo", "total"), U(kGiB)) << r.out;
+    EXPECT_NE(r.err.find("is libprism-vgpu itself"), std::string::npos) << r.err;
+  }
+}
+
 // Item 2: a device table filled with 0xff read as "table full; device 0 is not limited".
 TEST_F(FailClosedTest, DamagedDeviceTableRefusesInsteadOfUnlimiting) {
   Env env = ContainerEnv();

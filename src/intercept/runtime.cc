@@ -122,8 +122,9 @@ void FailClosed(const char* reason) {
                  reason);
 }
 
-// True when `handle` (from dlopen) is this library: PRISM_VGPU_REAL_LIBCUDA pointing at
-// libprism-vgpu.so itself would make every wrapper call itself until the stack overflows.
+// True when `handle` (from dlopen) is this library: PRISM_VGPU_REAL_LIBCUDA (or
+// PRISM_VGPU_REAL_NVML) pointing at libprism-vgpu.so itself would make every wrapper call itself
+// until the stack overflows.
 bool IsThisLibrary(void* handle, const char* probe_symbol, void* own_function) {
   Dl_info self;
   if (dladdr(reinterpret_cast<void*>(&IsThisLibrary), &self) != 0 && self.dli_fname != nullptr) {
@@ -207,6 +208,17 @@ bool EnsureNvml(bool init) {
       g_nvml_handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
       if (g_nvml_handle == nullptr) {
         PRISM_VGPU_LOG(kInfo, "cannot load NVML %s: %s", path, dlerror());
+        g_nvml_state.store(kUnavailable, std::memory_order_release);
+      } else if (IsThisLibrary(g_nvml_handle, "nvmlDeviceGetMemoryInfo",
+                               reinterpret_cast<void*>(&::nvmlDeviceGetMemoryInfo))) {
+        // The same trap as the driver's: every NVML wrapper would call itself.
+        PRISM_VGPU_LOG(kError,
+                       "NVML %s is libprism-vgpu itself (check PRISM_VGPU_REAL_NVML); NVML is "
+                       "unavailable in this process (memory limits still hold, SM limits cannot "
+                       "be measured)",
+                       path);
+        dlclose(g_nvml_handle);
+        g_nvml_handle = nullptr;
         g_nvml_state.store(kUnavailable, std::memory_order_release);
       } else {
         ResolveNvml(g_nvml_handle);
