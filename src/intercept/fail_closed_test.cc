@@ -256,25 +256,69 @@ TEST_F(FailClosedTest, OwnSlotZeroedByATenantKeepsFreesExact) {
 }
 
 // Item 4: a lock word naming a live thread that does not hold the lock blocked every allocation
-// forever, with no log. Now the wait ends after the bound, the allocation is refused and one line
-// says why.
+// forever, with no log; later it was refused for good (fail closed until the file was replaced,
+// issue 14 review gap 4). Now each wait ends after the bound with one line saying why, and once
+// the named thread was seen running (not stopped) at two bound expiries a bound apart, with no
+// holder recorded, and its process does not map the region, the word is reset: later allocations
+// go through, exactly accounted.
 TEST_F(FailClosedTest, LockWordNamingAnotherLiveThreadDoesNotWedge) {
   Env env = ContainerEnv();
   env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
   env.Set("PRISM_VGPU_LOCK_TIMEOUT_MS", "300");
   CreateRegion(env);
   // glibc's pthread_mutex_t starts with the lock word and keeps the owner TID at offset 8.
-  const int32_t live_tid = getpid();  // Alive, and never a holder of that lock.
+  const int32_t live_tid = getpid();  // Alive, running, and it never maps the region.
   Overwrite(RegionPath(), kLockOffset, &live_tid, sizeof(live_tid));
   Overwrite(RegionPath(), kLockOffset + 8, &live_tid, sizeof(live_tid));
   const auto start = std::chrono::steady_clock::now();
-  const ExitInfo r = RunChild(Argv({"init", "alloc", "100m", "alloc", "100m"}), env, 20000);
+  const ExitInfo r = RunChild(
+      Argv({"init", "alloc", "100m", "alloc", "600m", "alloc", "600m", "meminfo"}), env, 20000);
   const auto seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_LT(seconds, 10.0);
-  EXPECT_NE(r.out.find("alloc err=2\nalloc err=2\n"), std::string::npos) << r.out << r.err;
+  // Setting up the probe's context already takes the lock twice (two bounds waited out, the
+  // first one refused), so the reset comes before its first allocation.
+  EXPECT_NE(r.out.find("alloc ok id=0\nalloc ok id=1\nalloc err=2\n"), std::string::npos)
+      << r.out << r.err;
+  EXPECT_EQ(Field(r.out, "meminfo", "free"), U(kGiB - 700 * kMiB)) << r.out;
   EXPECT_NE(r.err.find("no Prism process holds it"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("does not map the region (damaged region); reset it"), std::string::npos)
+      << r.err;
+}
+
+// The case the reset must never take for damage: the word names a live thread of a process that
+// maps the region (a holder stopped between taking the lock and recording itself looks like
+// this). It is not reset: allocations keep failing closed, each within the bound.
+TEST_F(FailClosedTest, LockWordNamingAThreadThatMapsTheRegionIsNotReset) {
+  Env env = ContainerEnv();
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
+  env.Set("PRISM_VGPU_LOCK_TIMEOUT_MS", "300");
+  std::unique_ptr<Child> mapper = Child::Start(Argv({"init", "alloc", "1m", "wait"}), env);
+  ASSERT_TRUE(mapper->WaitForLine("waiting", 30000));
+  const int32_t tid = mapper->pid();
+  Overwrite(RegionPath(), kLockOffset, &tid, sizeof(tid));
+  Overwrite(RegionPath(), kLockOffset + 8, &tid, sizeof(tid));
+  const auto start = std::chrono::steady_clock::now();
+  const ExitInfo r =
+      RunChild(Argv({"init", "alloc", "100m", "alloc", "100m", "alloc", "100m", "alloc", "100m"}),
+               env, 20000);
+  const auto seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_LT(seconds, 15.0);
+  EXPECT_NE(r.out.find("alloc err=2\nalloc err=2\nalloc err=2\nalloc err=2\n"), std::string::npos)
+      << r.out << r.err;
+  EXPECT_NE(r.err.find("which maps the region"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("reset it"), std::string::npos) << r.err;
+  // Released (here: the word cleared, as its holder would), everything works again.
+  const int32_t zero = 0;
+  Overwrite(RegionPath(), kLockOffset, &zero, sizeof(zero));
+  Overwrite(RegionPath(), kLockOffset + 8, &zero, sizeof(zero));
+  const ExitInfo after = Probe(env, {"init", "alloc", "600m", "alloc", "600m"});
+  EXPECT_NE(after.out.find("alloc ok id=0\nalloc err=2\n"), std::string::npos)
+      << after.out << after.err;
+  mapper->Wait();
 }
 
 // A lock word naming a thread that no longer exists (and that no Prism process recorded holding

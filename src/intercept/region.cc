@@ -169,6 +169,11 @@ RegionError Region::MapAndInit(int fd, bool anonymous, int* sys_errno) {
     return RegionError::kMapFailed;
   }
   RegionLayout* layout = static_cast<RegionLayout*>(memory);
+  file_backed_ = !anonymous;
+  // What "maps the region" looks like in /proc/<pid>/maps, for telling a lock word of a holder
+  // from damage (ResetDamagedLockWord). Read once here, before any thread can need it.
+  own_mapping_ = MappedFile();
+  if (file_backed_ && !FindOwnMapping(layout, &own_mapping_)) own_mapping_ = MappedFile();
   static constexpr char kZeros[8] = {};
   if (fresh || memcmp(layout->header.magic, kZeros, sizeof(kZeros)) == 0) {
     // New, or its creator died before finishing (it held the flock we now hold).
@@ -235,7 +240,7 @@ bool Region::Lock() {
       if (rc != ETIMEDOUT) break;
       const int64_t waited = MonotonicNs() - start;
       if (waited >= bound) {
-        if (ResetLockWordOfDeadThread()) {  // Damage that names nobody: try again.
+        if (ResetDamagedLockWord()) {  // Damage that names no holder: try again.
           reset = true;
           continue;
         }
@@ -285,27 +290,68 @@ void Region::Unlock() {
   pthread_mutex_unlock(&layout_->header.lock.mutex);
 }
 
-bool Region::ResetLockWordOfDeadThread() {
+bool Region::ResetDamagedLockWord() {
 #if defined(__GLIBC__)
   // glibc keeps the futex word (owner TID | FUTEX_WAITERS | FUTEX_OWNER_DIED) first in the mutex.
-  // A word naming a thread that does not exist, with no Prism process recorded as holder and no
-  // OWNER_DIED mark (the kernel sets it when a holder dies), was never written by a holder: it is
-  // damage. Only a word naming nobody is reset, with a compare-and-swap, so one waiter does it and
-  // a live holder (even a stopped one) is never robbed.
+  // A word that names a thread with no Prism process recorded as holder and no OWNER_DIED mark
+  // (the kernel sets it when a holder dies) is reset, with a compare-and-swap (so one waiter does
+  // it), only when that thread cannot be a holder:
+  //  - it does not exist: nobody can ever release the word;
+  //  - it exists, was seen not stopped at two bound expiries at least a bound apart, holder still
+  //    unrecorded and the word unchanged, and its process does not map the region. A real holder
+  //    records itself a few instructions after taking the lock unless it is stopped right there,
+  //    and above all it maps the region: only a process that maps the file can hold, release or
+  //    ever touch that word. A stopped holder, or one whose maps cannot be read, is never robbed.
   static_assert(sizeof(int) == 4);
   auto* word = reinterpret_cast<std::atomic<int>*>(&layout_->header.lock.mutex.__data.__lock);
   int observed = word->load(std::memory_order_acquire);
-  const int tid = observed & 0x3fffffff;                       // FUTEX_TID_MASK.
-  if (tid == 0 || (observed & 0x40000000) != 0) return false;  // FUTEX_OWNER_DIED.
-  if (layout_->header.holder_pid.load(std::memory_order_relaxed) != 0) return false;
-  if (kill(tid, 0) == 0 || errno != ESRCH) return false;
+  const int tid = observed & 0x3fffffff;           // FUTEX_TID_MASK.
+  if (tid == 0 || (observed & 0x40000000) != 0 ||  // FUTEX_OWNER_DIED.
+      layout_->header.holder_pid.load(std::memory_order_relaxed) != 0) {
+    suspect_word_.store(0, std::memory_order_relaxed);
+    return false;
+  }
+  const char* why = "does not exist";
+  if (kill(tid, 0) == 0 || errno != ESRCH) {
+    const char state = ProcessState(tid);
+    if (!file_backed_ || state == 0 || state == 'T' || state == 't') {
+      // Private regions are shared only with forked children; state 0: /proc cannot tell.
+      suspect_word_.store(0, std::memory_order_relaxed);
+      return false;
+    }
+    const int64_t now = MonotonicNs();
+    if (suspect_word_.exchange(observed, std::memory_order_relaxed) != observed) {
+      suspect_since_ns_.store(now, std::memory_order_relaxed);
+      return false;  // First sighting: look again after another bound.
+    }
+    if (now - suspect_since_ns_.load(std::memory_order_relaxed) <
+        int64_t{lock_timeout_ms_} * 1'000'000) {
+      return false;
+    }
+    if (own_mapping_.path[0] == '\0' && own_mapping_.dev_inode[0] == '\0') {
+      return false;  // Cannot tell what "maps the region" looks like: never reset.
+    }
+    const int maps = ProcessMapsFile(tid, own_mapping_);
+    if (maps != 0) {
+      if (maps == 1 && !live_word_reported_.exchange(true, std::memory_order_relaxed)) {
+        PRISM_VGPU_LOG(kError,
+                       "region lock word names thread %d, which maps the region but never "
+                       "recorded holding the lock (a holder stopped before recording itself "
+                       "looks the same); not reset, allocations are refused until it is released",
+                       tid);
+      }
+      return false;
+    }
+    why =
+        "is not stopped, has not recorded holding it for two lock bounds and whose process "
+        "does not map the region";
+  }
   if (!word->compare_exchange_strong(observed, 0, std::memory_order_acq_rel)) return false;
   layout_->header.lock.mutex.__data.__owner = 0;
+  suspect_word_.store(0, std::memory_order_relaxed);
   layout_->header.lock_recoveries.fetch_add(1, std::memory_order_relaxed);
-  PRISM_VGPU_LOG(kError,
-                 "region lock word named thread %d, which does not exist and never recorded "
-                 "holding it (damaged region); reset it",
-                 tid);
+  PRISM_VGPU_LOG(kError, "region lock word named thread %d, which %s (damaged region); reset it",
+                 tid, why);
   return true;
 #else
   return false;

@@ -38,6 +38,8 @@
 
 #include <atomic>
 
+#include "intercept/liveness.h"
+
 namespace prism::vgpu {
 
 inline constexpr char kRegionMagic[8] = {'P', 'R', 'S', 'M', 'V', 'G', 'P', 'U'};
@@ -281,7 +283,7 @@ class Region {
   bool Lock();  // False when the lock was not available within the bound.
   void Unlock();
   void ReportStuckLock(int64_t waited_ns);
-  bool ResetLockWordOfDeadThread();
+  bool ResetDamagedLockWord();
   void ReleaseLocked(int slot, int device, uint64_t bytes);
   void ApplyPendingReleasesLocked();
   void RepairLocked();
@@ -298,9 +300,16 @@ class Region {
   }
 
   RegionLayout* layout_ = nullptr;
+  bool file_backed_ = false;
   int stall_in_lock_ms_ = 0;
   int lock_timeout_ms_ = kDefaultLockTimeoutMs;
   std::atomic<bool> stuck_reported_{false};
+  // A lock word naming a live thread that is not a recorded holder, as first seen (0: none), and
+  // when; the region's own mapping as /proc shows it (read when the region is mapped).
+  std::atomic<int> suspect_word_{0};
+  std::atomic<int64_t> suspect_since_ns_{0};
+  std::atomic<bool> live_word_reported_{false};
+  MappedFile own_mapping_;
   // Process-local: limits from this process's environment, fail-closed devices, and releases that
   // could not take the lock (slot, bytes per device).
   std::atomic<uint64_t> local_limit_[kMaxDevices] = {};
