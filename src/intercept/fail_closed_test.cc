@@ -23,6 +23,9 @@ namespace prism::vgpu {
 namespace {
 
 // Offsets of the region file (docs/intercept.md, "The shared region"; pinned in region.h).
+constexpr off_t kLockRecoveriesOffset = 40;
+constexpr off_t kHolderPidOffset = 80;
+constexpr off_t kLockTimeoutsOffset = 96;
 constexpr off_t kLockOffset = 128;
 constexpr off_t kDevicesOffset = 192;
 constexpr size_t kDeviceSize = 320;
@@ -61,6 +64,16 @@ uint64_t ReadU64(const std::string& path, off_t offset) {
   const int fd = open(path.c_str(), O_RDONLY);
   if (fd >= 0) {
     if (pread(fd, &value, sizeof(value), offset) != sizeof(value)) value = ~uint64_t{0};
+    close(fd);
+  }
+  return value;
+}
+
+uint32_t ReadU32(const std::string& path, off_t offset) {
+  uint32_t value = 0;
+  const int fd = open(path.c_str(), O_RDONLY);
+  if (fd >= 0) {
+    if (pread(fd, &value, sizeof(value), offset) != sizeof(value)) value = 0;
     close(fd);
   }
   return value;
@@ -406,50 +419,125 @@ TEST_F(FailClosedTest, StoppedLockHolderWedgesNobodyAndAccountingStaysExact) {
   }
 }
 
-// Item 4 at random: six processes allocate and free at random while others are stopped (inside or
-// outside the lock) and continued, or killed, at random instants. Nobody wedges (a stop never
-// outlasts the test's patience, every churner still running finishes its run), and afterwards
-// exactly the whole limit is allocatable again.
+// Item 4 at random (the "Done when": 4+ processes, no wedge, accounting exact, 0 bytes
+// over the limit): six processes allocate and free at random while others are stopped and
+// continued, or killed, at random instants. Two of them (and whoever replaces them) are
+// "stallers", which sleep 20 ms inside the lock on every reservation, and every sixth event waits
+// until a staller holds the lock (its PID in the region's holder field), stops it there for
+// 1.5 s, then continues or kills it, so stops and kills inside the lock happen on every run, not
+// by luck. Checked: stops landed inside the lock and the lock timed out or was recovered; every
+// survivor's longest call (calls during its own stops left out) stayed within the lock bound plus
+// slack, far below the 1.5 s an unbounded wait takes; the device's peak usage never passed the
+// limit; afterwards exactly the whole limit is allocatable.
 TEST_F(FailClosedTest, SurvivesStopsAndKillsAtRandomInstants) {
+  constexpr int kBoundMs = 200;
+  constexpr int kStallMs = 20;
+  constexpr int kInLockStopMs = 1500;
+  // Scheduling of seven processes on two loaded cores, the lock wait's 50 ms slices, and a few
+  // stallers' 20 ms ahead in the queue.
+  constexpr double kSlackMs = 600;
   Env env = ContainerEnv();
   env.Set("CUDA_DEVICE_MEMORY_LIMIT", "1g");
   env.Set("PRISM_FAKE_CUDA_ALLOC_DELAY_US", "50");
-  env.Set("PRISM_VGPU_LOCK_TIMEOUT_MS", "200");
+  env.Set("PRISM_VGPU_LOCK_TIMEOUT_MS", std::to_string(kBoundMs));
   env.Set("LIBCUDA_LOG_LEVEL", "0");
+  Env staller_env = env;
+  staller_env.Set("PRISM_VGPU_TEST_LOCK_STALL_MS", std::to_string(kStallMs));
   std::mt19937 rng(20261201);
-  std::vector<std::unique_ptr<Child>> live;
-  int spawned = 0, stops = 0, kills = 0;
-  auto spawn = [&] {
-    live.push_back(
-        Child::Start(Argv({"init", "churn", "4", "200m", std::to_string(spawned++)}), env));
+  struct Churner {
+    std::unique_ptr<Child> child;
+    bool staller;
   };
-  for (int i = 0; i < 6; ++i) spawn();
+  std::vector<Churner> live;
+  int spawned = 0, stops = 0, kills = 0, in_lock_stops = 0;
+  auto spawn = [&](bool staller) {
+    live.push_back({Child::Start(Argv({"init", "churn", "4", "200m", std::to_string(spawned++)}),
+                                 staller ? staller_env : env),
+                    staller});
+  };
+  // Sleeps while reading the children's output, so none blocks on a full pipe meanwhile.
+  auto pause_ms = [&](int ms) {
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (std::chrono::steady_clock::now() < until) {
+      for (Churner& c : live) c.child->Drain();
+      usleep(2000);
+    }
+  };
+  auto holder = [&] { return static_cast<pid_t>(ReadU32(RegionPath(), kHolderPidOffset)); };
+  auto replace = [&](size_t victim) {
+    const bool staller = live[victim].staller;
+    live[victim].child->Kill(SIGKILL);
+    live[victim].child->Wait();
+    live.erase(live.begin() + static_cast<long>(victim));
+    ++kills;
+    spawn(staller);
+  };
+  for (int i = 0; i < 6; ++i) spawn(/*staller=*/i < 2);
   for (int step = 0; step < 24; ++step) {
-    usleep(20000 + rng() % 60000);
+    pause_ms(20 + static_cast<int>(rng() % 60));
+    if (step % 6 == 5) {
+      // A staller still churning (each churns for 4 s from its start); a fresh one if none is.
+      size_t victim = 0;
+      while (victim < live.size() &&
+             (!live[victim].staller || live[victim].child->WaitForLine("churn ok=", 0))) {
+        ++victim;
+      }
+      if (victim == live.size()) spawn(/*staller=*/true);
+      const pid_t pid = live[victim].child->pid();
+      bool inside = false;
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+      while (!inside && std::chrono::steady_clock::now() < deadline) {
+        if (holder() != pid) {
+          pause_ms(1);
+          continue;
+        }
+        live[victim].child->Kill(SIGSTOP);
+        // It may have given the lock back between the read and the stop: then try again.
+        usleep(1000);
+        inside = holder() == pid;
+        if (!inside) live[victim].child->Kill(SIGCONT);
+      }
+      ASSERT_TRUE(inside) << "staller " << pid << " never seen holding the lock"
+                          << DescribeRegion(RegionPath());
+      ++in_lock_stops;
+      ++stops;
+      pause_ms(kInLockStopMs);
+      if (in_lock_stops % 2 == 1) {
+        live[victim].child->Kill(SIGCONT);
+      } else {
+        replace(victim);  // Killed inside the lock: the next locker repairs (EOWNERDEAD).
+      }
+      continue;
+    }
     const size_t victim = rng() % live.size();
     if (rng() % 2 == 0) {
-      live[victim]->Kill(SIGSTOP);
+      live[victim].child->Kill(SIGSTOP);
       ++stops;
-      usleep(100000 + rng() % 400000);  // Longer than the lock bound, sometimes.
-      live[victim]->Kill(SIGCONT);
+      pause_ms(100 + static_cast<int>(rng() % 400));  // Longer than the lock bound, sometimes.
+      live[victim].child->Kill(SIGCONT);
     } else {
-      live[victim]->Kill(SIGKILL);
-      live[victim]->Wait();
-      live.erase(live.begin() + static_cast<long>(victim));
-      ++kills;
-      spawn();
+      replace(victim);
     }
   }
-  // Survivors finish their run (4 s of churn each) on their own: none is wedged.
-  for (auto& child : live) {
-    const ExitInfo r = child->Wait(30000);
+  // Survivors finish their run (4 s of churn each) on their own: none is wedged, and none ever
+  // waited much longer than the bound for one call.
+  for (Churner& c : live) {
+    const ExitInfo r = c.child->Wait(30000);
     EXPECT_EQ(r.term_signal, 0) << r.out << r.err;
-    EXPECT_NE(r.out.find("churn ok="), std::string::npos) << r.out << r.err;
+    ASSERT_NE(r.out.find("churn ok="), std::string::npos) << r.out << r.err;
+    const double longest = atof(Field(r.out, "churn", "max_call_ms").c_str());
+    EXPECT_LE(longest, kBoundMs + kSlackMs) << r.out << r.err;
   }
-  EXPECT_GT(stops, 0);
+  EXPECT_EQ(in_lock_stops, 4);
+  EXPECT_GT(stops, in_lock_stops);
   EXPECT_GT(kills, 0);
+  const uint64_t timeouts = ReadU64(RegionPath(), kLockTimeoutsOffset);
+  const uint64_t recoveries = ReadU64(RegionPath(), kLockRecoveriesOffset);
+  EXPECT_GT(timeouts, 0u) << DescribeRegion(RegionPath());
+  EXPECT_GT(recoveries, 0u) << DescribeRegion(RegionPath());
+  EXPECT_LE(ReadU64(RegionPath(), kDevicesOffset + kDevicePeakOffset), kGiB);
   const ExitInfo r = Probe(env, {"init", "fill", "64m", "meminfo"});
-  EXPECT_EQ(Field(r.out, "fill", "count"), "16") << r.out << r.err;
+  EXPECT_EQ(Field(r.out, "fill", "count"), "16") << r.out << r.err << DescribeRegion(RegionPath());
   EXPECT_EQ(Field(r.out, "meminfo", "free"), "0");
 }
 
