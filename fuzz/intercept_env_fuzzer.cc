@@ -46,11 +46,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       start = i + 1;
     }
   }
+  // putenv of strings this target owns, not setenv: glibc's setenv never frees a value it
+  // replaced (someone may still point at it), which over millions of inputs ran the fuzzer into
+  // its memory limit. Each entry leaves the environment before its string is rewritten.
+  static std::string assignments[sizeof(kVariables) / sizeof(kVariables[0])];
   for (size_t i = 0; i < sizeof(kVariables) / sizeof(kVariables[0]); ++i) {
+    unsetenv(kVariables[i]);
     if (set[i]) {
-      setenv(kVariables[i], values[i].c_str(), 1);
-    } else {
-      unsetenv(kVariables[i]);
+      assignments[i].assign(kVariables[i]).append("=").append(values[i]);
+      putenv(assignments[i].data());
     }
   }
   vgpu::Config config;
