@@ -396,16 +396,15 @@ void Region::ApplyPendingReleasesLocked() {
   if (slot < 0) return;
   for (int d = 0; d < kMaxDevices; ++d) {
     const uint64_t charge = pending_charge_[d].exchange(0, std::memory_order_acq_rel);
-    if (charge != 0) {
+    // Both sides or neither: a lost slot (VerifyOwnSlotLocked) takes no charges.
+    if (charge != 0 && SlotWritableLocked(slot)) {
       RegionDevice& device = layout_->devices[d];
       RegionSlot& own = layout_->slots[slot];
       device.used.store(quota::AddSaturating(device.used.load(std::memory_order_relaxed), charge),
                         std::memory_order_relaxed);
-      if (SlotWritableLocked(slot)) {
-        own.used[d].store(quota::AddSaturating(own.used[d].load(std::memory_order_relaxed), charge),
-                          std::memory_order_relaxed);
-        MirrorOwnSlotLocked(slot, d);
-      }
+      own.used[d].store(quota::AddSaturating(own.used[d].load(std::memory_order_relaxed), charge),
+                        std::memory_order_relaxed);
+      MirrorOwnSlotLocked(slot, d);
     }
     const uint64_t bytes = pending_release_[d].exchange(0, std::memory_order_acq_rel);
     if (bytes != 0) ReleaseLocked(slot, d, bytes);
