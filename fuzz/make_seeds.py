@@ -6,6 +6,7 @@ import hashlib
 import json
 import os
 import re
+import struct
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -47,6 +48,21 @@ def pod_json(annotations=None, node="gpu-node", limits=None):
         "spec": {"nodeName": node, "containers": [{"name": "main", "resources": {
             "limits": limits or {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}}}]},
         "status": {"phase": "Running"}}).encode()
+
+
+def vgpu_region(used, slot_used, limit=1 << 30, device_table=None, slot_state=1):
+    """A libprism-vgpu shared region as intercept_region_fuzzer reads its input: the header up to
+    its lock (128 bytes), then the device table and the first slots (docs/intercept.md). Device 0
+    is the fuzzer's GPU (UUID 1..16) with `limit` and `used`; slot 0 is PID 1 (always alive) with
+    `slot_used` on it."""
+    header = struct.pack("<8sIIIIIIQ", b"PRSMVGPU", 1, 192, 320, 320, 16, 1024, 332992)
+    header = header.ljust(128, b"\0")
+    if device_table is None:
+        device = struct.pack("<II16sQIIQQ", 1, 30, bytes(range(1, 17)), limit, 1, 132, used,
+                             max(used, slot_used))
+        device_table = device.ljust(320, b"\0") + bytes(15 * 320)
+    slot = struct.pack("<IiQiI", slot_state, 1, 0, 0, 1) + struct.pack("<Q", slot_used)
+    return header + device_table + slot.ljust(320, b"\0")
 
 
 def main():
@@ -138,6 +154,23 @@ def main():
         b'"model":"A100-PCIE-40GB","product":"NVIDIA A100-PCIE-40GB","memory_mib":40960,'
         b'"mode":"mig","healthy":true,"mig_capable":true,"mig_profiles":["1g.5gb","7g.40gb"],'
         b'"instances":[{"profile":"1g.5gb","start":0,"uuid":"MIG-0","in_use":false}]}]}')
+    # libprism-vgpu's environment: NUL-separated values of CUDA_DEVICE_MEMORY_LIMIT, _0,
+    # CUDA_DEVICE_SM_LIMIT, _0, GPU_CORE_UTILIZATION_POLICY, CUDA_DISABLE_CONTROL,
+    # PRISM_VGPU_CONTEXT_ESTIMATE, PRISM_VGPU_LOCK_TIMEOUT_MS (issue 14's cases and the docs').
+    for values in ([b"1g", b"garbage"], [b"1g", b"-5"], [b"lots"], [b"1.5g"],
+                   [b"4Gi", b"", b"30.0", b"1e2", b"force", b"false", b"256m", b"2000"],
+                   [b"0", b"", b"100%", b"", b"disable"],
+                   [b"4096m", b"4g", b"2.5e1", b"30.5", b"Default", b"yes", b"300m", b"10"],
+                   [b""] * 8):
+        put("intercept_env_fuzzer", b"\0".join(values))
+    # The shared region: consistent, `used` lowered (issue 14 review gap 1), a slot lowered, a
+    # device table of 0xff (issue 14 item 2), a slot in an unknown state.
+    mib = 1 << 20
+    put("intercept_region_fuzzer", vgpu_region(600 * mib, 600 * mib))
+    put("intercept_region_fuzzer", vgpu_region(0, 600 * mib))
+    put("intercept_region_fuzzer", vgpu_region(600 * mib, 0))
+    put("intercept_region_fuzzer", vgpu_region(0, 0, device_table=b"\xff" * (16 * 320)))
+    put("intercept_region_fuzzer", vgpu_region(0, 0, slot_state=7))
     return 0
 
 

@@ -21,6 +21,21 @@ bool IsProcessAlive(pid_t pid, uint64_t start_time);
 // 0 when the process does not exist or /proc cannot be read.
 char ProcessState(pid_t pid);
 
+// A file mapping as /proc/<pid>/maps shows it: "major:minor inode" and the path.
+struct MappedFile {
+  char dev_inode[48] = {};
+  char path[256] = {};
+};
+
+// Finds the file mapping of this process that contains `address`. False when there is none or
+// /proc/self/maps cannot be read.
+bool FindOwnMapping(const void* address, MappedFile* file);
+
+// Whether process `pid` (or the process of thread ID `pid`) maps `file`: the same device and inode,
+// or the same path (either is enough: saying "maps it" when unsure is the safe answer for the
+// caller). 1: it does, 0: it does not, -1: its maps cannot be read (gone, or not ours to read).
+int ProcessMapsFile(pid_t pid, const MappedFile& file);
+
 // The PID of this process in the outermost PID namespace this /proc shows (the first NSpid
 // entry), or 0 when /proc shows only one namespace level.
 pid_t OutermostPid();

@@ -362,7 +362,8 @@ TEST_F(PreloadTest, SurvivesKillsAtRandomInstants) {
   // Every byte of every killed process is reclaimed: 16 x 64 MiB fit exactly, a 17th does not.
   env.Set("LIBCUDA_LOG_LEVEL", "3");
   const ExitInfo r = Probe(env, {"init", "fill", "64m", "meminfo"});
-  EXPECT_EQ(Field(r.out, "fill", "count"), "16") << r.out << r.err << DescribeRegion(dir_ + "/region");
+  EXPECT_EQ(Field(r.out, "fill", "count"), "16")
+      << r.out << r.err << DescribeRegion(dir_ + "/region");
   EXPECT_EQ(Field(r.out, "meminfo", "free"), "0");
 }
 
@@ -482,6 +483,35 @@ TEST_F(SmLimitTest, ForcePolicyHoldsALoneContainerAtItsShare) {
   env.Set("GPU_CORE_UTILIZATION_POLICY", "force");
   const ExitInfo r = Probe(env, {"init", "spin", "3", "2000000"});
   EXPECT_NEAR(Share(r), 0.30, 0.05) << r.out << r.err;
+}
+
+// Gap 1 of the issue 14 review: the SM limit and policy came from the region when they
+// disagreed with the environment, so writing the shared file (the SM limit to 100, or the policy
+// to work-conserving, under which a lone container is never throttled) lifted the share. The
+// environment decides, as for memory.
+TEST_F(SmLimitTest, RegionSmLimitOrPolicyWrittenByATenantIsNotObeyed) {
+  constexpr off_t kDevice0 = 192;
+  constexpr off_t kSmLimitOffset = 4;
+  constexpr off_t kPolicyOffset = 32;
+  for (const auto& [offset, value] :
+       std::vector<std::pair<off_t, uint32_t>>{{kSmLimitOffset, 100}, {kPolicyOffset, 0}}) {
+    SCOPED_TRACE(offset == kSmLimitOffset ? "SM limit 100" : "policy default");
+    Env env = ContainerEnv(offset == kSmLimitOffset ? "region-sm" : "region-policy");
+    env.Set("CUDA_DEVICE_SM_LIMIT", "30");
+    env.Set("GPU_CORE_UTILIZATION_POLICY", "force");
+    const ExitInfo created = Probe(env, {"init", "alloc", "1m"});
+    ASSERT_EQ(created.exit_code, 0) << created.out << created.err;
+    const std::string path = dir_ + (offset == kSmLimitOffset ? "/region-sm" : "/region-policy");
+    const int fd = open(path.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(pwrite(fd, &value, sizeof(value), kDevice0 + offset), 4);
+    close(fd);
+    const ExitInfo r = Probe(env, {"init", "spin", "2", "2000000"});
+    // Held near 30 %; unthrottled (the region obeyed) it runs far above (see the default-policy
+    // test below).
+    EXPECT_LT(Share(r), 0.45) << r.out << r.err;
+    EXPECT_NE(r.err.find("not trusted for them"), std::string::npos) << r.err;
+  }
 }
 
 // Regression for core#274 (a 50 % cap sat at 99 % on a 188-SM GPU).

@@ -39,6 +39,11 @@ thread_local int32_t t_tid = 0;
 thread_local pid_t t_tid_pid = 0;
 // More bytes than any GPU has or will have (64 PiB): a count above it was never written by Prism.
 constexpr uint64_t kImplausibleBytes = uint64_t{1} << 56;
+// Kinds of damage to the usage counters, each logged once per process (Region::FirstReport).
+constexpr uint32_t kReportUsageLowered = 1;
+constexpr uint32_t kReportUsageAbove = 2;
+constexpr uint32_t kReportOwnSlotChanged = 4;
+constexpr uint32_t kReportOwnSlotLost = 8;
 }  // namespace
 
 bool HeaderIsCompatible(const RegionHeader& h) {
@@ -164,6 +169,11 @@ RegionError Region::MapAndInit(int fd, bool anonymous, int* sys_errno) {
     return RegionError::kMapFailed;
   }
   RegionLayout* layout = static_cast<RegionLayout*>(memory);
+  file_backed_ = !anonymous;
+  // What "maps the region" looks like in /proc/<pid>/maps, for telling a lock word of a holder
+  // from damage (ResetDamagedLockWord). Read once here, before any thread can need it.
+  own_mapping_ = MappedFile();
+  if (file_backed_ && !FindOwnMapping(layout, &own_mapping_)) own_mapping_ = MappedFile();
   static constexpr char kZeros[8] = {};
   if (fresh || memcmp(layout->header.magic, kZeros, sizeof(kZeros)) == 0) {
     // New, or its creator died before finishing (it held the flock we now hold).
@@ -230,7 +240,7 @@ bool Region::Lock() {
       if (rc != ETIMEDOUT) break;
       const int64_t waited = MonotonicNs() - start;
       if (waited >= bound) {
-        if (ResetLockWordOfDeadThread()) {  // Damage that names nobody: try again.
+        if (ResetDamagedLockWord()) {  // Damage that names no holder: try again.
           reset = true;
           continue;
         }
@@ -267,6 +277,9 @@ bool Region::Lock() {
     stuck_reported_.store(false, std::memory_order_relaxed);
     PRISM_VGPU_LOG(kNotice, "region lock available again");
   }
+  // Before anything relies on the own slot (pending releases go there): the shared copy against
+  // the private record. Sixteen compares when nothing was touched.
+  VerifyOwnSlotLocked();
   ApplyPendingReleasesLocked();
   return true;
 }
@@ -277,27 +290,68 @@ void Region::Unlock() {
   pthread_mutex_unlock(&layout_->header.lock.mutex);
 }
 
-bool Region::ResetLockWordOfDeadThread() {
+bool Region::ResetDamagedLockWord() {
 #if defined(__GLIBC__)
   // glibc keeps the futex word (owner TID | FUTEX_WAITERS | FUTEX_OWNER_DIED) first in the mutex.
-  // A word naming a thread that does not exist, with no Prism process recorded as holder and no
-  // OWNER_DIED mark (the kernel sets it when a holder dies), was never written by a holder: it is
-  // damage. Only a word naming nobody is reset, with a compare-and-swap, so one waiter does it and
-  // a live holder (even a stopped one) is never robbed.
+  // A word that names a thread with no Prism process recorded as holder and no OWNER_DIED mark
+  // (the kernel sets it when a holder dies) is reset, with a compare-and-swap (so one waiter does
+  // it), only when that thread cannot be a holder:
+  //  - it does not exist: nobody can ever release the word;
+  //  - it exists, was seen not stopped at two bound expiries at least a bound apart, holder still
+  //    unrecorded and the word unchanged, and its process does not map the region. A real holder
+  //    records itself a few instructions after taking the lock unless it is stopped right there,
+  //    and above all it maps the region: only a process that maps the file can hold, release or
+  //    ever touch that word. A stopped holder, or one whose maps cannot be read, is never robbed.
   static_assert(sizeof(int) == 4);
   auto* word = reinterpret_cast<std::atomic<int>*>(&layout_->header.lock.mutex.__data.__lock);
   int observed = word->load(std::memory_order_acquire);
-  const int tid = observed & 0x3fffffff;  // FUTEX_TID_MASK.
-  if (tid == 0 || (observed & 0x40000000) != 0) return false;  // FUTEX_OWNER_DIED.
-  if (layout_->header.holder_pid.load(std::memory_order_relaxed) != 0) return false;
-  if (kill(tid, 0) == 0 || errno != ESRCH) return false;
+  const int tid = observed & 0x3fffffff;           // FUTEX_TID_MASK.
+  if (tid == 0 || (observed & 0x40000000) != 0 ||  // FUTEX_OWNER_DIED.
+      layout_->header.holder_pid.load(std::memory_order_relaxed) != 0) {
+    suspect_word_.store(0, std::memory_order_relaxed);
+    return false;
+  }
+  const char* why = "does not exist";
+  if (kill(tid, 0) == 0 || errno != ESRCH) {
+    const char state = ProcessState(tid);
+    if (!file_backed_ || state == 0 || state == 'T' || state == 't') {
+      // Private regions are shared only with forked children; state 0: /proc cannot tell.
+      suspect_word_.store(0, std::memory_order_relaxed);
+      return false;
+    }
+    const int64_t now = MonotonicNs();
+    if (suspect_word_.exchange(observed, std::memory_order_relaxed) != observed) {
+      suspect_since_ns_.store(now, std::memory_order_relaxed);
+      return false;  // First sighting: look again after another bound.
+    }
+    if (now - suspect_since_ns_.load(std::memory_order_relaxed) <
+        int64_t{lock_timeout_ms_} * 1'000'000) {
+      return false;
+    }
+    if (own_mapping_.path[0] == '\0' && own_mapping_.dev_inode[0] == '\0') {
+      return false;  // Cannot tell what "maps the region" looks like: never reset.
+    }
+    const int maps = ProcessMapsFile(tid, own_mapping_);
+    if (maps != 0) {
+      if (maps == 1 && !live_word_reported_.exchange(true, std::memory_order_relaxed)) {
+        PRISM_VGPU_LOG(kError,
+                       "region lock word names thread %d, which maps the region but never "
+                       "recorded holding the lock (a holder stopped before recording itself "
+                       "looks the same); not reset, allocations are refused until it is released",
+                       tid);
+      }
+      return false;
+    }
+    why =
+        "is not stopped, has not recorded holding it for two lock bounds and whose process "
+        "does not map the region";
+  }
   if (!word->compare_exchange_strong(observed, 0, std::memory_order_acq_rel)) return false;
   layout_->header.lock.mutex.__data.__owner = 0;
+  suspect_word_.store(0, std::memory_order_relaxed);
   layout_->header.lock_recoveries.fetch_add(1, std::memory_order_relaxed);
-  PRISM_VGPU_LOG(kError,
-                 "region lock word named thread %d, which does not exist and never recorded "
-                 "holding it (damaged region); reset it",
-                 tid);
+  PRISM_VGPU_LOG(kError, "region lock word named thread %d, which %s (damaged region); reset it",
+                 tid, why);
   return true;
 #else
   return false;
@@ -325,7 +379,7 @@ void Region::ReportStuckLock(int64_t waited_ns) {
   const char state = ProcessState(holder);
   const int64_t held_ms =
       (MonotonicNs() - h.holder_since_ns.load(std::memory_order_relaxed)) / 1'000'000;
-  const char* what = state == 0                    ? "gone"
+  const char* what = state == 0                     ? "gone"
                      : state == 'T' || state == 't' ? "stopped"
                      : state == 'Z' || state == 'X' ? "exiting"
                                                     : "running";
@@ -342,13 +396,15 @@ void Region::ApplyPendingReleasesLocked() {
   if (slot < 0) return;
   for (int d = 0; d < kMaxDevices; ++d) {
     const uint64_t charge = pending_charge_[d].exchange(0, std::memory_order_acq_rel);
-    if (charge != 0) {
+    // Both sides or neither: a lost slot (VerifyOwnSlotLocked) takes no charges.
+    if (charge != 0 && SlotWritableLocked(slot)) {
       RegionDevice& device = layout_->devices[d];
       RegionSlot& own = layout_->slots[slot];
       device.used.store(quota::AddSaturating(device.used.load(std::memory_order_relaxed), charge),
                         std::memory_order_relaxed);
       own.used[d].store(quota::AddSaturating(own.used[d].load(std::memory_order_relaxed), charge),
                         std::memory_order_relaxed);
+      MirrorOwnSlotLocked(slot, d);
     }
     const uint64_t bytes = pending_release_[d].exchange(0, std::memory_order_acq_rel);
     if (bytes != 0) ReleaseLocked(slot, d, bytes);
@@ -357,6 +413,10 @@ void Region::ApplyPendingReleasesLocked() {
 
 void Region::ForgetPendingReleasesAfterFork() {
   self_pid_ = getpid();
+  // The parent's slot is not the child's; the child acquires its own.
+  own_slot_ = -1;
+  own_slot_lost_ = false;
+  for (int d = 0; d < kMaxDevices; ++d) own_used_[d] = own_overhead_[d] = 0;
   has_pending_.store(false, std::memory_order_relaxed);
   pending_slot_.store(-1, std::memory_order_relaxed);
   for (auto& bytes : pending_release_) bytes.store(0, std::memory_order_relaxed);
@@ -416,6 +476,11 @@ void Region::FreeSlotLocked(int index) {
   }
   slot.host_pid.store(0, std::memory_order_relaxed);
   slot.state.store(kSlotFree, std::memory_order_release);
+  if (index == own_slot_) {
+    own_slot_ = -1;
+    own_slot_lost_ = false;
+    for (int d = 0; d < kMaxDevices; ++d) own_used_[d] = own_overhead_[d] = 0;
+  }
 }
 
 int Region::ReclaimDeadLocked() {
@@ -454,7 +519,10 @@ int Region::AcquireSlot(pid_t pid, uint64_t start_time) {
       RegionSlot& slot = layout_->slots[s];
       if (slot.state.load(std::memory_order_acquire) == kSlotLive) {
         if (slot.pid != pid) continue;
-        if (slot.start_time == start_time) return s;  // Already registered.
+        if (slot.start_time == start_time) {  // Already registered.
+          AdoptOwnSlotLocked(s, pid, start_time, /*fresh=*/false);
+          return s;
+        }
         // An earlier process with our PID died without releasing its slot.
         FreeSlotLocked(s);
         layout_->header.slots_reclaimed.fetch_add(1, std::memory_order_relaxed);
@@ -472,6 +540,7 @@ int Region::AcquireSlot(pid_t pid, uint64_t start_time) {
       slot.state.store(kSlotLive, std::memory_order_release);
       // Releases this process could not apply belong to its own slot.
       pending_slot_.store(free_index, std::memory_order_release);
+      AdoptOwnSlotLocked(free_index, pid, start_time, /*fresh=*/true);
       return free_index;
     }
     if (pass == 0 && ReclaimDeadLocked() == 0) break;
@@ -486,8 +555,9 @@ void Region::ReleaseSlot(int index, pid_t pid, uint64_t start_time) {
   // Without the lock the slot stays: others reclaim it once this process is gone.
   if (!lock.locked()) return;
   RegionSlot& slot = layout_->slots[index];
-  if (slot.state.load(std::memory_order_acquire) != kSlotLive || slot.pid != pid ||
-      slot.start_time != start_time) {
+  if (!SlotWritableLocked(index) || slot.state.load(std::memory_order_acquire) != kSlotLive ||
+      slot.pid != pid || slot.start_time != start_time) {
+    if (index == own_slot_) own_slot_ = -1;  // Not ours any more: nothing to release.
     return;
   }
   FreeSlotLocked(index);
@@ -552,6 +622,15 @@ Reservation Region::Reserve(int slot_index, int device_index, uint64_t bytes, bo
   }
   RegionSlot& slot = layout_->slots[slot_index];
   const uint64_t limit = EffectiveLimit(device_index);
+  if (!SlotWritableLocked(slot_index)) {
+    // This process's slot now belongs to another process (VerifyOwnSlotLocked logged it): its
+    // charges have nowhere to go, so a limited device refuses; an unlimited one is not tracked.
+    if (limit == 0) return {true, device.used.load(std::memory_order_relaxed), 0, Refusal::kNone};
+    device.refusals.fetch_add(1, std::memory_order_relaxed);
+    return {false, device.used.load(std::memory_order_relaxed), limit, Refusal::kFailClosed};
+  }
+  // Decide on the live slots' sum, not on a counter anyone in the container can lower.
+  if (!force) ReconcileUsageLocked(device_index);
   quota::Reservation fit =
       quota::TryReserve(device.used.load(std::memory_order_relaxed), limit, bytes);
   if (!fit.fits && ReclaimDeadLocked() > 0) {
@@ -573,6 +652,7 @@ Reservation Region::Reserve(int slot_index, int device_index, uint64_t bytes, bo
   slot.used[device_index].store(
       quota::AddSaturating(slot.used[device_index].load(std::memory_order_relaxed), bytes),
       std::memory_order_relaxed);
+  MirrorOwnSlotLocked(slot_index, device_index);
   uint64_t peak = device.peak_used.load(std::memory_order_relaxed);
   if (new_used > peak) device.peak_used.store(new_used, std::memory_order_relaxed);
   return {fit.fits, new_used, limit, fit.fits ? Refusal::kNone : Refusal::kLimit};
@@ -592,6 +672,8 @@ void Region::Release(int slot_index, int device_index, uint64_t bytes) {
 }
 
 void Region::ReleaseLocked(int slot_index, int device_index, uint64_t bytes) {
+  // A lost slot holds another process's bytes now; this process's were never in it.
+  if (!SlotWritableLocked(slot_index)) return;
   RegionDevice& device = layout_->devices[device_index];
   RegionSlot& slot = layout_->slots[slot_index];
   const uint64_t held = slot.used[device_index].load(std::memory_order_relaxed);
@@ -599,6 +681,7 @@ void Region::ReleaseLocked(int slot_index, int device_index, uint64_t bytes) {
   const uint64_t removed = slot_left.underflow ? held : bytes;
   if (slot_left.underflow) layout_->header.underflows.fetch_add(1, std::memory_order_relaxed);
   slot.used[device_index].store(slot_left.value, std::memory_order_relaxed);
+  MirrorOwnSlotLocked(slot_index, device_index);
   const quota::Subtraction device_left =
       quota::SubtractSaturating(device.used.load(std::memory_order_relaxed), removed);
   if (device_left.underflow) layout_->header.underflows.fetch_add(1, std::memory_order_relaxed);
@@ -609,7 +692,9 @@ uint64_t Region::SetOverhead(int slot_index, int device_index, uint64_t bytes) {
   RegionDevice& device = layout_->devices[device_index];
   Locker lock(this);
   // Without the lock, the measurement is applied at the next sample.
-  if (!lock.locked()) return device.used.load(std::memory_order_relaxed);
+  if (!lock.locked() || !SlotWritableLocked(slot_index)) {
+    return device.used.load(std::memory_order_relaxed);
+  }
   RegionSlot& slot = layout_->slots[slot_index];
   const uint64_t old = slot.overhead[device_index].load(std::memory_order_relaxed);
   uint64_t slot_used = slot.used[device_index].load(std::memory_order_relaxed);
@@ -627,11 +712,125 @@ uint64_t Region::SetOverhead(int slot_index, int device_index, uint64_t bytes) {
   }
   slot.overhead[device_index].store(bytes, std::memory_order_relaxed);
   slot.used[device_index].store(slot_used, std::memory_order_relaxed);
+  MirrorOwnSlotLocked(slot_index, device_index);
   device.used.store(device_used, std::memory_order_relaxed);
   if (device_used > device.peak_used.load(std::memory_order_relaxed)) {
     device.peak_used.store(device_used, std::memory_order_relaxed);
   }
   return device_used;
+}
+
+void Region::AdoptOwnSlotLocked(int index, pid_t pid, uint64_t start_time, bool fresh) {
+  if (index == own_slot_ && !fresh) return;  // Already tracked.
+  own_slot_ = index;
+  own_pid_ = pid;
+  own_start_time_ = start_time;
+  own_slot_lost_ = false;
+  // A slot this Region object did not fill itself (a second Region object of the same process)
+  // is taken as it is: from here on, what this object charges is mirrored.
+  const RegionSlot& slot = layout_->slots[index];
+  for (int d = 0; d < kMaxDevices; ++d) {
+    own_used_[d] = fresh ? 0 : slot.used[d].load(std::memory_order_relaxed);
+    own_overhead_[d] = fresh ? 0 : slot.overhead[d].load(std::memory_order_relaxed);
+  }
+}
+
+void Region::MirrorOwnSlotLocked(int index, int device) {
+  if (index != own_slot_) return;
+  const RegionSlot& slot = layout_->slots[index];
+  own_used_[device] = slot.used[device].load(std::memory_order_relaxed);
+  own_overhead_[device] = slot.overhead[device].load(std::memory_order_relaxed);
+}
+
+void Region::VerifyOwnSlotLocked() {
+  if (own_slot_ < 0 || own_slot_lost_) return;
+  RegionSlot& slot = layout_->slots[own_slot_];
+  // Every write of this slot by Prism happens under the lock and is mirrored in the private
+  // record, so under the lock they agree unless someone wrote the file.
+  const bool identity = slot.state.load(std::memory_order_acquire) == kSlotLive &&
+                        slot.pid == own_pid_ && slot.start_time == own_start_time_;
+  if (!identity && slot.state.load(std::memory_order_acquire) == kSlotLive &&
+      slot.pid != own_pid_ && IsProcessAlive(slot.pid, slot.start_time)) {
+    // Freed outside Prism and acquired since by another process, whose bytes it now holds: it
+    // cannot be restored without losing theirs. This process's own bytes are not in the region
+    // any more, so its limited devices refuse from now on (Reserve).
+    own_slot_lost_ = true;
+    layout_->header.usage_repairs.fetch_add(1, std::memory_order_relaxed);
+    if (FirstReport(kReportOwnSlotLost)) {
+      PRISM_VGPU_LOG(kError,
+                     "shared region: this process's slot %d was freed outside Prism and now "
+                     "belongs to process %d (damaged region); its memory limits fail closed",
+                     own_slot_, static_cast<int>(slot.pid));
+    }
+    return;
+  }
+  uint32_t restored = 0;
+  for (int d = 0; d < kMaxDevices; ++d) {
+    if (slot.used[d].load(std::memory_order_relaxed) != own_used_[d] ||
+        slot.overhead[d].load(std::memory_order_relaxed) != own_overhead_[d] ||
+        (!identity && own_used_[d] != 0)) {
+      slot.used[d].store(own_used_[d], std::memory_order_relaxed);
+      slot.overhead[d].store(own_overhead_[d], std::memory_order_relaxed);
+      restored |= 1u << d;
+    }
+  }
+  if (!identity) {
+    slot.pid = own_pid_;
+    slot.start_time = own_start_time_;
+    slot.state.store(kSlotLive, std::memory_order_release);
+  }
+  if (restored == 0 && identity) return;
+  layout_->header.usage_repairs.fetch_add(1, std::memory_order_relaxed);
+  if (FirstReport(kReportOwnSlotChanged)) {
+    PRISM_VGPU_LOG(kError,
+                   "shared region: this process's slot %d was written outside Prism (damaged "
+                   "region); restored it from the process's own record",
+                   own_slot_);
+  }
+  // The device totals may have been lowered along with the slot.
+  for (int d = 0; d < kMaxDevices; ++d) {
+    if ((restored & (1u << d)) != 0) ReconcileUsageLocked(d);
+  }
+}
+
+void Region::ReconcileUsageLocked(int index) {
+  // Under the lock `used` equals the live slots' sum (every writer changes both together), so a
+  // difference means the file was written outside Prism.
+  uint64_t sum = 0;
+  for (int s = 0; s < kMaxSlots; ++s) {
+    const RegionSlot& slot = layout_->slots[s];
+    if (slot.state.load(std::memory_order_relaxed) != kSlotLive) continue;
+    sum = quota::AddSaturating(sum, slot.used[index].load(std::memory_order_relaxed));
+  }
+  RegionDevice& device = layout_->devices[index];
+  const uint64_t used = device.used.load(std::memory_order_relaxed);
+  if (used == sum) return;
+  if (used > sum) {
+    // Either the counter was raised (costs the container room, nothing else) or some slot was
+    // lowered to hide bytes that are still allocated: the higher figure is the safe one.
+    if (FirstReport(kReportUsageAbove)) {
+      PRISM_VGPU_LOG(kError,
+                     "shared region: device entry %d counts %llu bytes in use but its live "
+                     "processes' slots only %llu (written outside Prism); the higher figure stays "
+                     "charged",
+                     index, static_cast<unsigned long long>(used),
+                     static_cast<unsigned long long>(sum));
+    }
+    return;
+  }
+  device.used.store(sum, std::memory_order_relaxed);
+  if (sum > device.peak_used.load(std::memory_order_relaxed)) {
+    device.peak_used.store(sum, std::memory_order_relaxed);
+  }
+  layout_->header.usage_repairs.fetch_add(1, std::memory_order_relaxed);
+  if (FirstReport(kReportUsageLowered)) {
+    PRISM_VGPU_LOG(kError,
+                   "shared region: device entry %d counted %llu bytes in use but its live "
+                   "processes hold %llu (lowered outside Prism: damaged region); repaired from the "
+                   "slots",
+                   index, static_cast<unsigned long long>(used),
+                   static_cast<unsigned long long>(sum));
+  }
 }
 
 }  // namespace prism::vgpu

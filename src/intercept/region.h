@@ -16,7 +16,12 @@
 // a reservation refused, a release remembered and applied the next time this process holds the
 // lock; nothing is taken from a live holder, so the invariant holds throughout (issue 14). The
 // region's contents are validated (FindDeviceTableDamage, FindSlotTableDamage) on open and on
-// every device claim. A reservation checks and adds under the
+// every device claim. Since anyone in the container can write the file, the counters are checked
+// under the lock too: every locked operation first compares this process's own slot with a
+// private record of what it charged (restoring the slot if they differ), and a reservation
+// recomputes the device's live-slot sum and never decides on a `used` below it (a lowered
+// counter is raised back; a raised one is kept, since the bytes it counts may have been hidden by
+// lowering some slot). A reservation checks and adds under the
 // lock, so two processes can never both pass the check (core#273). Slots of dead processes
 // (liveness.h) are reclaimed under the lock before a reservation is refused, when slots run out,
 // and periodically; their bytes return to their devices. Counters saturate at 0 (an underflow is
@@ -32,6 +37,8 @@
 #include <sys/types.h>
 
 #include <atomic>
+
+#include "intercept/liveness.h"
 
 namespace prism::vgpu {
 
@@ -108,6 +115,10 @@ struct RegionHeader {
   std::atomic<int32_t> holder_tid;
   std::atomic<int64_t> holder_since_ns;  // CLOCK_MONOTONIC (system-wide).
   std::atomic<uint64_t> lock_timeouts;   // Waits that gave up after the bound.
+  // Usage counters found written outside Prism and repaired under the lock: a device's `used`
+  // below the sum of its live slots, a process's own slot unlike that process's private record
+  // (issue 14). In what was padding before, so regions of earlier builds read it as 0.
+  std::atomic<uint64_t> usage_repairs;
   alignas(64) union {
     pthread_mutex_t mutex;
     unsigned char bytes[64];
@@ -128,6 +139,7 @@ static_assert(sizeof(RegionHeader) == 192);
 static_assert(offsetof(RegionHeader, lock) == 128);
 static_assert(offsetof(RegionHeader, holder_pid) == 80);
 static_assert(offsetof(RegionHeader, lock_timeouts) == 96);
+static_assert(offsetof(RegionHeader, usage_repairs) == 104);
 static_assert(sizeof(RegionDevice) == 320);
 static_assert(offsetof(RegionDevice, used) == 40);
 static_assert(offsetof(RegionDevice, pace_tat_ns) == 128);
@@ -271,26 +283,54 @@ class Region {
   bool Lock();  // False when the lock was not available within the bound.
   void Unlock();
   void ReportStuckLock(int64_t waited_ns);
-  bool ResetLockWordOfDeadThread();
+  bool ResetDamagedLockWord();
   void ReleaseLocked(int slot, int device, uint64_t bytes);
   void ApplyPendingReleasesLocked();
   void RepairLocked();
   int ReclaimDeadLocked();
   void FreeSlotLocked(int slot);
+  void AdoptOwnSlotLocked(int slot, pid_t pid, uint64_t start_time, bool fresh);
+  void MirrorOwnSlotLocked(int slot, int device);
+  bool SlotWritableLocked(int slot) const { return !own_slot_lost_ || slot != own_slot_; }
+  void VerifyOwnSlotLocked();
+  void ReconcileUsageLocked(int device);
+  // True the first time this process sees the kind of damage `bit` (one log line per kind).
+  bool FirstReport(uint32_t bit) {
+    return (tampering_reported_.fetch_or(bit, std::memory_order_relaxed) & bit) == 0;
+  }
 
   RegionLayout* layout_ = nullptr;
+  bool file_backed_ = false;
   int stall_in_lock_ms_ = 0;
   int lock_timeout_ms_ = kDefaultLockTimeoutMs;
   std::atomic<bool> stuck_reported_{false};
+  // A lock word naming a live thread that is not a recorded holder, as first seen (0: none), and
+  // when; the region's own mapping as /proc shows it (read when the region is mapped).
+  std::atomic<int> suspect_word_{0};
+  std::atomic<int64_t> suspect_since_ns_{0};
+  std::atomic<bool> live_word_reported_{false};
+  MappedFile own_mapping_;
   // Process-local: limits from this process's environment, fail-closed devices, and releases that
   // could not take the lock (slot, bytes per device).
   std::atomic<uint64_t> local_limit_[kMaxDevices] = {};
   std::atomic<uint8_t> local_mode_[kMaxDevices] = {};  // 0: region's limit, 1: local, 2: closed.
-  pid_t self_pid_ = 0;  // Cached: getpid() is a system call.
+  pid_t self_pid_ = 0;                                 // Cached: getpid() is a system call.
   std::atomic<bool> has_pending_{false};
   std::atomic<int> pending_slot_{-1};
   std::atomic<uint64_t> pending_release_[kMaxDevices] = {};
   std::atomic<uint64_t> pending_charge_[kMaxDevices] = {};  // Forced charges (Reserve's `force`).
+  // What this process charged to its own slot (the last one AcquireSlot gave it), kept here,
+  // where nobody else can write it, to check the shared copy against. Read and written only under
+  // the region lock, which also serializes this process's threads.
+  int own_slot_ = -1;
+  pid_t own_pid_ = 0;
+  uint64_t own_start_time_ = 0;
+  uint64_t own_used_[kMaxDevices] = {};
+  uint64_t own_overhead_[kMaxDevices] = {};
+  // The own slot was taken over by another live process after being freed outside Prism: this
+  // process's bytes are no longer in the region, and it must not write that slot.
+  bool own_slot_lost_ = false;
+  std::atomic<uint32_t> tampering_reported_{0};
 };
 
 }  // namespace prism::vgpu

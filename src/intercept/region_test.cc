@@ -57,6 +57,7 @@ TEST_F(RegionTest, LayoutIsPinned) {
   EXPECT_EQ(offsetof(RegionLayout, devices), 192u);
   EXPECT_EQ(offsetof(RegionLayout, slots), 5312u);
   EXPECT_EQ(offsetof(RegionHeader, lock), 128u);
+  EXPECT_EQ(offsetof(RegionHeader, usage_repairs), 104u);
   EXPECT_EQ(offsetof(RegionDevice, memory_limit), 24u);
   EXPECT_EQ(offsetof(RegionDevice, used), 40u);
   EXPECT_EQ(offsetof(RegionDevice, pace_ps_per_warp), 136u);
@@ -428,6 +429,60 @@ TEST_F(RegionTest, LockWaitsAreBoundedAndDeferredReleasesStayExact) {
   EXPECT_TRUE(region.Reserve(slot, dev, 614 * kMiB).ok);
   EXPECT_EQ(region.device(dev).used.load(), 1024 * kMiB);
   EXPECT_EQ(SlotSum(region, dev), 1024 * kMiB);
+}
+
+// Issue 14 review gap 1: the usage counters are checked under the lock. A lowered device total
+// is raised back to the live slots' sum before a reservation decides; a raised one is kept (the
+// bytes it counts may have been hidden by lowering a slot); this process's own slot is restored
+// from its private record.
+TEST_F(RegionTest, TamperedUsageNeverGrantsPastTheLimit) {
+  Region region;
+  Open(&region);
+  bool mismatch = false;
+  const int dev = region.ClaimDevice(kUuidA, 1024 * kMiB, 0, 0, 132, &mismatch);
+  const int slot = region.AcquireSlot(getpid(), ProcessStartTime(getpid()));
+  region.SetLocalLimit(dev, 1024 * kMiB);
+  ASSERT_TRUE(region.Reserve(slot, dev, 600 * kMiB).ok);
+  region.device(dev).used.store(0);
+  EXPECT_FALSE(region.Reserve(slot, dev, 600 * kMiB).ok);
+  EXPECT_EQ(region.device(dev).used.load(), 600 * kMiB);
+  EXPECT_EQ(region.layout()->header.usage_repairs.load(), 1u);
+  region.device(dev).used.store(900 * kMiB);
+  EXPECT_FALSE(region.Reserve(slot, dev, 200 * kMiB).ok);
+  EXPECT_EQ(region.device(dev).used.load(), 900 * kMiB);  // Kept: the safe figure.
+  region.slot(slot).used[dev].store(0);                   // Own slot and total lowered together.
+  region.device(dev).used.store(0);
+  EXPECT_FALSE(region.Reserve(slot, dev, 600 * kMiB).ok);
+  EXPECT_EQ(region.slot(slot).used[dev].load(), 600 * kMiB);
+  EXPECT_EQ(region.device(dev).used.load(), 600 * kMiB);
+  EXPECT_EQ(SlotSum(region, dev), 600 * kMiB);
+  region.Release(slot, dev, 600 * kMiB);
+  EXPECT_EQ(region.device(dev).used.load(), 0u);
+  EXPECT_EQ(region.layout()->header.underflows.load(), 0u);
+}
+
+// The own slot freed outside Prism and taken by another live process (PID 1 here): its bytes are
+// that process's now, so this process neither writes the slot nor is granted anything on a
+// limited device.
+TEST_F(RegionTest, OwnSlotTakenByAnotherProcessFailsClosed) {
+  Region region;
+  Open(&region);
+  bool mismatch = false;
+  const int dev = region.ClaimDevice(kUuidA, 1024 * kMiB, 0, 0, 132, &mismatch);
+  const int slot = region.AcquireSlot(getpid(), ProcessStartTime(getpid()));
+  ASSERT_TRUE(region.Reserve(slot, dev, 100 * kMiB).ok);
+  region.slot(slot).pid = 1;
+  region.slot(slot).start_time = 0;
+  region.slot(slot).used[dev].store(300 * kMiB);
+  region.device(dev).used.store(300 * kMiB);
+  const Reservation r = region.Reserve(slot, dev, 1 * kMiB);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.refusal, Refusal::kFailClosed);
+  region.Release(slot, dev, 100 * kMiB);
+  EXPECT_EQ(region.slot(slot).used[dev].load(), 300 * kMiB);  // Not this process's to touch.
+  EXPECT_EQ(region.device(dev).used.load(), 300 * kMiB);
+  region.ReleaseSlot(slot, getpid(), ProcessStartTime(getpid()));
+  EXPECT_EQ(region.slot(slot).state.load(), static_cast<uint32_t>(kSlotLive));
 }
 
 }  // namespace

@@ -122,8 +122,9 @@ void FailClosed(const char* reason) {
                  reason);
 }
 
-// True when `handle` (from dlopen) is this library: PRISM_VGPU_REAL_LIBCUDA pointing at
-// libprism-vgpu.so itself would make every wrapper call itself until the stack overflows.
+// True when `handle` (from dlopen) is this library: PRISM_VGPU_REAL_LIBCUDA (or
+// PRISM_VGPU_REAL_NVML) pointing at libprism-vgpu.so itself would make every wrapper call itself
+// until the stack overflows.
 bool IsThisLibrary(void* handle, const char* probe_symbol, void* own_function) {
   Dl_info self;
   if (dladdr(reinterpret_cast<void*>(&IsThisLibrary), &self) != 0 && self.dli_fname != nullptr) {
@@ -207,6 +208,17 @@ bool EnsureNvml(bool init) {
       g_nvml_handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
       if (g_nvml_handle == nullptr) {
         PRISM_VGPU_LOG(kInfo, "cannot load NVML %s: %s", path, dlerror());
+        g_nvml_state.store(kUnavailable, std::memory_order_release);
+      } else if (IsThisLibrary(g_nvml_handle, "nvmlDeviceGetMemoryInfo",
+                               reinterpret_cast<void*>(&::nvmlDeviceGetMemoryInfo))) {
+        // The same trap as the driver's: every NVML wrapper would call itself.
+        PRISM_VGPU_LOG(kError,
+                       "NVML %s is libprism-vgpu itself (check PRISM_VGPU_REAL_NVML); NVML is "
+                       "unavailable in this process (memory limits still hold, SM limits cannot "
+                       "be measured)",
+                       path);
+        dlclose(g_nvml_handle);
+        g_nvml_handle = nullptr;
         g_nvml_state.store(kUnavailable, std::memory_order_release);
       } else {
         ResolveNvml(g_nvml_handle);
@@ -334,7 +346,7 @@ int DeviceEntryForOrdinal(int ordinal) {
   const uint64_t memory_limit = request.source == LimitSource::kValue ? request.bytes : 0;
   const uint32_t sm_limit = SmLimitForOrdinal(ordinal);
   const uint32_t policy = static_cast<uint32_t>(g_config.policy);
-  bool mismatch = false;
+  bool mismatch = false;  // Each limit is compared with the entry's below.
   const int entry =
       region->ClaimDevice(reinterpret_cast<const uint8_t*>(uuid.bytes), memory_limit, sm_limit,
                           policy, static_cast<uint32_t>(sm_count), &mismatch);
@@ -371,17 +383,23 @@ int DeviceEntryForOrdinal(int ordinal) {
                      static_cast<unsigned long long>(request.bytes));
     }
   }
-  if (mismatch && (device.sm_limit_percent != sm_limit || device.policy != policy)) {
-    PRISM_VGPU_LOG(kWarning,
-                   "device %d: this process asks for SM limit %u, policy %u, but the region was "
-                   "created with %u, %u; the region's SM limit applies",
-                   ordinal, sm_limit, policy, device.sm_limit_percent, device.policy);
+  // The SM limit and policy follow the same rule as the memory limit: this process's
+  // environment decides, and a region that stores others (another creator's environment, or a
+  // write to the shared file) is reported, never obeyed.
+  const uint32_t stored_sm = device.sm_limit_percent >= 100 ? 0 : device.sm_limit_percent;
+  if (stored_sm != sm_limit || (sm_limit != 0 && device.policy != policy)) {
+    PRISM_VGPU_LOG(kError,
+                   "device %d: the shared region stores SM limit %u%%, policy %u but this "
+                   "process's environment asks for %u%%, policy %u; the region is not trusted for "
+                   "them and the environment's apply",
+                   ordinal, device.sm_limit_percent, device.policy, sm_limit, policy);
   }
+  // Before the entry is published: a launch that finds the entry finds its SM limit too.
+  SmLimiterDeviceMapped(entry, sm_limit, policy);
   g_ordinal_entry[ordinal].store(static_cast<int16_t>(entry + 1), std::memory_order_release);
   PRISM_VGPU_LOG(kInfo, "device %d -> region entry %d (memory limit %llu%s, SM limit %u%%)",
                  ordinal, entry, static_cast<unsigned long long>(region->EffectiveLimit(entry)),
-                 region->FailsClosed(entry) ? ", fail closed" : "", device.sm_limit_percent);
-  SmLimiterDeviceMapped(entry);
+                 region->FailsClosed(entry) ? ", fail closed" : "", sm_limit);
   return entry;
 }
 

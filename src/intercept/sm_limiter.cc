@@ -26,6 +26,11 @@ std::atomic<int> g_single_entry{-1};        // The entry of the only visible dev
 std::atomic<uint32_t> g_mapped_entries{0};  // Bit mask of region entries this process mapped.
 std::atomic<bool> g_checked_device_count{false};
 std::atomic<bool> g_single_device{false};
+// This process's SM limit (percent; 0: none) and policy per region entry, from its own
+// environment. The region stores the creator's values too, but anyone in the container can write
+// the file, so they are never what this process enforces (issue 14).
+std::atomic<uint32_t> g_sm_limit[kMaxDevices];
+std::atomic<uint32_t> g_sm_policy[kMaxDevices];
 
 uint64_t DoubleBits(double value) {
   uint64_t bits;
@@ -39,9 +44,11 @@ double BitsDouble(uint64_t bits) {
   return value;
 }
 
-bool DeviceHasLimit(const RegionDevice& device) {
-  return device.sm_limit_percent > 0 && device.sm_limit_percent < 100 &&
-         device.policy != static_cast<uint32_t>(quota::UtilizationPolicy::kDisable);
+bool DeviceHasLimit(int entry) {
+  const uint32_t limit = g_sm_limit[entry].load(std::memory_order_relaxed);
+  return limit > 0 && limit < 100 &&
+         g_sm_policy[entry].load(std::memory_order_relaxed) !=
+             static_cast<uint32_t>(quota::UtilizationPolicy::kDisable);
 }
 
 int LaunchEntry() {
@@ -321,9 +328,9 @@ void StepDevice(Region* region, int entry, int64_t now) {
   }
 
   quota::SmControllerConfig config;
-  config.limit = device.sm_limit_percent / 100.0;
-  config.work_conserving =
-      device.policy == static_cast<uint32_t>(quota::UtilizationPolicy::kDefault);
+  config.limit = g_sm_limit[entry].load(std::memory_order_relaxed) / 100.0;
+  config.work_conserving = g_sm_policy[entry].load(std::memory_order_relaxed) ==
+                           static_cast<uint32_t>(quota::UtilizationPolicy::kDefault);
   quota::SmControllerState state;
   state.cost_per_warp = BitsDouble(device.controller_cost_bits.load(std::memory_order_relaxed));
   state.correction = BitsDouble(device.controller_correction_bits.load(std::memory_order_relaxed));
@@ -358,10 +365,10 @@ void* WatcherMain(void*) {
     Region* region = EnsureAccounting();
     if (region == nullptr) continue;
     const int64_t now = MonotonicNs();
-    const uint32_t mapped = g_mapped_entries.load(std::memory_order_relaxed);
+    const uint32_t mapped = g_mapped_entries.load(std::memory_order_acquire);
     bool any_sm_limit = false;
     for (int entry = 0; entry < kMaxDevices; ++entry) {
-      if ((mapped & (1u << entry)) != 0) any_sm_limit |= DeviceHasLimit(region->device(entry));
+      if ((mapped & (1u << entry)) != 0) any_sm_limit |= DeviceHasLimit(entry);
     }
     const bool nvml = EnsureNvml(true) && g_nvml.nvmlDeviceGetProcessUtilization != nullptr;
     if (!nvml && !warned_no_nvml) {
@@ -386,7 +393,7 @@ void* WatcherMain(void*) {
     }
     if (!nvml) continue;
     for (int entry = 0; entry < kMaxDevices; ++entry) {
-      if ((mapped & (1u << entry)) == 0 || !DeviceHasLimit(region->device(entry))) continue;
+      if ((mapped & (1u << entry)) == 0 || !DeviceHasLimit(entry)) continue;
       StepDevice(region, entry, now);
     }
   }
@@ -422,31 +429,29 @@ void PaceLaunch(uint64_t warps) {
   Region* region = EnsureAccounting();
   if (region == nullptr) return;
   const int entry = LaunchEntry();
-  if (entry < 0) return;
-  RegionDevice& device = region->device(entry);
-  if (!DeviceHasLimit(device)) return;
-  Pace(device, warps);
+  if (entry < 0 || !DeviceHasLimit(entry)) return;
+  Pace(region->device(entry), warps);
 }
 
 void PaceGraphLaunch() {
   Region* region = EnsureAccounting();
   if (region == nullptr) return;
   const int entry = LaunchEntry();
-  if (entry < 0) return;
+  if (entry < 0 || !DeviceHasLimit(entry)) return;
   RegionDevice& device = region->device(entry);
-  if (!DeviceHasLimit(device)) return;
   const uint64_t sms = device.sm_count != 0 ? device.sm_count : 1;
   Pace(device, sms * kWarpsPerSmWave);
 }
 
-void SmLimiterDeviceMapped(int entry) {
+void SmLimiterDeviceMapped(int entry, uint32_t sm_limit_percent, uint32_t policy) {
   Region* region = EnsureAccounting();
   if (region == nullptr || entry < 0 || entry >= kMaxDevices) return;
-  g_mapped_entries.fetch_or(1u << entry, std::memory_order_relaxed);
+  g_sm_limit[entry].store(sm_limit_percent, std::memory_order_relaxed);
+  g_sm_policy[entry].store(policy, std::memory_order_relaxed);
+  g_mapped_entries.fetch_or(1u << entry, std::memory_order_release);
   // The watcher runs the SM controller; for memory-limited devices it also charges the driver's
   // own memory and returns dead processes' memory promptly.
-  const RegionDevice& device = region->device(entry);
-  if (DeviceHasLimit(device) || (region->EffectiveLimit(entry) != 0 && g_config.charge_overhead)) {
+  if (DeviceHasLimit(entry) || (region->EffectiveLimit(entry) != 0 && g_config.charge_overhead)) {
     StartWatcher();
   }
 }
@@ -471,8 +476,8 @@ void ChargeContextOverhead(int entry) {
     const int32_t host = slot.host_pid.load();
     nvmlProcessInfo_t infos[64];
     unsigned int count = 64;
-    if (host != 0 && g_nvml.nvmlDeviceGetComputeRunningProcesses_v3(handle, &count, infos) ==
-                         NVML_SUCCESS) {
+    if (host != 0 &&
+        g_nvml.nvmlDeviceGetComputeRunningProcesses_v3(handle, &count, infos) == NVML_SUCCESS) {
       for (unsigned int i = 0; i < count; ++i) {
         if (infos[i].pid != static_cast<unsigned int>(host) || infos[i].usedGpuMemory == ~0ULL) {
           continue;
@@ -506,6 +511,10 @@ void SmLimiterAfterFork() {
   g_watcher_started.store(false);
   g_single_entry.store(-1);
   g_mapped_entries.store(0);
+  for (int entry = 0; entry < kMaxDevices; ++entry) {
+    g_sm_limit[entry].store(0);
+    g_sm_policy[entry].store(0);
+  }
   g_checked_device_count.store(false);
   for (WatchedDevice& watched : g_watched) watched = WatchedDevice();
 }

@@ -28,8 +28,10 @@ void PaceLaunch(uint64_t warps);
 // contain (HAMi-core does not limit graphs at all, hami#1445).
 void PaceGraphLaunch();
 
-// Called when this process maps region entry `entry` to a CUDA ordinal.
-void SmLimiterDeviceMapped(int entry);
+// Called when this process maps region entry `entry` to a CUDA ordinal, with the SM limit
+// (percent, 0: none) and policy its environment asks for there: these, not the region's stored
+// ones, are what this process paces and controls by.
+void SmLimiterDeviceMapped(int entry, uint32_t sm_limit_percent, uint32_t policy);
 
 // Called in a forked child: it has no watcher thread.
 void SmLimiterAfterFork();

@@ -1,7 +1,9 @@
 // Unit tests of the interception library's small parts: the allocation table, the environment
 // contract, liveness and UUID spelling.
+#include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -77,9 +79,9 @@ class EnvTest : public ::testing::Test {
   void TearDown() override {
     for (const char* name :
          {"CUDA_DEVICE_MEMORY_LIMIT", "CUDA_DEVICE_MEMORY_LIMIT_0", "CUDA_DEVICE_MEMORY_LIMIT_1",
-          "CUDA_DEVICE_MEMORY_LIMIT_3", "CUDA_DEVICE_SM_LIMIT",
-          "CUDA_DEVICE_SM_LIMIT_2", "CUDA_DISABLE_CONTROL", "GPU_CORE_UTILIZATION_POLICY",
-          "CUDA_DEVICE_MEMORY_SHARED_CACHE", "LIBCUDA_LOG_LEVEL"}) {
+          "CUDA_DEVICE_MEMORY_LIMIT_3", "CUDA_DEVICE_SM_LIMIT", "CUDA_DEVICE_SM_LIMIT_2",
+          "CUDA_DISABLE_CONTROL", "GPU_CORE_UTILIZATION_POLICY", "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+          "LIBCUDA_LOG_LEVEL"}) {
       unsetenv(name);
     }
   }
@@ -200,6 +202,46 @@ TEST(LivenessTest, ExitedAndZombieChildrenAreDead) {
   waitpid(child, nullptr, 0);
   EXPECT_FALSE(IsProcessAlive(child, 0));
   EXPECT_EQ(ProcessStartTime(child), 0u);
+}
+
+// What the lock-word reset relies on (region.cc, ResetDamagedLockWord): a process that maps the
+// region file is recognized as such, one that does not is not, and an unreadable one is "cannot
+// tell", never "does not".
+TEST(LivenessTest, TellsWhichProcessesMapAFile) {
+  char path[] = "/tmp/prism-maps-test-XXXXXX";
+  const int fd = mkstemp(path);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(ftruncate(fd, 4096), 0);
+  void* memory = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(memory, MAP_FAILED);
+  close(fd);
+  MappedFile file;
+  ASSERT_TRUE(FindOwnMapping(static_cast<char*>(memory) + 100, &file));
+  EXPECT_NE(file.dev_inode[0], '\0');
+  EXPECT_STREQ(file.path, path);
+  EXPECT_EQ(ProcessMapsFile(getpid(), file), 1);
+  const pid_t child = fork();  // Maps nothing of ours once it has exec'ed.
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    execlp("sleep", "sleep", "10", static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Until exec, the child still has the parent's mappings.
+  int maps = 1;
+  for (int i = 0; i < 2000 && maps == 1; ++i) {
+    maps = ProcessMapsFile(child, file);
+    if (maps == 1) usleep(1000);
+  }
+  EXPECT_EQ(maps, 0);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_EQ(ProcessMapsFile(child, file), -1);  // Gone: cannot tell.
+  MappedFile stack;
+  int local = 0;
+  EXPECT_TRUE(FindOwnMapping(&local, &stack));
+  EXPECT_EQ(stack.dev_inode[0], '\0');  // Anonymous.
+  munmap(memory, 4096);
+  unlink(path);
 }
 
 TEST(UuidTest, FormatsAndParsesNvmlSpelling) {

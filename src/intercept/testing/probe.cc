@@ -13,6 +13,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -283,21 +284,47 @@ int Race(const char* path, int rounds, unsigned long long bytes) {
   return 0;
 }
 
+// Counts SIGCONTs: a call during which the process itself was stopped took as long as the stop,
+// which says nothing about the library (Churn leaves such calls out of its longest-call figure).
+volatile sig_atomic_t g_continued = 0;
+void OnContinue(int) { g_continued = g_continued + 1; }
+
+// Allocates and frees at random for `seconds`, then prints how many allocations succeeded and were
+// refused and the longest single call (ms), leaving out calls during which this process was
+// stopped (`excluded`).
 void Churn(double seconds, unsigned long long max_bytes, unsigned seed) {
+  struct sigaction action = {};
+  action.sa_handler = OnContinue;
+  action.sa_flags = SA_RESTART;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGCONT, &action, nullptr);
   std::mt19937_64 rng(seed);
   std::vector<CUdeviceptr> held;
   const double end = Now() + seconds;
-  unsigned long long ok = 0, refused = 0;
+  unsigned long long ok = 0, refused = 0, excluded = 0;
+  double longest = 0;
+  auto timed = [&](auto call) {
+    const sig_atomic_t continued = g_continued;
+    const double start = Now();
+    const CUresult rc = call();
+    const double took = Now() - start;
+    if (g_continued != continued) {
+      ++excluded;
+    } else if (took > longest) {
+      longest = took;
+    }
+    return rc;
+  };
   while (Now() < end) {
     if (!held.empty() && (rng() % 2 == 0 || held.size() > 16)) {
       const size_t i = rng() % held.size();
-      CALL(cuMemFree, held[i]);
+      timed([&] { return CALL(cuMemFree, held[i]); });
       held[i] = held.back();
       held.pop_back();
     } else {
       CUdeviceptr ptr = 0;
       const unsigned long long bytes = 1 + rng() % max_bytes;
-      if (CALL(cuMemAlloc, &ptr, bytes) == CUDA_SUCCESS) {
+      if (timed([&] { return CALL(cuMemAlloc, &ptr, bytes); }) == CUDA_SUCCESS) {
         held.push_back(ptr);
         ++ok;
       } else {
@@ -306,7 +333,8 @@ void Churn(double seconds, unsigned long long max_bytes, unsigned seed) {
     }
   }
   for (CUdeviceptr p : held) CALL(cuMemFree, p);
-  printf("churn ok=%llu refused=%llu\n", ok, refused);
+  printf("churn ok=%llu refused=%llu max_call_ms=%.1f excluded=%llu\n", ok, refused,
+         longest * 1000.0, excluded);
 }
 
 int Run(std::vector<std::string>& args) {

@@ -135,6 +135,14 @@ void Child::Send(const std::string& text) {
   }
 }
 
+void Child::Drain() {
+  for (size_t before = out_.size() + err_.size() + 1; before != out_.size() + err_.size();) {
+    before = out_.size() + err_.size();
+    if (stdout_fd_ < 0 && stderr_fd_ < 0) return;
+    Pump(0);
+  }
+}
+
 void Child::Kill(int signal) {
   if (!reaped_ && pid_ > 0) kill(pid_, signal);
 }

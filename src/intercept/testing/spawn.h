@@ -55,6 +55,9 @@ class Child {
   // Writes `text` to the child's stdin (e.g. "\n" to let a probe's "step" command continue).
   void Send(const std::string& text);
   void Kill(int signal);
+  // Reads whatever output is waiting, without blocking, so a chatty child never fills its pipes
+  // (and blocks in write) while the test is busy elsewhere.
+  void Drain();
   // Closes stdin, reads everything and reaps the child. Kills it after `timeout_ms`.
   ExitInfo Wait(int timeout_ms = 60000);
 

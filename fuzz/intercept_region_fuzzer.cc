@@ -1,28 +1,31 @@
-// libFuzzer target: a shared region whose bytes anyone in the container may have written. The
-// input overwrites a fresh region (all but its lock, so the fuzzer explores data, not glibc's mutex
-// internals); validation must never crash, and whatever the bytes, a reservation under a limit set
-// by this process's environment must never leave the device above that limit.
+// Fuzzes libprism-vgpu's shared region (src/intercept/region.h) as anyone in the container may
+// have written it. The input overwrites a fresh region (all but its lock, so the fuzzer explores
+// data, not glibc's mutex internals); validation must never crash, and whatever the bytes, a
+// reservation under a limit set by this process's environment must never leave the device above
+// that limit, nor decide on a `used` below what the live slots hold (a lowered counter must not buy
+// room, issue 14).
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "fuzz/intercept_fuzz_util.h"
 #include "intercept/log.h"
 #include "intercept/region.h"
 
 namespace {
 
-void Check(bool condition, const char* what) {
-  if (!condition) {
-    fprintf(stderr, "invariant violated: %s\n", what);
-    abort();
-  }
-}
+using prism::fuzz::Check;
 
 constexpr uint8_t kUuid[16] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 
 }  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  prism::fuzz::SilenceTargetStderr(argc, argv);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace prism::vgpu;  // NOLINT(google-build-using-namespace): a fuzzer entry point.
@@ -68,6 +71,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       const Reservation r = region->Reserve(slot, entry, bytes);
       if (r.ok) {
         Check(region->device(entry).used.load() <= limit, "never above the process's limit");
+      }
+      if (r.refusal == Refusal::kNone || r.refusal == Refusal::kLimit) {
+        // The reservation held the lock and reconciled: `used` is at least the live slots' sum.
+        uint64_t sum = 0;
+        for (int s = 0; s < kMaxSlots; ++s) {
+          const RegionSlot& live = region->slot(s);
+          if (live.state.load() != kSlotLive) continue;
+          const uint64_t bytes_held = live.used[entry].load();
+          sum = sum + bytes_held < sum ? ~uint64_t{0} : sum + bytes_held;
+        }
+        Check(region->device(entry).used.load() >= sum, "used never below the live slots' sum");
       }
     }
     region->Release(slot, entry, uint64_t{1} << 20);

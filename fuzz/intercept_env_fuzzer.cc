@@ -1,7 +1,7 @@
-// libFuzzer target: the environment contract of libprism-vgpu. The input is split at NUL bytes
-// into values for the limit variables; LoadConfig and the per-device lookups must never crash, and
-// a memory limit that was asked for must never come out as "no limit" (docs/intercept.md,
-// "Failure policy").
+// Fuzzes libprism-vgpu's environment contract (src/intercept/config.h). The input is split at NUL
+// bytes into values for the limit variables (seeds: fuzz/make_seeds.py); LoadConfig and the
+// per-device lookups must never crash, and a memory limit that was asked for must never come out as
+// "no limit" (docs/intercept.md, "Failure policy").
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,25 +9,26 @@
 #include <string>
 
 #include "core/quota/limits.h"
+#include "fuzz/intercept_fuzz_util.h"
 #include "intercept/config.h"
 #include "intercept/log.h"
 
 namespace {
 
 constexpr const char* kVariables[] = {
-    "CUDA_DEVICE_MEMORY_LIMIT",    "CUDA_DEVICE_MEMORY_LIMIT_0", "CUDA_DEVICE_SM_LIMIT",
+    "CUDA_DEVICE_MEMORY_LIMIT",    "CUDA_DEVICE_MEMORY_LIMIT_0",  "CUDA_DEVICE_SM_LIMIT",
     "CUDA_DEVICE_SM_LIMIT_0",      "GPU_CORE_UTILIZATION_POLICY", "CUDA_DISABLE_CONTROL",
     "PRISM_VGPU_CONTEXT_ESTIMATE", "PRISM_VGPU_LOCK_TIMEOUT_MS",
 };
 
-void Check(bool condition, const char* what) {
-  if (!condition) {
-    fprintf(stderr, "invariant violated: %s\n", what);
-    abort();
-  }
-}
+using prism::fuzz::Check;
 
 }  // namespace
+
+extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
+  prism::fuzz::SilenceTargetStderr(argc, argv);
+  return 0;
+}
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace prism;  // NOLINT(google-build-using-namespace): a fuzzer entry point.
@@ -45,11 +46,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       start = i + 1;
     }
   }
+  // putenv of strings this target owns, not setenv: glibc's setenv never frees a value it
+  // replaced (someone may still point at it), which over millions of inputs ran the fuzzer into
+  // its memory limit. Each entry leaves the environment before its string is rewritten.
+  static std::string assignments[sizeof(kVariables) / sizeof(kVariables[0])];
   for (size_t i = 0; i < sizeof(kVariables) / sizeof(kVariables[0]); ++i) {
+    unsetenv(kVariables[i]);
     if (set[i]) {
-      setenv(kVariables[i], values[i].c_str(), 1);
-    } else {
-      unsetenv(kVariables[i]);
+      assignments[i].assign(kVariables[i]).append("=").append(values[i]);
+      putenv(assignments[i].data());
     }
   }
   vgpu::Config config;
@@ -62,8 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string& decisive = own ? values[1] : values[0];
   if (own || set[0]) {
     const quota::Parsed<uint64_t> parsed = quota::ParseBytes(decisive.c_str());
-    Check(parsed.ok() ? device0.source == vgpu::LimitSource::kValue &&
-                            device0.bytes == parsed.value
+    Check(parsed.ok() ? device0.source == vgpu::LimitSource::kValue && device0.bytes == parsed.value
                       : device0.source == vgpu::LimitSource::kInvalid,
           "device 0 limit follows its deciding variable; malformed fails closed");
     if (!parsed.ok() || parsed.value != 0) {
