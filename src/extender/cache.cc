@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/strings.h"
 #include "config/annotations.h"
+#include "config/pod_json.h"
 #include "core/mig/gpu_model.h"
 #include "core/sched/policy.h"
 #include "k8s/objects.h"
@@ -360,7 +361,7 @@ void SchedulerCache::UpsertPod(const Json& pod) {
     return;
   }
   entry.claimed = std::move(*claimed);
-  absl::StatusOr<config::PodManifest> manifest = PodManifestFromJson(pod);
+  absl::StatusOr<config::PodManifest> manifest = config::PodManifestFromJson(pod);
   if (!manifest.ok()) {
     entry.problem = std::string(manifest.status().message());
     entry.problem_since = options_.clock->Now();

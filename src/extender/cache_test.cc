@@ -5,6 +5,7 @@
 
 #include "config/annotations.h"
 #include "config/device_config_yaml.h"
+#include "config/pod_json.h"
 #include "extender/test_util.h"
 
 namespace prism::extender {
@@ -19,7 +20,7 @@ using testing::NodeJson;
 using testing::TestGpu;
 
 config::PodManifest Manifest(const json& pod) {
-  absl::StatusOr<config::PodManifest> m = PodManifestFromJson(pod);
+  absl::StatusOr<config::PodManifest> m = config::PodManifestFromJson(pod);
   EXPECT_TRUE(m.ok()) << m.status();
   return *m;
 }
