@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "config/allocation_status.h"
 #include "config/annotations.h"
 #include "config/pod_json.h"
 #include "config/pod_request.h"
@@ -74,22 +75,22 @@ std::string FailureClass(const absl::Status& s) {
   }
 }
 
-Json DeviceJson(const RealizedDevice& d) {
-  Json j{{"index", d.gpu_index},
-         {"uuid", d.gpu_uuid},
-         {"mode", std::string(sched::GpuModeName(d.mode))}};
+config::AllocatedDevice StatusDevice(const RealizedDevice& d) {
+  config::AllocatedDevice out;
+  out.index = d.gpu_index;
+  out.uuid = d.gpu_uuid;
+  out.mode = d.mode;
   if (d.IsMig()) {
-    j["profile"] = d.profile;
-    j["start"] = d.start;
-    j["gi"] = d.gpu_instance_id;
-    j["ci"] = d.compute_instance_id;
-    j["migUuid"] = d.mig_uuid;
+    out.profile = d.profile;
+    out.start = d.start;
+    out.gpu_instance_id = d.gpu_instance_id;
+    out.compute_instance_id = d.compute_instance_id;
+    out.mig_uuid = d.mig_uuid;
   } else {
-    j["memoryMiB"] = d.memory_mib;
-    j["cores"] =
-        d.cores_permille % 10 == 0 ? Json(d.cores_permille / 10) : Json(d.cores_permille / 10.0);
+    out.memory_mib = d.memory_mib;
+    out.cores_permille = d.cores_permille;
   }
-  return j;
+  return out;
 }
 
 }  // namespace
@@ -119,6 +120,8 @@ NodeAgent::NodeAgent(NodeAgentOptions options, nvml::Nvml* nvml, k8s::Client* cl
                     "PreStartContainer calls by result");
   metrics_->Declare("prism_device_plugin_allocation_failures_total", Type::kCounter,
                     "Allocations that failed, by reason");
+  metrics_->Declare("prism_device_plugin_annotation_decode_failures_total", Type::kCounter,
+                    "Pod annotations the agent could not read, by annotation");
   metrics_->Declare("prism_device_plugin_mig_instances_created_total", Type::kCounter,
                     "MIG GPU instances created");
   metrics_->Declare("prism_device_plugin_mig_instances_destroyed_total", Type::kCounter,
@@ -943,28 +946,28 @@ void NodeAgent::TrackUsage(const PodEntry& pod, const std::string& container) {
 }
 
 void NodeAgent::QueueStatusPatch(const PodEntry& pod) {
-  std::map<std::string, Json> containers;
+  config::AllocationStatus status;
+  status.node = options_.node_name;
   for (const AllocationRecord& rec : ledger_.All()) {
     if (rec.pod_uid != pod.uid) continue;
-    Json& c = containers[rec.container];
-    c["allocations"].push_back(rec.id);
-    for (const std::string& id : rec.device_ids) c["deviceIds"].push_back(id);
+    config::ContainerAllocationStatus& c = status.containers[rec.container];
+    c.allocations.push_back(rec.id);
+    c.device_ids.insert(c.device_ids.end(), rec.device_ids.begin(), rec.device_ids.end());
   }
-  for (auto& [name, c] : containers) {
+  for (auto& [name, c] : status.containers) {
     auto it = pod.containers.find(name);
     if (it == pod.containers.end() || !it->second.done) continue;
-    if (!it->second.error.empty()) {
-      c["error"] = it->second.error;
-      continue;
-    }
-    Json devices = Json::array();
-    for (const RealizedDevice& d : it->second.devices) devices.push_back(DeviceJson(d));
-    c["devices"] = devices;
+    c.settled = true;
+    c.error = it->second.error;
+    if (!c.error.empty()) continue;
+    for (const RealizedDevice& d : it->second.devices) c.devices.push_back(StatusDevice(d));
   }
-  Json status{{"node", options_.node_name}, {"containers", Json(containers)}};
   absl::MutexLock lock(&patch_mu_);
-  patches_[StrCat("pod/", pod.uid)] = PatchTarget{
-      false, pod.namespace_name, pod.name, {{kAllocationStatusAnnotation, status.dump()}}};
+  patches_[StrCat("pod/", pod.uid)] =
+      PatchTarget{false,
+                  pod.namespace_name,
+                  pod.name,
+                  {{kAllocationStatusAnnotation, config::AllocationStatusToJson(status)}}};
 }
 
 void NodeAgent::RecordFailureEvent(const PodEntry& pod, const std::string& container,
