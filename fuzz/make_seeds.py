@@ -24,6 +24,12 @@ def yaml_blocks(doc):
     return [b.encode() for b in re.findall(r"```yaml\n(.*?)```", text, re.S)]
 
 
+def json_blocks(doc):
+    """The ```json fenced blocks of a docs page."""
+    text = read(doc).decode()
+    return [b.encode() for b in re.findall(r"```json\n(.*?)```", text, re.S)]
+
+
 def raw_strings(src):
     """The R"(...)" literals of a test source file."""
     text = read(src).decode()
@@ -145,7 +151,15 @@ def main():
     put("extender_cache_fuzzer", b'{"containers":{"main":{"allocations":["a-1"],'
         b'"deviceIds":["GPU-x::0"],"error":""}}}', 2)
     put("extender_cache_fuzzer", b'{"containers":{"main":{"error":"no GPU"}}}', 2)
+    put("extender_cache_fuzzer", b'{"node":"gpu-node","containers":{"main":{"allocations":'
+        b'["mx1ogiv5-7"],"deviceIds":["GPU-x::0"],"error":"no GPU"}}}', 2)
     put("extender_cache_fuzzer", b"GPU-gpu-node-1,NVIDIA,3000,0:;", 3)
+    # prism.io/allocation-status as the node agent reads it: the docs' example, the tests'.
+    for b in json_blocks("docs/annotations.md"):
+        if b"allocations" in b:
+            put("allocation_status_fuzzer", b)
+    for s in raw_strings("src/config/allocation_status_test.cc"):
+        put("allocation_status_fuzzer", s)
     # Node inventory annotation.
     for s in raw_strings("src/deviceplugin/inventory_test.cc"):
         if s.lstrip().startswith(b"{"):

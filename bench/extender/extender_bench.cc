@@ -25,6 +25,7 @@
 #include "base/log.h"
 #include "base/strings.h"
 #include "config/device_config_yaml.h"
+#include "config/pod_json.h"
 #include "extender/cache.h"
 #include "extender/test_util.h"
 #include "tests/e2e/harness/cluster.h"
@@ -71,7 +72,7 @@ json MixPod(const std::string& name, int i) {
   }
 }
 
-config::PodManifest Manifest(const json& pod) { return *extender::PodManifestFromJson(pod); }
+config::PodManifest Manifest(const json& pod) { return *config::PodManifestFromJson(pod); }
 
 // A cluster of `n` nodes with ~2 bound pods each, in the fake API server, and an extender on it.
 struct Rig {

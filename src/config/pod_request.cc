@@ -166,4 +166,13 @@ absl::StatusOr<sched::PodRequest> BuildPodRequest(const PodManifest& pod,
   return req;
 }
 
+absl::StatusOr<int64_t> ExtendedResourceCount(const PodManifest& pod,
+                                              const ContainerManifest& container,
+                                              const std::string& resource) {
+  const std::string* text = Find(container, resource, /*limits_first=*/true);
+  if (text == nullptr) return 0;
+  return WholeNumber(*text,
+                     StrCat("pod ", pod.Key(), " container ", container.name, ": ", resource));
+}
+
 }  // namespace prism::config

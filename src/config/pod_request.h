@@ -1,8 +1,9 @@
 // src/config/pod_request.h: a Pod manifest's scheduling-relevant parts, and
 // their translation into sched::PodRequest with HAMi's semantics.
 //
-// PodManifest is filled from YAML (pod_yaml.h) or, by the extender, from the
-// JSON kube-scheduler sends. BuildPodRequest applies what HAMi's webhook and
+// PodManifest is filled from YAML files (pod_yaml.h) or from v1.Pod JSON, the API server's
+// and kube-scheduler's (pod_json.h); both readers give equal manifests for the same pod.
+// BuildPodRequest applies what HAMi's webhook and
 // scheduler do (hami.md §1.4, §2.3, §2.4): resource names from the device
 // config, gpumem x memoryFactor, gpumem-percentage, default GPU count /
 // memory / cores, `gpucores: 100` for a whole-GPU request, cores > 100
@@ -11,6 +12,7 @@
 // hami.io/gpu-scheduler-policy. Pure; thread-safe.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 #include <string_view>
@@ -26,8 +28,18 @@ namespace prism::config {
 struct ContainerManifest {
   std::string name;
   bool init = false;
+  // An init container with `restartPolicy: Always` (a sidecar): it keeps running beside the app
+  // containers, and the kubelet's PodResources API reports it (regular init containers it does
+  // not; docs/device-plugin.md).
+  bool restartable = false;
   std::map<std::string, std::string> requests;  // Resource name -> quantity text.
   std::map<std::string, std::string> limits;
+  // Literal environment values (`env[].value`). Entries with `valueFrom` are resolved by the
+  // kubelet from objects Prism does not read, so they are absent here. A name listed twice keeps
+  // its last value, as the kubelet does.
+  std::map<std::string, std::string> env;
+
+  friend bool operator==(const ContainerManifest&, const ContainerManifest&) = default;
 };
 
 struct PodManifest {
@@ -40,6 +52,7 @@ struct PodManifest {
   std::vector<ContainerManifest> containers;  // Init containers first.
 
   std::string Key() const { return namespace_name + "/" + name; }
+  friend bool operator==(const PodManifest&, const PodManifest&) = default;
 };
 
 // Annotation keys read from pods.
@@ -55,5 +68,13 @@ inline constexpr char kGpuPolicyAnnotation[] = "hami.io/gpu-scheduler-policy";
 // malformed quantity, a negative or out-of-range value, an unknown mode.
 absl::StatusOr<sched::PodRequest> BuildPodRequest(const PodManifest& pod,
                                                   const sched::DeviceConfig& config);
+
+// How many of the extended resource `resource` (e.g. nvidia.com/gpu) `container` of `pod` asks
+// for: its limit, else its request, else 0. Extended resources are whole numbers (the API server
+// insists), so "1.5" or "500m" is InvalidArgument naming the pod, container and resource, as is
+// a malformed quantity.
+absl::StatusOr<int64_t> ExtendedResourceCount(const PodManifest& pod,
+                                              const ContainerManifest& container,
+                                              const std::string& resource);
 
 }  // namespace prism::config

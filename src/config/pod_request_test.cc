@@ -56,6 +56,24 @@ PodManifest Manifest(std::map<std::string, std::string> limits) {
   return p;
 }
 
+TEST(PodRequestTest, ExtendedResourceCountReadsLimitsThenRequestsAsWholeNumbers) {
+  PodManifest p = Manifest({{"nvidia.com/gpu", "2"}});
+  p.containers[0].requests["nvidia.com/gpu"] = "5";
+  EXPECT_EQ(ExtendedResourceCount(p, p.containers[0], "nvidia.com/gpu").value(), 2);
+  p.containers[0].limits.clear();
+  EXPECT_EQ(ExtendedResourceCount(p, p.containers[0], "nvidia.com/gpu").value(), 5);
+  EXPECT_EQ(ExtendedResourceCount(p, p.containers[0], "example.com/other").value(), 0);
+  // The node agent once read these with stoll: "lots" became 0 and "500m" 500.
+  for (const char* bad : {"lots", "500m", "1.5", "-1"}) {
+    SCOPED_TRACE(bad);
+    p.containers[0].limits["nvidia.com/gpu"] = bad;
+    absl::StatusOr<int64_t> n = ExtendedResourceCount(p, p.containers[0], "nvidia.com/gpu");
+    ASSERT_FALSE(n.ok());
+    EXPECT_THAT(std::string(n.status().message()),
+                HasSubstr("pod default/p container main: nvidia.com/gpu"));
+  }
+}
+
 TEST(PodRequestTest, HamiDefaults) {
   sched::DeviceConfig config;
   // A whole GPU: all memory and exclusive cores (HAMi's webhook).

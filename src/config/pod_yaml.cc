@@ -19,6 +19,32 @@ absl::StatusOr<std::map<std::string, std::string>> StringMap(const YAML::Node& n
   return out;
 }
 
+// The literal values of a container's env, with pod_json.h's rules: valueFrom entries are left
+// out and a repeated name keeps its last value.
+absl::StatusOr<std::map<std::string, std::string>> Env(const YAML::Node& list,
+                                                       const std::string& path) {
+  std::map<std::string, std::string> out;
+  if (!list || list.IsNull()) return out;
+  if (!list.IsSequence()) return absl::InvalidArgumentError(StrCat(path, ": expected a list"));
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string epath = StrCat(path, "[", i, "]");
+    const YAML::Node e = list[i];
+    if (!e.IsMap()) return absl::InvalidArgumentError(StrCat(epath, ": expected a map"));
+    if (!e["name"] || e["name"].IsNull()) {
+      return absl::InvalidArgumentError(StrCat(epath, ".name: missing"));
+    }
+    ASSIGN_OR_RETURN(const std::string name, ReadString(e["name"], StrCat(epath, ".name")));
+    if (name.empty()) return absl::InvalidArgumentError(StrCat(epath, ".name: missing"));
+    if (e["valueFrom"] && !e["valueFrom"].IsNull()) continue;
+    const YAML::Node value = e["value"];
+    out[name] = "";
+    if (value && !value.IsNull()) {
+      ASSIGN_OR_RETURN(out[name], ReadString(value, StrCat(epath, ".value")));
+    }
+  }
+  return out;
+}
+
 absl::Status Containers(const YAML::Node& list, bool init, const std::string& path,
                         PodManifest& pod) {
   if (!list || list.IsNull()) return absl::OkStatus();
@@ -34,6 +60,10 @@ absl::Status Containers(const YAML::Node& list, bool init, const std::string& pa
     } else {
       cm.name = StrCat(init ? "init-" : "container-", i);
     }
+    if (const YAML::Node policy = c["restartPolicy"]; policy && !policy.IsNull()) {
+      ASSIGN_OR_RETURN(const std::string p, ReadString(policy, StrCat(cpath, ".restartPolicy")));
+      cm.restartable = init && p == "Always";
+    }
     const YAML::Node res = c["resources"];
     if (res && !res.IsNull()) {
       if (!res.IsMap())
@@ -42,6 +72,7 @@ absl::Status Containers(const YAML::Node& list, bool init, const std::string& pa
                        StringMap(res["requests"], StrCat(cpath, ".resources.requests")));
       ASSIGN_OR_RETURN(cm.limits, StringMap(res["limits"], StrCat(cpath, ".resources.limits")));
     }
+    ASSIGN_OR_RETURN(cm.env, Env(c["env"], StrCat(cpath, ".env")));
     pod.containers.push_back(std::move(cm));
   }
   return absl::OkStatus();
@@ -83,10 +114,12 @@ absl::StatusOr<PodManifest> ParsePodNode(const YAML::Node& node, std::string_vie
     if (!meta["name"]) return absl::InvalidArgumentError(StrCat(where, ": no metadata.name"));
     ASSIGN_OR_RETURN(pod.name, ReadName(meta["name"], StrCat(where, ": metadata.name")));
     if (meta["namespace"]) {
-      ASSIGN_OR_RETURN(pod.namespace_name,
+      ASSIGN_OR_RETURN(const std::string ns,
                        ReadString(meta["namespace"], StrCat(where, ": metadata.namespace")));
-      if (!pod.namespace_name.empty()) {
-        RETURN_IF_ERROR(ValidateName(pod.namespace_name, StrCat(where, ": metadata.namespace")));
+      // Empty means the default namespace, as in the API server (and pod_json.h).
+      if (!ns.empty()) {
+        RETURN_IF_ERROR(ValidateName(ns, StrCat(where, ": metadata.namespace")));
+        pod.namespace_name = ns;
       }
     }
     if (meta["uid"]) {

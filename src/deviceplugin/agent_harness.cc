@@ -3,15 +3,13 @@
 #include <fstream>
 #include <thread>
 
-#include "yaml-cpp/yaml.h"
-
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "config/annotations.h"
+#include "config/pod_json.h"
 #include "config/pod_request.h"
-#include "config/pod_yaml.h"
-#include "deviceplugin/inventory.h"
 #include "deviceplugin/fake_driver_tree.h"
+#include "deviceplugin/inventory.h"
 #include "k8s/objects.h"
 #include "k8s/resource.h"
 
@@ -163,8 +161,8 @@ absl::StatusOr<std::string> AgentHarness::SubmitPod(const PodSpec& pod, bool dec
   std::map<std::string, std::string> annotations = pod.annotations;
   if (decide) {
     if (engine_ == nullptr) RETURN_IF_ERROR(InitScheduler());
-    YAML::Node node = YAML::Load(PodJson(pod, pod.annotations).dump());
-    ASSIGN_OR_RETURN(config::PodManifest manifest, config::ParsePodNode(node, pod.name));
+    ASSIGN_OR_RETURN(config::PodManifest manifest,
+                     config::PodManifestFromJson(PodJson(pod, pod.annotations)));
     ASSIGN_OR_RETURN(sched::PodRequest request, config::BuildPodRequest(manifest, config_));
     sched::ScheduleResult result = engine_->Place(request);
     if (!result.status.ok()) return result.status;

@@ -11,6 +11,7 @@
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "config/allocation_status.h"
 
 namespace prism::deviceplugin {
 namespace {
@@ -171,6 +172,11 @@ absl::StatusOr<AllocationRecord> Ledger::Add(const std::vector<std::string>& dev
 }
 
 absl::Status Ledger::Put(const AllocationRecord& record) {
+  // IDs become file names here and in the CDI directory; one recovered from a pod annotation
+  // could otherwise name a path outside them ("x/../../etc/y-1").
+  if (absl::StatusOr<uint64_t> seq = config::AllocationIdSeq(record.id); !seq.ok()) {
+    return seq.status();
+  }
   {
     absl::MutexLock lock(&mu_);
     records_[record.id] = record;

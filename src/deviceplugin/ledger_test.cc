@@ -1,5 +1,7 @@
 #include "deviceplugin/ledger.h"
 
+#include <filesystem>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -71,6 +73,29 @@ TEST(LedgerTest, SkipsUnreadableRecordsAndWorksInMemory) {
   ASSERT_TRUE(memory.Load().ok());
   ASSERT_TRUE(memory.Add({"g::0"}, 1).ok());
   EXPECT_EQ(memory.size(), 1u);
+}
+
+// Records rebuilt from pod annotations carry IDs anyone who may edit a pod can write; an ID
+// names the record's file, so one that is not the agent's "<prefix>-<seq>" is refused.
+TEST(LedgerTest, RefusesIdsThatAreNotTheAgentsOwn) {
+  const auto dir = testing::TestDir();
+  Ledger ledger(dir.string(), "run1");
+  ASSERT_TRUE(ledger.Load().ok());
+  for (const char* id : {"../../escape-1", "a/b-1", "", "run1", "RUN-1"}) {
+    SCOPED_TRACE(id);
+    AllocationRecord r;
+    r.id = id;
+    r.seq = 1;
+    absl::Status put = ledger.Put(r);
+    EXPECT_EQ(put.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(put.message()), ::testing::HasSubstr("is not an allocation ID"));
+  }
+  EXPECT_TRUE(ledger.All().empty());
+  EXPECT_FALSE(std::filesystem::exists(dir.parent_path() / "escape-1.json"));
+  AllocationRecord good;
+  good.id = "forged-7";
+  good.seq = 7;
+  EXPECT_TRUE(ledger.Put(good).ok());
 }
 
 TEST(LedgerTest, Base36) {

@@ -3,9 +3,8 @@
 #include <cmath>
 #include <sstream>
 
-#include "httplib.h"
-
 #include "base/strings.h"
+#include "k8s/probe_server.h"
 
 namespace prism::deviceplugin {
 namespace {
@@ -151,28 +150,34 @@ std::string MetricsRegistry::Render() const {
   return out;
 }
 
+// The kubelet restarts the agent when /healthz goes unanswered, so the endpoints are served by a
+// ProbeServer: with cpp-httplib's fixed pool, eight idle connections to this port were enough.
 class MetricsServer::Impl {
  public:
-  httplib::Server server;
-  std::thread thread;
+  explicit Impl(k8s::ProbeServer::Options options) : server(std::move(options)) {}
+  k8s::ProbeServer server;
 };
 
 MetricsServer::MetricsServer(MetricsRegistry* registry, Options options,
                              std::function<std::string()> health,
                              std::function<std::string()> ready)
-    : impl_(std::make_unique<Impl>()) {
-  impl_->server.Get("/metrics", [registry](const httplib::Request&, httplib::Response& res) {
-    res.set_content(registry->Render(), "text/plain; version=0.0.4; charset=utf-8");
-  });
+    : impl_(std::make_unique<Impl>(k8s::ProbeServer::Options{options.host, options.port})) {
+  // Rendering runs the collectors (usage regions on disk): on the worker, beside the probes.
+  impl_->server.Handle(
+      "/metrics",
+      [registry] {
+        return k8s::ProbeReply{200, "text/plain; version=0.0.4; charset=utf-8", registry->Render()};
+      },
+      /*slow=*/true);
   auto probe = [](std::function<std::string()> check) {
-    return [check](const httplib::Request&, httplib::Response& res) {
+    return [check] {
       const std::string problem = check ? check() : std::string();
-      res.status = problem.empty() ? 200 : 503;
-      res.set_content(problem.empty() ? "ok\n" : problem + "\n", "text/plain");
+      return k8s::ProbeReply{problem.empty() ? 200 : 503, "text/plain",
+                             problem.empty() ? "ok\n" : problem + "\n"};
     };
   };
-  impl_->server.Get("/healthz", probe(std::move(health)));
-  impl_->server.Get("/readyz", probe(std::move(ready)));
+  impl_->server.Handle("/healthz", probe(std::move(health)));
+  impl_->server.Handle("/readyz", probe(std::move(ready)));
   options_host_ = options.host;
   options_port_ = options.port;
 }
@@ -180,22 +185,15 @@ MetricsServer::MetricsServer(MetricsRegistry* registry, Options options,
 MetricsServer::~MetricsServer() { Stop(); }
 
 absl::Status MetricsServer::Start() {
-  if (options_port_ == 0) {
-    port_ = impl_->server.bind_to_any_port(options_host_);
-  } else {
-    port_ = impl_->server.bind_to_port(options_host_, options_port_) ? options_port_ : -1;
+  absl::Status started = impl_->server.Start();
+  if (!started.ok()) {
+    return absl::UnavailableError(StrCat("cannot listen for metrics on ", options_host_, ":",
+                                         options_port_, ": ", started.message()));
   }
-  if (port_ <= 0) {
-    return absl::UnavailableError(
-        StrCat("cannot listen for metrics on ", options_host_, ":", options_port_));
-  }
-  impl_->thread = std::thread([this] { impl_->server.listen_after_bind(); });
+  port_ = impl_->server.port();
   return absl::OkStatus();
 }
 
-void MetricsServer::Stop() {
-  impl_->server.stop();
-  if (impl_->thread.joinable()) impl_->thread.join();
-}
+void MetricsServer::Stop() { impl_->server.Stop(); }
 
 }  // namespace prism::deviceplugin

@@ -1,12 +1,12 @@
 // src/deviceplugin/metrics.h: Prometheus metrics of the node agent and the HTTP server for them.
 //
 // A small registry (counters, gauges, histograms with fixed buckets, each family with optional
-// labels) rendered in the Prometheus text format 0.0.4, and an HTTP server (cpp-httplib) that
-// serves GET /metrics, /healthz and /readyz. Families whose series are computed from outside
-// state (per-container usage) are refreshed by collectors that run at the start of every
-// Render and replace a family's series as a whole, so series of things that are gone disappear.
-// Families the agent exports are listed in docs/device-plugin.md and docs/metrics.md.
-// Thread-safe.
+// labels) rendered in the Prometheus text format 0.0.4, and an HTTP server (k8s::ProbeServer:
+// one thread that idle or slow connections cannot starve) for GET /metrics, /healthz and
+// /readyz. Families whose series are computed from outside state (per-container usage) are
+// refreshed by collectors that run at the start of every Render and replace a family's series as a
+// whole, so series of things that are gone disappear. Families the agent exports are listed in
+// docs/device-plugin.md and docs/metrics.md. Thread-safe.
 #pragma once
 
 #include <functional>

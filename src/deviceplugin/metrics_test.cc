@@ -1,5 +1,13 @@
 #include "deviceplugin/metrics.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -44,6 +52,36 @@ TEST(MetricsTest, CollectorsReplaceWholeFamiliesBeforeEachRender) {
   next.clear();
   EXPECT_THAT(r.Render(), HasSubstr("usage_bytes{pod=\"b\"} 2\n"));  // No longer collected.
   EXPECT_THAT(r.FamilyNames(), ::testing::ElementsAre("usage_bytes"));
+}
+
+// Issue 13 #4: the kubelet restarts the agent when /healthz goes unanswered. With cpp-httplib's
+// fixed pool (8 workers, or one per core less one) that many idle connections to the metrics
+// port were enough; now no number of them is.
+TEST(MetricsTest, IdleConnectionsDoNotStarveTheProbes) {
+  MetricsRegistry r;
+  MetricsServer server(&r, {"127.0.0.1", 0});
+  ASSERT_TRUE(server.Start().ok());
+  std::vector<int> idle;
+  for (int i = 0; i < 100; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(server.port()));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    idle.push_back(fd);
+  }
+  absl::SleepFor(absl::Milliseconds(200));  // Let the server accept them all.
+  httplib::Client client("127.0.0.1", server.port());
+  client.set_read_timeout(10, 0);
+  const absl::Time start = absl::Now();
+  auto res = client.Get("/healthz");
+  const absl::Duration took = absl::Now() - start;
+  for (int fd : idle) close(fd);
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+  EXPECT_LT(took, absl::Seconds(1));
 }
 
 TEST(MetricsTest, ServesMetricsAndProbes) {

@@ -6,14 +6,13 @@
 #include <filesystem>
 #include <fstream>
 
-#include "yaml-cpp/yaml.h"
-
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "config/allocation_status.h"
 #include "config/annotations.h"
+#include "config/pod_json.h"
 #include "config/pod_request.h"
-#include "config/pod_yaml.h"
 #include "core/sched/engine.h"
 #include "deviceplugin/attribution.h"
 #include "deviceplugin/cdi_spec.h"
@@ -42,43 +41,19 @@ bool Deleting(const Json& pod) {
   return k8s::Find(pod, {"metadata", "deletionTimestamp"}) != nullptr;
 }
 
-// The whole-number quantity of `resource` a container asks for (limits first, as the kubelet's
-// extended resources must have limit == request).
-int64_t ResourceCount(const Json& container, const std::string& resource) {
-  for (const char* field : {"limits", "requests"}) {
-    const Json* q = k8s::Find(container, {"resources", field, resource});
-    if (q == nullptr) continue;
-    if (q->is_number_integer()) return q->get<int64_t>();
-    if (q->is_string()) {
-      try {
-        return std::stoll(q->get<std::string>());
-      } catch (const std::exception&) {
-        return 0;
-      }
-    }
+// Whether `container` of `pod` turned the limiter off with HAMi's switch
+// (CUDA_DISABLE_CONTROL=true): it then gets its limits in the env but neither the library nor the
+// preload file. A pod the reader rejects keeps the limiter, the safe side; its realization reports
+// why it is rejected.
+bool ControlDisabled(const Json& pod, const std::string& container) {
+  absl::StatusOr<config::PodManifest> manifest = config::PodManifestFromJson(pod);
+  if (!manifest.ok()) return false;
+  for (const config::ContainerManifest& c : manifest->containers) {
+    if (c.name != container) continue;
+    auto it = c.env.find("CUDA_DISABLE_CONTROL");
+    return it != c.env.end() && AsciiLower(it->second) == "true";
   }
-  return 0;
-}
-
-bool RestartableInit(const Json& container) {
-  const Json* policy = k8s::Find(container, {"restartPolicy"});
-  return policy != nullptr && policy->is_string() && policy->get<std::string>() == "Always";
-}
-
-std::string ContainerEnv(const Json& pod, const std::string& container, const std::string& key) {
-  for (const char* list : {"initContainers", "containers"}) {
-    const Json* cs = k8s::Find(pod, {"spec", list});
-    if (cs == nullptr || !cs->is_array()) continue;
-    for (const Json& c : *cs) {
-      if (k8s::GetString(c, {"name"}) != container) continue;
-      const Json* env = k8s::Find(c, {"env"});
-      if (env == nullptr || !env->is_array()) return "";
-      for (const Json& e : *env) {
-        if (k8s::GetString(e, {"name"}) == key) return k8s::GetString(e, {"value"});
-      }
-    }
-  }
-  return "";
+  return false;
 }
 
 // A realization error worth retrying: an instance still held or in use (its holder may be
@@ -100,35 +75,22 @@ std::string FailureClass(const absl::Status& s) {
   }
 }
 
-Json DeviceJson(const RealizedDevice& d) {
-  Json j{{"index", d.gpu_index},
-         {"uuid", d.gpu_uuid},
-         {"mode", std::string(sched::GpuModeName(d.mode))}};
+config::AllocatedDevice StatusDevice(const RealizedDevice& d) {
+  config::AllocatedDevice out;
+  out.index = d.gpu_index;
+  out.uuid = d.gpu_uuid;
+  out.mode = d.mode;
   if (d.IsMig()) {
-    j["profile"] = d.profile;
-    j["start"] = d.start;
-    j["gi"] = d.gpu_instance_id;
-    j["ci"] = d.compute_instance_id;
-    j["migUuid"] = d.mig_uuid;
+    out.profile = d.profile;
+    out.start = d.start;
+    out.gpu_instance_id = d.gpu_instance_id;
+    out.compute_instance_id = d.compute_instance_id;
+    out.mig_uuid = d.mig_uuid;
   } else {
-    j["memoryMiB"] = d.memory_mib;
-    j["cores"] =
-        d.cores_permille % 10 == 0 ? Json(d.cores_permille / 10) : Json(d.cores_permille / 10.0);
+    out.memory_mib = d.memory_mib;
+    out.cores_permille = d.cores_permille;
   }
-  return j;
-}
-
-// A pod object as the API server returns it, read with the same parser and rules as pod YAML.
-absl::StatusOr<config::PodManifest> ParsePodObject(const Json& pod, const std::string& where) {
-  Json copy = pod;
-  copy["kind"] = "Pod";
-  YAML::Node node;
-  try {
-    node = YAML::Load(copy.dump());
-  } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(StrCat(where, ": ", e.what()));
-  }
-  return config::ParsePodNode(node, where);
+  return out;
 }
 
 }  // namespace
@@ -158,6 +120,8 @@ NodeAgent::NodeAgent(NodeAgentOptions options, nvml::Nvml* nvml, k8s::Client* cl
                     "PreStartContainer calls by result");
   metrics_->Declare("prism_device_plugin_allocation_failures_total", Type::kCounter,
                     "Allocations that failed, by reason");
+  metrics_->Declare("prism_device_plugin_annotation_decode_failures_total", Type::kCounter,
+                    "Pod annotations the agent could not read, by annotation");
   metrics_->Declare("prism_device_plugin_mig_instances_created_total", Type::kCounter,
                     "MIG GPU instances created");
   metrics_->Declare("prism_device_plugin_mig_instances_destroyed_total", Type::kCounter,
@@ -557,7 +521,7 @@ bool NodeAgent::PodLive(const std::string& pod_uid) {
 
 absl::StatusOr<sched::Decision> NodeAgent::DecodeDecision(const Json& pod) const {
   const std::string where = StrCat("pod ", k8s::Namespace(pod), "/", k8s::Name(pod));
-  ASSIGN_OR_RETURN(config::PodManifest manifest, ParsePodObject(pod, where));
+  ASSIGN_OR_RETURN(config::PodManifest manifest, config::PodManifestFromJson(pod));
   ASSIGN_OR_RETURN(sched::PodRequest request,
                    config::BuildPodRequest(manifest, options_.device_config));
   absl::StatusOr<sched::Decision> decision =
@@ -575,8 +539,7 @@ absl::StatusOr<sched::Decision> NodeAgent::DecodeDecision(const Json& pod) const
 absl::StatusOr<sched::Decision> NodeAgent::PlaceLocally(PodEntry& pod) {
   const std::string who = StrCat(pod.namespace_name, "/", pod.name);
   auto parse = [this](const Json& object) -> absl::StatusOr<sched::PodRequest> {
-    const std::string where = StrCat("pod ", k8s::Namespace(object), "/", k8s::Name(object));
-    ASSIGN_OR_RETURN(config::PodManifest manifest, ParsePodObject(object, where));
+    ASSIGN_OR_RETURN(config::PodManifest manifest, config::PodManifestFromJson(object));
     return config::BuildPodRequest(manifest, options_.device_config);
   };
   ASSIGN_OR_RETURN(sched::PodRequest request, parse(pod.object));
@@ -785,19 +748,20 @@ void NodeAgent::ResolvePending() {
     v.key = StrCat(k8s::Namespace(pod), "/", k8s::Name(pod));
     if (!viewed.insert(v.key).second) return;
     v.live = !Terminal(pod) && !Deleting(pod);
-    if (const Json* init = k8s::Find(pod, {"spec", "initContainers"}); init && init->is_array()) {
-      for (const Json& c : *init) {
-        if (ResourceCount(c, options_.resource_name) <= 0) continue;
-        if (RestartableInit(c)) {
-          v.has_reported_gpu_container = true;
-        } else {
-          v.gpu_init_containers.push_back(k8s::GetString(c, {"name"}));
-        }
-      }
-    }
-    if (const Json* cs = k8s::Find(pod, {"spec", "containers"}); cs && cs->is_array()) {
-      for (const Json& c : *cs) {
-        if (ResourceCount(c, options_.resource_name) > 0) v.has_reported_gpu_container = true;
+    // A pod the reader rejects has no GPU containers here; its reported containers are still
+    // matched by their device IDs, and their realization then says what is wrong with the pod.
+    absl::StatusOr<config::PodManifest> manifest = config::PodManifestFromJson(pod);
+    for (const config::ContainerManifest& c :
+         manifest.ok() ? manifest->containers : std::vector<config::ContainerManifest>()) {
+      // A count that does not read is taken as asking: attribution then reaches the container
+      // and its realization reports the bad quantity, instead of the allocation timing out.
+      absl::StatusOr<int64_t> count =
+          config::ExtendedResourceCount(*manifest, c, options_.resource_name);
+      if (count.ok() && *count <= 0) continue;
+      if (c.init && !c.restartable) {
+        v.gpu_init_containers.push_back(c.name);  // Init containers come first, in spec order.
+      } else {
+        v.has_reported_gpu_container = true;
       }
     }
     views.push_back(std::move(v));
@@ -922,9 +886,7 @@ void NodeAgent::Publish(PodEntry& pod, const std::string& container) {
   ContainerEdits edits;
   std::string error = r.error;
   if (r.error.empty()) {
-    ContainerIdentity who{
-        pod.uid, container,
-        AsciiLower(ContainerEnv(pod.object, container, "CUDA_DISABLE_CONTROL")) == "true"};
+    ContainerIdentity who{pod.uid, container, ControlDisabled(pod.object, container)};
     edits = BuildContainerEdits(r.devices, who, options_.vgpu);
     if (absl::Status nodes = AddDeviceNodes(r.devices, options_.device_nodes, &edits);
         !nodes.ok()) {
@@ -974,8 +936,7 @@ void NodeAgent::TrackUsage(const PodEntry& pod, const std::string& container) {
   UsageTarget target{pod.uid, pod.namespace_name, pod.name, container, it->second.devices, ""};
   const bool limited = std::any_of(target.devices.begin(), target.devices.end(),
                                    [](const RealizedDevice& d) { return d.Limited(); });
-  const bool controlled =
-      AsciiLower(ContainerEnv(pod.object, container, "CUDA_DISABLE_CONTROL")) != "true";
+  const bool controlled = !ControlDisabled(pod.object, container);
   if (limited && controlled && !options_.vgpu.library_host_path.empty()) {
     target.region_path = (fs::path(ContainerRunDir(options_.vgpu, pod.uid, container)) /
                           fs::path(kVgpuRegionFile).filename())
@@ -985,28 +946,28 @@ void NodeAgent::TrackUsage(const PodEntry& pod, const std::string& container) {
 }
 
 void NodeAgent::QueueStatusPatch(const PodEntry& pod) {
-  std::map<std::string, Json> containers;
+  config::AllocationStatus status;
+  status.node = options_.node_name;
   for (const AllocationRecord& rec : ledger_.All()) {
     if (rec.pod_uid != pod.uid) continue;
-    Json& c = containers[rec.container];
-    c["allocations"].push_back(rec.id);
-    for (const std::string& id : rec.device_ids) c["deviceIds"].push_back(id);
+    config::ContainerAllocationStatus& c = status.containers[rec.container];
+    c.allocations.push_back(rec.id);
+    c.device_ids.insert(c.device_ids.end(), rec.device_ids.begin(), rec.device_ids.end());
   }
-  for (auto& [name, c] : containers) {
+  for (auto& [name, c] : status.containers) {
     auto it = pod.containers.find(name);
     if (it == pod.containers.end() || !it->second.done) continue;
-    if (!it->second.error.empty()) {
-      c["error"] = it->second.error;
-      continue;
-    }
-    Json devices = Json::array();
-    for (const RealizedDevice& d : it->second.devices) devices.push_back(DeviceJson(d));
-    c["devices"] = devices;
+    c.settled = true;
+    c.error = it->second.error;
+    if (!c.error.empty()) continue;
+    for (const RealizedDevice& d : it->second.devices) c.devices.push_back(StatusDevice(d));
   }
-  Json status{{"node", options_.node_name}, {"containers", Json(containers)}};
   absl::MutexLock lock(&patch_mu_);
-  patches_[StrCat("pod/", pod.uid)] = PatchTarget{
-      false, pod.namespace_name, pod.name, {{kAllocationStatusAnnotation, status.dump()}}};
+  patches_[StrCat("pod/", pod.uid)] =
+      PatchTarget{false,
+                  pod.namespace_name,
+                  pod.name,
+                  {{kAllocationStatusAnnotation, config::AllocationStatusToJson(status)}}};
 }
 
 void NodeAgent::RecordFailureEvent(const PodEntry& pod, const std::string& container,

@@ -6,6 +6,7 @@
 
 #include "base/log.h"
 #include "base/strings.h"
+#include "config/allocation_status.h"
 #include "deviceplugin/cdi_spec.h"
 #include "deviceplugin/node_agent.h"
 #include "k8s/informer.h"
@@ -105,33 +106,28 @@ void NodeAgent::Adopt() {
   for (const Json& pod : informer_->List()) {
     std::optional<std::string> text = k8s::Annotation(pod, kAllocationStatusAnnotation);
     if (!text || Terminal(pod)) continue;
-    const Json status = Json::parse(*text, nullptr, false);
-    const Json* containers = status.is_object() ? k8s::Find(status, {"containers"}) : nullptr;
-    if (containers == nullptr || !containers->is_object()) continue;
-    for (const auto& [name, c] : containers->items()) {
-      const Json* allocations = k8s::Find(c, {"allocations"});
-      if (allocations == nullptr || !allocations->is_array()) continue;
-      for (const Json& id : *allocations) {
-        if (!id.is_string() || known_ids.count(id.get<std::string>()) != 0) continue;
+    // Anyone who may edit the pod may edit this annotation, and its allocation IDs become file
+    // names: a status that does not read is skipped whole, logged and counted.
+    absl::StatusOr<config::AllocationStatus> status = config::ParseAllocationStatus(*text);
+    if (!status.ok()) {
+      LogWarning(kLog, "pod ", k8s::Namespace(pod), "/", k8s::Name(pod),
+                 ": not recovering allocations from it: ", status.status().message());
+      metrics_->Add("prism_device_plugin_annotation_decode_failures_total", 1,
+                    {{"annotation", kAllocationStatusAnnotation}});
+      continue;
+    }
+    for (const auto& [name, c] : status->containers) {
+      for (const std::string& id : c.allocations) {
+        if (known_ids.count(id) != 0) continue;
         AllocationRecord r;
-        r.id = id.get<std::string>();
-        const size_t dash = r.id.rfind('-');
-        if (dash != std::string::npos) {
-          try {
-            r.seq = std::stoull(r.id.substr(dash + 1));
-          } catch (const std::exception&) {
-          }
-        }
+        r.id = id;
+        r.seq = config::AllocationIdSeq(id).value_or(0);  // Valid: the decoder checked it.
         r.pod_uid = k8s::Uid(pod);
         r.pod_namespace = k8s::Namespace(pod);
         r.pod_name = k8s::Name(pod);
         r.container = name;
         r.created_ms = NowMs();
-        if (const Json* ids = k8s::Find(c, {"deviceIds"}); ids && ids->is_array()) {
-          for (const Json& d : *ids) {
-            if (d.is_string()) r.device_ids.push_back(d.get<std::string>());
-          }
-        }
+        r.device_ids = c.device_ids;
         LogInfo(kLog, "recovered allocation ", r.id, " of ", r.PodKey(), " from its annotation");
         (void)ledger_.Put(r);
         known_ids.insert(r.id);

@@ -9,6 +9,7 @@
 #include "gtest/gtest.h"
 
 #include "base/strings.h"
+#include "config/allocation_status.h"
 #include "config/device_config_yaml.h"
 #include "deviceplugin/agent_harness.h"
 #include "deviceplugin/cdi_spec.h"
@@ -229,6 +230,92 @@ TEST_F(NodeAgentTest, APodWithoutADecisionFailsWithAClearReason) {
   EXPECT_EQ(h_->metrics().Value("prism_device_plugin_allocation_failures_total",
                                 {{"reason", "no_decision"}}),
             1);
+}
+
+// Issue 13: malformed input is the pod's problem, not the node's. Next to well-formed pods, one
+// whose prism.io/decision has a field of the wrong type gets no GPU and an error naming that
+// field; pods whose prism.io/allocation-status is garbage (one with a path for an allocation ID)
+// are read, counted and skipped when the agent rebuilds its ledger; and the agent keeps serving.
+TEST_F(NodeAgentTest, BadPodsBesideGoodOnesFailAloneWithTheFieldNamed) {
+  Start();
+  std::string good;
+  kubelet::CreatedContainer c = Run(SlicePod("good", 4000, 30), &good);
+  EXPECT_EQ(c.env[kAllocationErrorEnv], "");
+  EXPECT_EQ(c.env["CUDA_DEVICE_MEMORY_LIMIT_0"], "4000m");
+
+  // The good pod's own decision, with the device's mode a number.
+  k8s::Json decision = k8s::Json::parse(h_->PodAnnotation(good, "prism.io/decision").value());
+  decision["containers"][0]["devices"][0]["mode"] = 1;
+  const std::vector<std::pair<std::string, std::string>> bad_decisions = {
+      {decision.dump(),
+       "prism.io/decision: containers[0].devices[0].mode: expected a string, got number"},
+      {R"({"containers":[{"name":"main","devices":[{"mode":1}]}]})",
+       "prism.io/decision: node: missing"},  // The issue's own example.
+  };
+  for (size_t i = 0; i < bad_decisions.size(); ++i) {
+    SCOPED_TRACE(bad_decisions[i].first);
+    PodSpec bad = SlicePod(StrCat("bad-decision-", i));
+    bad.annotations["prism.io/decision"] = bad_decisions[i].first;
+    absl::StatusOr<std::string> uid = h_->SubmitPod(bad, /*decide=*/false);
+    ASSERT_TRUE(uid.ok()) << uid.status();
+    ASSERT_TRUE(h_->Admit(*uid).ok());
+    absl::StatusOr<kubelet::CreatedContainer> created = h_->CreateContainer(*uid, "main");
+    ASSERT_TRUE(created.ok()) << created.status();
+    EXPECT_EQ(created->env["NVIDIA_VISIBLE_DEVICES"], "void");
+    EXPECT_THAT(created->env[kAllocationErrorEnv], HasSubstr(bad_decisions[i].second));
+    ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+    EXPECT_THAT(Status(*h_, *uid)["containers"]["main"]["error"].get<std::string>(),
+                HasSubstr(bad_decisions[i].second));
+  }
+  EXPECT_EQ(h_->metrics().Value("prism_device_plugin_allocation_failures_total",
+                                {{"reason", "invalid_decision"}}),
+            2);
+
+  // Two pods with a good decision and a garbage status, present when the agent restarts and
+  // rebuilds its ledger from the pods' statuses.
+  h_->StopAgent();
+  std::vector<std::string> garbage;
+  for (const std::string& status :
+       {std::string("{not json"),
+        StrCat(R"({"node":")", testing::kNode,
+               R"(","containers":{"main":{"allocations":["../../../escape-1"],)"
+               R"("deviceIds":["GPU-x::0"]}}})")}) {
+    PodSpec pod = SlicePod(StrCat("garbage-status-", garbage.size()), 2000, 10);
+    pod.annotations[kAllocationStatusAnnotation] = status;
+    absl::StatusOr<std::string> uid = h_->SubmitPod(pod);
+    ASSERT_TRUE(uid.ok()) << uid.status();
+    garbage.push_back(*uid);
+  }
+  ASSERT_TRUE(h_->StartAgent().ok());
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  EXPECT_EQ(h_->agent().FailClosedReason(), "");
+  EXPECT_EQ(h_->metrics().Value("prism_device_plugin_annotation_decode_failures_total",
+                                {{"annotation", kAllocationStatusAnnotation}}),
+            2);
+  for (const AllocationRecord& r : h_->agent().Allocations()) {
+    EXPECT_THAT(r.id, ::testing::Not(HasSubstr("escape")));
+  }
+  EXPECT_FALSE(fs::exists(h_->dir().parent_path() / "escape-1.json"));
+  // The good pod kept its devices; the garbage-status pods get theirs (their decisions are
+  // good), and the agent's own status replaces the garbage.
+  absl::StatusOr<kubelet::CreatedContainer> again = h_->CreateContainer(good, "main");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->env["NVIDIA_VISIBLE_DEVICES"], c.env["NVIDIA_VISIBLE_DEVICES"]);
+  for (const std::string& uid : garbage) {
+    ASSERT_TRUE(h_->Admit(uid).ok());
+    absl::StatusOr<kubelet::CreatedContainer> created = h_->CreateContainer(uid, "main");
+    ASSERT_TRUE(created.ok()) << created.status();
+    EXPECT_EQ(created->env[kAllocationErrorEnv], "");
+    EXPECT_EQ(created->env["CUDA_DEVICE_MEMORY_LIMIT_0"], "2000m");
+  }
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  for (const std::string& uid : garbage) {
+    absl::StatusOr<config::AllocationStatus> status = config::ParseAllocationStatus(
+        h_->PodAnnotation(uid, kAllocationStatusAnnotation).value_or(""));
+    ASSERT_TRUE(status.ok()) << status.status();
+    EXPECT_EQ(status->containers.at("main").devices.size(), 1u);
+  }
+  Run(SlicePod("after", 1000, 10));
 }
 
 TEST_F(NodeAgentTest, PodsOfAnotherSchedulerArePlacedByTheAgent) {

@@ -7,8 +7,11 @@
 #include "absl/time/clock.h"
 
 #include "base/log.h"
+#include "base/status_macros.h"
 #include "base/strings.h"
+#include "config/allocation_status.h"
 #include "config/annotations.h"
+#include "config/pod_json.h"
 #include "core/mig/gpu_model.h"
 #include "core/sched/policy.h"
 #include "k8s/objects.h"
@@ -17,7 +20,6 @@ namespace prism::extender {
 namespace {
 
 constexpr char kLog[] = "extender-cache";
-constexpr char kAllocationStatusAnnotation[] = "prism.io/allocation-status";
 constexpr size_t kMaxRememberedScores = 16;
 constexpr char kNoInventory[] = "node has no GPU inventory (annotation prism.io/gpu-inventory)";
 
@@ -129,24 +131,18 @@ std::map<std::string, std::string> DecisionAnnotations(
   return out;
 }
 
-bool AllocationFailedEverywhere(const std::map<std::string, std::string>& annotations,
-                                const sched::PodRequest& request) {
-  auto it = annotations.find(kAllocationStatusAnnotation);
+absl::StatusOr<bool> AllocationFailedEverywhere(
+    const std::map<std::string, std::string>& annotations, const sched::PodRequest& request) {
+  auto it = annotations.find(config::kAllocationStatusAnnotation);
   if (it == annotations.end()) return false;
-  Json status = Json::parse(it->second, nullptr, false);
-  if (!status.is_object()) return false;
-  auto containers = status.find("containers");
-  if (containers == status.end() || !containers->is_object()) return false;
+  ASSIGN_OR_RETURN(const config::AllocationStatus status,
+                   config::ParseAllocationStatus(it->second));
   int gpu_containers = 0;
   for (const sched::ContainerRequest& c : request.containers) {
     if (c.gpu.count <= 0) continue;
     ++gpu_containers;
-    auto entry = containers->find(c.name);
-    if (entry == containers->end() || !entry->is_object()) return false;
-    auto error = entry->find("error");
-    if (error == entry->end() || !error->is_string() || error->get<std::string>().empty()) {
-      return false;
-    }
+    auto entry = status.containers.find(c.name);
+    if (entry == status.containers.end() || entry->second.error.empty()) return false;
   }
   return gpu_containers > 0;
 }
@@ -337,7 +333,7 @@ void SchedulerCache::UpsertPod(const Json& pod) {
     PodEntry& e = it->second;
     if (e.annotations == decision && e.node == node && e.state != State::kAssumed) {
       if (e.allocation_failed) return;
-      if (e.charged && AllocationFailedEverywhere(all, e.request)) {
+      if (e.charged && AllocationFailedLocked(key, e, all)) {
         LogInfo(kLog, "pod ", key, " got no GPU on ", node, " (node agent): releasing its charge");
         ReleaseLocked(e);
         e.allocation_failed = true;
@@ -384,7 +380,7 @@ void SchedulerCache::UpsertPod(const Json& pod) {
     return;
   }
   entry.claimed = std::move(*claimed);
-  absl::StatusOr<config::PodManifest> manifest = PodManifestFromJson(pod);
+  absl::StatusOr<config::PodManifest> manifest = config::PodManifestFromJson(pod);
   if (!manifest.ok()) {
     entry.problem = std::string(manifest.status().message());
     entry.problem_since = options_.clock->Now();
@@ -395,7 +391,7 @@ void SchedulerCache::UpsertPod(const Json& pod) {
   entry.manifest = std::move(*manifest);
   absl::StatusOr<sched::PodRequest> request = config::BuildPodRequest(entry.manifest, config_);
   if (request.ok()) entry.request = std::move(*request);
-  if (request.ok() && AllocationFailedEverywhere(all, entry.request)) {
+  if (request.ok() && AllocationFailedLocked(key, entry, all)) {
     entry.allocation_failed = true;
     pods_[key] = std::move(entry);
     return;
@@ -403,6 +399,21 @@ void SchedulerCache::UpsertPod(const Json& pod) {
   auto [pos, inserted] = pods_.insert_or_assign(key, std::move(entry));
   // Charged at once, even while a rebuild is pending (it charges every pod again).
   ChargeFromAnnotationsLocked(key, pos->second);
+}
+
+bool SchedulerCache::AllocationFailedLocked(const std::string& key, PodEntry& entry,
+                                            const std::map<std::string, std::string>& annotations) {
+  absl::StatusOr<bool> failed = AllocationFailedEverywhere(annotations, entry.request);
+  if (failed.ok()) {
+    entry.status_problem.clear();
+    return *failed;
+  }
+  if (entry.status_problem != failed.status().message()) {
+    entry.status_problem = std::string(failed.status().message());
+    ++counters_.decode_failures;
+    LogWarning(kLog, "pod ", key, ": ", entry.status_problem, "; its decision stays charged");
+  }
+  return false;
 }
 
 void SchedulerCache::DeletePod(const Json& pod) {

@@ -276,6 +276,7 @@ class SchedulerCache {
     std::string problem;
     absl::Time problem_since = absl::InfinitePast();
     bool allocation_failed = false;
+    std::string status_problem;  // The malformed allocation-status last counted.
   };
 
   // Rebuilds if dirty and `min_rebuild_interval` has passed (always with `force`).
@@ -287,6 +288,12 @@ class SchedulerCache {
   void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseLocked(PodEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // AllocationFailedEverywhere for `entry`. A malformed status is logged and counted as a decode
+  // failure, once per distinct problem (informer updates repeat it), and reads as "not failed":
+  // the pod stays charged, since what it holds is then unknown.
+  bool AllocationFailedLocked(const std::string& key, PodEntry& entry,
+                              const std::map<std::string, std::string>& annotations)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Charges `entry` from its annotations against the current engine; sets `problem` on failure.
   void ChargeFromAnnotationsLocked(const std::string& key, PodEntry& entry)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -326,9 +333,10 @@ std::map<std::string, std::string> DecisionAnnotations(
     const std::map<std::string, std::string>& all);
 
 // Whether the node agent's prism.io/allocation-status says every GPU container of `request`
-// failed to get its devices.
-bool AllocationFailedEverywhere(const std::map<std::string, std::string>& annotations,
-                                const sched::PodRequest& request);
+// failed to get its devices (false without the annotation). InvalidArgument naming the field for
+// a malformed status (config::ParseAllocationStatus).
+absl::StatusOr<bool> AllocationFailedEverywhere(
+    const std::map<std::string, std::string>& annotations, const sched::PodRequest& request);
 
 enum class AllocationProgress { kPending, kReady, kFailed };
 // What the node agent's prism.io/allocation-status (`text`, docs/annotations.md) says of the

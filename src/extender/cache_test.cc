@@ -5,6 +5,7 @@
 
 #include "config/annotations.h"
 #include "config/device_config_yaml.h"
+#include "config/pod_json.h"
 #include "extender/test_util.h"
 #include "k8s/objects.h"
 
@@ -20,7 +21,7 @@ using testing::NodeJson;
 using testing::TestGpu;
 
 config::PodManifest Manifest(const json& pod) {
-  absl::StatusOr<config::PodManifest> m = PodManifestFromJson(pod);
+  absl::StatusOr<config::PodManifest> m = config::PodManifestFromJson(pod);
   EXPECT_TRUE(m.ok()) << m.status();
   return *m;
 }
@@ -319,7 +320,7 @@ TEST_F(CacheTest, AllocationFailureReportedByTheNodeAgentReleases) {
   cache_->UpsertPod(pod);
   ASSERT_EQ(UsedMiB("n1"), 30000);
   pod["metadata"]["annotations"]["prism.io/allocation-status"] =
-      R"({"node":"n1","containers":{"main":{"allocations":["a1"],"error":"NVML: boom"}}})";
+      R"({"node":"n1","containers":{"main":{"allocations":["a-1"],"error":"NVML: boom"}}})";
   cache_->UpsertPod(pod);
   EXPECT_EQ(UsedMiB("n1"), 0);
   EXPECT_EQ(cache_->EntryState("default/p"), "allocation-failed");
@@ -331,9 +332,79 @@ TEST_F(CacheTest, SuccessfulAllocationKeepsTheCharge) {
   cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
   json pod = Schedule(GpuPod("p", 1, 30000), {"n1"});
   pod["metadata"]["annotations"]["prism.io/allocation-status"] =
-      R"({"node":"n1","containers":{"main":{"allocations":["a1"],"devices":[]}}})";
+      R"({"node":"n1","containers":{"main":{"allocations":["a-1"],"devices":[]}}})";
   cache_->UpsertPod(pod);
   EXPECT_EQ(UsedMiB("n1"), 30000);
+}
+
+// A malformed prism.io/allocation-status (anyone who may edit the pod may write one) says
+// nothing about what the pod holds: the pod stays charged, and the status counts as a decode
+// failure once, not at every informer update.
+TEST_F(CacheTest, MalformedAllocationStatusIsADecodeFailureNotARelease) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
+  json pod = Schedule(GpuPod("p", 1, 30000), {"n1"});
+  cache_->UpsertPod(pod);
+  ASSERT_EQ(UsedMiB("n1"), 30000);
+  const int64_t before = cache_->stats().decode_failures;
+  // Every GPU container "failed", but the allocation ID is a path: not the agent's writing.
+  pod["metadata"]["annotations"]["prism.io/allocation-status"] =
+      R"({"node":"n1","containers":{"main":{"allocations":["../../x-1"],"error":"boom"}}})";
+  cache_->UpsertPod(pod);
+  cache_->UpsertPod(pod);
+  EXPECT_EQ(UsedMiB("n1"), 30000);
+  EXPECT_EQ(cache_->EntryState("default/p"), "bound");
+  EXPECT_EQ(cache_->stats().decode_failures, before + 1);
+  pod["metadata"]["annotations"]["prism.io/allocation-status"] = "{not json";
+  cache_->UpsertPod(pod);
+  EXPECT_EQ(cache_->stats().decode_failures, before + 2);
+  EXPECT_EQ(UsedMiB("n1"), 30000);
+  // The agent's own report still releases it.
+  pod["metadata"]["annotations"]["prism.io/allocation-status"] =
+      R"({"node":"n1","containers":{"main":{"allocations":["a-1"],"error":"NVML: boom"}}})";
+  cache_->UpsertPod(pod);
+  EXPECT_EQ(UsedMiB("n1"), 0);
+  EXPECT_EQ(cache_->EntryState("default/p"), "allocation-failed");
+  EXPECT_EQ(cache_->stats().decode_failures, before + 2);
+}
+
+// Issue 13 #1 names them: the decision that aborted the scheduler sat on any pod with
+// spec.nodeName, CPU-only and Pending ones included (the webhook checks only GPU pods).
+TEST_F(CacheTest, CpuOnlyAndPendingPodsWithAMalformedDecisionDoNotStopScheduling) {
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}, TestGpu{}}));
+  const std::string bad = R"({"containers":[{"name":"main","devices":[{"mode":1}]}]})";
+  const int64_t before = cache_->stats().decode_failures;
+  // A CPU-only pod bound to the node, running.
+  json cpu_only = testing::PodJson("default", "cpu-only", {testing::TestContainer("main", 0)});
+  cpu_only["status"]["phase"] = "Running";
+  cache_->UpsertPod(Bound(cpu_only, "n1", {{"prism.io/decision", bad}}));
+  // A GPU pod bound but still Pending (phase), and one not bound at all.
+  json pending = GpuPod("pending", 1, 1000);
+  ASSERT_EQ(pending["status"]["phase"], "Pending");
+  cache_->UpsertPod(Bound(pending, "n1", {{"prism.io/decision", bad}}));
+  json unbound = GpuPod("unbound", 1, 1000);
+  unbound["metadata"]["annotations"]["prism.io/decision"] = bad;
+  cache_->UpsertPod(unbound);
+  EXPECT_EQ(cache_->EntryState("default/cpu-only"), "problem");
+  EXPECT_EQ(cache_->EntryState("default/pending"), "problem");
+  EXPECT_EQ(cache_->EntryState("default/unbound"), "");  // Not the cache's until it is bound.
+  EXPECT_EQ(cache_->stats().decode_failures, before + 2);
+  // Well-formed pods are scheduled and charged beside them, also across a rebuild.
+  json good = Schedule(GpuPod("good", 1, 1000), {"n1"});
+  cache_->UpsertPod(good);
+  EXPECT_EQ(cache_->EntryState("default/good"), "bound");
+  cache_->UpsertNode(NodeJson("n1", {TestGpu{}, TestGpu{}}, "32"));  // Forces a rebuild.
+  cache_->RebuildIfDirty();
+  EXPECT_EQ(UsedMiB("n1"), 1000);
+  json second = Schedule(GpuPod("second", 1, 2000), {"n1"});
+  cache_->UpsertPod(second);
+  EXPECT_EQ(UsedMiB("n1"), 3000);
+  clock_.Advance(absl::Seconds(11));
+  std::vector<std::string> names;
+  for (const PodProblem& p : cache_->Problems()) {
+    names.push_back(p.pod.name);
+    EXPECT_THAT(p.problem, HasSubstr("prism.io/decision: node: missing"));
+  }
+  EXPECT_THAT(names, ::testing::UnorderedElementsAre("cpu-only", "pending"));
 }
 
 TEST_F(CacheTest, MalformedDecisionIsAProblemNotACrash) {

@@ -13,6 +13,7 @@
 #include "base/strings.h"
 #include "config/annotations.h"
 #include "config/device_config_yaml.h"
+#include "config/pod_json.h"
 #include "k8s/errors.h"
 #include "k8s/objects.h"
 
@@ -249,7 +250,7 @@ HttpReply Scheduler::Filter(std::string_view body) {
     return done("not-serving", HttpReply{503, FilterResultToJson(r)});
   }
   FilterResult result;
-  absl::StatusOr<config::PodManifest> manifest = PodManifestFromJson(args->pod);
+  absl::StatusOr<config::PodManifest> manifest = config::PodManifestFromJson(args->pod);
   if (!manifest.ok()) {
     const std::string why = StrCat("invalid pod: ", manifest.status().message());
     for (const std::string& n : args->node_names)
@@ -318,7 +319,7 @@ HttpReply Scheduler::Prioritize(std::string_view body) {
   if (std::string why = NotServingReason(); !why.empty()) {
     return done("not-serving", JsonReply(503, Json{{"Error", why}}));
   }
-  absl::StatusOr<config::PodManifest> manifest = PodManifestFromJson(args->pod);
+  absl::StatusOr<config::PodManifest> manifest = config::PodManifestFromJson(args->pod);
   std::vector<HostPriority> scores;
   if (manifest.ok()) {
     scores = cache_.Prioritize(*manifest, args->node_names);
@@ -382,7 +383,7 @@ HttpReply Scheduler::Bind(std::string_view body) {
   if (const std::string bound = k8s::PodNodeName(*pod); !bound.empty()) {
     return fail(absl::FailedPreconditionError(StrCat("pod is already bound to ", bound)), &*pod);
   }
-  absl::StatusOr<config::PodManifest> manifest = PodManifestFromJson(*pod);
+  absl::StatusOr<config::PodManifest> manifest = config::PodManifestFromJson(*pod);
   if (!manifest.ok()) return fail(manifest.status(), &*pod);
   absl::StatusOr<BindTicket> ticket = cache_.BeginBind(*manifest, args->node);
   if (!ticket.ok()) return fail(ticket.status(), &*pod);

@@ -18,7 +18,9 @@
 #include "httplib.h"
 
 #include "base/log.h"
+#include "base/status_macros.h"
 #include "base/strings.h"
+#include "k8s/probe_server.h"
 
 namespace prism::extender {
 namespace {
@@ -113,6 +115,7 @@ class ElasticPool : public httplib::TaskQueue {
 class ExtenderServer::Impl {
  public:
   std::unique_ptr<httplib::Server> server;
+  std::unique_ptr<k8s::ProbeServer> probes;  // probes_only.
   TlsFiles tls;
   int listen_fd = -1;  // The listening socket, once bound.
 };
@@ -124,6 +127,10 @@ ExtenderServer::~ExtenderServer() { Stop(); }
 
 absl::Status ExtenderServer::Start() {
   const bool tls = !options_.tls_cert_file.empty() || !options_.tls_key_file.empty();
+  if (options_.probes_only) {
+    if (tls) return absl::InvalidArgumentError("the probe port is plain HTTP: no TLS files");
+    return StartProbes();
+  }
   if (tls) {
     if (options_.tls_cert_file.empty() || options_.tls_key_file.empty()) {
       return absl::InvalidArgumentError("TLS needs both a certificate file and a key file");
@@ -176,25 +183,23 @@ absl::Status ExtenderServer::Start() {
         [sched](const httplib::Request&, httplib::Response& res) { Reply(res, sched->Readyz()); });
   s.Get("/metrics",
         [sched](const httplib::Request&, httplib::Response& res) { Reply(res, sched->Metrics()); });
-  if (!options_.probes_only) {
-    s.Post("/filter", [sched](const httplib::Request& req, httplib::Response& res) {
-      Reply(res, sched->Filter(req.body));
-    });
-    s.Post("/prioritize", [sched](const httplib::Request& req, httplib::Response& res) {
-      Reply(res, sched->Prioritize(req.body));
-    });
-    s.Post("/bind", [sched](const httplib::Request& req, httplib::Response& res) {
-      Reply(res, sched->Bind(req.body));
-    });
-    for (const char* path : {"/mutate", "/webhook"}) {
-      s.Post(path, [sched](const httplib::Request& req, httplib::Response& res) {
-        Reply(res, sched->Admission(req.body, /*mutate=*/true));
-      });
-    }
-    s.Post("/validate", [sched](const httplib::Request& req, httplib::Response& res) {
-      Reply(res, sched->Admission(req.body, /*mutate=*/false));
+  s.Post("/filter", [sched](const httplib::Request& req, httplib::Response& res) {
+    Reply(res, sched->Filter(req.body));
+  });
+  s.Post("/prioritize", [sched](const httplib::Request& req, httplib::Response& res) {
+    Reply(res, sched->Prioritize(req.body));
+  });
+  s.Post("/bind", [sched](const httplib::Request& req, httplib::Response& res) {
+    Reply(res, sched->Bind(req.body));
+  });
+  for (const char* path : {"/mutate", "/webhook"}) {
+    s.Post(path, [sched](const httplib::Request& req, httplib::Response& res) {
+      Reply(res, sched->Admission(req.body, /*mutate=*/true));
     });
   }
+  s.Post("/validate", [sched](const httplib::Request& req, httplib::Response& res) {
+    Reply(res, sched->Admission(req.body, /*mutate=*/false));
+  });
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
     res.set_content(
@@ -223,12 +228,30 @@ absl::Status ExtenderServer::Start() {
     LogWarning(kLog, "cannot raise the listen backlog: ", std::strerror(errno));
   }
   thread_ = std::thread([&s] { s.listen_after_bind(); });
-  LogInfo(kLog, "serving ", options_.probes_only ? "probes and metrics" : "the extender", " on ",
-          url());
+  LogInfo(kLog, "serving the extender on ", url());
+  return absl::OkStatus();
+}
+
+absl::Status ExtenderServer::StartProbes() {
+  k8s::ProbeServer::Options o;
+  o.host = options_.host;
+  o.port = options_.port;
+  impl_->probes = std::make_unique<k8s::ProbeServer>(o);
+  Scheduler* sched = scheduler_;
+  auto reply = [](const HttpReply& r) { return k8s::ProbeReply{r.status, r.content_type, r.body}; };
+  impl_->probes->Handle("/healthz", [sched, reply] { return reply(sched->Healthz()); });
+  impl_->probes->Handle("/readyz", [sched, reply] { return reply(sched->Readyz()); });
+  // Metrics take the cache lock, which Filter and rebuilds hold: on the worker, beside the probes.
+  impl_->probes->Handle(
+      "/metrics", [sched, reply] { return reply(sched->Metrics()); }, /*slow=*/true);
+  RETURN_IF_ERROR(impl_->probes->Start());
+  port_ = impl_->probes->port();
+  LogInfo(kLog, "serving probes and metrics on ", url());
   return absl::OkStatus();
 }
 
 void ExtenderServer::Stop() {
+  if (impl_->probes) impl_->probes->Stop();
   if (impl_->server) impl_->server->stop();
   if (thread_.joinable()) thread_.join();
 }

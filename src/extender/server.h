@@ -6,11 +6,13 @@
 //   GET  /metrics                           Prometheus text format
 //   GET  /healthz /readyz                   probes (text)
 // With `probes_only`, only /metrics, /healthz and /readyz (a plain-HTTP port for the kubelet and
-// Prometheus next to the TLS port). TLS: the certificate chain and key files are read at every
-// handshake, so a rotated Secret (cert-manager) takes effect without a restart; kube-scheduler
-// and the API server keep connections alive, so handshakes are rare. HTTP/1.1 keep-alive;
-// handlers run on a thread pool of `threads` (binds to one node run concurrently).
-// Thread-safe.
+// Prometheus next to the TLS port), served by a k8s::ProbeServer: one thread multiplexing every
+// connection, so no number of idle or slow clients starves the probes (the main port's /healthz
+// shares its worker pool with every other connection; point probes at this port). TLS: the
+// certificate chain and key files are read at every handshake, so a rotated Secret (cert-manager)
+// takes effect without a restart; kube-scheduler and the API server keep connections alive, so
+// handshakes are rare. HTTP/1.1 keep-alive; handlers run on a thread pool of `threads` (binds to
+// one node run concurrently). Thread-safe.
 #pragma once
 
 #include <memory>
@@ -38,7 +40,7 @@ struct ServerOptions {
   int keep_alive_timeout_seconds = 5;
   // A client that sends nothing (or receives nothing) for this long is disconnected.
   int read_timeout_seconds = 5;
-  bool probes_only = false;
+  bool probes_only = false;  // Plain HTTP only: no TLS files with it.
   // Larger requests are refused (413). kube-scheduler with nodeCacheCapable (our deployment)
   // sends the pod (the API server stores at most 1.5 MiB) and one name per candidate node;
   // 20,000 names of 253 bytes are 5 MiB. Without nodeCacheCapable it sends full Node objects:
@@ -62,6 +64,8 @@ class ExtenderServer {
   std::string url() const;
 
  private:
+  absl::Status StartProbes();
+
   class Impl;
   std::unique_ptr<Impl> impl_;
   Scheduler* const scheduler_;

@@ -222,6 +222,51 @@ TEST_F(ServerTest, IdleConnectionsDoNotStarveHealthz) {
   EXPECT_LT(took, absl::Seconds(1));
 }
 
+// Issue 13 #4, beyond the pool: the probe port (--probe-port, where the chart points the
+// kubelet's probes) answers beside more idle connections than the extender's pool may ever grow
+// to, and idle connections to the main port do not reach it either.
+TEST_F(ServerTest, MoreIdleConnectionsThanThePoolDoNotStarveTheProbePort) {
+  ServerOptions main;
+  main.threads = 4;
+  main.max_threads = 16;
+  Serve(main);
+  ServerOptions p;
+  p.host = "127.0.0.1";
+  p.port = 0;
+  p.probes_only = true;
+  p.max_threads = 16;  // Was the probe port's pool bound too.
+  ExtenderServer probes(scheduler_.get(), p);
+  ASSERT_OK(probes.Start());
+  std::vector<int> idle;
+  for (int port : {server_->port(), probes.port()}) {
+    for (int i = 0; i < 300; ++i) {
+      const int fd = socket(AF_INET, SOCK_STREAM, 0);
+      ASSERT_GE(fd, 0);
+      sockaddr_in addr{};
+      addr.sin_family = AF_INET;
+      addr.sin_port = htons(static_cast<uint16_t>(port));
+      addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+      idle.push_back(fd);
+    }
+  }
+  absl::SleepFor(absl::Milliseconds(200));  // Let the servers accept them all.
+  httplib::Client cli("127.0.0.1", probes.port());
+  cli.set_read_timeout(10, 0);
+  for (const char* path : {"/healthz", "/readyz", "/metrics"}) {
+    const absl::Time start = absl::Now();
+    auto res = cli.Get(path);
+    const absl::Duration took = absl::Now() - start;
+    ASSERT_TRUE(res) << path << ": " << httplib::to_string(res.error());
+    EXPECT_EQ(res->status, 200) << path;
+    EXPECT_LT(took, absl::Seconds(1)) << path;
+  }
+  EXPECT_EQ(cli.Post("/filter", "{}", "application/json")->status, 404);  // Probes only.
+  for (int fd : idle) close(fd);
+  p.tls_cert_file = "/nonexistent";
+  EXPECT_EQ(ExtenderServer(scheduler_.get(), p).Start().code(), absl::StatusCode::kInvalidArgument);
+}
+
 // Issue 13 #4: oversized bodies and candidate lists are refused before they cost memory.
 TEST_F(ServerTest, OversizedRequestsAreRefused) {
   ServerOptions o;

@@ -6,6 +6,7 @@
 #include "absl/strings/escaping.h"
 
 #include "base/strings.h"
+#include "config/pod_json.h"
 #include "config/pod_request.h"
 #include "core/sched/engine.h"
 #include "extender/wire.h"
@@ -86,7 +87,7 @@ PodReview ReviewPod(const json& pod, const std::string& ns, bool mutate,
     metadata["name"] = generate.empty() ? "(unnamed)" : generate + "*";
   }
   if (!metadata.contains("namespace") && !ns.empty()) metadata["namespace"] = ns;
-  absl::StatusOr<config::PodManifest> manifest = PodManifestFromJson(named);
+  absl::StatusOr<config::PodManifest> manifest = config::PodManifestFromJson(named);
   if (!manifest.ok()) return deny(std::string(manifest.status().message()));
 
   const std::vector<std::string> gpu_resources = {

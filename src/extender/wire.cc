@@ -47,77 +47,6 @@ absl::StatusOr<std::string> OptionalString(const Json& object, std::string_view 
   return field->get<std::string>();
 }
 
-// metadata.annotations / labels: strings only (the API server guarantees it; be lenient).
-std::map<std::string, std::string> StringEntries(const Json* object) {
-  std::map<std::string, std::string> out;
-  if (object == nullptr || !object->is_object()) return out;
-  for (auto it = object->begin(); it != object->end(); ++it) {
-    if (it->is_string()) out[it.key()] = it->get<std::string>();
-  }
-  return out;
-}
-
-absl::StatusOr<std::map<std::string, std::string>> Quantities(const Json* object,
-                                                              const std::string& where) {
-  std::map<std::string, std::string> out;
-  if (object == nullptr || object->is_null()) return out;
-  if (!object->is_object()) {
-    return absl::InvalidArgumentError(
-        StrCat(where, ": expected an object, got ", object->type_name()));
-  }
-  for (auto it = object->begin(); it != object->end(); ++it) {
-    if (it->is_string()) {
-      out[it.key()] = it->get<std::string>();
-    } else if (it->is_number_integer()) {
-      out[it.key()] = std::to_string(it->get<int64_t>());
-    } else if (it->is_number()) {
-      out[it.key()] = it->dump();
-    } else {
-      return absl::InvalidArgumentError(
-          StrCat(where, ".", it.key(), ": expected a quantity, got ", it->type_name()));
-    }
-  }
-  return out;
-}
-
-absl::Status AddContainers(const Json& spec, std::string_view key, bool init,
-                           config::PodManifest* pod) {
-  auto it = spec.find(key);
-  if (it == spec.end() || it->is_null()) return absl::OkStatus();
-  const std::string where = StrCat("pod ", pod->Key(), " spec.", key);
-  if (!it->is_array()) {
-    return absl::InvalidArgumentError(StrCat(where, ": expected an array, got ", it->type_name()));
-  }
-  for (size_t i = 0; i < it->size(); ++i) {
-    const Json& c = (*it)[i];
-    const std::string cwhere = StrCat(where, "[", i, "]");
-    if (!c.is_object()) {
-      return absl::InvalidArgumentError(StrCat(cwhere, ": expected an object"));
-    }
-    config::ContainerManifest container;
-    container.init = init;
-    if (auto name = c.find("name"); name != c.end() && name->is_string()) {
-      container.name = name->get<std::string>();
-    } else {
-      return absl::InvalidArgumentError(StrCat(cwhere, ": missing name"));
-    }
-    if (auto res = c.find("resources"); res != c.end() && !res->is_null()) {
-      if (!res->is_object()) {
-        return absl::InvalidArgumentError(StrCat(cwhere, ".resources: expected an object"));
-      }
-      const std::string rwhere = StrCat("pod ", pod->Key(), " container ", container.name);
-      auto req = res->find("requests");
-      auto lim = res->find("limits");
-      ASSIGN_OR_RETURN(container.requests,
-                       Quantities(req == res->end() ? nullptr : &*req, rwhere + " requests"));
-      ASSIGN_OR_RETURN(container.limits,
-                       Quantities(lim == res->end() ? nullptr : &*lim, rwhere + " limits"));
-    }
-    pod->containers.push_back(std::move(container));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 const Json* FindField(const Json& object, std::string_view key) {
@@ -334,34 +263,6 @@ absl::StatusOr<BindingArgs> ParseBindingArgs(std::string_view body) {
 }
 
 Json BindingResultToJson(std::string_view error) { return Json{{"Error", std::string(error)}}; }
-
-absl::StatusOr<config::PodManifest> PodManifestFromJson(const Json& pod) {
-  if (!pod.is_object()) return absl::InvalidArgumentError("pod: expected an object");
-  config::PodManifest m;
-  const Json* metadata = FindField(pod, "metadata");
-  if (metadata == nullptr || !metadata->is_object()) {
-    return absl::InvalidArgumentError("pod: metadata missing or not an object");
-  }
-  auto str = [](const Json& obj, std::string_view key) -> std::string {
-    auto it = obj.find(key);
-    return it != obj.end() && it->is_string() ? it->get<std::string>() : std::string();
-  };
-  m.name = str(*metadata, "name");
-  if (std::string ns = str(*metadata, "namespace"); !ns.empty()) m.namespace_name = ns;
-  m.uid = str(*metadata, "uid");
-  if (auto a = metadata->find("annotations"); a != metadata->end())
-    m.annotations = StringEntries(&*a);
-  if (auto l = metadata->find("labels"); l != metadata->end()) m.labels = StringEntries(&*l);
-  if (m.name.empty()) return absl::InvalidArgumentError("pod: metadata.name missing");
-  const Json* spec = FindField(pod, "spec");
-  if (spec == nullptr || !spec->is_object()) {
-    return absl::InvalidArgumentError(StrCat("pod ", m.Key(), ": spec missing or not an object"));
-  }
-  m.node_name = str(*spec, "nodeName");
-  RETURN_IF_ERROR(AddContainers(*spec, "initContainers", true, &m));
-  RETURN_IF_ERROR(AddContainers(*spec, "containers", false, &m));
-  return m;
-}
 
 absl::StatusOr<std::optional<sched::NodeSpec>> NodeSpecFromJson(const Json& node) {
   const Json* metadata = node.is_object() ? FindField(node, "metadata") : nullptr;

@@ -1,5 +1,5 @@
 // src/extender/wire.h: the kube-scheduler extender protocol (k8s.io/kube-scheduler/extender/v1)
-// as JSON, and Pod/Node objects as the placement engine's inputs.
+// as JSON, and Node objects as the placement engine's inputs (Pods: config/pod_json.h).
 //
 // kube-scheduler sends Go field names without json tags (`Pod`, `NodeNames`, `PodUID`...) and
 // decodes replies case-insensitively, so requests are read the way Go's encoding/json reads them:
@@ -19,7 +19,6 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
-#include "config/pod_request.h"
 #include "core/sched/cluster.h"
 
 namespace prism::extender {
@@ -83,11 +82,6 @@ struct BindingArgs {
 absl::StatusOr<BindingArgs> ParseBindingArgs(std::string_view body);
 // ExtenderBindingResult.
 Json BindingResultToJson(std::string_view error);
-
-// The scheduling-relevant parts of a v1.Pod (JSON): metadata, spec.nodeName, and each init and
-// regular container's resources (quantities as strings or numbers). InvalidArgument naming the
-// field for a malformed pod.
-absl::StatusOr<config::PodManifest> PodManifestFromJson(const Json& pod);
 
 // A node's GPUs from the node agent's `prism.io/gpu-inventory` annotation, and its CPU and memory
 // from status.allocatable. nullopt when the node carries no inventory (not a GPU node);

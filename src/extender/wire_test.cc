@@ -2,7 +2,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "yaml-cpp/yaml.h"
 
+#include "config/pod_json.h"
+#include "config/pod_yaml.h"
 #include "extender/test_util.h"
 
 namespace prism::extender {
@@ -175,39 +178,25 @@ TEST(BindingArgsTest, ReadsTheBindingAndRejectsMissingFields) {
   EXPECT_EQ(BindingResultToJson("").dump(), R"({"Error":""})");
 }
 
-TEST(PodManifestTest, ReadsContainersInitContainersAndQuantities) {
-  json pod = testing::PodJson("team", "train",
-                              {{"init", 1, 2000, 0, true, "500m"}, {"main", 2, 8000, 30, false}},
-                              {{"nvidia.com/vgpu-mode", "mig"}});
-  pod["spec"]["containers"][0]["resources"]["limits"]["memory"] = 1073741824;  // A number.
-  absl::StatusOr<config::PodManifest> m = PodManifestFromJson(pod);
-  ASSERT_TRUE(m.ok()) << m.status();
-  EXPECT_EQ(m->Key(), "team/train");
-  EXPECT_EQ(m->uid, "uid-team-train");
-  ASSERT_EQ(m->containers.size(), 2u);
-  EXPECT_TRUE(m->containers[0].init);
-  EXPECT_EQ(m->containers[0].requests.at("cpu"), "500m");
-  EXPECT_EQ(m->containers[1].limits.at("nvidia.com/gpumem"), "8000");
-  EXPECT_EQ(m->containers[1].limits.at("memory"), "1073741824");
-  EXPECT_EQ(m->annotations.at("nvidia.com/vgpu-mode"), "mig");
-}
-
-TEST(PodManifestTest, MalformedPodsAreErrorsNamingTheField) {
-  json pod = GpuPod("p", 1, 1000);
-  pod["spec"]["containers"][0]["resources"]["limits"] = "lots";
-  EXPECT_THAT(std::string(PodManifestFromJson(pod).status().message()),
-              HasSubstr("container main limits: expected an object"));
-  pod = GpuPod("p", 1, 1000);
-  pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = json::array();
-  EXPECT_THAT(std::string(PodManifestFromJson(pod).status().message()),
-              HasSubstr("limits.nvidia.com/gpu: expected a quantity"));
-  pod = GpuPod("p", 1, 1000);
-  pod["spec"]["containers"] = 3;
-  EXPECT_THAT(std::string(PodManifestFromJson(pod).status().message()),
-              HasSubstr("spec.containers: expected an array"));
-  pod = GpuPod("p", 1, 1000);
-  pod["metadata"].erase("name");
-  EXPECT_THAT(std::string(PodManifestFromJson(pod).status().message()), HasSubstr("metadata.name"));
+// The extender reads pods with config::PodManifestFromJson (tested in src/config); its test
+// fixtures must mean the same to the YAML reader that `prism plan` uses.
+TEST(PodManifestTest, FixturesReadTheSameAsTheirYaml) {
+  std::vector<json> pods = {
+      testing::PodJson("team", "train",
+                       {{"init", 1, 2000, 0, true, "500m"}, {"main", 2, 8000, 30, false, "1"}},
+                       {{"nvidia.com/vgpu-mode", "mig"}}),
+      GpuPod("p", 1, 1000), GpuPod("q", 2, 0, 50, {{"nvidia.com/use-gputype", "A100"}})};
+  pods[0]["spec"]["containers"][0]["resources"]["limits"]["memory"] = 1073741824;  // A number.
+  pods[1]["spec"]["nodeName"] = "n1";
+  for (const json& pod : pods) {
+    SCOPED_TRACE(pod.dump());
+    absl::StatusOr<config::PodManifest> from_json = config::PodManifestFromJson(pod);
+    ASSERT_TRUE(from_json.ok()) << from_json.status();
+    absl::StatusOr<config::PodManifest> from_yaml =
+        config::ParsePodNode(YAML::Load(pod.dump()), "fixture");
+    ASSERT_TRUE(from_yaml.ok()) << from_yaml.status();
+    EXPECT_EQ(*from_json, *from_yaml);
+  }
 }
 
 TEST(NodeSpecTest, ReadsInventoryAndAllocatable) {
