@@ -264,11 +264,11 @@ void BM_MigReplay(benchmark::State& state) {
       config::PodManifest manifest;
       manifest.name = uid;
       manifest.annotations = {{"nvidia.com/vgpu-mode", "mig"}};
-      manifest.containers.push_back(
-          {"main",
-           false,
-           {},
-           {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", std::to_string(pods[i].memory_mib)}}});
+      config::ContainerManifest main_container;
+      main_container.name = "main";
+      main_container.limits = {{"nvidia.com/gpu", "1"},
+                               {"nvidia.com/gpumem", std::to_string(pods[i].memory_mib)}};
+      manifest.containers.push_back(std::move(main_container));
       auto request = config::BuildPodRequest(manifest, config);
       sched::ScheduleResult result = engine.Place(*request, false);
       if (!result.scheduled) {

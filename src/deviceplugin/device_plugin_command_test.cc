@@ -127,8 +127,10 @@ TEST(DevicePluginCommandTest, ServesAllocatesReportsAndStopsOnSigterm) {
   config::PodManifest manifest;
   manifest.namespace_name = "ns";
   manifest.name = "p";
-  manifest.containers.push_back(
-      {"main", false, {}, {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "3000"}}});
+  config::ContainerManifest main_container;
+  main_container.name = "main";
+  main_container.limits = {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "3000"}};
+  manifest.containers.push_back(std::move(main_container));
   auto request = config::BuildPodRequest(manifest, device_config);
   ASSERT_TRUE(request.ok());
   sched::ScheduleResult placed = engine.Place(*request);

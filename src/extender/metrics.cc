@@ -135,7 +135,8 @@ std::string SchedulerMetrics::Render(SchedulerCache& cache) const {
       Gauges("prism_gpu_memory_allocated_bytes", "GPU memory granted to pods (decisions charged)");
   MetricFamily core_alloc =
       Gauges("prism_gpu_core_allocated_ratio", "Compute share granted to pods (1 = whole GPU)");
-  MetricFamily shared = Gauges("prism_gpu_shared_count", "Containers holding a share of the GPU");
+  MetricFamily shared =
+      Gauges("prism_gpu_shared_containers", "Containers holding a share of the GPU");
   MetricFamily mig =
       Gauges("prism_gpu_mig_instance_info",
              "MIG instances in the scheduler's view (state: idle, in-use, assigned)");

@@ -4,6 +4,7 @@
 #include "gtest/gtest.h"
 
 #include "config/device_config_yaml.h"
+#include "config/pod_json.h"
 #include "extender/test_util.h"
 
 namespace prism::extender {
@@ -19,7 +20,7 @@ using testing::NodeJson;
 using testing::TestGpu;
 
 config::PodManifest Manifest(const json& pod) {
-  absl::StatusOr<config::PodManifest> m = PodManifestFromJson(pod);
+  absl::StatusOr<config::PodManifest> m = config::PodManifestFromJson(pod);
   EXPECT_TRUE(m.ok()) << m.status();
   return *m;
 }
@@ -260,7 +261,7 @@ TEST_F(StatusTest, PodProblemsAreListedAtOnceWithoutTheGrace) {
   pods_.push_back(Bound(GpuPod("garbled", 1, 1000), "n1", {{"prism.io/decision", "{garbage"}}));
   json failed = Schedule(GpuPod("failed", 1, 2000));
   failed["metadata"]["annotations"]["prism.io/allocation-status"] =
-      R"({"containers":{"main":{"error":"no such device"}}})";
+      R"({"node":"n1","containers":{"main":{"error":"no such device"}}})";
   pods_.back() = failed;
   const StatusReport r = Report(*Fresh());
   ASSERT_EQ(r.pod_issues.size(), 2u);

@@ -15,17 +15,20 @@
 #include "nlohmann/json.hpp"
 
 #include "config/device_config_yaml.h"
+#include "config/pod_json.h"
 #include "deviceplugin/metrics.h"
 #include "deviceplugin/node_agent.h"
 #include "deviceplugin/promtool.h"
 #include "extender/cache.h"
 #include "extender/metrics.h"
+#include "extender/test_util.h"
 #include "nvml/sim_nvml.h"
 
 namespace prism {
 namespace {
 
 using Json = nlohmann::json;
+using ::testing::ContainsRegex;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using ::testing::UnorderedElementsAre;
@@ -162,8 +165,25 @@ std::string AgentMetricsText() {
   return registry.Render();
 }
 
+// The scheduler's /metrics with series in every per-GPU family: a sliced node and a MIG node,
+// each running a pod scheduled through Filter and Bind as kube-scheduler drives them.
 std::string SchedulerMetricsText() {
   extender::SchedulerCache cache(config::DefaultDeviceConfig());
+  using extender::testing::TestGpu;
+  cache.UpsertNode(extender::testing::NodeJson("sliced", {TestGpu(), TestGpu()}));
+  cache.UpsertNode(
+      extender::testing::NodeJson("mig", {TestGpu("A100-PCIE-40GB", 40960, /*mig_=*/true)}));
+  std::map<std::string, std::string> mig_mode{{"nvidia.com/vgpu-mode", "mig"}};
+  for (const nlohmann::json& pod : {extender::testing::GpuPod("slice", 1, 8000, 30),
+                                    extender::testing::GpuPod("partition", 1, 8000, 0, mig_mode)}) {
+    absl::StatusOr<config::PodManifest> manifest = config::PodManifestFromJson(pod);
+    EXPECT_TRUE(manifest.ok()) << manifest.status();
+    const extender::FilterOutcome f = cache.Filter(*manifest, {"sliced", "mig"});
+    EXPECT_FALSE(f.assumed_node.empty()) << f.Summary(2);
+    absl::StatusOr<extender::BindTicket> ticket = cache.BeginBind(*manifest, f.assumed_node);
+    EXPECT_TRUE(ticket.ok()) << ticket.status();
+    if (ticket.ok()) cache.FinishBind(*ticket, extender::BindOutcome::kBound);
+  }
   extender::SchedulerMetrics metrics;
   // Event families appear once they have a series.
   metrics.ObserveRequest("filter", "ok", 0.001);
@@ -239,6 +259,12 @@ TEST(DashboardMetricsTest, EveryPanelQueriesAMetricAnExporterExports) {
   };
   walk(dashboard["panels"]);
 
+  // The lint covers series, not only the families' headers: both pods' GPUs are in it.
+  for (const char* node : {"sliced", "mig"}) {
+    EXPECT_THAT(scheduler,
+                ContainsRegex(std::string("prism_gpu_memory_allocated_bytes\\{[^}]*node=\"") +
+                              node + "\"\\} [1-9]"));
+  }
   if (auto promtool = deviceplugin::testing::FindPromtool()) {
     EXPECT_EQ(deviceplugin::testing::PromtoolProblems(*promtool, agent), "") << agent;
     EXPECT_EQ(deviceplugin::testing::PromtoolProblems(*promtool, scheduler), "") << scheduler;

@@ -137,7 +137,14 @@ void NodeSimulator::Admit(const std::string& key) {
        decision.is_object() ? decision.value("containers", json::array()) : json::array()) {
     const json devices = c.value("devices", json::array());
     if (devices.empty()) continue;
-    json entry{{"allocations", {StrCat(k8s::Uid(*pod), "-", id++)}}};
+    // The node agent's allocation ID form (docs/annotations.md): lowercase letters and digits,
+    // '-', a number. The UID's hex digits make a prefix of that form.
+    std::string prefix;
+    for (char ch : k8s::Uid(*pod)) {
+      if ((ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9')) prefix.push_back(ch);
+    }
+    if (prefix.empty()) prefix = "sim";
+    json entry{{"allocations", {StrCat(prefix.substr(0, 32), "-", id++)}}};
     if (a.failed) {
       entry["error"] = a.error;
     } else {
