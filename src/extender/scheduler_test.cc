@@ -445,26 +445,35 @@ TEST_F(SchedulerServiceTest, CreationToBindAndToDevicesReadyAreTimedOnce) {
   EXPECT_EQ(Sample(m, StrCat(kBind, "_count")), 1);
   EXPECT_DOUBLE_EQ(Sample(m, StrCat(kBind, "_sum")), 3);
   EXPECT_EQ(Sample(m, StrCat(kReady, "_count")), 0);
+  // The informer stores an event's object before it runs the handlers (which observe the
+  // histogram), and handles events one at a time: once a later change to the pod is in the
+  // store, every handler of the earlier one has run.
+  int barriers = 0;
+  auto handled = [&] {
+    const std::string mark = std::to_string(++barriers);
+    ASSERT_OK(api_->MergePatch("pods", "default", "p",
+                               {{"metadata", {{"annotations", {{"test/barrier", mark}}}}}}));
+    ASSERT_TRUE(WaitUntil([&] {
+      std::optional<json> seen = s->InformerPod("default", "p");
+      return seen.has_value() && k8s::Annotation(*seen, "test/barrier") == mark;
+    }));
+  };
   // The node agent's status, first without devices (still pending), then with them.
   auto set_status = [&](const json& status) {
     ASSERT_OK(api_->MergePatch(
         "pods", "default", "p",
         {{"metadata", {{"annotations", {{"prism.io/allocation-status", status.dump()}}}}}}));
-    ASSERT_TRUE(WaitUntil([&] {
-      std::optional<json> seen = s->InformerPod("default", "p");
-      return seen.has_value() &&
-             k8s::Annotation(*seen, "prism.io/allocation-status") == status.dump();
-    }));
+    handled();
   };
   clock.Set(created + absl::Seconds(5));
-  set_status({{"node", "n1"}, {"containers", {{"main", {{"allocations", {"a1"}}}}}}});
+  set_status({{"node", "n1"}, {"containers", {{"main", {{"allocations", {"a-1"}}}}}}});
   EXPECT_EQ(Sample(s->Metrics().body, StrCat(kReady, "_count")), 0);
   clock.Set(created + absl::Seconds(8));
   const json ready{
       {"node", "n1"},
       {"containers",
        {{"main",
-         {{"allocations", {"a1"}},
+         {{"allocations", {"a-1"}},
           {"devices", {{{"index", 0}, {"uuid", "GPU-n1-0"}, {"mode", "hami-core"}}}}}}}}};
   set_status(ready);
   m = s->Metrics().body;
@@ -473,7 +482,7 @@ TEST_F(SchedulerServiceTest, CreationToBindAndToDevicesReadyAreTimedOnce) {
   // Seen again (the agent rewrites its status, a relist): not observed twice.
   clock.Set(created + absl::Seconds(20));
   json again = ready;
-  again["containers"]["main"]["allocations"].push_back("a2");
+  again["containers"]["main"]["allocations"].push_back("a-2");
   set_status(again);
   EXPECT_EQ(Sample(s->Metrics().body, StrCat(kReady, "_count")), 1);
   // A failed allocation is not "ready", ever.
@@ -485,11 +494,12 @@ TEST_F(SchedulerServiceTest, CreationToBindAndToDevicesReadyAreTimedOnce) {
       {{"metadata",
         {{"annotations",
           {{"prism.io/allocation-status",
-            json{{"containers", {{"main", {{"error", "no such GPU"}}}}}}.dump()}}}}}}));
+            json{{"node", "n1"}, {"containers", {{"main", {{"error", "no such GPU"}}}}}}.dump()}}}}}}));
   ASSERT_TRUE(WaitUntil([&] {
     std::optional<json> seen = s->InformerPod("default", "q");
     return seen.has_value() && k8s::Annotation(*seen, "prism.io/allocation-status").has_value();
   }));
+  handled();  // One informer, one event at a time: q's handlers ran before this change of p.
   EXPECT_EQ(Sample(s->Metrics().body, StrCat(kReady, "_count")), 1);
 }
 
