@@ -126,7 +126,7 @@ absl::Status Ledger::Load() {
                r.status().message());
       continue;
     }
-    next_seq_ = std::max(next_seq_, r->seq + 1);
+    AdvanceSequenceLocked(r->seq);
     records_[r->id] = *std::move(r);
     ++version_;
   }
@@ -147,6 +147,15 @@ absl::Status Ledger::Persist(const AllocationRecord& record) const {
   fs::rename(tmp, path, ec);
   if (ec) return absl::InternalError(StrCat("cannot rename ", tmp, ": ", ec.message()));
   return absl::OkStatus();
+}
+
+void Ledger::AdvanceSequenceLocked(uint64_t seen) {
+  // New IDs continue after every record seen, so they sort after them. A record recovered from
+  // a pod annotation carries a number the pod's owner chose: one near 2^53 would push every ID
+  // this agent makes past what an ID may hold, and each allocation would then fail. Numbers in
+  // the upper half of the range are not followed; the agent's own never get there.
+  if (seen >= kSequenceFollowLimit) return;
+  next_seq_ = std::max(next_seq_, seen + 1);
 }
 
 absl::StatusOr<AllocationRecord> Ledger::Add(const std::vector<std::string>& device_ids,
@@ -180,7 +189,7 @@ absl::Status Ledger::Put(const AllocationRecord& record) {
   {
     absl::MutexLock lock(&mu_);
     records_[record.id] = record;
-    next_seq_ = std::max(next_seq_, record.seq + 1);
+    AdvanceSequenceLocked(record.seq);
     ++version_;
   }
   return Persist(record);

@@ -68,6 +68,9 @@ class Ledger {
  private:
   absl::Status Persist(const AllocationRecord& record) const;
   std::string PathOf(const std::string& id) const;
+  // next_seq_ past `seen`, unless `seen` is beyond kSequenceFollowLimit (ledger.cc says why).
+  void AdvanceSequenceLocked(uint64_t seen) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static constexpr uint64_t kSequenceFollowLimit = uint64_t{1} << 52;
 
   const std::string dir_;  // <state-dir>/allocations, or empty.
   const std::string id_prefix_;

@@ -98,6 +98,32 @@ TEST(LedgerTest, RefusesIdsThatAreNotTheAgentsOwn) {
   EXPECT_TRUE(ledger.Put(good).ok());
 }
 
+// A pod's owner may write any valid ID into the pod's allocation-status, and the agent adopts
+// it at its next start. One at the top of the range must not leave the agent unable to make IDs
+// (every later allocation would fail), then or after the record comes back from disk.
+TEST(LedgerTest, AForgedHugeSequenceNumberDoesNotExhaustTheAgentsIds) {
+  const auto dir = testing::TestDir();
+  {
+    Ledger ledger(dir.string(), "run1");
+    ASSERT_TRUE(ledger.Load().ok());
+    AllocationRecord forged;
+    forged.id = "forged-9007199254740992";  // 2^53, the largest an ID may carry.
+    forged.seq = uint64_t{1} << 53;
+    ASSERT_TRUE(ledger.Put(forged).ok());
+    auto next = ledger.Add({"g::0"}, 1);
+    ASSERT_TRUE(next.ok()) << next.status();
+    EXPECT_EQ(next->id, "run1-1");
+    ASSERT_TRUE(ledger.Put(*next).ok()) << "the agent's own ID must stay valid";
+  }
+  Ledger restarted(dir.string(), "run2");
+  ASSERT_TRUE(restarted.Load().ok());
+  EXPECT_EQ(restarted.size(), 2u);
+  auto next = restarted.Add({"g::1"}, 2);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->id, "run2-2");
+  EXPECT_TRUE(restarted.Put(*next).ok());
+}
+
 TEST(LedgerTest, Base36) {
   EXPECT_EQ(Base36(0), "0");
   EXPECT_EQ(Base36(35), "z");
