@@ -65,18 +65,6 @@ std::string NodeFingerprint(const Json& node) {
   return fp;
 }
 
-std::string_view InstanceStateName(sched::InstanceState s) {
-  switch (s) {
-    case sched::InstanceState::kIdle:
-      return "idle";
-    case sched::InstanceState::kInUse:
-      return "in-use";
-    case sched::InstanceState::kAssigned:
-      return "assigned";
-  }
-  return "unknown";
-}
-
 // Instances a tracked decision names are held by Prism pods, whatever the node reports: they
 // are marked free in `spec` so that the pods' decisions can take them again.
 void ReleaseClaimedInstances(const std::set<std::tuple<std::string, std::string, int>>& claimed,
@@ -993,7 +981,7 @@ std::vector<GpuSnapshot> SnapshotGpus(const sched::ClusterState& state) {
         const sched::MigInstance& inst = usage.instances[i];
         const mig::GpuInstanceProfile& p = info.mig_model->profiles[inst.profile];
         s.instances.push_back(InstanceSnapshot{p.Name(), inst.start, p.memory_slices,
-                                               std::string(InstanceStateName(inst.state))});
+                                               std::string(sched::InstanceStateName(inst.state))});
       }
     }
     out.push_back(std::move(s));

@@ -36,18 +36,6 @@ std::string InstanceName(std::string_view profile, int start) {
 // Two decimals: fragmentation is a sum of fractional GPUs, and more digits only add noise.
 std::string Gpus(double v) { return StrCat(std::round(v * 100) / 100); }
 
-std::string_view InstanceStateText(sched::InstanceState s) {
-  switch (s) {
-    case sched::InstanceState::kIdle:
-      return "idle";
-    case sched::InstanceState::kInUse:
-      return "in-use";
-    case sched::InstanceState::kAssigned:
-      return "assigned";
-  }
-  return "unknown";
-}
-
 json ShapeJson(const sched::WorkloadShape& s) {
   json j{{"weight", s.weight}, {"gpus", s.gpu_count}, {"cpuMilli", s.cpu_milli}};
   if (s.gpu.memory_mib > 0) {
@@ -193,7 +181,8 @@ absl::StatusOr<StatusReport> BuildStatusReport(const CacheSnapshot& snapshot) {
           const sched::MigInstance& inst = u.instances[i];
           const mig::GpuInstanceProfile& p = gi.mig_model->profiles[inst.profile];
           gpu.instances.push_back(StatusInstance{p.Name(), inst.start, p.memory_slices,
-                                                 std::string(InstanceStateText(inst.state)), ""});
+                                                 std::string(sched::InstanceStateName(inst.state)),
+                                                 ""});
           if (inst.state == sched::InstanceState::kInUse) {
             // What ClusterState::Build charges for it.
             gpu.memory_untracked_mib += p.memory_mib;

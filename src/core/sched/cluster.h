@@ -80,6 +80,19 @@ enum class InstanceState : uint8_t {
   kAssigned = 2,  // Held by a pod in the ledger.
 };
 
+// "idle", "in-use", "assigned": the words /metrics and `prism status` show.
+constexpr std::string_view InstanceStateName(InstanceState s) {
+  switch (s) {
+    case InstanceState::kIdle:
+      return "idle";
+    case InstanceState::kInUse:
+      return "in-use";
+    case InstanceState::kAssigned:
+      return "assigned";
+  }
+  return "unknown";
+}
+
 struct MigInstance {
   int8_t profile = -1;  // Index into the model's profiles.
   int8_t start = 0;
