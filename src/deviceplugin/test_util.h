@@ -68,7 +68,20 @@ inline void InjectFault(const std::string& state_file, const std::string& call, 
                         int skip = 0, int count = 1) {
   nvml::sim::SimStateFile file(state_file);
   ASSERT_TRUE(file.Transact([&](nvml::sim::SimState& s, bool* changed) {
-                    s.faults.push_back({call, skip, count, code});
+                    s.faults.push_back({call, skip, count, code, ""});
+                    *changed = true;
+                    return absl::OkStatus();
+                  })
+                  .ok());
+}
+
+// Stops the process making the `skip`+1-th call of `call` once its result is written: `then` is
+// "kill" or "hang" (docs/nvml-simulator.md).
+inline void InjectStop(const std::string& state_file, const std::string& call,
+                       const std::string& then, int skip = 0) {
+  nvml::sim::SimStateFile file(state_file);
+  ASSERT_TRUE(file.Transact([&](nvml::sim::SimState& s, bool* changed) {
+                    s.faults.push_back({call, skip, 1, 0, then});
                     *changed = true;
                     return absl::OkStatus();
                   })

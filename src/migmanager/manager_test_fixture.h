@@ -301,7 +301,7 @@ class MigManagerTest : public ::testing::Test {
   void InjectFault(const std::string& call, int skip, int code) {
     ASSERT_TRUE(nvml::sim::SimStateFile(gpus_path_)
                     .Transact([&](nvml::sim::SimState& s, bool* changed) {
-                      s.faults.push_back(nvml::sim::SimFault{call, skip, 1, code});
+                      s.faults.push_back(nvml::sim::SimFault{call, skip, 1, code, ""});
                       *changed = true;
                       return absl::OkStatus();
                     })

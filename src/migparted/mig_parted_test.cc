@@ -114,7 +114,7 @@ TEST_F(MigPartedTest, AFailingCreateIsRolledBack) {
   ASSERT_TRUE(Apply(*nvml_, Config("all-balanced"), {}).ok());
   ASSERT_TRUE(nvml_->file()
                   .Transact([](nvml::sim::SimState& s, bool* changed) {
-                    s.faults.push_back(nvml::sim::SimFault{"CreateGpuInstance", 1, 1, 999});
+                    s.faults.push_back(nvml::sim::SimFault{"CreateGpuInstance", 1, 1, 999, ""});
                     *changed = true;
                     return absl::OkStatus();
                   })

@@ -227,7 +227,7 @@ TEST_P(NvmlConformanceTest, ReportsProcessUtilizationOutsideMigModeOnly) {
   ASSERT_TRUE(nvml_->SetMigMode(1, true).ok());
   EXPECT_EQ(nvml_->ProcessUtilization(1, 0).status().code(), absl::StatusCode::kUnimplemented);
   Edit([](sim::SimState& s) {
-    s.faults.push_back(sim::SimFault{"ProcessUtilization", 0, 1, 15 /* GPU_IS_LOST */});
+    s.faults.push_back(sim::SimFault{"ProcessUtilization", 0, 1, 15 /* GPU_IS_LOST */, ""});
   });
   EXPECT_EQ(nvml_->ProcessUtilization(2, 0).status().code(), absl::StatusCode::kUnavailable);
 }
@@ -235,7 +235,7 @@ TEST_P(NvmlConformanceTest, ReportsProcessUtilizationOutsideMigModeOnly) {
 TEST_P(NvmlConformanceTest, InjectedFaultsSurfaceAsErrors) {
   ASSERT_TRUE(nvml_->SetMigMode(1, true).ok());
   Edit([](sim::SimState& s) {
-    s.faults.push_back(sim::SimFault{"CreateComputeInstance", 0, 1, 15 /* GPU_IS_LOST */});
+    s.faults.push_back(sim::SimFault{"CreateComputeInstance", 0, 1, 15 /* GPU_IS_LOST */, ""});
   });
   auto gi = nvml_->CreateGpuInstance(1, 19, 0);
   ASSERT_TRUE(gi.ok());
@@ -307,7 +307,7 @@ TEST_P(NvmlConformanceTest, ALostGpuDuringAnXidWaitIsAnError) {
   auto watcher = nvml_->WatchXidEvents({0});
   ASSERT_TRUE(watcher.ok()) << watcher.status();
   Edit([](sim::SimState& s) {
-    s.faults.push_back(sim::SimFault{"WaitXidEvent", 0, 1, 15 /* GPU_IS_LOST */});
+    s.faults.push_back(sim::SimFault{"WaitXidEvent", 0, 1, 15 /* GPU_IS_LOST */, ""});
   });
   auto lost = (*watcher)->Wait(absl::Seconds(1));
   EXPECT_EQ(lost.status().code(), absl::StatusCode::kUnavailable);

@@ -6,6 +6,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <algorithm>
 #include <csignal>
 #include <deque>
 #include <map>
@@ -323,6 +324,7 @@ class FakeApiServer::Impl {
   uint64_t bookmark_generation_ ABSL_GUARDED_BY(mu_) = 0;
   int active_watches_ ABSL_GUARDED_BY(mu_) = 0;
   std::vector<Fault> faults_ ABSL_GUARDED_BY(mu_);
+  int faults_fired_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration latency_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
   std::vector<std::string> tokens_ ABSL_GUARDED_BY(mu_);
   std::vector<RequestRecord> requests_ ABSL_GUARDED_BY(mu_);
@@ -729,6 +731,7 @@ std::optional<Fault> FakeApiServer::Impl::TakeFault(const httplib::Request& req)
     }
     Fault fault = *it;
     if (it->count > 0 && --it->count == 0) faults_.erase(it);
+    ++faults_fired_;
     return fault;
   }
   return std::nullopt;
@@ -756,7 +759,10 @@ void FakeApiServer::Impl::Handle(const httplib::Request& req, httplib::Response&
   record.body = req.body;
   record.watch = TruthyParam(req.get_param_value("watch"));
 
-  if (std::optional<Fault> fault = TakeFault(req)) {
+  std::optional<Fault> fault = TakeFault(req);
+  if (fault.has_value() && fault->delay > absl::ZeroDuration()) absl::SleepFor(fault->delay);
+  if (fault.has_value() && fault->status == 0) fault.reset();  // Slow, then served.
+  if (fault.has_value()) {
     res.status = fault->status;
     if (fault->retry_after_seconds >= 0) {
       res.set_header("Retry-After", std::to_string(fault->retry_after_seconds));
@@ -1229,6 +1235,9 @@ void FakeApiServer::Impl::HandleAdmin(const httplib::Request& req, httplib::Resp
     num("count", &fault.count);
     num("status", &fault.status);
     num("retryAfterSeconds", &fault.retry_after_seconds);
+    int delay_ms = 0;
+    num("delayMs", &delay_ms);
+    fault.delay = absl::Milliseconds(std::clamp(delay_ms, 0, 600'000));
     faults_.push_back(fault);
     return ok(Json::object());
   }
@@ -1406,6 +1415,11 @@ void FakeApiServer::SendBookmarks() {
 void FakeApiServer::InjectFault(Fault fault) {
   absl::MutexLock lock(&impl_->mu_);
   impl_->faults_.push_back(std::move(fault));
+}
+
+int FakeApiServer::faults_fired() const {
+  absl::MutexLock lock(&impl_->mu_);
+  return impl_->faults_fired_;
 }
 
 void FakeApiServer::ClearFaults() {

@@ -76,6 +76,9 @@ struct Fault {
   std::string content_type = "application/json";
   // Adds a Retry-After header when >= 0.
   int retry_after_seconds = -1;
+  // Holds a matching request this long before answering it; with `status` 0 it is then served
+  // as usual (a slow API server that still commits what a client that gave up had sent).
+  absl::Duration delay = absl::ZeroDuration();
 };
 
 struct RequestRecord {
@@ -134,6 +137,8 @@ class FakeApiServer {
   void SendBookmarks();
   void InjectFault(Fault fault);
   void ClearFaults();
+  // Faults that have fired (matched a request) over the server's life.
+  int faults_fired() const;
   // Delays every API request by `latency`.
   void SetLatency(absl::Duration latency);
   void SetTokens(std::vector<std::string> tokens);

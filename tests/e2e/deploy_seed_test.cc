@@ -10,7 +10,10 @@
 // then both binaries are SIGKILLed and restarted with a process on the pod's instances, and the
 // next pod must be served without touching them. The same for a placement-mode GPU (a model with
 // no knownMigGeometries), for a GPU no catalog knows (only its NVML tables: issue 17) and for a
-// node the MIG manager owns (nvidia.com/mig.config).
+// node the MIG manager owns (nvidia.com/mig.config). Crash tests kill the binaries at the other
+// points that matter: the device plugin between a GPU instance's create and its compute
+// instance's (the simulated NVML stops it there) and while the kubelet waits in PreStartContainer,
+// the extender with its Binding at the API server.
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -21,6 +24,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/escaping.h"
 #include "gmock/gmock.h"
@@ -29,6 +33,7 @@
 #include "yaml-cpp/yaml.h"
 
 #include "base/strings.h"
+#include "config/annotations.h"
 #include "deviceplugin/fake_driver_tree.h"
 #include "deviceplugin/test_util.h"
 #include "k8s/client.h"
@@ -426,6 +431,55 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     }
   }
 
+  // Waits for the agent to stop by itself (a kill fault of the simulated NVML) and reaps it.
+  void WaitAgentKilled() {
+    for (int i = 0; i < 3000; ++i) {
+      int status = 0;
+      const pid_t r = waitpid(agent_.pid, &status, WNOHANG);
+      if (r == agent_.pid) {
+        agent_.pid = -1;
+        ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+            << "the agent ended with status " << status << "\n" << Slurp(agent_.log);
+        return;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    FAIL() << "the agent never reached its kill point\n" << Slurp(agent_.log);
+  }
+
+  // Waits until the agent's call to `call` is stopped: a GPU instance without a compute instance
+  // is on GPU 0 (the point between the two creates).
+  bool HalfMadeInstance() {
+    for (const auto& gi : deviceplugin::testing::ReadState(state_file_).gpus[0].gpu_instances) {
+      if (gi.compute_instances.empty()) return true;
+    }
+    return false;
+  }
+
+  // The kubelet starting `pod`'s first container, retried as its pod workers retry a failed
+  // start (CreateContainerConfigError, the plugin not registered yet), up to 60 s.
+  absl::StatusOr<kubelet::CreatedContainer> StartWithRetries(const std::string& uid,
+                                                             const std::string& container) {
+    absl::StatusOr<kubelet::CreatedContainer> created;
+    for (int i = 0; i < 600; ++i) {
+      created = kubelet_->CreateContainer(uid, container);
+      if (created.ok()) break;
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    return created;
+  }
+
+  // After a crash: every GPU instance has its compute instance, and (placement) none is left
+  // over beyond what pods hold and the agent's idle pool of one.
+  void ExpectNothingHalfMade() {
+    const nvml::sim::SimState state = deviceplugin::testing::ReadState(state_file_);
+    for (const auto& gi : state.gpus[0].gpu_instances) {
+      EXPECT_FALSE(gi.compute_instances.empty())
+          << "GPU instance " << gi.id << " was left without a compute instance\n"
+          << Slurp(agent_.log);
+    }
+  }
+
   fs::path root_;
   fs::path dir_;
   DeployBundle bundle_;
@@ -520,6 +574,158 @@ TEST_P(DeploySeedTest, ThePodRunsAndSurvivesRestartsOfBothBinaries) {
   if (is_static) {
     EXPECT_EQ(after, before) << "a static layout was changed";
   }
+}
+
+// The device plugin SIGKILLed between the two NVML calls that make a MIG device (its GPU
+// instance made, the compute instance not yet), and the extender killed while the allocation is
+// half made: after both restart, the pod's container starts on whole instances, nothing is left
+// half made, and the next pod is served.
+TEST_P(DeploySeedTest, KilledBetweenGpuAndComputeInstanceCreateTheNextStartFinishesIt) {
+  const NodeCase& c = GetParam();
+  if (!c.preexisting.empty()) GTEST_SKIP() << "a static layout is never created or changed";
+  ASSERT_NO_FATAL_FAILURE(CreateNode(c));
+  ASSERT_NO_FATAL_FAILURE(StartNodeSide(c));
+  ASSERT_NO_FATAL_FAILURE(StartScheduler());
+  ASSERT_NO_FATAL_FAILURE(StartDriver());
+  // Template mode lays out HAMi's whole geometry first: stop inside it, at its second instance.
+  deviceplugin::testing::InjectStop(state_file_, "CreateGpuInstance", "kill",
+                                    c.name == "template" ? 1 : 0);
+  json first = c.name == "template" ? SeedPod(root_) : MigPod("first", 1, 4000);
+  const std::string name = first["metadata"]["name"];
+  const std::string container = first["spec"]["containers"][0]["name"];
+  const std::string uid = Submit(first);
+  ASSERT_FALSE(uid.empty());
+  ASSERT_TRUE(driver_->WaitBound({"default/" + name}, absl::Seconds(30))) << Slurp(scheduler_.log);
+  kubelet::FakePod fake{uid, "default", name, {}};
+  const int gpus = c.name == "template" ? 2 : 1;
+  fake.containers.push_back({container, false, false, gpus});
+  // Allocate answers before the instances are made (they are made once the pod is in
+  // PodResources); if the agent died first, the kubelet admits the pod again after the restart.
+  const absl::Status admitted = kubelet_->AdmitPod(fake, "nvidia.com/gpu");
+  ASSERT_NO_FATAL_FAILURE(WaitAgentKilled());
+  ASSERT_TRUE(HalfMadeInstance()) << "the kill did not land between the two creates";
+  scheduler_.Kill();
+  ASSERT_NO_FATAL_FAILURE(StartScheduler());
+  ASSERT_NO_FATAL_FAILURE(StartAgent());
+  if (!admitted.ok()) {
+    ASSERT_TRUE(kubelet_->AdmitPod(fake, "nvidia.com/gpu").ok());
+  }
+
+  absl::StatusOr<kubelet::CreatedContainer> started = StartWithRetries(uid, container);
+  ASSERT_TRUE(started.ok()) << started.status() << Slurp(agent_.log);
+  const std::string visible = started->env["NVIDIA_VISIBLE_DEVICES"];
+  const std::vector<std::string> devices = Split(visible);
+  ASSERT_EQ(devices.size(), static_cast<size_t>(gpus)) << visible << Slurp(agent_.log);
+  for (const std::string& d : devices) EXPECT_EQ(d.rfind("MIG-", 0), 0u) << visible;
+  ExpectNothingHalfMade();
+  if (c.name == "template") {
+    EXPECT_EQ(Instances().size(), 4u) << "HAMi's geometry 1, whole";
+  }
+
+  PutProcessesOn(visible);
+  json next = MigPod("next", 1, 4000);
+  const std::string next_uid = Submit(next);
+  ASSERT_FALSE(next_uid.empty());
+  absl::StatusOr<kubelet::CreatedContainer> next_container = Run(next, next_uid);
+  ASSERT_TRUE(next_container.ok()) << next_container.status() << Slurp(agent_.log);
+  const std::string next_visible = next_container->env["NVIDIA_VISIBLE_DEVICES"];
+  EXPECT_EQ(next_visible.rfind("MIG-", 0), 0u) << next_visible << Slurp(agent_.log);
+  for (const std::string& d : devices) EXPECT_EQ(next_visible.find(d), std::string::npos);
+  ExpectNothingHalfMade();
+}
+
+// The device plugin SIGKILLed while the kubelet waits in PreStartContainer for the pod's spec
+// (the agent stopped after a GPU instance create): the kubelet's start fails, and its retry
+// after the restart starts the container on whole instances.
+TEST_P(DeploySeedTest, KilledDuringThePreStartWaitTheRetriedStartSucceeds) {
+  const NodeCase& c = GetParam();
+  if (!c.preexisting.empty()) GTEST_SKIP() << "a static layout is never created or changed";
+  ASSERT_NO_FATAL_FAILURE(CreateNode(c));
+  ASSERT_NO_FATAL_FAILURE(StartNodeSide(c));
+  ASSERT_NO_FATAL_FAILURE(StartScheduler());
+  ASSERT_NO_FATAL_FAILURE(StartDriver());
+  ASSERT_TRUE(kubelet_->PluginOptions("nvidia.com/gpu").pre_start_required())
+      << "the shipped DaemonSet turns PreStartContainer off";
+  deviceplugin::testing::InjectStop(state_file_, "CreateGpuInstance", "hang");
+  json pod = MigPod("waiting", 1, 4000);
+  const std::string uid = Submit(pod);
+  ASSERT_FALSE(uid.empty());
+  ASSERT_TRUE(driver_->WaitBound({"default/waiting"}, absl::Seconds(30))) << Slurp(scheduler_.log);
+  kubelet::FakePod fake{uid, "default", "waiting", {{"main", false, false, 1}}};
+  ASSERT_TRUE(kubelet_->AdmitPod(fake, "nvidia.com/gpu").ok());
+  const int prestarts = kubelet_->prestart_calls();
+  std::thread start([&] {
+    absl::StatusOr<kubelet::CreatedContainer> r = kubelet_->CreateContainer(uid, "main");
+    EXPECT_FALSE(r.ok()) << "the container started while its plugin hung";
+  });
+  bool waiting = false;
+  for (int i = 0; i < 3000 && !waiting; ++i) {
+    waiting = kubelet_->prestart_calls() > prestarts && HalfMadeInstance();
+    if (!waiting) absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_TRUE(waiting) << "PreStartContainer and the hung create never met\n" << Slurp(agent_.log);
+  agent_.Kill();
+  start.join();
+  ASSERT_NO_FATAL_FAILURE(StartAgent());
+  absl::StatusOr<kubelet::CreatedContainer> started = StartWithRetries(uid, "main");
+  ASSERT_TRUE(started.ok()) << started.status() << Slurp(agent_.log);
+  const std::string visible = started->env["NVIDIA_VISIBLE_DEVICES"];
+  EXPECT_EQ(visible.rfind("MIG-", 0), 0u) << visible << Slurp(agent_.log);
+  EXPECT_EQ(Split(visible).size(), 1u) << visible;
+  ExpectNothingHalfMade();
+}
+
+// The extender SIGKILLed while its Binding is at the API server. The decision travels in the
+// Binding (its annotations), so there is no moment with a decision on an unbound pod; the API
+// server either commits the Binding after the client is gone or refuses it. In both cases the
+// restarted extender and kube-scheduler's retry leave the pod bound once, with one decision, and
+// its container starts on its own instance.
+TEST_P(DeploySeedTest, KilledWithABindingInFlightThePodIsBoundOnceAndRuns) {
+  const NodeCase& c = GetParam();
+  ASSERT_NO_FATAL_FAILURE(CreateNode(c));
+  ASSERT_NO_FATAL_FAILURE(StartNodeSide(c));
+  ASSERT_NO_FATAL_FAILURE(StartScheduler());
+  ASSERT_NO_FATAL_FAILURE(StartDriver());
+  const std::map<int, std::string> before = Instances();
+  std::set<std::string> held;
+  for (const int refused_status : {0, 503}) {  // Committed after the kill; refused.
+    const std::string name = refused_status == 0 ? "committed" : "refused";
+    fakeapi::Fault slow;
+    slow.method = "POST";
+    slow.path_prefix = "/api/v1/namespaces/default/pods/" + name + "/binding";
+    slow.delay = absl::Seconds(2);
+    slow.status = refused_status;
+    const int fired = api_->faults_fired();
+    api_->InjectFault(slow);
+    json pod = MigPod(name, 1, 4000);
+    const std::string uid = Submit(pod);
+    ASSERT_FALSE(uid.empty());
+    bool in_flight = false;
+    for (int i = 0; i < 3000 && !in_flight; ++i) {
+      in_flight = api_->faults_fired() > fired;
+      if (!in_flight) absl::SleepFor(absl::Milliseconds(10));
+    }
+    ASSERT_TRUE(in_flight) << "no Binding reached the API server\n" << Slurp(scheduler_.log);
+    scheduler_.Kill();
+    ASSERT_NO_FATAL_FAILURE(StartScheduler());
+    absl::StatusOr<kubelet::CreatedContainer> started = Run(pod, uid);
+    ASSERT_TRUE(started.ok()) << started.status() << Slurp(agent_.log) << Slurp(scheduler_.log);
+    const std::string visible = started->env["NVIDIA_VISIBLE_DEVICES"];
+    EXPECT_EQ(visible.rfind("MIG-", 0), 0u) << visible << Slurp(agent_.log);
+    EXPECT_EQ(started->env.count("PRISM_ALLOCATION_ERROR"), 0u)
+        << started->env["PRISM_ALLOCATION_ERROR"];
+    EXPECT_TRUE(held.insert(visible).second) << name << " got an instance another pod holds";
+    PutProcessesOn(visible);
+    // Bound once: a second Binding would have been refused (409); the pod has one decision.
+    const json bound = Pod(name);
+    EXPECT_EQ(bound["spec"].value("nodeName", ""), kNode);
+    EXPECT_TRUE(bound["metadata"]["annotations"].contains(config::kPrismDecisionAnnotation))
+        << bound.dump();
+  }
+  if (!c.preexisting.empty()) {
+    EXPECT_EQ(Instances(), before) << "a static layout was changed";
+  }
+  ExpectNothingHalfMade();
 }
 
 INSTANTIATE_TEST_SUITE_P(

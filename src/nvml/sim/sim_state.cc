@@ -57,6 +57,7 @@ int TakeFault(SimState& state, const std::string& call) {
       continue;
     }
     const int code = it->code;
+    if (!it->then.empty()) state.then_pending = it->then;
     if (--it->count <= 0) state.faults.erase(it);
     return code;
   }
@@ -495,18 +496,28 @@ absl::StatusOr<SimState> ParseSimStateUnguarded(const std::string& yaml_text) {
     if (!faults.IsSequence()) return Bad("faults", "must be a list");
     for (size_t i = 0; i < faults.size(); ++i) {
       const std::string fw = StrCat("faults[", i, "]");
-      RETURN_IF_ERROR(CheckKeys(faults[i], fw, {"call", "skip", "count", "error"}));
+      RETURN_IF_ERROR(CheckKeys(faults[i], fw, {"call", "skip", "count", "error", "then"}));
       SimFault f;
       std::string error;
       RETURN_IF_ERROR(Read(faults[i], "call", fw, &f.call));
       RETURN_IF_ERROR(Read(faults[i], "skip", fw, &f.skip));
       RETURN_IF_ERROR(Read(faults[i], "count", fw, &f.count));
       RETURN_IF_ERROR(Read(faults[i], "error", fw, &error));
-      f.code = NvmlReturnFromName(error);
-      if (f.call.empty() || f.code <= 0) {
-        return Bad(fw,
-                   "needs 'call' and 'error' (an NVML error name such as INSUFFICIENT_RESOURCES)");
+      RETURN_IF_ERROR(Read(faults[i], "then", fw, &f.then));
+      if (!f.then.empty() && f.then != "kill" && f.then != "hang") {
+        return Bad(fw, StrCat("'then' is '", f.then, "'; it must be 'kill' or 'hang'"));
       }
+      if (!f.then.empty() && error.empty()) {
+        f.code = kNvmlSuccess;  // The call runs; the process stops after it.
+      } else {
+        f.code = NvmlReturnFromName(error);
+        if (f.call.empty() || f.code <= 0) {
+          return Bad(fw,
+                     "needs 'call' and 'error' (an NVML error name such as INSUFFICIENT_RESOURCES) "
+                     "or 'then' (kill or hang)");
+        }
+      }
+      if (f.call.empty()) return Bad(fw, "needs 'call'");
       if (!known_call(f.call)) {
         return Bad(fw, StrCat("unknown call '", f.call, "' (known: ", StrJoin(SimCallNames(), ", "),
                               ")"));
@@ -633,8 +644,13 @@ std::string SerializeSimState(const SimState& state) {
     for (const SimFault& f : state.faults) {
       out << YAML::Flow << YAML::BeginMap << YAML::Key << "call" << YAML::Value << f.call
           << YAML::Key << "skip" << YAML::Value << f.skip << YAML::Key << "count" << YAML::Value
-          << f.count << YAML::Key << "error" << YAML::Value
-          << std::string(NvmlReturnName(f.code)).substr(11) << YAML::EndMap;
+          << f.count;
+      if (f.code != kNvmlSuccess) {
+        out << YAML::Key << "error" << YAML::Value
+            << std::string(NvmlReturnName(f.code)).substr(11);
+      }
+      if (!f.then.empty()) out << YAML::Key << "then" << YAML::Value << f.then;
+      out << YAML::EndMap;
     }
     out << YAML::EndSeq;
   }

@@ -77,12 +77,17 @@ struct SimGpu {
   std::vector<SimProcess> processes;
 };
 
-// Makes the `skip`+1 .. `skip`+`count`-th calls of `call` fail with `code`.
+// Makes the `skip`+1 .. `skip`+`count`-th calls of `call` fail with `code`, or, with `then` set,
+// lets them run and then stops the calling process: after the call's result is in the file,
+// "kill" SIGKILLs it and "hang" blocks it (for a test to kill it while it hangs). Crash tests use
+// it to stop a process between two NVML calls, e.g. a GPU instance made and its compute instance
+// not yet.
 struct SimFault {
   std::string call;
   int skip = 0;
   int count = 1;
   int code = 0;
+  std::string then;  // "", "kill" or "hang".
 
   friend bool operator==(const SimFault&, const SimFault&) = default;
 };
@@ -106,6 +111,9 @@ struct SimState {
   std::vector<SimXidEvent> xid_events;  // Pending, oldest first.
   std::map<std::string, int> calls;     // Mutating calls made, by operation name.
   uint64_t generation = 0;              // Feeds MIG UUIDs: a re-created instance gets a new one.
+  // The `then` of a fault that fired in this operation, for the file layer to act on once the
+  // state is written; never serialized.
+  std::string then_pending;
 };
 
 // Parses the YAML state file (format in docs/nvml-simulator.md). Fills in

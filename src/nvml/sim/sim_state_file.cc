@@ -1,6 +1,7 @@
 #include "nvml/sim/sim_state_file.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/file.h>
 #include <unistd.h>
 
@@ -11,6 +12,7 @@
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <utility>
 
 #include "base/status_macros.h"
 #include "base/strings.h"
@@ -123,26 +125,37 @@ absl::StatusOr<std::string> Store(const std::string& path, const SimState& state
 
 absl::Status SimStateFile::Transact(
     const std::function<absl::Status(SimState&, bool* changed)>& op) const {
-  ASSIGN_OR_RETURN(FileLock lock, FileLock::Acquire(path_, /*exclusive=*/true));
-  ASSIGN_OR_RETURN(std::string text, ReadText(path_));
   absl::Status result;
-  RETURN_IF_ERROR(ParseCache::Get().With(path_, std::move(text), [&](ParseCache::Entry& e) {
-    // The operation runs on the cached state itself: copying 1,000 GPUs per call was the next
-    // O(N) step after the parse.
-    const std::vector<SimFault> faults_before = e.state.faults;
-    bool changed = false;
-    result = op(e.state, &changed);
-    // A call that failed may still have consumed an injected fault.
-    if (!changed && e.state.faults == faults_before) return absl::OkStatus();
-    auto written = Store(path_, e.state);
-    if (!written.ok()) {
-      e.valid = false;  // The state in memory is not the file's any more.
-      return written.status();
-    }
-    // What was written parses back to this state (SerializeSimState round-trips).
-    e.text = *std::move(written);
-    return absl::OkStatus();
-  }));
+  std::string then;
+  {
+    ASSIGN_OR_RETURN(FileLock lock, FileLock::Acquire(path_, /*exclusive=*/true));
+    ASSIGN_OR_RETURN(std::string text, ReadText(path_));
+    RETURN_IF_ERROR(ParseCache::Get().With(path_, std::move(text), [&](ParseCache::Entry& e) {
+      // The operation runs on the cached state itself: copying 1,000 GPUs per call was the next
+      // O(N) step after the parse.
+      const std::vector<SimFault> faults_before = e.state.faults;
+      bool changed = false;
+      result = op(e.state, &changed);
+      then = std::exchange(e.state.then_pending, "");
+      // A call that failed may still have consumed an injected fault.
+      if (!changed && e.state.faults == faults_before) return absl::OkStatus();
+      auto written = Store(path_, e.state);
+      if (!written.ok()) {
+        e.valid = false;  // The state in memory is not the file's any more.
+        return written.status();
+      }
+      // What was written parses back to this state (SerializeSimState round-trips).
+      e.text = *std::move(written);
+      return absl::OkStatus();
+    }));
+  }
+  // A crash test's fault: the call's result is in the file and the lock is free (a test reads
+  // the state while this process hangs).
+  if (then == "kill") raise(SIGKILL);
+  if (then == "hang") {
+    // Bounded, so that a test that forgets to kill the process does not hang CTest.
+    sleep(120);
+  }
   return result;
 }
 

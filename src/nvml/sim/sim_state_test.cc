@@ -2,6 +2,8 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -128,7 +130,7 @@ TEST(SimStateTest, SerializesAndParsesBackTheSameState) {
   int ci = -1;
   ASSERT_EQ(CreateComputeInstance(s, 0, id, 2, &ci), kNvmlSuccess);
   s.gpus[0].processes.push_back(SimProcess{77, 100, id, ci});
-  s.faults.push_back(SimFault{"DestroyGpuInstance", 1, 2, kNvmlErrorUnknown});
+  s.faults.push_back(SimFault{"DestroyGpuInstance", 1, 2, kNvmlErrorUnknown, ""});
   const std::string text = SerializeSimState(s);
   SimState back = Parse(text);
   EXPECT_EQ(SerializeSimState(back), text);
@@ -377,6 +379,35 @@ TEST(SimStateTest, InjectedFaultsFireOnTheChosenCall) {
   EXPECT_EQ(s.calls["CreateGpuInstance"], 2);
 }
 
+TEST(SimStateTest, AThenFaultLetsTheCallRunAndAsksForTheProcessToStop) {
+  SimState s = Parse(
+      "gpus: [{model: H100-SXM5-80GB, mig: {enabled: true}}]\n"
+      "faults: [{call: CreateGpuInstance, skip: 1, then: kill}]\n");
+  int id = -1;
+  EXPECT_EQ(CreateGpuInstance(s, 0, 19, 0, &id), kNvmlSuccess);
+  EXPECT_EQ(s.then_pending, "");
+  EXPECT_EQ(CreateGpuInstance(s, 0, 19, 1, &id), kNvmlSuccess);
+  EXPECT_EQ(s.then_pending, "kill");
+  EXPECT_TRUE(s.faults.empty());
+  EXPECT_EQ(s.gpus[0].gpu_instances.size(), 2u);
+  // It round-trips, with or without an error beside it; a misspelt one is refused.
+  const std::string text =
+      "gpus: [{model: H100-SXM5-80GB}]\n"
+      "faults: [{call: CreateComputeInstance, then: hang},"
+      " {call: DestroyGpuInstance, error: UNKNOWN, then: kill}]\n";
+  SimState back = Parse(SerializeSimState(Parse(text)));
+  ASSERT_EQ(back.faults.size(), 2u);
+  EXPECT_EQ(back.faults[0].then, "hang");
+  EXPECT_EQ(back.faults[0].code, kNvmlSuccess);
+  EXPECT_EQ(back.faults[1].then, "kill");
+  EXPECT_EQ(back.faults[1].code, kNvmlErrorUnknown);
+  EXPECT_THAT(ParseError("gpus: [{model: H100-SXM5-80GB}]\n"
+                         "faults: [{call: CreateGpuInstance, then: crash}]\n"),
+              HasSubstr("faults[0]: 'then' is 'crash'"));
+  EXPECT_THAT(ParseError("gpus: [{model: H100-SXM5-80GB}]\nfaults: [{call: CreateGpuInstance}]\n"),
+              HasSubstr("faults[0]"));
+}
+
 // Every maximal layout of every model can be created, instance by instance, on
 // the simulated GPU; the layout engine and the simulator agree.
 TEST(SimStateTest, EveryMaximalLayoutOfEveryModelCanBeCreated) {
@@ -453,6 +484,35 @@ TEST(SimStateFileTest, ParsesAnUnchangedFileOnce) {
   ASSERT_TRUE(theirs.ok());
   ASSERT_EQ(theirs->gpus.size(), 1u);
   EXPECT_EQ(theirs->gpus[0].model, "H100-SXM5-80GB");
+  std::filesystem::remove(path);
+  std::filesystem::remove(path + ".lock");
+}
+
+// The kill happens after the call's result is in the file: a crash between two NVML calls.
+TEST(SimStateFileTest, AKillFaultStopsTheCallerAfterTheResultIsWritten) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / StrCat("prism-simkill-", ::getpid(), ".yaml"))
+          .string();
+  std::ofstream(path) << "gpus: [{model: A100-SXM4-40GB, mig: {enabled: true}}]\n"
+                         "faults: [{call: CreateGpuInstance, then: kill}]\n";
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    absl::Status st = SimStateFile(path).Transact([](SimState& s, bool* changed) {
+      int id = -1;
+      *changed = CreateGpuInstance(s, 0, 19, 0, &id) == kNvmlSuccess;
+      return absl::OkStatus();
+    });
+    _exit(st.ok() ? 0 : 1);  // Not reached when the fault fires.
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFSIGNALED(status)) << "exit status " << status;
+  EXPECT_EQ(WTERMSIG(status), SIGKILL);
+  auto after = SimStateFile(path).Read();
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_EQ(after->gpus[0].gpu_instances.size(), 1u);
+  EXPECT_TRUE(after->faults.empty()) << "the fault would fire again after a restart";
   std::filesystem::remove(path);
   std::filesystem::remove(path + ".lock");
 }
