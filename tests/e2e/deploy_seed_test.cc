@@ -37,9 +37,9 @@
 #include "deviceplugin/fake_driver_tree.h"
 #include "deviceplugin/test_util.h"
 #include "k8s/client.h"
+#include "k8s/config.h"
 #include "k8s/objects.h"
 #include "kubelet/fake_kubelet.h"
-#include "k8s/config.h"
 #include "nvml/sim/sim_state_file.h"
 #include "nvml/sim_nvml.h"
 #include "testing/fake_apiserver/fake_apiserver.h"
@@ -439,7 +439,8 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
       if (r == agent_.pid) {
         agent_.pid = -1;
         ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
-            << "the agent ended with status " << status << "\n" << Slurp(agent_.log);
+            << "the agent ended with status " << status << "\n"
+            << Slurp(agent_.log);
         return;
       }
       absl::SleepFor(absl::Milliseconds(10));
