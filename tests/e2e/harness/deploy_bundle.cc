@@ -12,6 +12,7 @@
 
 #include "yaml-cpp/yaml.h"
 
+#include "base/status_macros.h"
 #include "base/strings.h"
 
 
@@ -79,7 +80,54 @@ const json* PodSpecOf(const json& workload) {
   return &workload["spec"]["template"]["spec"];
 }
 
+// A container image reference with an `images:` entry applied, as kustomize's image
+// transformer does (name matched without tag or digest).
+std::string ApplyImage(const std::string& image, const json& entry) {
+  const std::string name = entry.value("name", "");
+  size_t cut = image.find('@');
+  if (cut == std::string::npos) {
+    const size_t colon = image.rfind(':');
+    // A colon after the last slash is a tag; before it, a registry port.
+    if (colon != std::string::npos && image.find('/', colon) == std::string::npos) cut = colon;
+  }
+  const std::string base = image.substr(0, cut);
+  if (base != name) return image;
+  std::string rest = cut == std::string::npos ? "" : image.substr(cut);
+  if (entry.contains("newTag")) rest = ":" + entry["newTag"].get<std::string>();
+  if (entry.contains("digest")) rest = "@" + entry["digest"].get<std::string>();
+  return entry.value("newName", base) + rest;
+}
+
+absl::Status CheckKeys(const json& object, const std::string& where,
+                       const std::set<std::string>& known) {
+  if (!object.is_object()) return absl::InvalidArgumentError(StrCat(where, ": not a mapping"));
+  for (const auto& [key, value] : object.items()) {
+    if (known.count(key) == 0) {
+      // A feature this renderer does not implement would be silently ignored: refuse it, so
+      // that the tests never run a configuration other than what kustomize renders.
+      return absl::UnimplementedError(StrCat(where, ": '", key,
+                                             "' is not implemented by the tests' renderer "
+                                             "(tests/e2e/harness/deploy_bundle.cc); add it there"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::StatusOr<std::vector<Object>> ParseDocuments(const std::string& yaml_text,
+                                                   const std::string& where) {
+  std::vector<json> out;
+  try {
+    for (const YAML::Node& doc : YAML::LoadAll(yaml_text)) {
+      if (doc.IsNull()) continue;
+      out.push_back(ToJson(doc));
+    }
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(StrCat(where, ": ", e.what()));
+  }
+  return out;
+}
 
 absl::StatusOr<DeployBundle> DeployBundle::Load(const fs::path& root) {
   const fs::path base = root / "deploy";
@@ -89,22 +137,40 @@ absl::StatusOr<DeployBundle> DeployBundle::Load(const fs::path& root) {
     return absl::InvalidArgumentError("deploy/kustomization.yaml: expected one document");
   }
   const json& k = kustomization->front();
+  const std::string where = "deploy/kustomization.yaml";
+  RETURN_IF_ERROR(CheckKeys(k, where,
+                            {"apiVersion", "kind", "namespace", "transformers", "labels",
+                             "resources", "configMapGenerator", "images"}));
   DeployBundle bundle;
   // The base sets its namespace with a NamespaceTransformer (unsetOnly) or `namespace:`.
   if (k.contains("namespace")) bundle.namespace_ = k["namespace"].get<std::string>();
   for (const json& t : k.value("transformers", json::array())) {
-    if (!t.is_string()) continue;
-    const json transformer = ToJson(YAML::Load(t.get<std::string>()));
-    if (transformer.value("kind", "") == "NamespaceTransformer") {
-      bundle.namespace_ = transformer["metadata"].value("namespace", bundle.namespace_);
+    if (!t.is_string()) {
+      return absl::UnimplementedError(StrCat(where, ": only inline transformers are implemented"));
     }
+    const json transformer = ToJson(YAML::Load(t.get<std::string>()));
+    if (transformer.value("kind", "") != "NamespaceTransformer" ||
+        !transformer.value("unsetOnly", false)) {
+      return absl::UnimplementedError(
+          StrCat(where, ": only a NamespaceTransformer with unsetOnly is implemented"));
+    }
+    bundle.namespace_ = transformer["metadata"].value("namespace", bundle.namespace_);
   }
   for (const json& path : k.at("resources")) {
-    absl::StatusOr<std::vector<json>> docs = LoadDocuments(base / path.get<std::string>());
+    const fs::path file = base / path.get<std::string>();
+    if (fs::is_directory(file)) {
+      return absl::UnimplementedError(
+          StrCat(where, ": resource ", path.get<std::string>(),
+                 " is a directory (a nested kustomization), which is not implemented"));
+    }
+    absl::StatusOr<std::vector<json>> docs = LoadDocuments(file);
     if (!docs.ok()) return docs.status();
     for (json& d : *docs) bundle.objects_.push_back(std::move(d));
   }
   for (const json& gen : k.value("configMapGenerator", json::array())) {
+    RETURN_IF_ERROR(CheckKeys(gen, where + ": configMapGenerator", {"name", "files", "options"}));
+    RETURN_IF_ERROR(CheckKeys(gen.value("options", json::object()),
+                              where + ": configMapGenerator options", {"disableNameSuffixHash"}));
     json data = json::object();
     for (const json& spec : gen.at("files")) {
       const std::string entry = spec.get<std::string>();
@@ -116,10 +182,34 @@ absl::StatusOr<DeployBundle> DeployBundle::Load(const fs::path& root) {
       if (!text.ok()) return text.status();
       data[key] = *text;
     }
+    // Without disableNameSuffixHash, kustomize appends a content hash to the name and to every
+    // reference; the name is kept here (the kubectl cross-check strips the hash).
     bundle.objects_.push_back(json{{"apiVersion", "v1"},
                                    {"kind", "ConfigMap"},
                                    {"metadata", {{"name", gen.at("name")}}},
                                    {"data", data}});
+  }
+  for (const json& l : k.value("labels", json::array())) {
+    RETURN_IF_ERROR(
+        CheckKeys(l, where + ": labels", {"pairs", "includeSelectors", "includeTemplates"}));
+    if (l.value("includeSelectors", false) || l.value("includeTemplates", false)) {
+      return absl::UnimplementedError(
+          StrCat(where, ": labels with includeSelectors or includeTemplates"));
+    }
+    for (json& o : bundle.objects_) {
+      for (const auto& [name, value] : l.at("pairs").items()) o["metadata"]["labels"][name] = value;
+    }
+  }
+  for (const json& image : k.value("images", json::array())) {
+    RETURN_IF_ERROR(CheckKeys(image, where + ": images", {"name", "newName", "newTag", "digest"}));
+    for (json& o : bundle.objects_) {
+      if (!o.contains("spec") || !o["spec"].contains("template")) continue;
+      json& pod = o["spec"]["template"]["spec"];
+      for (const char* list : {"initContainers", "containers"}) {
+        if (!pod.contains(list)) continue;
+        for (json& c : pod[list]) c["image"] = ApplyImage(c.value("image", ""), image);
+      }
+    }
   }
   static const std::set<std::string> kClusterScoped = {
       "Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",

@@ -1,12 +1,14 @@
 // tests/e2e/harness/deploy_bundle.h: the shipped kustomize base (deploy/) as a test reads it,
 // and the processes its workloads describe, started on this machine.
 //
-// What `kubectl kustomize deploy/` renders, without kubectl: the `resources` files and the
-// `configMapGenerator` ConfigMaps, with the base's namespace. A test then takes a workload's
-// container (args, env, volume mounts) *as written* and runs it as a local process: ConfigMap and
-// Secret mounts become files under the test's directory (their mount path is rewritten in the
-// args), fieldRef env vars get the pod's values, and only the flags a test must change (ports,
-// kubeconfig, host paths) are overridden, each by name. Tests only.
+// What `kubectl kustomize deploy/` renders, without kubectl (Debian has no package of it): the
+// `resources` files, the `configMapGenerator` ConfigMaps, the base's namespace, labels and
+// images. A kustomization feature it does not implement is refused by name, never ignored, and
+// where kubectl is installed a test compares the two renderings (deploy_bundle_test.cc). A test
+// then takes a workload's container (args, env, volume mounts) *as written* and runs it as a local
+// process: ConfigMap and Secret mounts become files under the test's directory (their mount path is
+// rewritten in the args), fieldRef env vars get the pod's values, and only the flags a test must
+// change (ports, kubeconfig, host paths) are overridden, each by name. Tests only.
 #pragma once
 
 #include <sys/types.h>
@@ -24,6 +26,11 @@ namespace prism::e2e {
 
 // A rendered object, as JSON (the API server's form).
 using Object = nlohmann::json;
+
+// YAML documents (a rendering) as objects, scalars as kubectl reads them. `where` names the
+// input in errors.
+absl::StatusOr<std::vector<Object>> ParseDocuments(const std::string& yaml_text,
+                                                   const std::string& where);
 
 class DeployBundle {
  public:
