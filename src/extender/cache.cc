@@ -239,8 +239,10 @@ void SchedulerCache::ApplyNodeLocked(const std::string& name) {
   // One pass over the pods: the instances their decisions name on this node (held by Prism
   // pods, whatever the node reports), and who must be charged again afterwards.
   std::set<std::tuple<std::string, std::string, int>> claimed;
-  for (const auto& [key, e] : pods_) {
-    if (e.node == name) claimed.insert(e.claimed.begin(), e.claimed.end());
+  const std::vector<std::string> on_node = PodsOnNodeLocked(name);
+  for (const std::string& key : on_node) {
+    const PodEntry& e = pods_.find(key)->second;
+    claimed.insert(e.claimed.begin(), e.claimed.end());
   }
   std::vector<std::string> dropped;
   auto it = nodes_.find(name);
@@ -271,10 +273,13 @@ void SchedulerCache::ApplyNodeLocked(const std::string& name) {
     auto p = pods_.find(key);
     if (p == pods_.end()) continue;
     p->second.charged = false;
-    if (p->second.state == State::kAssumed) pods_.erase(p);
+    if (p->second.state == State::kAssumed) ErasePodLocked(p);
   }
   std::vector<std::pair<uint64_t, std::string>> order;
-  for (const auto& [key, e] : pods_) {
+  for (const std::string& key : on_node) {
+    auto p = pods_.find(key);
+    if (p == pods_.end()) continue;  // An assumption dropped just above.
+    const PodEntry& e = p->second;
     if (e.node == name && !e.charged && e.state != State::kAssumed) order.emplace_back(e.seq, key);
   }
   std::sort(order.begin(), order.end());
@@ -364,7 +369,7 @@ void SchedulerCache::UpsertPod(const Json& pod) {
     entry.problem_since = options_.clock->Now();
     ++counters_.decode_failures;
     LogWarning(kLog, "pod ", key, " on ", node, ": ", entry.problem);
-    pods_[key] = std::move(entry);
+    PutPodLocked(key, std::move(entry));
     return;
   }
   entry.claimed = std::move(*claimed);
@@ -373,7 +378,7 @@ void SchedulerCache::UpsertPod(const Json& pod) {
     entry.problem = std::string(manifest.status().message());
     entry.problem_since = options_.clock->Now();
     ++counters_.decode_failures;
-    pods_[key] = std::move(entry);
+    PutPodLocked(key, std::move(entry));
     return;
   }
   entry.manifest = std::move(*manifest);
@@ -381,12 +386,12 @@ void SchedulerCache::UpsertPod(const Json& pod) {
   if (request.ok()) entry.request = std::move(*request);
   if (request.ok() && AllocationFailedLocked(key, entry, all)) {
     entry.allocation_failed = true;
-    pods_[key] = std::move(entry);
+    PutPodLocked(key, std::move(entry));
     return;
   }
-  auto [pos, inserted] = pods_.insert_or_assign(key, std::move(entry));
+  PodEntry& put = PutPodLocked(key, std::move(entry));
   // Charged at once, even while a rebuild is pending (it charges every pod again).
-  ChargeFromAnnotationsLocked(key, pos->second);
+  ChargeFromAnnotationsLocked(key, put);
 }
 
 bool SchedulerCache::AllocationFailedLocked(const std::string& key, PodEntry& entry,
@@ -452,7 +457,41 @@ void SchedulerCache::EraseLocked(const std::string& key) {
   auto it = pods_.find(key);
   if (it == pods_.end()) return;
   ReleaseLocked(it->second);
+  ErasePodLocked(it);
+}
+
+SchedulerCache::PodEntry& SchedulerCache::PutPodLocked(const std::string& key, PodEntry entry) {
+  auto it = pods_.find(key);
+  if (it != pods_.end() && it->second.node != entry.node) {
+    auto on = pods_on_node_.find(it->second.node);
+    if (on != pods_on_node_.end()) on->second.erase(key);
+  }
+  if (!entry.node.empty()) pods_on_node_[entry.node].insert(key);
+  return pods_.insert_or_assign(key, std::move(entry)).first->second;
+}
+
+void SchedulerCache::ErasePodLocked(std::map<std::string, PodEntry, std::less<>>::iterator it) {
+  if (auto on = pods_on_node_.find(it->second.node); on != pods_on_node_.end()) {
+    on->second.erase(it->first);
+    if (on->second.empty()) pods_on_node_.erase(on);
+  }
   pods_.erase(it);
+}
+
+std::vector<std::string> SchedulerCache::PodsOnNodeLocked(const std::string& node) {
+  std::vector<std::string> out;
+  auto on = pods_on_node_.find(node);
+  if (on == pods_on_node_.end()) return out;
+  for (auto key = on->second.begin(); key != on->second.end();) {
+    auto p = pods_.find(*key);
+    if (p == pods_.end() || p->second.node != node) {
+      key = on->second.erase(key);
+    } else {
+      out.push_back(*key++);
+    }
+  }
+  if (on->second.empty()) pods_on_node_.erase(on);
+  return out;
 }
 
 std::string SchedulerCache::NodeProblemLocked(const std::string& name) const {
@@ -558,7 +597,9 @@ void SchedulerCache::RebuildLocked() {
   std::vector<std::pair<uint64_t, std::string>> order;
   for (auto it = pods_.begin(); it != pods_.end();) {
     if (it->second.state == State::kAssumed) {
-      it = pods_.erase(it);
+      auto next = std::next(it);
+      ErasePodLocked(it);
+      it = next;
       continue;
     }
     it->second.charged = false;
@@ -599,7 +640,7 @@ void SchedulerCache::ExpireLocked(absl::Time now) {
     }
     ReleaseLocked(it->second);
     ++counters_.assumptions_expired;
-    pods_.erase(it);
+    ErasePodLocked(it);
   }
 }
 
@@ -696,7 +737,7 @@ FilterOutcome SchedulerCache::Filter(const config::PodManifest& pod,
       entry.manifest = pod;
       entry.request = *request;
       expiries_.push(Expiry{entry.expires, entry.seq, key});
-      pods_[key] = std::move(entry);
+      PutPodLocked(key, std::move(entry));
       out.assumed_node = decision->node_name;
       ++generation_;
     }
@@ -838,6 +879,10 @@ absl::StatusOr<BindTicket> SchedulerCache::BeginBind(const config::PodManifest& 
     ++generation_;
   }
   PodEntry& e = pods_[key];
+  if (e.node != node) {
+    if (auto on = pods_on_node_.find(e.node); on != pods_on_node_.end()) on->second.erase(key);
+    pods_on_node_[node].insert(key);
+  }
   e.uid = pod.uid;
   e.namespace_name = request->namespace_name;
   e.name = request->name;
@@ -886,6 +931,10 @@ void SchedulerCache::Tick() {
   if (options_.workload_refresh_interval > absl::ZeroDuration() &&
       now - last_workload_refresh_ >= options_.workload_refresh_interval) {
     RefreshWorkloadLocked();
+  }
+  if (options_.index_maintenance_per_tick > 0 && !dirty_) {
+    counters_.index_maintenance_scorings +=
+        engine_->MaintainIndexes(options_.index_maintenance_per_tick);
   }
 }
 

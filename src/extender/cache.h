@@ -68,6 +68,11 @@ struct CacheOptions {
   // against) from the charged pods. It is replaced only when the mix moved, because a new one
   // makes every shape's next decision re-score all nodes. 0: only at rebuilds.
   absl::Duration workload_refresh_interval = absl::Minutes(1);
+  // Node scorings Tick() may spend catching up the engine's shape indexes that lag by more than
+  // engine.max_index_backlog changes (Engine::MaintainIndexes), so that the next Filter of a
+  // shape not used for a while does not pay for every change since. About 1 µs each, under the
+  // cache lock: the default bounds a tick's hold to about half a millisecond. 0: off.
+  int64_t index_maintenance_per_tick = 500;
   const k8s::Clock* clock = k8s::RealClock::Get();
 };
 
@@ -188,6 +193,7 @@ struct CacheStats {
   int64_t rebuilds = 0;
   int64_t node_updates = 0;  // Node changes applied in place.
   int64_t workload_refreshes = 0;
+  int64_t index_maintenance_scorings = 0;  // Spent by Tick() on lagging shape indexes.
   double last_node_update_seconds = 0;
   int64_t assumptions_expired = 0;
   int64_t decode_failures = 0;
@@ -288,6 +294,13 @@ class SchedulerCache {
   void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseLocked(PodEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // pods_ writes that keep pods_on_node_ in step.
+  PodEntry& PutPodLocked(const std::string& key, PodEntry entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ErasePodLocked(std::map<std::string, PodEntry, std::less<>>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Keys of the pods on `node` (those whose entry says that node; checked on use).
+  std::vector<std::string> PodsOnNodeLocked(const std::string& node)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // AllocationFailedEverywhere for `entry`. A malformed status is logged and counted as a decode
   // failure, once per distinct problem (informer updates repeat it), and reads as "not failed":
   // the pod stays charged, since what it holds is then unknown.
@@ -308,6 +321,9 @@ class SchedulerCache {
   absl::flat_hash_map<std::string, int32_t> node_ids_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, NodeEntry, std::less<>> nodes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, PodEntry, std::less<>> pods_ ABSL_GUARDED_BY(mu_);
+  // Node name -> keys of pods_ on it, so that a node change costs that node's pods, not a scan
+  // of every pod. A superset: an entry whose pod left the node is dropped when read.
+  std::map<std::string, std::set<std::string>, std::less<>> pods_on_node_ ABSL_GUARDED_BY(mu_);
   // The last Filters' engine scores (node id, score; by id) per pod UID, for Prioritize, which
   // kube-scheduler calls right after Filter. Cleared by rebuilds (node ids change).
   std::map<std::string, std::vector<std::pair<int32_t, double>>> scores_ ABSL_GUARDED_BY(mu_);

@@ -564,6 +564,28 @@ TEST_F(CacheTest, TickRefreshesTheTargetWorkloadOnlyWhenTheMixMoves) {
   EXPECT_EQ(cache_->stats().workload_refreshes, 2);
 }
 
+// Tick() catches up the shape indexes that fell behind (here: shape A's, while only shape B's
+// pods were charged), so that A's next Filter does not pay for every change since.
+TEST_F(CacheTest, TickCatchesUpShapeIndexesThatFellBehind) {
+  std::vector<std::string> names;
+  for (int i = 0; i < 20; ++i) {
+    names.push_back(StrCat("n", i));
+    cache_->UpsertNode(NodeJson(names.back(), {TestGpu{}, TestGpu{}}));
+  }
+  const FilterOutcome first = cache_->Filter(Manifest(GpuPod("a0", 1, 5000)), names, false);
+  ASSERT_EQ(first.feasible.size(), names.size());
+  cache_->Tick();
+  EXPECT_EQ(cache_->stats().index_maintenance_scorings, 0) << "nothing lagged yet";
+  for (int i = 0; i < 20; ++i) {
+    cache_->UpsertPod(Schedule(GpuPod(StrCat("b", i), 1, 30000), {names[i]}));
+  }
+  cache_->Tick();
+  EXPECT_GT(cache_->stats().index_maintenance_scorings, 0);
+  // The maintained index decides as a fresh scoring would: every node still fits an A pod.
+  const FilterOutcome again = cache_->Filter(Manifest(GpuPod("a1", 1, 5000)), names, false);
+  EXPECT_EQ(again.feasible.size(), names.size());
+}
+
 TEST_F(CacheTest, VanishedGpuTurnsItsPodsIntoProblems) {
   cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
   json pod = Schedule(GpuPod("p", 1, 30000), {"n1"});

@@ -199,13 +199,17 @@ std::string SchedulerMetrics::Render(SchedulerCache& cache) const {
   MetricFamily workload = Gauges("prism_scheduler_workload_refreshes",
                                  "Times the target workload was re-derived from the pods");
   AddGauge(workload, {}, static_cast<double>(stats.workload_refreshes));
+  MetricFamily maintenance =
+      Gauges("prism_scheduler_index_maintenance_scorings",
+             "Node scorings spent between requests catching up lagging shape indexes, since start");
+  AddGauge(maintenance, {}, static_cast<double>(stats.index_maintenance_scorings));
   MetricFamily decode = Gauges("prism_scheduler_decision_decode_failures",
                                "Pod decision annotations that could not be read, since start");
   AddGauge(decode, {}, static_cast<double>(stats.decode_failures));
 
-  for (MetricFamily* f : {&mem_limit, &mem_alloc, &core_alloc, &shared, &mig, &node_mem, &nodes,
-                          &pods, &rebuilds, &rebuild_time, &node_updates, &node_update_time,
-                          &workload, &decode}) {
+  for (MetricFamily* f :
+       {&mem_limit, &mem_alloc, &core_alloc, &shared, &mig, &node_mem, &nodes, &pods, &rebuilds,
+        &rebuild_time, &node_updates, &node_update_time, &workload, &maintenance, &decode}) {
     families.push_back(std::move(*f));
   }
   return prometheus::TextSerializer().Serialize(families);

@@ -306,6 +306,10 @@ absl::Status ClusterState::Apply(std::string_view key, const Decision& decision)
   usage.memory_used += decision.memory_bytes;
   charge.decision = decision;
   pods_.emplace(std::string(key), std::move(charge));
+  if (pods_on_node_.size() <= static_cast<size_t>(decision.node)) {
+    pods_on_node_.resize(static_cast<size_t>(decision.node) + 1);
+  }
+  pods_on_node_[decision.node].emplace_back(key);
   MarkChanged(decision.node);
   return absl::OkStatus();
 }
@@ -338,6 +342,10 @@ absl::Status ClusterState::Release(std::string_view key) {
     RecomputeBusy(*gi.mig_model, u);
   }
   const int node = charge.node;
+  std::vector<std::string>& on_node = pods_on_node_[node];
+  if (auto k = std::find(on_node.begin(), on_node.end(), key); k != on_node.end()) {
+    on_node.erase(k);
+  }
   pods_.erase(it);
   MarkChanged(node);
   return absl::OkStatus();

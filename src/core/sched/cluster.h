@@ -289,6 +289,8 @@ class ClusterState {
   int dead_nodes_ = 0;
   int dead_gpus_ = 0;
   std::unordered_map<std::string, PodCharge> pods_;
+  // Keys of pods_ by node id (grown on demand), so that dropping a node's pods costs its pods.
+  std::vector<std::vector<std::string>> pods_on_node_;
   std::vector<int32_t> log_;
   uint64_t log_begin_ = 0;
 };

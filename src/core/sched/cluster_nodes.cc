@@ -408,14 +408,8 @@ absl::StatusOr<ClusterState> ClusterState::Build(const std::vector<NodeSpec>& no
 
 std::vector<std::string> ClusterState::DropPodsOn(int node) {
   std::vector<std::string> dropped;
-  for (auto it = pods_.begin(); it != pods_.end();) {
-    if (it->second.node != node) {
-      ++it;
-      continue;
-    }
-    dropped.push_back(it->first);
-    it = pods_.erase(it);
-  }
+  if (static_cast<size_t>(node) < pods_on_node_.size()) dropped.swap(pods_on_node_[node]);
+  for (const std::string& key : dropped) pods_.erase(key);
   std::sort(dropped.begin(), dropped.end());
   node_usage_[node].cpu_used = 0;
   node_usage_[node].memory_used = 0;
