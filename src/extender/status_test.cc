@@ -312,6 +312,46 @@ TEST_F(StatusTest, NothingFitsGivesTheEnginesReasons) {
               HasSubstr("copy 1: unschedulable: 0/1 nodes are available"));
 }
 
+// Review: the text report printed names, UUIDs and reasons from the cluster raw, so an escape
+// sequence in a node's or pod's metadata, or in an annotation a pod's owner writes, reached the
+// operator's terminal. Every control character from the cluster is shown as \xNN.
+TEST_F(StatusTest, TextShowsControlCharactersFromTheClusterEscaped) {
+  const std::string clear = "\x1b[2J";
+  // Node names are the cache's as the API server gives them; the inventory is the agent's.
+  AddNode(NodeJson("n1", {TestGpu{}}));
+  nodes_.push_back(NodeJson("m", {TestGpu{"Mystery" + clear}}));
+  nodes_.push_back(NodeJson("n" + clear, {TestGpu{}}));
+  // A charged pod whose GPU type list (a comma list: "A100" still matches) carries the sequence.
+  Schedule(GpuPod("typed", 1, 8000, 0, {{"nvidia.com/use-gputype", "A100," + clear}}));
+  const StatusReport r = Report(*Fresh());
+  ASSERT_EQ(r.pods_charged, 1);
+  json invalid = GpuPod("invalid", 1, 0);
+  invalid["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem-percentage"] =
+      "1" + clear;
+  absl::StatusOr<WhatIfResult> what_if = WhatIf(Fresh()->Snapshot(), Manifest(invalid), 2);
+  ASSERT_TRUE(what_if.ok()) << what_if.status();
+  absl::StatusOr<WhatIfResult> too_big =
+      WhatIf(Fresh()->Snapshot(), Manifest(GpuPod("big", 1, 90000)), 2);  // Each node's reason.
+  ASSERT_TRUE(too_big.ok()) << too_big.status();
+
+  const std::string text = StatusToText(r, {*what_if, *too_big});
+  for (size_t i = 0; i < text.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    ASSERT_TRUE(c == '\n' || (c >= 0x20 && c != 0x7f))
+        << "control character " << static_cast<int>(c) << " at " << i << " in:\n"
+        << text;
+  }
+  for (const char* shown :
+       {"(A100,\\x1b[2J)", "node n\\x1b[2J: ", "GPU 0 GPU-n\\x1b[2J-0 A100", "Mystery\\x1b[2J",
+        "invalid quantity '1\\x1b[2J'", "      n\\x1b[2J: 1/1 CardInsufficientMemory"}) {
+    EXPECT_THAT(text, HasSubstr(shown));
+  }
+  EXPECT_THAT(text, ::testing::Not(HasSubstr(clear)));
+  // JSON keeps the strings as they are (the JSON library escapes them).
+  const json j = StatusToJson(r, {*what_if});
+  EXPECT_THAT(j.dump(), HasSubstr("n\\u001b[2J"));
+}
+
 TEST_F(StatusTest, JsonHasTheDocumentedFieldsAndSurvivesBytesThatAreNotUtf8) {
   AddNode(NodeJson("n1", {TestGpu{}, TestGpu{"H100-SXM5-96GB", 97871, true}}));
   Schedule(GpuPod("a", 1, 8000, 30));
@@ -346,7 +386,7 @@ TEST_F(StatusTest, JsonHasTheDocumentedFieldsAndSurvivesBytesThatAreNotUtf8) {
   std::string text;
   ASSERT_NO_THROW(text = j.dump(2, ' ', false, json::error_handler_t::replace));
   EXPECT_THAT(text, HasSubstr("n\xef\xbf\xbd"));  // U+FFFD in place of the bad byte.
-  EXPECT_THAT(StatusToText(r, {*w}), HasSubstr("n\xff: 1"));
+  EXPECT_THAT(StatusToText(r, {*w}), HasSubstr("n\\xff: 1"));  // Shown, not sent to the terminal.
 }
 
 }  // namespace
