@@ -3,6 +3,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
+#include "config/annotations.h"
 #include "config/device_config_yaml.h"
 #include "config/pod_json.h"
 #include "extender/test_util.h"
@@ -171,6 +172,58 @@ TEST_F(StatusTest, ReportShowsWhatEachPodTakesOfEachGpu) {
   // Fragmentation is measured against the charged pods' shapes.
   EXPECT_FALSE(r.workload.shapes.empty());
   EXPECT_GE(r.fragmentation_gpus, 0);
+}
+
+// Review question: the cache's rebuild and Snapshot replay decisions by when the cache first saw
+// each pod (an informer's list is in name order), not by when they were decided, so a pod using a
+// template slot can be replayed before the pod whose decision applied the geometry. Not a
+// defect: a decision's MIG changes are computed again against the state it is replayed on
+// (config::DecodeDecisionAnnotations), so whichever comes first applies the geometry and the
+// other finds its slot. This pins that down in the adversarial order.
+TEST_F(StatusTest, ASlotUserReplayedBeforeTheGeometrysCreatorIsChargedAlike) {
+  AddNode(NodeJson("templates", {TestGpu{"A100-PCIE-40GB", 40960, true}}));
+  const json mig_pod_annotations = {{"nvidia.com/vgpu-mode", "mig"}};
+  const json creator = Schedule(GpuPod("z-creator", 1, 9000, 0, mig_pod_annotations));
+  const json user = Schedule(GpuPod("a-user", 1, 9000, 0, mig_pod_annotations));
+  const json created = json::parse(
+      creator["metadata"]["annotations"][config::kPrismDecisionAnnotation].get<std::string>());
+  const json reused = json::parse(
+      user["metadata"]["annotations"][config::kPrismDecisionAnnotation].get<std::string>());
+  ASSERT_TRUE(created.contains("migChanges")) << created.dump();
+  ASSERT_FALSE(reused.contains("migChanges")) << reused.dump();  // The creator's slot set.
+  const json& slot = reused["containers"][0]["devices"][0];
+  ASSERT_EQ(slot["template"], created["containers"][0]["devices"][0]["template"]);
+  ASSERT_NE(slot["slot"], created["containers"][0]["devices"][0]["slot"]);
+
+  // The node agent has not realised the geometry yet (the inventory shows an idle GPU), and a
+  // fresh cache sees the user first.
+  pods_ = {user, creator};
+  std::unique_ptr<SchedulerCache> cache = Fresh();
+  const CacheSnapshot snapshot = cache->Snapshot();
+  ASSERT_EQ(snapshot.pods.size(), 2u);
+  EXPECT_EQ(snapshot.pods[0].key, "default/a-user");
+  EXPECT_THAT(snapshot.pod_issues, IsEmpty());
+  const StatusReport r = Report(*cache);
+  EXPECT_EQ(r.pods_charged, 2);
+  const StatusGpu& gpu = r.nodes[0].gpus[0];
+  EXPECT_EQ(gpu.geometry, slot["template"].get<int>());
+  std::map<std::string, std::string> holders;  // Instance -> pod.
+  for (const StatusInstance& i : gpu.instances) {
+    if (i.state == "assigned") holders[StrCat(i.profile, "@", i.start)] = i.pod;
+  }
+  auto instance = [](const json& device) {
+    return StrCat(device["profile"].get<std::string>(), "@",
+                  device["placement"]["start"].get<int>());
+  };
+  const std::map<std::string, std::string> want{
+      {instance(created["containers"][0]["devices"][0]), "default/z-creator"},
+      {instance(slot), "default/a-user"}};
+  EXPECT_EQ(holders, want);
+  // The same as the live cache, which saw them in the order they were decided.
+  for (const GpuSnapshot& live : scheduler_.GpuSnapshots()) {
+    EXPECT_EQ(gpu.memory_allocated_mib, live.memory_used_mib);
+    EXPECT_EQ(gpu.instances.size(), live.instances.size());
+  }
 }
 
 TEST_F(StatusTest, WhatIfCountsCopiesPerNodeUntilOneDoesNotFit) {
