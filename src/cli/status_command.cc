@@ -23,6 +23,7 @@
 
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "base/terminal_text.h"
 #include "config/device_config_yaml.h"
 #include "config/pod_yaml.h"
 #include "extender/cache.h"
@@ -72,13 +73,17 @@ absl::StatusOr<DeviceConfigSource> ParseDeviceConfig(std::string_view text, std:
                                                      std::ostream& err) {
   absl::StatusOr<config::ParsedDeviceConfig> parsed = config::ParseDeviceConfigYaml(text);
   if (!parsed.ok()) return Annotate(parsed.status(), where);
-  for (const std::string& w : parsed->warnings) err << "warning: " << where << ": " << w << "\n";
+  for (const std::string& w : parsed->warnings) {
+    err << "warning: " << TerminalSafe(StrCat(where, ": ", w)) << "\n";
+  }
   return DeviceConfigSource{std::move(parsed->config), std::move(where)};
 }
 
 int Run(const StatusFlags& flags, std::ostream& out, std::ostream& err) {
+  // Messages may quote the cluster (the API server's, a ConfigMap's device config): a terminal
+  // gets them TerminalSafe, as the text report's strings.
   auto fail = [&err](int code, const auto& what) {
-    err << "prism status: " << what << "\n";
+    err << "prism status: " << TerminalSafe(StrCat(what)) << "\n";
     return code;
   };
   if (flags.format != "json" && flags.format != "text") {
@@ -189,9 +194,9 @@ int Run(const StatusFlags& flags, std::ostream& out, std::ostream& err) {
     // instead of aborting the report.
     out << j.dump(2, ' ', false, json::error_handler_t::replace) << "\n";
   } else {
-    out << "cluster " << cluster->server << " (" << cluster->source << "): " << nodes->items.size()
-        << " nodes and " << pods->items.size()
-        << " unfinished pods listed; device config: " << device_config->where << "\n";
+    out << "cluster " << TerminalSafe(cluster->server) << " (" << TerminalSafe(cluster->source)
+        << "): " << nodes->items.size() << " nodes and " << pods->items.size()
+        << " unfinished pods listed; device config: " << TerminalSafe(device_config->where) << "\n";
     out << extender::StatusToText(*report, results);
   }
   return invalid > 0 ? kExitInvalidWhatIf : 0;

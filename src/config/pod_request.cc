@@ -55,7 +55,10 @@ absl::StatusOr<sched::PodRequest> BuildPodRequest(const PodManifest& pod,
       const std::string who = StrCat("pod ", pod.Key(), " container ", c.name);
       sched::ContainerRequest cr;
       cr.name = c.name;
-      cr.init = c.init;
+      // A sidecar keeps running beside the app containers (Kubernetes adds its requests to
+      // theirs), so only a regular init container is charged as one. Its place in pod order, among
+      // the init containers, is kept: decisions list containers in that order.
+      cr.init = c.init && !c.restartable;
       // Kubernetes: a missing request defaults to the limit.
       if (const std::string* cpu = Find(c, "cpu", false)) {
         auto v = ParseQuantityMilli(*cpu);

@@ -1,10 +1,15 @@
 #include "config/pod_request.h"
 
+#include <string>
+#include <string_view>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 #include "config/device_config_yaml.h"
 #include "config/pod_yaml.h"
+#include "core/sched/engine.h"
+#include "core/sched/test_util.h"
 
 namespace prism::config {
 namespace {
@@ -138,6 +143,61 @@ spec:
   EXPECT_EQ(req->containers[1].cpu_milli, 1500);
   EXPECT_EQ(req->containers[1].memory_bytes, int64_t{2} << 30);
   EXPECT_EQ(req->EffectiveCpuMilli(), 3000);
+}
+
+// A sidecar (an init container with restartPolicy: Always) runs for the pod's whole life beside
+// the app containers: Kubernetes adds its requests to theirs, and so must the GPU charge. It was
+// charged as an init container (max'ed with the app), which let a GPU be overcommitted.
+constexpr char kSidecarPod[] = R"(
+kind: Pod
+metadata: {name: p}
+spec:
+  initContainers:
+    - name: setup
+      resources:
+        limits: {cpu: "2"}
+    - name: proxy
+      restartPolicy: Always
+      resources:
+        limits: {cpu: "1", nvidia.com/gpu: 1, nvidia.com/gpumem: 6000}
+  containers:
+    - name: main
+      resources:
+        limits: {cpu: "2", nvidia.com/gpu: 1, nvidia.com/gpumem: 10000}
+)";
+
+TEST(PodRequestTest, SidecarIsChargedBesideTheAppContainers) {
+  auto req = Build(kSidecarPod);
+  ASSERT_TRUE(req.ok()) << req.status();
+  ASSERT_EQ(req->containers.size(), 3u);
+  // Pod order is kept (decisions are matched to containers by index).
+  EXPECT_EQ(req->containers[0].name, "setup");
+  EXPECT_EQ(req->containers[1].name, "proxy");
+  EXPECT_EQ(req->containers[2].name, "main");
+  EXPECT_TRUE(req->containers[0].init);
+  EXPECT_FALSE(req->containers[1].init) << "a sidecar runs beside the app containers";
+  EXPECT_FALSE(req->containers[2].init);
+  EXPECT_EQ(req->EffectiveCpuMilli(), 3000);  // max(setup 2, proxy 1 + main 2).
+}
+
+TEST(PodRequestTest, SidecarAndAppDoNotShareAGpuTooSmallForBoth) {
+  using namespace ::prism::sched::testing;  // NOLINT: test builders.
+  // One GPU with room for the app (10000 MiB) but not for the app and the sidecar (16000).
+  sched::Engine engine =
+      MakeEngine({Node("n", 8, 16, 1, Gpu("T4", std::nullopt, 15360))}, sched::DeviceConfig{});
+  auto sidecar = Build(kSidecarPod);
+  ASSERT_TRUE(sidecar.ok()) << sidecar.status();
+  sched::ScheduleResult r = engine.Schedule(*sidecar);
+  EXPECT_FALSE(r.scheduled) << "app + sidecar need 16000 MiB of a 15360 MiB GPU";
+
+  // The same container as a regular init container has finished before the app starts: it fits.
+  std::string init_yaml = kSidecarPod;
+  init_yaml.erase(init_yaml.find("      restartPolicy: Always\n"),
+                  std::string_view("      restartPolicy: Always\n").size());
+  auto init = Build(init_yaml);
+  ASSERT_TRUE(init.ok()) << init.status();
+  ASSERT_TRUE(init->containers[1].init);
+  EXPECT_TRUE(engine.Schedule(*init).scheduled);
 }
 
 TEST(PodRequestTest, Annotations) {

@@ -174,16 +174,17 @@ absl::Status Run(const Flags& flags) {
   plugin_options.device_plugin_dir = flags.device_plugin_path;
   plugin_options.socket_name = flags.socket_name;
   plugin_options.resource_name = flags.resource_name;
-  auto plugin = std::make_unique<deviceplugin::PluginServer>(&agent, plugin_options);
-  RETURN_IF_ERROR(plugin->Start());
+  // SIGHUP replaces the plugin server while /readyz (on the metrics server's thread) reads it.
+  deviceplugin::ReplaceablePluginServer plugin(&agent, plugin_options);
+  RETURN_IF_ERROR(plugin.Start());
   deviceplugin::MetricsServer server(
       &metrics, {address.first, address.second}, nullptr, [&agent, &plugin]() -> std::string {
-        if (!plugin->registered()) return "not registered with the kubelet";
+        if (!plugin.registered()) return "not registered with the kubelet";
         const std::string reason = agent.FailClosedReason();
         return reason.empty() ? "" : StrCat("refusing allocations: ", reason);
       });
   RETURN_IF_ERROR(server.Start());
-  LogInfo(kLog, "serving ", flags.resource_name, " on ", plugin->socket_path(), ", metrics on ",
+  LogInfo(kLog, "serving ", flags.resource_name, " on ", plugin.socket_path(), ", metrics on ",
           address.first, ":", server.port());
 
   for (;;) {
@@ -191,16 +192,14 @@ absl::Status Run(const Flags& flags) {
     sigwait(&signals, &signal);
     if (signal == SIGHUP) {
       LogInfo(kLog, "SIGHUP: serving and registering again");
-      plugin->Stop();
-      plugin = std::make_unique<deviceplugin::PluginServer>(&agent, plugin_options);
-      RETURN_IF_ERROR(plugin->Start());
+      RETURN_IF_ERROR(plugin.Replace());
       continue;
     }
     LogInfo(kLog, "signal ", signal, ": stopping");
     break;
   }
   server.Stop();
-  plugin->Stop();
+  plugin.Stop();
   agent.Stop();
   return absl::OkStatus();
 }

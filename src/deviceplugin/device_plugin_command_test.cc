@@ -4,9 +4,12 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -183,6 +186,97 @@ TEST(DevicePluginCommandTest, ServesAllocatesReportsAndStopsOnSigterm) {
   guard.waited = true;
   EXPECT_EQ(WaitExit(pid), 0) << Slurp(log);
   EXPECT_FALSE(fs::exists(dir / "dp" / "prism-gpu.sock"));
+  (*kubelet)->Stop();
+}
+
+// Review: the /readyz handler (on the metrics server's thread) read the plugin server that the
+// SIGHUP handler stops and replaces, a data race (and a use of the freed server). /readyz is
+// polled from two threads across several reloads: every reply is 200 or 503, the agent
+// registers again each time, ends ready, and exits cleanly.
+TEST(DevicePluginCommandTest, ReadyzAnswersWhileSighupReplacesThePluginServer) {
+  const fs::path dir = testing::TestDir();
+  const std::string gpus = testing::WriteFile(dir / "gpus.yaml",
+                                              "gpus:\n  - model: Tesla T4\n"
+                                              "    memory_mib: 15360\n");
+  testing::WriteFakeDriverTree(dir / "host", 1);
+  fakeapi::FakeApiServer api;
+  ASSERT_TRUE(api.Start().ok());
+  ASSERT_TRUE(api.Create("nodes", Json{{"metadata", {{"name", "n1"}}}}).ok());
+  const std::string kubeconfig = testing::WriteFile(dir / "kubeconfig", api.KubeconfigYaml());
+  kubelet::FakeKubeletOptions kubelet_options{
+      (dir / "dp").string(), (dir / "pr" / "k.sock").string(), (dir / "cdi").string()};
+  auto kubelet = kubelet::FakeKubelet::Start(kubelet_options);
+  ASSERT_TRUE(kubelet.ok());
+  const std::string log = (dir / "agent.log").string();
+  const pid_t pid =
+      Spawn({"device-plugin", "--node-name=n1", "--kubeconfig=" + kubeconfig, "--nvml=sim:" + gpus,
+             "--device-plugin-path=" + (dir / "dp").string(),
+             "--pod-resources-socket=" + kubelet_options.pod_resources_socket,
+             "--cdi-dir=" + (dir / "cdi").string(), "--state-dir=" + (dir / "state").string(),
+             "--vgpu-dir=" + (dir / "vgpu").string(), "--vgpu-library=none",
+             "--metrics-address=127.0.0.1:0", "--dev-root=" + (dir / "host").string(),
+             "--proc-root=" + (dir / "host" / "proc").string()},
+            log);
+  KillOnExit guard{pid};
+  ASSERT_TRUE((*kubelet)->WaitForPlugin("nvidia.com/gpu", absl::Seconds(30))) << Slurp(log);
+  int port = -1;
+  for (int i = 0; i < 1000 && port < 0; ++i) {
+    const std::string text = Slurp(log);
+    const size_t at = text.find("metrics on 127.0.0.1:");
+    if (at != std::string::npos) {
+      port = std::stoi(text.substr(at + std::string("metrics on 127.0.0.1:").size()));
+    } else {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+  }
+  ASSERT_GT(port, 0) << Slurp(log);
+
+  std::atomic<bool> stop{false};
+  std::atomic<int> answered{0};
+  std::atomic<int> unexpected{0};
+  std::vector<std::thread> pollers;
+  for (int t = 0; t < 2; ++t) {
+    pollers.emplace_back([&] {
+      httplib::Client http("127.0.0.1", port);
+      http.set_connection_timeout(5);
+      http.set_read_timeout(5);
+      while (!stop.load()) {
+        auto reply = http.Get("/readyz");
+        if (!reply || (reply->status != 200 && reply->status != 503)) {
+          ++unexpected;
+        } else {
+          ++answered;
+        }
+      }
+    });
+  }
+  const int before = (*kubelet)->registrations();
+  constexpr int kReloads = 5;
+  for (int i = 1; i <= kReloads; ++i) {
+    kill(pid, SIGHUP);
+    bool registered = false;
+    for (int j = 0; j < 3000 && !registered; ++j) {
+      registered = (*kubelet)->registrations() >= before + i;
+      if (!registered) absl::SleepFor(absl::Milliseconds(10));
+    }
+    ASSERT_TRUE(registered) << "reload " << i << "\n" << Slurp(log);
+  }
+  stop = true;
+  for (std::thread& t : pollers) t.join();
+  EXPECT_EQ(unexpected.load(), 0) << Slurp(log);
+  EXPECT_GT(answered.load(), kReloads);
+  httplib::Client http("127.0.0.1", port);
+  bool ready = false;
+  for (int i = 0; i < 1000 && !ready; ++i) {
+    auto reply = http.Get("/readyz");
+    ready = reply && reply->status == 200;
+    if (!ready) absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_TRUE(ready) << Slurp(log);
+
+  kill(pid, SIGTERM);
+  guard.waited = true;
+  EXPECT_EQ(WaitExit(pid), 0) << Slurp(log);
   (*kubelet)->Stop();
 }
 

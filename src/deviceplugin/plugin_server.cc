@@ -9,11 +9,13 @@
 #include <chrono>
 #include <filesystem>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "grpcpp/grpcpp.h"
 
 #include "base/log.h"
+#include "base/status_macros.h"
 #include "base/strings.h"
 #include "kubelet/deviceplugin/v1beta1/api.grpc.pb.h"
 #include "kubelet/kubelet_client.h"
@@ -267,6 +269,52 @@ void PluginServer::WatchLoop() {
       }
     }
   }
+}
+
+ReplaceablePluginServer::ReplaceablePluginServer(NodeAgent* agent, PluginServerOptions options)
+    : agent_(agent), options_(std::move(options)) {}
+
+ReplaceablePluginServer::~ReplaceablePluginServer() { Stop(); }
+
+absl::Status ReplaceablePluginServer::Start() { return Replace(); }
+
+absl::Status ReplaceablePluginServer::Replace() {
+  absl::MutexLock replacing(&replace_mu_);
+  std::shared_ptr<PluginServer> old;
+  {
+    absl::MutexLock lock(&mu_);
+    old = std::move(current_);
+  }
+  // The old server stops before the new one serves: they share the socket path.
+  if (old != nullptr) old->Stop();
+  auto next = std::make_shared<PluginServer>(agent_, options_);
+  RETURN_IF_ERROR(next->Start());
+  absl::MutexLock lock(&mu_);
+  current_ = std::move(next);
+  return absl::OkStatus();
+}
+
+void ReplaceablePluginServer::Stop() {
+  absl::MutexLock replacing(&replace_mu_);
+  std::shared_ptr<PluginServer> old;
+  {
+    absl::MutexLock lock(&mu_);
+    old = std::move(current_);
+  }
+  if (old != nullptr) old->Stop();
+}
+
+bool ReplaceablePluginServer::registered() const {
+  std::shared_ptr<PluginServer> current;
+  {
+    absl::MutexLock lock(&mu_);
+    current = current_;
+  }
+  return current != nullptr && current->registered();
+}
+
+std::string ReplaceablePluginServer::socket_path() const {
+  return (fs::path(options_.device_plugin_dir) / options_.socket_name).string();
 }
 
 }  // namespace prism::deviceplugin

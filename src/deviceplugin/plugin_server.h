@@ -80,4 +80,33 @@ class PluginServer {
   uint64_t registered_inode_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// The endpoint `prism device-plugin` serves: SIGHUP replaces its PluginServer (Replace) while the
+// metrics server's thread asks whether it is registered (/readyz). Readers hold the server they
+// read, so a replaced one is freed only once nobody uses it. Thread-safe.
+class ReplaceablePluginServer {
+ public:
+  ReplaceablePluginServer(NodeAgent* agent, PluginServerOptions options);
+  ~ReplaceablePluginServer();
+  ReplaceablePluginServer(const ReplaceablePluginServer&) = delete;
+  ReplaceablePluginServer& operator=(const ReplaceablePluginServer&) = delete;
+
+  // Serves and registers the first server (PluginServer::Start's errors).
+  absl::Status Start();
+  // Stops the current server and starts a new one: its socket served afresh, registered again.
+  // Not registered in between, nor after an error (PluginServer::Start's).
+  absl::Status Replace();
+  void Stop();
+
+  // The current server's; false while there is none. Never waits for Start or Replace.
+  bool registered() const;
+  std::string socket_path() const;
+
+ private:
+  NodeAgent* const agent_;
+  const PluginServerOptions options_;
+  absl::Mutex replace_mu_;  // One Start, Replace or Stop at a time (they start and stop servers).
+  mutable absl::Mutex mu_;  // Held only to copy or swap the pointer.
+  std::shared_ptr<PluginServer> current_ ABSL_GUARDED_BY(mu_);
+};
+
 }  // namespace prism::deviceplugin

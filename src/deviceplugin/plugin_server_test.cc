@@ -1,7 +1,9 @@
 // The device plugin's life with the kubelet: registration, kubelet restarts, a deleted socket.
 #include "deviceplugin/plugin_server.h"
 
+#include <atomic>
 #include <filesystem>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -99,6 +101,41 @@ TEST_F(PluginServerTest, ThePluginWaitsForAKubeletThatIsNotThereYet) {
     absl::SleepFor(absl::Milliseconds(2));
   }
   EXPECT_TRUE(h_->plugin().registered());
+}
+
+// `prism device-plugin` replaces its server on SIGHUP while /readyz reads registered() on
+// another thread; the command once swapped a plain pointer under that reader.
+TEST_F(PluginServerTest, AReplaceableServerIsReadWhileItIsReplaced) {
+  PluginServerOptions options;
+  options.device_plugin_dir = h_->kubelet().options().device_plugin_dir;
+  options.socket_name = "prism-replaced.sock";
+  options.resource_name = "example.com/gpu";
+  options.register_retry = absl::Milliseconds(100);
+  ReplaceablePluginServer plugin(&h_->agent(), options);
+  EXPECT_FALSE(plugin.registered());
+  ASSERT_TRUE(plugin.Start().ok());
+  EXPECT_TRUE(plugin.registered());
+  std::atomic<bool> stop{false};
+  std::atomic<int> reads{0};
+  std::thread reader([&] {
+    while (!stop.load()) {
+      (void)plugin.registered();
+      ++reads;
+    }
+  });
+  const int before = h_->kubelet().registrations();
+  constexpr int kReplacements = 5;
+  for (int i = 0; i < kReplacements; ++i) ASSERT_TRUE(plugin.Replace().ok()) << i;
+  stop = true;
+  reader.join();
+  EXPECT_GT(reads.load(), 0);
+  EXPECT_EQ(h_->kubelet().registrations(), before + kReplacements);
+  EXPECT_TRUE(plugin.registered());
+  EXPECT_TRUE(fs::exists(plugin.socket_path()));
+  EXPECT_TRUE(h_->kubelet().WaitForPlugin("example.com/gpu", absl::Seconds(10)));
+  plugin.Stop();
+  EXPECT_FALSE(plugin.registered());
+  EXPECT_FALSE(fs::exists(plugin.socket_path()));
 }
 
 }  // namespace

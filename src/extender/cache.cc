@@ -138,23 +138,19 @@ absl::StatusOr<bool> AllocationFailedEverywhere(
 AllocationProgress ReadAllocationProgress(std::string_view text,
                                           const std::set<std::string>& containers) {
   if (containers.empty()) return AllocationProgress::kPending;
-  Json status = Json::parse(text, nullptr, false);
-  if (!status.is_object()) return AllocationProgress::kPending;
-  auto entries = status.find("containers");
-  if (entries == status.end() || !entries->is_object()) return AllocationProgress::kPending;
+  // The pod's owner can write the annotation: read it as the agent and the cache do (the cache
+  // counts a malformed one as a decode failure; it reads the same annotation on the same event).
+  absl::StatusOr<config::AllocationStatus> status = config::ParseAllocationStatus(text);
+  if (!status.ok()) return AllocationProgress::kPending;
   bool ready = true;
   for (const std::string& name : containers) {
-    auto entry = entries->find(name);
-    if (entry == entries->end() || !entry->is_object()) {
+    auto entry = status->containers.find(name);
+    if (entry == status->containers.end()) {
       ready = false;
       continue;
     }
-    auto error = entry->find("error");
-    if (error != entry->end() && error->is_string() && !error->get<std::string>().empty()) {
-      return AllocationProgress::kFailed;
-    }
-    auto devices = entry->find("devices");
-    if (devices == entry->end() || !devices->is_array() || devices->empty()) ready = false;
+    if (!entry->second.error.empty()) return AllocationProgress::kFailed;
+    if (entry->second.devices.empty()) ready = false;
   }
   return ready ? AllocationProgress::kReady : AllocationProgress::kPending;
 }

@@ -357,8 +357,9 @@ absl::StatusOr<bool> AllocationFailedEverywhere(
 enum class AllocationProgress { kPending, kReady, kFailed };
 // What the node agent's prism.io/allocation-status (`text`, docs/annotations.md) says of the
 // containers named: kReady when each has its devices, kFailed when one got an error instead,
-// kPending otherwise (an entry missing or still without devices, or a status that cannot be read:
-// the agent rewrites it). kPending for an empty set.
+// kPending otherwise (an entry missing or still without devices, or a status that
+// config::ParseAllocationStatus rejects: not progress, whatever it claims). kPending for an empty
+// set.
 AllocationProgress ReadAllocationProgress(std::string_view text,
                                           const std::set<std::string>& containers);
 

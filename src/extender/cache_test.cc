@@ -3,6 +3,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
+#include "config/allocation_status.h"
 #include "config/annotations.h"
 #include "config/device_config_yaml.h"
 #include "config/pod_json.h"
@@ -740,10 +741,22 @@ TEST_F(CacheTest, SnapshotCopiesWhatTheEngineHolds) {
   EXPECT_EQ(s.config.mig_strategy, cache_->device_config().mig_strategy);
 }
 
+// An allocation status of the node agent's form (docs/annotations.md), containers by name.
+std::string AgentStatus(const json& containers) {
+  return json{{"node", "n1"}, {"containers", containers}}.dump();
+}
+json SliceDevices() {
+  return json::array({{{"index", 0},
+                       {"uuid", "GPU-n1-0"},
+                       {"mode", "hami-core"},
+                       {"memoryMiB", 8000},
+                       {"cores", 25}}});
+}
+
 TEST(AllocationProgressTest, ReadyOnlyWhenEveryNamedContainerHasDevices) {
   const std::set<std::string> both{"a", "b"};
-  const json device = json::array({{{"index", 0}}});
-  auto status = [](const json& containers) { return json{{"containers", containers}}.dump(); };
+  const json device = SliceDevices();
+  auto status = AgentStatus;
   EXPECT_EQ(ReadAllocationProgress(
                 status({{"a", {{"devices", device}}}, {"b", {{"devices", device}}}}), both),
             AllocationProgress::kReady);
@@ -752,6 +765,9 @@ TEST(AllocationProgressTest, ReadyOnlyWhenEveryNamedContainerHasDevices) {
   EXPECT_EQ(ReadAllocationProgress(
                 status({{"a", {{"devices", device}}}, {"b", {{"devices", json::array()}}}}), both),
             AllocationProgress::kPending);
+  EXPECT_EQ(ReadAllocationProgress(
+                status({{"a", {{"devices", device}}}, {"b", {{"allocations", {"mx1-1"}}}}}), both),
+            AllocationProgress::kPending);  // Allocated, not yet realized.
   EXPECT_EQ(
       ReadAllocationProgress(status({{"a", {{"devices", device}}}, {"b", {{"error", "x"}}}}), both),
       AllocationProgress::kFailed);
@@ -762,6 +778,30 @@ TEST(AllocationProgressTest, ReadyOnlyWhenEveryNamedContainerHasDevices) {
   }
   EXPECT_EQ(ReadAllocationProgress(status({{"a", {{"devices", device}}}}), {}),
             AllocationProgress::kPending);
+}
+
+// Review: ReadAllocationProgress was a second, lax reader of the annotation, which the pod's owner
+// can write: a status the agent's decoder (and the cache) rejects still read as devices ready.
+TEST(AllocationProgressTest, AStatusTheDecoderRejectsIsNotProgress) {
+  const std::set<std::string> main{"main"};
+  json forged_id = {{"main", {{"allocations", {"../../etc/x"}}, {"devices", SliceDevices()}}}};
+  json device_without_share = {
+      {"main", {{"devices", {{{"index", 0}, {"uuid", "GPU-n1-0"}, {"mode", "hami-core"}}}}}}};
+  json unknown_mode = SliceDevices();
+  unknown_mode[0]["mode"] = "teleport";
+  for (const std::string& text :
+       {AgentStatus(forged_id), AgentStatus(device_without_share),
+        AgentStatus({{"main", {{"devices", unknown_mode}}}}),
+        AgentStatus({{"main", {{"devices", SliceDevices()}, {"error", "both"}}}}),
+        json{{"containers", {{"main", {{"devices", SliceDevices()}}}}}}.dump()}) {  // No node.
+    EXPECT_FALSE(config::ParseAllocationStatus(text).ok()) << text;
+    EXPECT_EQ(ReadAllocationProgress(text, main), AllocationProgress::kPending) << text;
+  }
+  // An error beside a malformed entry is not trusted either.
+  EXPECT_EQ(
+      ReadAllocationProgress(
+          AgentStatus({{"main", {{"error", "no GPU"}}}, {"other", {{"devices", "x"}}}}), main),
+      AllocationProgress::kPending);
 }
 
 }  // namespace

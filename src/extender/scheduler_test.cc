@@ -468,13 +468,25 @@ TEST_F(SchedulerServiceTest, CreationToBindAndToDevicesReadyAreTimedOnce) {
   clock.Set(created + absl::Seconds(5));
   set_status({{"node", "n1"}, {"containers", {{"main", {{"allocations", {"a-1"}}}}}}});
   EXPECT_EQ(Sample(s->Metrics().body, StrCat(kReady, "_count")), 0);
+  const json devices = {{{"index", 0},
+                         {"uuid", "GPU-n1-0"},
+                         {"mode", "hami-core"},
+                         {"memoryMiB", 8000},
+                         {"cores", 0}}};
+  // Review: a status the agent's decoder rejects (here a forged allocation ID; the pod's owner
+  // can write the annotation) was read as devices ready by a second, lax reader. It is not
+  // progress, and the cache counts it as a decode failure, once.
+  const double decode_failures_before =
+      Sample(s->Metrics().body, "prism_scheduler_decision_decode_failures");
+  clock.Set(created + absl::Seconds(6));
+  set_status({{"node", "n1"},
+              {"containers", {{"main", {{"allocations", {"../x"}}, {"devices", devices}}}}}});
+  m = s->Metrics().body;
+  EXPECT_EQ(Sample(m, StrCat(kReady, "_count")), 0) << "a malformed status read as devices ready";
+  EXPECT_EQ(Sample(m, "prism_scheduler_decision_decode_failures"), decode_failures_before + 1);
   clock.Set(created + absl::Seconds(8));
-  const json ready{
-      {"node", "n1"},
-      {"containers",
-       {{"main",
-         {{"allocations", {"a-1"}},
-          {"devices", {{{"index", 0}, {"uuid", "GPU-n1-0"}, {"mode", "hami-core"}}}}}}}}};
+  const json ready{{"node", "n1"},
+                   {"containers", {{"main", {{"allocations", {"a-1"}}, {"devices", devices}}}}}};
   set_status(ready);
   m = s->Metrics().body;
   EXPECT_EQ(Sample(m, StrCat(kReady, "_count")), 1);

@@ -7,6 +7,7 @@
 
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "base/terminal_text.h"
 #include "config/annotations.h"
 #include "core/mig/gpu_model.h"
 
@@ -62,23 +63,24 @@ std::string ShapeText(const sched::WorkloadShape& s, double total_weight) {
     if (s.gpu.cores_permille > 0) StrAppend(&out, " ", PercentText(s.gpu.cores_permille), " cores");
   }
   StrAppend(&out, ", ", s.cpu_milli, "m CPU");
-  if (!s.types.empty()) StrAppend(&out, " (", StrJoin(s.types, ","), ")");
+  if (!s.types.empty()) StrAppend(&out, " (", TerminalSafe(StrJoin(s.types, ",")), ")");
   return out;
 }
 
 void AppendDecisionText(const json& d, std::string* out) {
-  StrAppend(out, "    first copy -> ", d.value("node", ""), " (score ", d.value("score", 0.0),
-            ")\n");
+  StrAppend(out, "    first copy -> ", TerminalSafe(d.value("node", "")), " (score ",
+            d.value("score", 0.0), ")\n");
   for (const json& c : d.value("containers", json::array())) {
     const json devices = c.value("devices", json::array());
     if (devices.empty()) continue;
     StrAppend(out, "      ", c.value("init", false) ? "init container " : "container ",
-              c.value("name", ""), ":\n");
+              TerminalSafe(c.value("name", "")), ":\n");
     for (const json& dev : devices) {
-      StrAppend(out, "        GPU ", dev.value("index", -1), " (", dev.value("uuid", ""), ") ");
+      StrAppend(out, "        GPU ", dev.value("index", -1), " (",
+                TerminalSafe(dev.value("uuid", "")), ") ");
       const std::string cores = StrCat(dev.value("cores", json(0)).dump(), "%");
       if (dev.value("mode", "") == "mig") {
-        StrAppend(out, "mig ", dev.value("profile", ""), "@",
+        StrAppend(out, "mig ", TerminalSafe(dev.value("profile", "")), "@",
                   dev.value("placement", json::object()).value("start", -1));
         if (dev.contains("template")) {
           StrAppend(out, " [geometry ", dev.value("template", -1), " slot ", dev.value("slot", -1),
@@ -95,7 +97,7 @@ void AppendDecisionText(const json& d, std::string* out) {
       if (!v.is_array() || v.empty()) return std::string("-");
       std::vector<std::string> parts;
       for (const json& p : v) {
-        parts.push_back(InstanceName(p.value("profile", ""), p.value("start", -1)));
+        parts.push_back(TerminalSafe(InstanceName(p.value("profile", ""), p.value("start", -1))));
       }
       return StrJoin(parts, " ");
     };
@@ -421,10 +423,11 @@ std::string StatusToText(const StatusReport& report, const std::vector<WhatIfRes
     StrAppend(&out, "workload: ", StrJoin(shapes, "; "), "\n");
   }
   for (const StatusNode& n : report.nodes) {
-    StrAppend(&out, "\nnode ", n.name, ": fragmentation ", Gpus(n.fragmentation_gpus),
+    StrAppend(&out, "\nnode ", TerminalSafe(n.name), ": fragmentation ", Gpus(n.fragmentation_gpus),
               " GPUs; GPU pods take ", n.cpu_allocated_milli, "m of ", n.cpu_milli, "m CPU\n");
     for (const StatusGpu& g : n.gpus) {
-      StrAppend(&out, "  GPU ", g.index, " ", g.uuid, " ", g.model, " ", g.mode);
+      StrAppend(&out, "  GPU ", g.index, " ", TerminalSafe(g.uuid), " ", TerminalSafe(g.model), " ",
+                g.mode);
       if (!g.mig_strategy.empty()) {
         StrAppend(&out, "/", g.mig_strategy, g.mig_layout_fixed ? " (fixed layout)" : "");
       }
@@ -439,23 +442,24 @@ std::string StatusToText(const StatusReport& report, const std::vector<WhatIfRes
       if (!g.mig_strategy.empty()) {
         std::vector<std::string> instances;
         for (const StatusInstance& i : g.instances) {
-          instances.push_back(StrCat(InstanceName(i.profile, i.start), " ", i.state,
-                                     i.pod.empty() ? "" : StrCat(" ", i.pod)));
+          instances.push_back(TerminalSafe(StrCat(InstanceName(i.profile, i.start), " ", i.state,
+                                                  i.pod.empty() ? "" : StrCat(" ", i.pod))));
         }
         StrAppend(&out, "    MIG", g.geometry >= 0 ? StrCat(" geometry ", g.geometry) : "", ": ",
                   instances.empty() ? "no instances" : StrJoin(instances, ", "), "\n");
       }
       for (const StatusPodShare& p : g.pods) {
-        StrAppend(&out, "    pod ", p.pod, " (", p.container,
-                  "): ", p.mig_instance.empty() ? "" : StrCat(p.mig_instance, ", "), p.memory_mib,
-                  " MiB, ", PercentText(p.cores_permille), "\n");
+        StrAppend(&out, "    pod ", TerminalSafe(p.pod), " (", TerminalSafe(p.container),
+                  "): ", p.mig_instance.empty() ? "" : StrCat(TerminalSafe(p.mig_instance), ", "),
+                  p.memory_mib, " MiB, ", PercentText(p.cores_permille), "\n");
       }
     }
   }
   if (!report.node_problems.empty() || report.nodes_without_inventory > 0) {
     StrAppend(&out, "\nnode problems:", report.node_problems.empty() ? " none" : "", "\n");
     for (const auto& [node, problem] : report.node_problems) {
-      StrAppend(&out, "  ", node, ": unusable GPU inventory: ", problem, "\n");
+      StrAppend(&out, "  ", TerminalSafe(node), ": unusable GPU inventory: ", TerminalSafe(problem),
+                "\n");
     }
     if (report.nodes_without_inventory > 0) {
       StrAppend(&out, "  (", report.nodes_without_inventory,
@@ -465,15 +469,16 @@ std::string StatusToText(const StatusReport& report, const std::vector<WhatIfRes
   if (!report.pod_issues.empty()) {
     StrAppend(&out, "\npod problems:\n");
     for (const CacheSnapshot::PodIssue& p : report.pod_issues) {
-      StrAppend(&out, "  ", p.pod.namespace_name, "/", p.pod.name, " on ", p.pod.node, ": ",
-                p.state, p.problem.empty() ? "" : StrCat(": ", p.problem),
+      StrAppend(&out, "  ", TerminalSafe(StrCat(p.pod.namespace_name, "/", p.pod.name)), " on ",
+                TerminalSafe(p.pod.node), ": ", p.state,
+                p.problem.empty() ? "" : StrCat(": ", TerminalSafe(p.problem)),
                 p.charged ? " (its earlier decision stays charged)" : "", "\n");
     }
   }
   for (const WhatIfResult& w : what_ifs) {
-    StrAppend(&out, "\nwhat-if ", w.pod, ": ");
+    StrAppend(&out, "\nwhat-if ", TerminalSafe(w.pod), ": ");
     if (!w.error.empty()) {
-      StrAppend(&out, "invalid: ", w.error, "\n");
+      StrAppend(&out, "invalid: ", TerminalSafe(w.error), "\n");
       continue;
     }
     if (w.no_gpu) {
@@ -481,13 +486,16 @@ std::string StatusToText(const StatusReport& report, const std::vector<WhatIfRes
       continue;
     }
     std::vector<std::string> per_node;
-    for (const auto& [node, count] : w.nodes) per_node.push_back(StrCat(node, ": ", count));
+    for (const auto& [node, count] : w.nodes) {
+      per_node.push_back(StrCat(TerminalSafe(node), ": ", count));
+    }
     StrAppend(&out, w.fitted, w.fitted == w.max_copies ? " (the most tried)" : "",
               w.fitted == 1 ? " copy fits" : " copies fit",
               per_node.empty() ? "" : StrCat(" (", StrJoin(per_node, ", "), ")"), "\n");
     if (!w.first_decision.is_null()) AppendDecisionText(w.first_decision, &out);
     if (!w.unschedulable.empty()) {
-      StrAppend(&out, "    copy ", w.fitted + 1, ": unschedulable: ", w.unschedulable, "\n");
+      StrAppend(&out, "    copy ", w.fitted + 1, ": unschedulable: ", TerminalSafe(w.unschedulable),
+                "\n");
       size_t listed = 0;
       for (const auto& [node, reason] : w.node_reasons) {
         if (listed++ == kMaxTextNodeReasons) {
@@ -495,7 +503,7 @@ std::string StatusToText(const StatusReport& report, const std::vector<WhatIfRes
                     " more nodes (--format json lists all)\n");
           break;
         }
-        StrAppend(&out, "      ", node, ": ", reason, "\n");
+        StrAppend(&out, "      ", TerminalSafe(node), ": ", TerminalSafe(reason), "\n");
       }
     }
   }

@@ -132,7 +132,8 @@ absl::StatusOr<WhatIfResult> WhatIf(const CacheSnapshot& snapshot, const config:
 // The report and the what-ifs as JSON (docs/status.md, "JSON"); strings from the cluster are
 // kept as they are (the caller dumps with error_handler_t::replace).
 nlohmann::json StatusToJson(const StatusReport& report, const std::vector<WhatIfResult>& what_ifs);
-// The same for people.
+// The same for people. Strings from the cluster are shown TerminalSafe (base/terminal_text.h):
+// a control character in a name or an annotation does not reach the operator's terminal.
 std::string StatusToText(const StatusReport& report, const std::vector<WhatIfResult>& what_ifs);
 
 }  // namespace prism::extender

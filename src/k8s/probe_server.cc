@@ -30,6 +30,11 @@ namespace {
 
 constexpr char kLog[] = "probe-server";
 constexpr int kListenBacklog = 1024;
+// What one poll round does for one client at most, so that no client holds the thread every probe
+// is answered on: input read after a reply (a client that keeps sending is cut off, not drained),
+// and connections accepted (a connect flood waits for the next round, after the others).
+constexpr size_t kMaxDrainBytes = 64 * 1024;
+constexpr int kMaxAcceptsPerRound = 256;
 
 std::string_view Reason(int status) {
   switch (status) {
@@ -100,6 +105,11 @@ class ProbeServer::Loop {
     Wake();
   }
 
+  Counters counters() const {
+    return Counters{slow_refused_.load(std::memory_order_relaxed),
+                    slow_abandoned_.load(std::memory_order_relaxed)};
+  }
+
   void Run() {
     std::vector<pollfd> fds;
     std::vector<uint64_t> polled;
@@ -113,8 +123,9 @@ class ProbeServer::Loop {
       absl::Time next = now + absl::Seconds(1);
       if (!accepting) next = std::min(next, accept_paused_until_);
       for (const auto& [id, c] : conns_) {
-        // A connection waiting for the worker asks for nothing; poll still reports its hangup.
-        const short events = c.waiting ? 0 : c.writing ? POLLOUT : POLLIN;
+        // A connection waiting for the worker is read too: a client that hangs up (EOF is no
+        // POLLHUP) has its job dropped instead of rendered for nobody.
+        const short events = c.writing ? POLLOUT : POLLIN;
         fds.push_back({c.fd, events, 0});
         polled.push_back(id);
         next = std::min(next, c.deadline);
@@ -142,7 +153,9 @@ class ProbeServer::Loop {
           open = false;
         } else if (c.writing) {
           open = (ev & POLLOUT) != 0 ? Write(c) : (ev & (POLLHUP | POLLERR)) == 0;
-        } else if (!c.waiting) {
+        } else if (c.waiting) {
+          open = ReadWhileWaiting(c);
+        } else {
           open = Read(it->first, c);
         }
         if (!open) Close(it);
@@ -166,6 +179,7 @@ class ProbeServer::Loop {
     size_t sent = 0;
     bool waiting = false;  // For the worker to run its handler.
     bool writing = false;
+    bool slow = false;  // Holds one of max_slow_requests (queued, rendering, or its reply unsent).
     absl::Time deadline;
   };
   struct Job {
@@ -187,12 +201,23 @@ class ProbeServer::Loop {
   }
 
   void Close(std::map<uint64_t, Conn>::iterator it) {
+    if (it->second.waiting) {
+      // Its job, if the worker has not taken it yet, would render for nobody.
+      std::lock_guard<std::mutex> lock(mu_);
+      auto job = std::find_if(jobs_.begin(), jobs_.end(),
+                              [id = it->first](const Job& j) { return j.conn == id; });
+      if (job != jobs_.end()) {
+        jobs_.erase(job);
+        slow_abandoned_.fetch_add(1, std::memory_order_relaxed);
+      }
+    }
+    if (it->second.slow) --slow_in_flight_;
     ::close(it->second.fd);
     conns_.erase(it);
   }
 
   void Accept(absl::Time now) {
-    while (true) {
+    for (int accepted = 0; accepted < kMaxAcceptsPerRound; ++accepted) {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EINTR || errno == ECONNABORTED) continue;
@@ -216,6 +241,17 @@ class ProbeServer::Loop {
       c.deadline = now + options_.request_timeout;
       conns_.emplace(next_id_++, std::move(c));
     }
+  }
+
+  // Input on a connection whose request the worker has: only a hangup is expected. False: the
+  // client left (or sends more than a request), so close it.
+  bool ReadWhileWaiting(Conn& c) {
+    char buf[4096];
+    const ssize_t n = ::recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT);
+    if (n == 0) return false;  // EOF: nobody will read the reply.
+    if (n < 0) return errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK;
+    c.in.append(buf, static_cast<size_t>(n));  // Pipelined requests: counted, not answered.
+    return c.in.size() <= options_.max_request_bytes;
   }
 
   // Reads what has arrived; answers once the headers are complete. False: close it.
@@ -268,6 +304,13 @@ class ProbeServer::Loop {
       return Reply(c, ProbeReply{405, "text/plain", "only GET and HEAD\n"}, false);
     }
     if (!it->second.slow) return Reply(c, Call(it->second.handler, target), head);
+    if (slow_in_flight_ >= options_.max_slow_requests) {
+      // Queued renders and unsent replies are work and memory: bounded, and a scraper retries.
+      slow_refused_.fetch_add(1, std::memory_order_relaxed);
+      return Reply(c, ProbeReply{503, "text/plain", "too many requests in flight\n"}, head);
+    }
+    ++slow_in_flight_;
+    c.slow = true;
     c.waiting = true;
     c.deadline = absl::Now() + options_.write_timeout;
     {
@@ -343,10 +386,14 @@ class ProbeServer::Loop {
       return false;
     }
     // Done. Closing with unread input would reset the connection and could discard the reply
-    // at the client, so read what is left first.
+    // at the client, so read what is left first; but only what a request may hold (and a
+    // little): a client that keeps sending would otherwise hold this thread.
     ::shutdown(c.fd, SHUT_WR);
-    char buf[1024];
-    while (::recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT) > 0) {
+    char buf[4096];
+    for (size_t drained = 0; drained < kMaxDrainBytes;) {
+      const ssize_t n = ::recv(c.fd, buf, sizeof(buf), MSG_DONTWAIT);
+      if (n <= 0) break;
+      drained += static_cast<size_t>(n);
     }
     return false;
   }
@@ -360,12 +407,16 @@ class ProbeServer::Loop {
   // Server thread only.
   std::map<uint64_t, Conn> conns_;  // By ID: oldest first.
   uint64_t next_id_ = 1;
+  size_t slow_in_flight_ = 0;  // Connections with `slow` set.
   absl::Time accept_paused_until_ = absl::InfinitePast();
   // Shared with the worker.
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job> jobs_;
   std::vector<Done> done_;
+  // Read by counters() from any thread.
+  std::atomic<uint64_t> slow_refused_{0};
+  std::atomic<uint64_t> slow_abandoned_{0};
   std::thread worker_;  // Last: started once everything above exists.
 };
 
@@ -424,6 +475,10 @@ absl::Status ProbeServer::Start() {
   loop_ = std::make_unique<Loop>(options_, routes_, fd, wake[0], wake[1]);
   thread_ = std::thread([loop = loop_.get()] { loop->Run(); });
   return absl::OkStatus();
+}
+
+ProbeServer::Counters ProbeServer::counters() const {
+  return loop_ == nullptr ? Counters{} : loop_->counters();
 }
 
 void ProbeServer::Stop() {

@@ -10,7 +10,10 @@
 // sent within `request_timeout`, and its reply taken within `write_timeout`; one request per
 // connection (`Connection: close`, which probes and Prometheus handle). Handlers run on the
 // server thread, so they must not block; those that may wait (for a lock) are marked slow and run
-// on a worker thread beside it.
+// on a worker thread beside it, at most `max_slow_requests` at once (queued, running, or their
+// reply not yet taken; one more is answered 503 at once). A client that hangs up (or half-closes)
+// before its slow reply is taken to have left: its request is dropped, not run. No client holds
+// the server thread: each poll round reads, writes and drains a bounded amount per connection.
 // Thread-safe: Handle before Start; Start and Stop from any thread.
 #pragma once
 
@@ -42,6 +45,13 @@ class ProbeServer {
     size_t max_request_bytes = 8192;
     absl::Duration request_timeout = absl::Seconds(10);
     absl::Duration write_timeout = absl::Seconds(10);
+    // Prometheus scrapes a target one request at a time; a few scrapers fit.
+    size_t max_slow_requests = 8;
+  };
+  // Slow requests not run, since Start.
+  struct Counters {
+    uint64_t slow_refused = 0;    // Answered 503: max_slow_requests were in flight.
+    uint64_t slow_abandoned = 0;  // Dropped from the queue: the client left first.
   };
 
   explicit ProbeServer(Options options);
@@ -60,6 +70,8 @@ class ProbeServer {
   void Stop();
   // The bound port (after Start).
   int port() const { return port_; }
+  // Zero before Start. Thread-safe.
+  Counters counters() const;
 
  private:
   class Loop;

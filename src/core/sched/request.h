@@ -47,7 +47,9 @@ struct GpuRequest {
 
 struct ContainerRequest {
   std::string name;
-  bool init = false;         // Init containers run one by one before the others.
+  // Init containers run one by one before the others. A sidecar (an init container with
+  // restartPolicy: Always) is not one here: it runs beside the others for the pod's life.
+  bool init = false;
   int64_t cpu_milli = 0;     // requests.cpu (limits when no request is given).
   int64_t memory_bytes = 0;  // requests.memory.
   GpuRequest gpu;
