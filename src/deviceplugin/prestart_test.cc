@@ -89,12 +89,11 @@ TEST_F(WaitForAllocationSpecsTest, ReturnsOnceTheSpecIsWritten) {
     settled = true;
     Settle(*r);
   });
-  const absl::Time start = absl::Now();
+  // OK (not DeadlineExceeded) is the proof that the wait ended on the settle, not its timeout.
   absl::Status status = WaitForAllocationSpecs(ledger_, {"g::0"}, dir_, absl::Seconds(10), {});
   resolver.join();
   EXPECT_TRUE(status.ok()) << status;
   EXPECT_TRUE(settled.load());
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
   // Settled already: at once.
   EXPECT_TRUE(WaitForAllocationSpecs(ledger_, {"g::0"}, dir_, absl::ZeroDuration(), {}).ok());
 }
@@ -126,10 +125,10 @@ TEST_F(WaitForAllocationSpecsTest, ClearErrorsForTimeoutUnknownDevicesAndCancel)
   EXPECT_EQ(WaitForAllocationSpecs(ledger_, {}, dir_, absl::Seconds(1), {}).code(),
             absl::StatusCode::kInvalidArgument);
 
-  const absl::Time start = absl::Now();
-  status = WaitForAllocationSpecs(ledger_, {"g::0"}, dir_, absl::Seconds(30), [] { return true; });
+  // Cancelled rather than DeadlineExceeded: the cancel ended the wait, not its 10 minutes (a
+  // wait that ignored it would also run into CTest's timeout).
+  status = WaitForAllocationSpecs(ledger_, {"g::0"}, dir_, absl::Minutes(10), [] { return true; });
   EXPECT_EQ(status.code(), absl::StatusCode::kCancelled);
-  EXPECT_LT(absl::Now() - start, absl::Seconds(5));
 }
 
 }  // namespace

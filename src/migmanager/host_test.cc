@@ -4,6 +4,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
@@ -62,24 +63,55 @@ TEST_F(HostTest, RunsCommandsAndCapturesOutput) {
   EXPECT_EQ(RunCommand({}, absl::Seconds(1)).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Whether process `pid` has ended (gone, or a zombie waiting for its reaper).
+bool Ended(pid_t pid) {
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return true;
+  const size_t paren = line.rfind(')');
+  return paren != std::string::npos && paren + 2 < line.size() && line[paren + 2] == 'Z';
+}
+
+pid_t ReadPid(const std::string& path) {
+  std::ifstream in(path);
+  pid_t pid = -1;
+  in >> pid;
+  return pid;
+}
+
+// Oracles without a wall clock: the sleeps outlast any CTest timeout, so a RunCommand that
+// waited for them would never return; a grandchild left alive is seen in /proc.
 TEST_F(HostTest, KillsACommandThatHangs) {
-  const absl::Time start = absl::Now();
+  const std::string pid_file = dir_ + "/grandchild.pid";
   // The child's own child (sleep) must die too: the whole process group is killed.
-  auto hung = RunCommand({"/bin/sh", "-c", "sleep 30 & sleep 30"}, absl::Milliseconds(200));
+  auto hung =
+      RunCommand({"/bin/sh", "-c", "sleep 100000 & echo $! > " + pid_file + "; sleep 100000"},
+                 absl::Milliseconds(200));
   ASSERT_TRUE(hung.ok()) << hung.status();
   EXPECT_TRUE(hung->timed_out);
   EXPECT_FALSE(hung->ok());
-  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
   EXPECT_THAT(DescribeFailure({"sleep"}, *hung), HasSubstr("timed out"));
+  const pid_t grandchild = ReadPid(pid_file);
+  ASSERT_GT(grandchild, 0);
+  bool ended = false;
+  for (int i = 0; i < 1000 && !ended; ++i) {
+    ended = Ended(grandchild);
+    if (!ended) absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_TRUE(ended) << "the background sleep of a killed command is still running";
+  if (!ended) kill(grandchild, SIGKILL);
 }
 
 TEST_F(HostTest, ReturnsWhenACommandExitsLeavingADaemonBehind) {
-  const absl::Time start = absl::Now();
-  // `sh` exits at once; the background sleep keeps the output pipe open.
-  auto r = RunCommand({"/bin/sh", "-c", "sleep 5 & exit 0"}, absl::Seconds(20));
+  const std::string pid_file = dir_ + "/daemon.pid";
+  // `sh` exits at once; the background sleep keeps the output pipe open. Waiting for the pipe
+  // would end in the 60 s timeout (timed_out, not ok).
+  auto r = RunCommand({"/bin/sh", "-c", "sleep 100000 & echo $! > " + pid_file + "; exit 0"},
+                      absl::Seconds(60));
   ASSERT_TRUE(r.ok());
+  EXPECT_FALSE(r->timed_out);
   EXPECT_TRUE(r->ok());
-  EXPECT_LT(absl::Now() - start, absl::Seconds(4));
+  if (const pid_t daemon = ReadPid(pid_file); daemon > 0) kill(daemon, SIGKILL);
 }
 
 TEST(GpuClientsTest, ParsesTheOperatorsDefaultList) {
