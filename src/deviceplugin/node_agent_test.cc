@@ -629,9 +629,20 @@ TEST_F(NodeAgentTest, OnAStaticNodeOnlyExistingInstancesAreHandedOut) {
 // Issue 11, item 1: with no label at all (a fresh install), the node agent owns the MIG layouts
 // and says so in the inventory; a MIG manager config label hands the node to the MIG manager.
 TEST_F(NodeAgentTest, AnUnlabelledNodeIsDynamicAndAMigConfigLabelMakesItStatic) {
+  // The agent publishes its inventory from its worker after Start() returns: wait for it (read
+  // at once, a loaded machine found no annotation yet).
+  auto published_inventory = [this]() -> absl::StatusOr<NodeInventory> {
+    std::optional<std::string> text;
+    if (!Eventually(
+            [&] { return (text = h_->NodeAnnotation(kInventoryAnnotation)).has_value(); })) {
+      return absl::DeadlineExceededError("the agent never published its inventory");
+    }
+    return DecodeInventory(*text);
+  };
   Start();
-  auto inv = DecodeInventory(h_->NodeAnnotation(kInventoryAnnotation).value_or("{}"));
+  auto inv = published_inventory();
   ASSERT_TRUE(inv.ok()) << inv.status();
+  ASSERT_FALSE(inv->gpus.empty());
   EXPECT_TRUE(inv->gpus[0].mig_dynamic);
   EXPECT_FALSE(ToGpuSpecs(*inv)[0].mig_layout_fixed);
   std::string uid;
@@ -643,8 +654,9 @@ TEST_F(NodeAgentTest, AnUnlabelledNodeIsDynamicAndAMigConfigLabelMakesItStatic) 
   h_ = std::make_unique<AgentHarness>(testing::TestDir("-static"), kMixedNode, PlacementConfig());
   ASSERT_TRUE(h_->StartCluster({{"nvidia.com/mig.config", "all-1g.5gb"}}).ok());
   ASSERT_TRUE(h_->StartAgent().ok());
-  auto static_inv = DecodeInventory(h_->NodeAnnotation(kInventoryAnnotation).value_or("{}"));
+  auto static_inv = published_inventory();
   ASSERT_TRUE(static_inv.ok()) << static_inv.status();
+  ASSERT_FALSE(static_inv->gpus.empty());
   EXPECT_FALSE(static_inv->gpus[0].mig_dynamic);
   EXPECT_TRUE(ToGpuSpecs(*static_inv)[0].mig_layout_fixed);
 }
