@@ -451,7 +451,9 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
   // Waits until the agent's call to `call` is stopped: a GPU instance without a compute instance
   // is on GPU 0 (the point between the two creates).
   bool HalfMadeInstance() {
-    for (const auto& gi : deviceplugin::testing::ReadState(state_file_).gpus[0].gpu_instances) {
+    // Held in a local: a range-for over a temporary's member would read freed memory.
+    const nvml::sim::SimState state = deviceplugin::testing::ReadState(state_file_);
+    for (const auto& gi : state.gpus[0].gpu_instances) {
       if (gi.compute_instances.empty()) return true;
     }
     return false;
