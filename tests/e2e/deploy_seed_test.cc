@@ -611,7 +611,16 @@ TEST_P(DeploySeedTest, KilledBetweenGpuAndComputeInstanceCreateTheNextStartFinis
   ASSERT_NO_FATAL_FAILURE(StartScheduler());
   ASSERT_NO_FATAL_FAILURE(StartAgent());
   if (!admitted.ok()) {
-    ASSERT_TRUE(kubelet_->AdmitPod(fake, "nvidia.com/gpu").ok());
+    // The agent may realize the decision as soon as it sees the bound pod, so the kill can land
+    // before the Allocate: the kubelet fails that admission, and the pod's replacement is
+    // admitted once the plugin is back (modelled as admitting the same pod again).
+    absl::Status again = kubelet_->AdmitPod(fake, "nvidia.com/gpu");
+    for (int i = 0; i < 300 && !again.ok(); ++i) {
+      absl::SleepFor(absl::Milliseconds(100));
+      again = kubelet_->AdmitPod(fake, "nvidia.com/gpu");
+    }
+    ASSERT_TRUE(again.ok()) << "first admission: " << admitted << "; again: " << again << "\n"
+                            << Slurp(agent_.log);
   }
 
   absl::StatusOr<kubelet::CreatedContainer> started = StartWithRetries(uid, container);
