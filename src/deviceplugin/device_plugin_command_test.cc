@@ -83,35 +83,54 @@ struct KillOnExit {
   }
 };
 
-TEST(DevicePluginCommandTest, ServesAllocatesReportsAndStopsOnSigterm) {
-  const fs::path dir = testing::TestDir();
+// One node with a simulated Tesla T4: the API server (started, with the Node), the kubelet
+// (started) and the `prism device-plugin` arguments of an agent on it.
+void StartT4Node(const fs::path& dir, fakeapi::FakeApiServer& api,
+                 std::unique_ptr<kubelet::FakeKubelet>* kubelet, std::vector<std::string>* args) {
   const std::string gpus = testing::WriteFile(dir / "gpus.yaml",
                                               "gpus:\n  - model: Tesla T4\n"
                                               "    memory_mib: 15360\n");
   testing::WriteFakeDriverTree(dir / "host", 1);
-  fakeapi::FakeApiServer api;
   ASSERT_TRUE(api.Start().ok());
   ASSERT_TRUE(api.Create("nodes", Json{{"metadata", {{"name", "n1"}}}}).ok());
   const std::string kubeconfig = testing::WriteFile(dir / "kubeconfig", api.KubeconfigYaml());
-  kubelet::FakeKubeletOptions kubelet_options{
-      (dir / "dp").string(), (dir / "pr" / "k.sock").string(), (dir / "cdi").string()};
-  auto kubelet = kubelet::FakeKubelet::Start(kubelet_options);
-  ASSERT_TRUE(kubelet.ok());
+  kubelet::FakeKubeletOptions options{(dir / "dp").string(), (dir / "pr" / "k.sock").string(),
+                                      (dir / "cdi").string()};
+  auto started = kubelet::FakeKubelet::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  *kubelet = std::move(*started);
+  *args = {"device-plugin",
+           "--node-name=n1",
+           "--kubeconfig=" + kubeconfig,
+           "--nvml=sim:" + gpus,
+           "--device-plugin-path=" + (dir / "dp").string(),
+           "--pod-resources-socket=" + options.pod_resources_socket,
+           "--cdi-dir=" + (dir / "cdi").string(),
+           "--state-dir=" + (dir / "state").string(),
+           "--vgpu-dir=" + (dir / "vgpu").string(),
+           "--vgpu-library=none",
+           "--metrics-address=127.0.0.1:0",
+           "--dev-root=" + (dir / "host").string(),
+           "--proc-root=" + (dir / "host" / "proc").string()};
+}
+
+std::vector<std::string> With(std::vector<std::string> args, const std::vector<std::string>& more) {
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+TEST(DevicePluginCommandTest, ServesAllocatesReportsAndStopsOnSigterm) {
+  const fs::path dir = testing::TestDir();
+  fakeapi::FakeApiServer api;
+  std::unique_ptr<kubelet::FakeKubelet> kubelet;
+  std::vector<std::string> args;
+  ASSERT_NO_FATAL_FAILURE(StartT4Node(dir, api, &kubelet, &args));
 
   const std::string log = (dir / "agent.log").string();
-  const pid_t pid =
-      Spawn({"device-plugin", "--node-name=n1", "--kubeconfig=" + kubeconfig, "--nvml=sim:" + gpus,
-             "--device-plugin-path=" + (dir / "dp").string(),
-             "--pod-resources-socket=" + kubelet_options.pod_resources_socket,
-             "--cdi-dir=" + (dir / "cdi").string(), "--state-dir=" + (dir / "state").string(),
-             "--vgpu-dir=" + (dir / "vgpu").string(), "--vgpu-library=none",
-             "--metrics-address=127.0.0.1:0", "--device-split-count=4",
-             "--dev-root=" + (dir / "host").string(),
-             "--proc-root=" + (dir / "host" / "proc").string(), "--prestart-timeout=20"},
-            log);
+  const pid_t pid = Spawn(With(args, {"--device-split-count=4", "--prestart-timeout=20"}), log);
   KillOnExit guard{pid};
-  ASSERT_TRUE((*kubelet)->WaitForPlugin("nvidia.com/gpu", absl::Seconds(30))) << Slurp(log);
-  EXPECT_EQ((*kubelet)->Devices("nvidia.com/gpu").size(), 4u);
+  ASSERT_TRUE(kubelet->WaitForPlugin("nvidia.com/gpu", absl::Seconds(30))) << Slurp(log);
+  EXPECT_EQ(kubelet->Devices("nvidia.com/gpu").size(), 4u);
 
   // The scheduler's part: decide from the published inventory.
   std::optional<std::string> inventory;
@@ -153,18 +172,18 @@ TEST(DevicePluginCommandTest, ServesAllocatesReportsAndStopsOnSigterm) {
   ASSERT_TRUE(created.ok());
   const std::string uid = k8s::Uid(*created);
   ASSERT_TRUE(
-      (*kubelet)->AdmitPod({uid, "ns", "p", {{"main", false, false, 1}}}, "nvidia.com/gpu").ok());
+      kubelet->AdmitPod({uid, "ns", "p", {{"main", false, false, 1}}}, "nvidia.com/gpu").ok());
   absl::StatusOr<kubelet::CreatedContainer> container;
   for (int i = 0; i < 5000; ++i) {
-    container = (*kubelet)->CreateContainer(uid, "main");
+    container = kubelet->CreateContainer(uid, "main");
     if (container.ok() || container.status().code() != absl::StatusCode::kNotFound) break;
     absl::SleepFor(absl::Milliseconds(2));
   }
   ASSERT_TRUE(container.ok()) << container.status() << Slurp(log);
   EXPECT_EQ(container->env["CUDA_DEVICE_MEMORY_LIMIT_0"], "3000m");
   // The PreStartContainer sync point and the device nodes from --dev-root / --proc-root.
-  EXPECT_TRUE((*kubelet)->PluginOptions("nvidia.com/gpu").pre_start_required());
-  EXPECT_EQ((*kubelet)->prestart_calls(), 1);
+  EXPECT_TRUE(kubelet->PluginOptions("nvidia.com/gpu").pre_start_required());
+  EXPECT_EQ(kubelet->prestart_calls(), 1);
   std::vector<std::string> nodes;
   for (const kubelet::CdiDeviceNode& n : container->device_nodes) nodes.push_back(n.path);
   EXPECT_THAT(nodes, ::testing::ElementsAre("/dev/nvidiactl", "/dev/nvidia-uvm",
@@ -186,7 +205,7 @@ TEST(DevicePluginCommandTest, ServesAllocatesReportsAndStopsOnSigterm) {
   guard.waited = true;
   EXPECT_EQ(WaitExit(pid), 0) << Slurp(log);
   EXPECT_FALSE(fs::exists(dir / "dp" / "prism-gpu.sock"));
-  (*kubelet)->Stop();
+  kubelet->Stop();
 }
 
 // Review: the /readyz handler (on the metrics server's thread) read the plugin server that the
@@ -195,30 +214,14 @@ TEST(DevicePluginCommandTest, ServesAllocatesReportsAndStopsOnSigterm) {
 // registers again each time, ends ready, and exits cleanly.
 TEST(DevicePluginCommandTest, ReadyzAnswersWhileSighupReplacesThePluginServer) {
   const fs::path dir = testing::TestDir();
-  const std::string gpus = testing::WriteFile(dir / "gpus.yaml",
-                                              "gpus:\n  - model: Tesla T4\n"
-                                              "    memory_mib: 15360\n");
-  testing::WriteFakeDriverTree(dir / "host", 1);
   fakeapi::FakeApiServer api;
-  ASSERT_TRUE(api.Start().ok());
-  ASSERT_TRUE(api.Create("nodes", Json{{"metadata", {{"name", "n1"}}}}).ok());
-  const std::string kubeconfig = testing::WriteFile(dir / "kubeconfig", api.KubeconfigYaml());
-  kubelet::FakeKubeletOptions kubelet_options{
-      (dir / "dp").string(), (dir / "pr" / "k.sock").string(), (dir / "cdi").string()};
-  auto kubelet = kubelet::FakeKubelet::Start(kubelet_options);
-  ASSERT_TRUE(kubelet.ok());
+  std::unique_ptr<kubelet::FakeKubelet> kubelet;
+  std::vector<std::string> args;
+  ASSERT_NO_FATAL_FAILURE(StartT4Node(dir, api, &kubelet, &args));
   const std::string log = (dir / "agent.log").string();
-  const pid_t pid =
-      Spawn({"device-plugin", "--node-name=n1", "--kubeconfig=" + kubeconfig, "--nvml=sim:" + gpus,
-             "--device-plugin-path=" + (dir / "dp").string(),
-             "--pod-resources-socket=" + kubelet_options.pod_resources_socket,
-             "--cdi-dir=" + (dir / "cdi").string(), "--state-dir=" + (dir / "state").string(),
-             "--vgpu-dir=" + (dir / "vgpu").string(), "--vgpu-library=none",
-             "--metrics-address=127.0.0.1:0", "--dev-root=" + (dir / "host").string(),
-             "--proc-root=" + (dir / "host" / "proc").string()},
-            log);
+  const pid_t pid = Spawn(args, log);
   KillOnExit guard{pid};
-  ASSERT_TRUE((*kubelet)->WaitForPlugin("nvidia.com/gpu", absl::Seconds(30))) << Slurp(log);
+  ASSERT_TRUE(kubelet->WaitForPlugin("nvidia.com/gpu", absl::Seconds(30))) << Slurp(log);
   int port = -1;
   for (int i = 0; i < 1000 && port < 0; ++i) {
     const std::string text = Slurp(log);
@@ -250,13 +253,13 @@ TEST(DevicePluginCommandTest, ReadyzAnswersWhileSighupReplacesThePluginServer) {
       }
     });
   }
-  const int before = (*kubelet)->registrations();
+  const int before = kubelet->registrations();
   constexpr int kReloads = 5;
   for (int i = 1; i <= kReloads; ++i) {
     kill(pid, SIGHUP);
     bool registered = false;
     for (int j = 0; j < 3000 && !registered; ++j) {
-      registered = (*kubelet)->registrations() >= before + i;
+      registered = kubelet->registrations() >= before + i;
       if (!registered) absl::SleepFor(absl::Milliseconds(10));
     }
     ASSERT_TRUE(registered) << "reload " << i << "\n" << Slurp(log);
@@ -277,7 +280,7 @@ TEST(DevicePluginCommandTest, ReadyzAnswersWhileSighupReplacesThePluginServer) {
   kill(pid, SIGTERM);
   guard.waited = true;
   EXPECT_EQ(WaitExit(pid), 0) << Slurp(log);
-  (*kubelet)->Stop();
+  kubelet->Stop();
 }
 
 TEST(DevicePluginCommandTest, BadFlagsAreClearErrors) {

@@ -431,6 +431,26 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     }
   }
 
+  // The node, the node agent, the extender and the kube-scheduler stand-in, as installed.
+  void StartInstall(const NodeCase& c) {
+    ASSERT_NO_FATAL_FAILURE(CreateNode(c));
+    ASSERT_NO_FATAL_FAILURE(StartNodeSide(c));
+    ASSERT_NO_FATAL_FAILURE(StartScheduler());
+    ASSERT_NO_FATAL_FAILURE(StartDriver());
+  }
+
+  // A next MIG pod is scheduled and started on an instance that is none of `devices`.
+  void ServeNextPodBeside(const std::vector<std::string>& devices) {
+    json next = MigPod("next", 1, 4000);
+    const std::string next_uid = Submit(next);
+    ASSERT_FALSE(next_uid.empty());
+    absl::StatusOr<kubelet::CreatedContainer> next_container = Run(next, next_uid);
+    ASSERT_TRUE(next_container.ok()) << next_container.status() << Slurp(agent_.log);
+    const std::string next_visible = next_container->env["NVIDIA_VISIBLE_DEVICES"];
+    EXPECT_EQ(next_visible.rfind("MIG-", 0), 0u) << next_visible << Slurp(agent_.log);
+    for (const std::string& d : devices) EXPECT_EQ(next_visible.find(d), std::string::npos);
+  }
+
   // Waits for the agent to stop by itself (a kill fault of the simulated NVML) and reaps it.
   void WaitAgentKilled() {
     for (int i = 0; i < 3000; ++i) {
@@ -512,10 +532,7 @@ std::vector<std::string> Split(const std::string& list) {
 
 TEST_P(DeploySeedTest, ThePodRunsAndSurvivesRestartsOfBothBinaries) {
   const NodeCase& c = GetParam();
-  ASSERT_NO_FATAL_FAILURE(CreateNode(c));
-  ASSERT_NO_FATAL_FAILURE(StartNodeSide(c));
-  ASSERT_NO_FATAL_FAILURE(StartScheduler());
-  ASSERT_NO_FATAL_FAILURE(StartDriver());
+  ASSERT_NO_FATAL_FAILURE(StartInstall(c));
   const bool is_static = !c.preexisting.empty();
   const std::map<int, std::string> before = Instances();
 
@@ -560,14 +577,7 @@ TEST_P(DeploySeedTest, ThePodRunsAndSurvivesRestartsOfBothBinaries) {
   EXPECT_EQ(again->env["NVIDIA_VISIBLE_DEVICES"], visible);
 
   // 3. The next pod is served, beside the running one, which keeps its instances.
-  json next = MigPod("next", 1, 4000);
-  const std::string next_uid = Submit(next);
-  ASSERT_FALSE(next_uid.empty());
-  absl::StatusOr<kubelet::CreatedContainer> next_container = Run(next, next_uid);
-  ASSERT_TRUE(next_container.ok()) << next_container.status() << Slurp(agent_.log);
-  const std::string next_visible = next_container->env["NVIDIA_VISIBLE_DEVICES"];
-  EXPECT_EQ(next_visible.rfind("MIG-", 0), 0u) << next_visible << Slurp(agent_.log);
-  for (const std::string& d : devices) EXPECT_EQ(next_visible.find(d), std::string::npos);
+  ASSERT_NO_FATAL_FAILURE(ServeNextPodBeside(devices));
   const std::map<int, std::string> after = Instances();
   for (const auto& [start, uuid] : running) {
     if (visible.find(uuid) != std::string::npos) {
@@ -586,10 +596,7 @@ TEST_P(DeploySeedTest, ThePodRunsAndSurvivesRestartsOfBothBinaries) {
 TEST_P(DeploySeedTest, KilledBetweenGpuAndComputeInstanceCreateTheNextStartFinishesIt) {
   const NodeCase& c = GetParam();
   if (!c.preexisting.empty()) GTEST_SKIP() << "a static layout is never created or changed";
-  ASSERT_NO_FATAL_FAILURE(CreateNode(c));
-  ASSERT_NO_FATAL_FAILURE(StartNodeSide(c));
-  ASSERT_NO_FATAL_FAILURE(StartScheduler());
-  ASSERT_NO_FATAL_FAILURE(StartDriver());
+  ASSERT_NO_FATAL_FAILURE(StartInstall(c));
   // Template mode lays out HAMi's whole geometry first: stop inside it, at its second instance.
   deviceplugin::testing::InjectStop(state_file_, "CreateGpuInstance", "kill",
                                     c.name == "template" ? 1 : 0);
@@ -635,14 +642,7 @@ TEST_P(DeploySeedTest, KilledBetweenGpuAndComputeInstanceCreateTheNextStartFinis
   }
 
   PutProcessesOn(visible);
-  json next = MigPod("next", 1, 4000);
-  const std::string next_uid = Submit(next);
-  ASSERT_FALSE(next_uid.empty());
-  absl::StatusOr<kubelet::CreatedContainer> next_container = Run(next, next_uid);
-  ASSERT_TRUE(next_container.ok()) << next_container.status() << Slurp(agent_.log);
-  const std::string next_visible = next_container->env["NVIDIA_VISIBLE_DEVICES"];
-  EXPECT_EQ(next_visible.rfind("MIG-", 0), 0u) << next_visible << Slurp(agent_.log);
-  for (const std::string& d : devices) EXPECT_EQ(next_visible.find(d), std::string::npos);
+  ASSERT_NO_FATAL_FAILURE(ServeNextPodBeside(devices));
   ExpectNothingHalfMade();
 }
 
@@ -652,10 +652,7 @@ TEST_P(DeploySeedTest, KilledBetweenGpuAndComputeInstanceCreateTheNextStartFinis
 TEST_P(DeploySeedTest, KilledDuringThePreStartWaitTheRetriedStartSucceeds) {
   const NodeCase& c = GetParam();
   if (!c.preexisting.empty()) GTEST_SKIP() << "a static layout is never created or changed";
-  ASSERT_NO_FATAL_FAILURE(CreateNode(c));
-  ASSERT_NO_FATAL_FAILURE(StartNodeSide(c));
-  ASSERT_NO_FATAL_FAILURE(StartScheduler());
-  ASSERT_NO_FATAL_FAILURE(StartDriver());
+  ASSERT_NO_FATAL_FAILURE(StartInstall(c));
   ASSERT_TRUE(kubelet_->PluginOptions("nvidia.com/gpu").pre_start_required())
       << "the shipped DaemonSet turns PreStartContainer off";
   deviceplugin::testing::InjectStop(state_file_, "CreateGpuInstance", "hang");
@@ -694,10 +691,7 @@ TEST_P(DeploySeedTest, KilledDuringThePreStartWaitTheRetriedStartSucceeds) {
 // its container starts on its own instance.
 TEST_P(DeploySeedTest, KilledWithABindingInFlightThePodIsBoundOnceAndRuns) {
   const NodeCase& c = GetParam();
-  ASSERT_NO_FATAL_FAILURE(CreateNode(c));
-  ASSERT_NO_FATAL_FAILURE(StartNodeSide(c));
-  ASSERT_NO_FATAL_FAILURE(StartScheduler());
-  ASSERT_NO_FATAL_FAILURE(StartDriver());
+  ASSERT_NO_FATAL_FAILURE(StartInstall(c));
   const std::map<int, std::string> before = Instances();
   std::set<std::string> held;
   for (const int refused_status : {0, 503}) {  // Committed after the kill; refused.
