@@ -492,8 +492,8 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     return created;
   }
 
-  // After a crash: every GPU instance has its compute instance, and (placement) none is left
-  // over beyond what pods hold and the agent's idle pool of one.
+  // After a crash: every GPU instance on GPU 0 has its compute instance (none is left half
+  // made).
   void ExpectNothingHalfMade() {
     const nvml::sim::SimState state = deviceplugin::testing::ReadState(state_file_);
     for (const auto& gi : state.gpus[0].gpu_instances) {
