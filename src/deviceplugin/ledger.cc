@@ -19,6 +19,9 @@ namespace {
 namespace fs = std::filesystem;
 using nlohmann::json;
 constexpr char kLog[] = "ledger";
+// A record file is a few hundred bytes; the agent writes none near this.
+constexpr uintmax_t kMaxRecordFileBytes = 1 << 20;
+constexpr size_t kMaxDeviceIdBytes = 512;  // As prism.io/allocation-status bounds them.
 
 json ToJson(const AllocationRecord& r) {
   json j{{"id", r.id},
@@ -26,7 +29,7 @@ json ToJson(const AllocationRecord& r) {
          {"deviceIds", r.device_ids},
          {"createdMs", r.created_ms},
          {"state", std::string(AllocationStateName(r.state))}};
-  if (r.Attributed()) {
+  if (r.Attributed() || !r.pod_namespace.empty() || !r.pod_name.empty() || !r.container.empty()) {
     j["pod"] = json{{"uid", r.pod_uid},
                     {"namespace", r.pod_namespace},
                     {"name", r.pod_name},
@@ -37,19 +40,37 @@ json ToJson(const AllocationRecord& r) {
 }
 
 // A record file is the plugin's own, but it lives on a host path anyone with node access can
-// edit: read it typed, so a damaged file is skipped with a reason, never misread.
+// edit: read it typed, so a damaged file is skipped with a reason, never misread. Its ID is held
+// to the agent's grammar as Put holds it: the ID names the file that Put rewrites and Remove
+// deletes, so "../x-1" would reach outside the ledger's directory.
 absl::StatusOr<AllocationRecord> FromJson(const json& j) {
   namespace jf = json_fields;
+  if (!j.is_object()) return absl::InvalidArgumentError("expected an object");
   AllocationRecord r;
   ASSIGN_OR_RETURN(const json* id, jf::Required(j, "id", "id"));
   ASSIGN_OR_RETURN(r.id, jf::String(*id, "id"));
+  absl::StatusOr<uint64_t> id_seq = config::AllocationIdSeq(r.id);
+  if (!id_seq.ok()) return absl::InvalidArgumentError(StrCat("id: ", id_seq.status().message()));
   ASSIGN_OR_RETURN(const json* seq, jf::Required(j, "seq", "seq"));
   ASSIGN_OR_RETURN(const int64_t seq_value, jf::Int(*seq, "seq", 0, INT64_MAX - 1));
   r.seq = static_cast<uint64_t>(seq_value);
+  if (r.seq != *id_seq) {
+    return absl::InvalidArgumentError(
+        StrCat("seq: ", r.seq, " is not the number in id '", r.id, "'"));
+  }
   ASSIGN_OR_RETURN(const json* ids, jf::Required(j, "deviceIds", "deviceIds"));
   if (!ids->is_array()) return absl::InvalidArgumentError("deviceIds: expected an array");
+  if (ids->size() > config::kMaxDeviceIdsPerContainer) {
+    return absl::InvalidArgumentError(StrCat("deviceIds: ", ids->size(), " entries, more than ",
+                                             config::kMaxDeviceIdsPerContainer));
+  }
   for (size_t k = 0; k < ids->size(); ++k) {
-    ASSIGN_OR_RETURN(std::string device, jf::String((*ids)[k], StrCat("deviceIds[", k, "]")));
+    const std::string field = StrCat("deviceIds[", k, "]");
+    ASSIGN_OR_RETURN(std::string device, jf::String((*ids)[k], field));
+    if (device.empty() || device.size() > kMaxDeviceIdBytes) {
+      return absl::InvalidArgumentError(
+          StrCat(field, ": expected 1..", kMaxDeviceIdBytes, " bytes"));
+    }
     r.device_ids.push_back(std::move(device));
   }
   ASSIGN_OR_RETURN(r.created_ms, jf::IntMember(j, "createdMs", "createdMs", 0, INT64_MAX, 0));
@@ -75,6 +96,17 @@ absl::StatusOr<AllocationRecord> FromJson(const json& j) {
 }
 
 }  // namespace
+
+absl::StatusOr<AllocationRecord> ParseAllocationRecord(std::string_view text) {
+  const json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) return absl::InvalidArgumentError("not JSON");
+  return FromJson(parsed);
+}
+
+std::string AllocationRecordToJson(const AllocationRecord& record) {
+  // Strings the agent did not make (an error text) may hold bytes that are not UTF-8.
+  return ToJson(record).dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 std::string_view AllocationStateName(AllocationState state) {
   switch (state) {
@@ -115,12 +147,24 @@ absl::Status Ledger::Load() {
   absl::MutexLock lock(&mu_);
   for (const auto& entry : fs::directory_iterator(dir_, ec)) {
     if (entry.path().extension() != ".json") continue;
-    std::ifstream in(entry.path());
-    std::stringstream text;
-    text << in.rdbuf();
-    const json parsed = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-    absl::StatusOr<AllocationRecord> r =
-        parsed.is_discarded() ? absl::InvalidArgumentError("not JSON") : FromJson(parsed);
+    std::error_code size_ec;
+    const uintmax_t bytes = fs::file_size(entry.path(), size_ec);
+    absl::StatusOr<AllocationRecord> r;
+    if (size_ec) {
+      r = absl::InternalError(size_ec.message());
+    } else if (bytes > kMaxRecordFileBytes) {
+      r = absl::InvalidArgumentError(StrCat(bytes, " bytes, more than ", kMaxRecordFileBytes));
+    } else {
+      std::ifstream in(entry.path());
+      std::stringstream text;
+      text << in.rdbuf();
+      r = ParseAllocationRecord(text.str());
+    }
+    // Put and Remove find a record by its ID's file name: a record in another file would
+    // never be removed and come back at every start.
+    if (r.ok() && entry.path().stem().string() != r->id) {
+      r = absl::InvalidArgumentError(StrCat("holds id '", r->id, "', not the file's name"));
+    }
     if (!r.ok()) {
       LogError(kLog, "skipping unreadable allocation record ", entry.path().string(), ": ",
                r.status().message());
@@ -139,7 +183,7 @@ absl::Status Ledger::Persist(const AllocationRecord& record) const {
   const std::string tmp = (fs::path(dir_) / ("." + record.id + ".tmp")).string();
   {
     std::ofstream out(tmp, std::ios::trunc);
-    out << ToJson(record).dump() << "\n";
+    out << AllocationRecordToJson(record) << "\n";
     out.flush();
     if (!out) return absl::InternalError(StrCat("cannot write ", tmp));
   }

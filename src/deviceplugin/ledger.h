@@ -7,13 +7,15 @@
 // outcome are added as the resolver learns them. Each record is one small JSON file
 // <state-dir>/allocations/<ID>.json, written atomically; an empty state dir keeps the ledger in
 // memory only. IDs are "<agent start, base 36>-<seq>" with seq consecutive over the agent's
-// life and continued after a restart. Thread-safe.
+// life and continued after a restart; a file whose ID is not of that form, or not its own file
+// name, is skipped at Load. Thread-safe.
 #pragma once
 
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -42,7 +44,16 @@ struct AllocationRecord {
 
   bool Attributed() const { return !pod_uid.empty(); }
   std::string PodKey() const { return pod_namespace + "/" + pod_name; }
+
+  friend bool operator==(const AllocationRecord&, const AllocationRecord&) = default;
 };
+
+// One record file's text (the file lives on a host path: hostile). InvalidArgument naming the
+// field for a malformed record, an ID outside the agent's grammar (config::AllocationIdSeq) or a
+// `seq` that is not the ID's number; unknown fields are ignored. Nothing throws.
+absl::StatusOr<AllocationRecord> ParseAllocationRecord(std::string_view text);
+// A record file's text; ParseAllocationRecord reads it back equal.
+std::string AllocationRecordToJson(const AllocationRecord& record);
 
 class Ledger {
  public:

@@ -60,7 +60,7 @@ TEST(LedgerTest, SkipsUnreadableRecordsAndWorksInMemory) {
                      R"({"id":"x-3","seq":3,"deviceIds":"g::0"})");
   testing::WriteFile(dir / "allocations" / "state.json",
                      R"({"id":"x-4","seq":4,"deviceIds":[],"state":"gone"})");
-  testing::WriteFile(dir / "allocations" / "good.json",
+  testing::WriteFile(dir / "allocations" / "x-5.json",
                      R"({"id":"x-5","seq":5,"deviceIds":["g::1"],"state":"ready"})");
   Ledger ledger(dir.string(), "r");
   EXPECT_TRUE(ledger.Load().ok());
@@ -122,6 +122,58 @@ TEST(LedgerTest, AForgedHugeSequenceNumberDoesNotExhaustTheAgentsIds) {
   ASSERT_TRUE(next.ok()) << next.status();
   EXPECT_EQ(next->id, "run2-2");
   EXPECT_TRUE(restarted.Put(*next).ok());
+}
+
+// The record files live on a host path anyone with node access may edit. An ID from a file
+// names the file Put rewrites and Remove deletes, so a file holding "../../victim-1" must not
+// become a record (Remove would delete <state-dir>/../victim-1.json, outside the ledger).
+TEST(LedgerTest, RecordFilesWithForeignIdsAreSkipped) {
+  const auto dir = testing::TestDir();
+  const auto records = dir / "allocations";
+  std::filesystem::create_directories(records);
+  testing::WriteFile(records / "a-1.json",
+                     R"({"id":"../../victim-1","seq":1,"deviceIds":["g::0"]})");
+  testing::WriteFile(records / "a-2.json", R"({"id":"a-3","seq":3,"deviceIds":["g::0"]})");
+  testing::WriteFile(records / "a-4.json", R"({"id":"a-4","seq":5,"deviceIds":["g::0"]})");
+  testing::WriteFile(records / "a-6.json", R"({"id":"a-6","seq":6,"deviceIds":[""]})");
+  testing::WriteFile(records / "a-7.json", "[" + std::string(2 << 20, ' ') + "]");
+  testing::WriteFile(records / "a-8.json", R"({"id":"a-8","seq":8,"deviceIds":["g::8"]})");
+  Ledger ledger(dir.string(), "r");
+  ASSERT_TRUE(ledger.Load().ok());
+  ASSERT_EQ(ledger.size(), 1u);
+  EXPECT_EQ(ledger.All()[0].id, "a-8");
+  EXPECT_TRUE(ledger.Remove("a-8").ok());
+  EXPECT_FALSE(std::filesystem::exists(records / "a-8.json"));
+}
+
+TEST(LedgerTest, ParseAllocationRecordNamesTheFieldAndRoundTrips) {
+  struct Case {
+    const char* text;
+    const char* error;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"[1]", "expected an object"},
+           {R"({"id":"a/b-1","seq":1,"deviceIds":[]})", "id: "},
+           {R"({"id":"a-1","seq":2,"deviceIds":[]})", "seq: 2 is not the number in id 'a-1'"},
+           {R"({"id":"a-1","seq":1,"deviceIds":[7]})", "deviceIds[0]"},
+           {R"({"id":"a-1","seq":1,"deviceIds":[],"pod":{"uid":3}})", "pod.uid"},
+       }) {
+    SCOPED_TRACE(c.text);
+    absl::StatusOr<AllocationRecord> r = ParseAllocationRecord(c.text);
+    ASSERT_FALSE(r.ok());
+    EXPECT_THAT(std::string(r.status().message()), ::testing::HasSubstr(c.error));
+  }
+  AllocationRecord r;
+  r.id = "mx1ogiv5-7";
+  r.seq = 7;
+  r.device_ids = {"GPU-a::0", "GPU-a::1"};
+  r.created_ms = 1700000000000;
+  r.pod_name = "p";  // Named but not yet attributed by UID: still written and read back.
+  r.state = AllocationState::kFailed;
+  r.error = "no GPU";
+  absl::StatusOr<AllocationRecord> back = ParseAllocationRecord(AllocationRecordToJson(r));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back, r);
 }
 
 TEST(LedgerTest, Base36) {
