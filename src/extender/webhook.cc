@@ -62,6 +62,37 @@ absl::StatusOr<std::string> StringMember(const json& object, std::string_view ke
   return v->get<std::string>();
 }
 
+// Whether a container of `pod` may name one of `resources` in its requests or limits, read
+// leniently, before the strict pod reader runs: that reader's bounds are for pods Prism
+// schedules, and a pod that asks for no GPU is not Prism's to refuse (the API server took it,
+// whatever its env, labels or generateName). A shape the scan cannot follow counts as naming
+// one, so the strict reader decides and says what is wrong.
+bool MayNameResource(const json& pod, const std::vector<std::string>& resources) {
+  const json* spec = FindField(pod, "spec");
+  if (spec == nullptr || spec->is_null()) return false;
+  if (!spec->is_object()) return true;
+  for (const char* list : {"initContainers", "containers", "ephemeralContainers"}) {
+    const json* containers = FindField(*spec, list);
+    if (containers == nullptr || containers->is_null()) continue;
+    if (!containers->is_array()) return true;
+    for (const json& c : *containers) {
+      if (!c.is_object()) return true;
+      const json* res = FindField(c, "resources");
+      if (res == nullptr || res->is_null()) continue;
+      if (!res->is_object()) return true;
+      for (const char* part : {"limits", "requests"}) {
+        const json* m = FindField(*res, part);
+        if (m == nullptr || m->is_null()) continue;
+        if (!m->is_object()) return true;
+        for (const std::string& r : resources) {
+          if (HasKey(*m, r)) return true;
+        }
+      }
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 PodReview ReviewPod(const json& pod, const std::string& ns, bool mutate,
@@ -74,7 +105,12 @@ PodReview ReviewPod(const json& pod, const std::string& ns, bool mutate,
     return review;
   };
   if (!pod.is_object()) return deny("the object is not a Pod");
-  // Pods of controllers have only generateName at admission.
+  const std::vector<std::string> gpu_resources = {
+      config.resource_count_name, config.resource_memory_name,
+      config.resource_memory_percentage_name, config.resource_core_name};
+  if (!MayNameResource(pod, gpu_resources)) return review;
+  // Pods of controllers have only generateName at admission. The API server cuts it to 58
+  // bytes before adding 5 random characters; the name is only for messages here.
   json named = pod;
   json& metadata = named["metadata"];
   if (!metadata.is_object()) metadata = json::object();
@@ -84,15 +120,12 @@ PodReview ReviewPod(const json& pod, const std::string& ns, bool mutate,
         metadata.contains("generateName") && metadata["generateName"].is_string()
             ? metadata["generateName"].get<std::string>()
             : "";
-    metadata["name"] = generate.empty() ? "(unnamed)" : generate + "*";
+    metadata["name"] = generate.empty() ? "(unnamed)" : generate.substr(0, 58) + "*";
   }
   if (!metadata.contains("namespace") && !ns.empty()) metadata["namespace"] = ns;
   absl::StatusOr<config::PodManifest> manifest = config::PodManifestFromJson(named);
   if (!manifest.ok()) return deny(std::string(manifest.status().message()));
 
-  const std::vector<std::string> gpu_resources = {
-      config.resource_count_name, config.resource_memory_name,
-      config.resource_memory_percentage_name, config.resource_core_name};
   auto names_gpu = [&](const config::ContainerManifest& c) {
     for (const std::string& r : gpu_resources) {
       if (c.limits.count(r) || c.requests.count(r)) return true;

@@ -4,7 +4,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
+#include "base/strings.h"
 #include "config/device_config_yaml.h"
+#include "config/pod_json.h"
 #include "extender/test_util.h"
 
 namespace prism::extender {
@@ -132,6 +134,47 @@ TEST_F(WebhookTest, GeneratedNamesAndRequestNamespaceAreUsed) {
   json out = HandleAdmissionReview(Review(pod), true, options_, config_);
   EXPECT_FALSE(out["response"]["allowed"]);
   EXPECT_THAT(out["response"]["status"]["message"].get<std::string>(), HasSubstr("team/job-*"));
+}
+
+// The strict pod reader's bounds are for pods Prism schedules: a pod that asks for no GPU is
+// admitted whatever the reader would say of it, and a GPU pod is still read strictly.
+TEST_F(WebhookTest, PodsWithoutGpusAreAdmittedBeyondTheReadersBounds) {
+  json plain = testing::PodJson("team", "x", {testing::TestContainer("main", 0)});
+  plain["metadata"].erase("name");
+  plain["metadata"]["generateName"] = std::string(253, 'g');
+  json env = json::array();
+  for (int i = 0; i <= 10000; ++i) env.push_back({{"name", StrCat("V", i)}, {"value", "x"}});
+  plain["spec"]["containers"][0]["env"] = env;
+  json labels = json::object();
+  for (int i = 0; i < 5000; ++i) labels[StrCat("label-", i)] = std::string(60, 'v');
+  plain["metadata"]["labels"] = labels;
+  ASSERT_FALSE(config::PodManifestFromJson(plain).ok());  // The reader's bounds do refuse it.
+  for (bool mutate : {false, true}) {
+    const json out = HandleAdmissionReview(Review(plain), mutate, options_, config_);
+    EXPECT_TRUE(out["response"]["allowed"]) << out.dump().substr(0, 500);
+    EXPECT_FALSE(out["response"].contains("patch"));
+  }
+
+  json gpu = GpuPod("x", 1, 1000);
+  gpu["metadata"].erase("name");
+  gpu["metadata"]["generateName"] = std::string(253, 'g');
+  gpu["spec"].erase("schedulerName");
+  json out = HandleAdmissionReview(Review(gpu), true, options_, config_);
+  EXPECT_TRUE(out["response"]["allowed"]) << out.dump();
+  EXPECT_EQ(Patch(out)[0]["value"], "prism-scheduler");
+
+  gpu["spec"]["containers"][0]["env"] = env;
+  out = HandleAdmissionReview(Review(gpu), true, options_, config_);
+  EXPECT_FALSE(out["response"]["allowed"]);
+  EXPECT_THAT(out["response"]["status"]["message"].get<std::string>(),
+              HasSubstr("spec.containers[0].env"));
+
+  // A resources shape the lenient scan cannot follow goes to the strict reader, which names it.
+  json odd = testing::PodJson("team", "odd", {testing::TestContainer("main", 0)});
+  odd["spec"]["containers"][0]["resources"] = "lots";
+  out = HandleAdmissionReview(Review(odd), false, options_, config_);
+  EXPECT_FALSE(out["response"]["allowed"]);
+  EXPECT_THAT(out["response"]["status"]["message"].get<std::string>(), HasSubstr("resources"));
 }
 
 TEST_F(WebhookTest, MalformedReviewsAreDeniedWithAReason) {
