@@ -123,7 +123,12 @@ class Reader {
       if (!e.is_object()) return TypeError(efield, "an object", e);
       ASSIGN_OR_RETURN(std::string name, String(e, "name", efield + ".name"));
       if (name.empty()) return Error(efield + ".name", "missing");
-      if (Member(e, "valueFrom") != nullptr) continue;  // Resolved by the kubelet, not here.
+      if (Member(e, "valueFrom") != nullptr) {
+        // Resolved by the kubelet from objects Prism does not read: the value is unknown, and
+        // an earlier literal of the same name no longer holds (the last entry wins).
+        out.erase(name);
+        continue;
+      }
       ASSIGN_OR_RETURN(out[name], String(e, "value", efield + ".value"));
     }
     return out;

@@ -104,6 +104,8 @@ std::vector<json> TestFixturePods() {
         "env":[{"name":"CUDA_DISABLE_CONTROL","value":"true"},
                {"name":"FROM_SECRET","valueFrom":{"secretKeyRef":{"name":"s","key":"k"}}},
                {"name":"TWICE","value":"first"},{"name":"TWICE","value":"last"},
+               {"name":"OVERRIDDEN","value":"true"},
+               {"name":"OVERRIDDEN","valueFrom":{"fieldRef":{"fieldPath":"metadata.name"}}},
                {"name":"EMPTY"}]}]}})"));
   pods.push_back(json::parse(R"({"metadata":{"name":"cpu-only","namespace":"default","uid":"u"},
     "spec":{"nodeName":"n1","containers":[{"name":"c","resources":{"requests":{"cpu":"2",
@@ -132,6 +134,8 @@ TEST(PodJsonTest, ReadsContainersInitContainersEnvAndQuantities) {
   ASSERT_EQ(m->containers.size(), 3u);
   EXPECT_FALSE(m->containers[0].restartable);
   EXPECT_TRUE(m->containers[1].restartable);
+  // FROM_SECRET has no literal value; OVERRIDDEN's literal is replaced by a valueFrom, so the
+  // container does not get "true" and the reader must not say it does.
   const std::map<std::string, std::string> env = m->containers[2].env;
   EXPECT_EQ(env, (std::map<std::string, std::string>{
                      {"CUDA_DISABLE_CONTROL", "true"}, {"TWICE", "last"}, {"EMPTY", ""}}));

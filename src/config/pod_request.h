@@ -35,8 +35,9 @@ struct ContainerManifest {
   std::map<std::string, std::string> requests;  // Resource name -> quantity text.
   std::map<std::string, std::string> limits;
   // Literal environment values (`env[].value`). Entries with `valueFrom` are resolved by the
-  // kubelet from objects Prism does not read, so they are absent here. A name listed twice keeps
-  // its last value, as the kubelet does.
+  // kubelet from objects Prism does not read, so they are absent here, and a literal of the same
+  // name before them is dropped (its value is not the one the container gets). A name listed
+  // twice keeps its last value, as the kubelet does.
   std::map<std::string, std::string> env;
 
   friend bool operator==(const ContainerManifest&, const ContainerManifest&) = default;

@@ -20,7 +20,7 @@ absl::StatusOr<std::map<std::string, std::string>> StringMap(const YAML::Node& n
 }
 
 // The literal values of a container's env, with pod_json.h's rules: valueFrom entries are left
-// out and a repeated name keeps its last value.
+// out (and drop an earlier literal of their name) and a repeated name keeps its last value.
 absl::StatusOr<std::map<std::string, std::string>> Env(const YAML::Node& list,
                                                        const std::string& path) {
   std::map<std::string, std::string> out;
@@ -35,7 +35,10 @@ absl::StatusOr<std::map<std::string, std::string>> Env(const YAML::Node& list,
     }
     ASSIGN_OR_RETURN(const std::string name, ReadString(e["name"], StrCat(epath, ".name")));
     if (name.empty()) return absl::InvalidArgumentError(StrCat(epath, ".name: missing"));
-    if (e["valueFrom"] && !e["valueFrom"].IsNull()) continue;
+    if (e["valueFrom"] && !e["valueFrom"].IsNull()) {
+      out.erase(name);  // Unknown here; an earlier literal of the name no longer holds.
+      continue;
+    }
     const YAML::Node value = e["value"];
     out[name] = "";
     if (value && !value.IsNull()) {
