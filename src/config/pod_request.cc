@@ -49,6 +49,8 @@ absl::StatusOr<sched::PodRequest> BuildPodRequest(const PodManifest& pod,
   if (pod.containers.empty()) {
     return absl::InvalidArgumentError(StrCat("pod ", pod.Key(), " has no containers"));
   }
+  // Whether an init container started before this one is a sidecar.
+  bool after_sidecar = false;
   for (int pass = 0; pass < 2; ++pass) {
     for (const ContainerManifest& c : pod.containers) {
       if (c.init != (pass == 0)) continue;
@@ -57,8 +59,13 @@ absl::StatusOr<sched::PodRequest> BuildPodRequest(const PodManifest& pod,
       cr.name = c.name;
       // A sidecar keeps running beside the app containers (Kubernetes adds its requests to
       // theirs), so only a regular init container is charged as one. Its place in pod order, among
-      // the init containers, is kept: decisions list containers in that order.
-      cr.init = c.init && !c.restartable;
+      // the init containers, is kept: decisions list containers in that order. A regular init
+      // container after a sidecar runs while that sidecar does, so it cannot share the sidecar's
+      // GPU share the way an init container shares the app's: the engine's model has no
+      // "init beside some sidecars", so it is charged beside everything, like a sidecar. That
+      // over-charges it (it ends before the app starts) but never lets a GPU be overcommitted.
+      cr.init = c.init && !c.restartable && !after_sidecar;
+      after_sidecar = after_sidecar || (c.init && c.restartable);
       // Kubernetes: a missing request defaults to the limit.
       if (const std::string* cpu = Find(c, "cpu", false)) {
         auto v = ParseQuantityMilli(*cpu);

@@ -200,6 +200,47 @@ TEST(PodRequestTest, SidecarAndAppDoNotShareAGpuTooSmallForBoth) {
   EXPECT_TRUE(engine.Schedule(*init).scheduled);
 }
 
+// An init container after a sidecar runs while the sidecar does: on one GPU they need the sum
+// of their memory. Charged as an init container (max'ed with the others) it under-charged.
+TEST(PodRequestTest, AnInitContainerAfterASidecarIsChargedBesideIt) {
+  using namespace ::prism::sched::testing;  // NOLINT: test builders.
+  constexpr char kPod[] = R"(
+kind: Pod
+metadata: {name: p}
+spec:
+  initContainers:
+    - name: before
+      resources:
+        limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 12000}
+    - name: proxy
+      restartPolicy: Always
+      resources:
+        limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 6000}
+    - name: after
+      resources:
+        limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 12000}
+  containers:
+    - name: main
+      resources:
+        limits: {cpu: "1"}
+)";
+  auto req = Build(kPod);
+  ASSERT_TRUE(req.ok()) << req.status();
+  ASSERT_EQ(req->containers.size(), 4u);
+  EXPECT_TRUE(req->containers[0].init) << "before the sidecar: an init container as ever";
+  EXPECT_FALSE(req->containers[1].init);
+  EXPECT_FALSE(req->containers[2].init) << "after the sidecar: runs beside it";
+  // One 15360 MiB GPU: `before` (12000) runs alone, but `after` (12000) with `proxy` (6000)
+  // needs 18000 at once.
+  sched::Engine engine =
+      MakeEngine({Node("n", 8, 16, 1, Gpu("T4", std::nullopt, 15360))}, sched::DeviceConfig{});
+  EXPECT_FALSE(engine.Schedule(*req).scheduled) << "proxy + after need 18000 MiB of 15360";
+  // With two such GPUs they fit.
+  sched::Engine two =
+      MakeEngine({Node("n", 8, 16, 2, Gpu("T4", std::nullopt, 15360))}, sched::DeviceConfig{});
+  EXPECT_TRUE(two.Schedule(*req).scheduled);
+}
+
 TEST(PodRequestTest, Annotations) {
   PodManifest p = Manifest({{"nvidia.com/gpu", "1"}});
   p.annotations = {{"nvidia.com/vgpu-mode", "hami-core,mig"},
