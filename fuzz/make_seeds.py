@@ -168,6 +168,34 @@ def main():
         b'"model":"A100-PCIE-40GB","product":"NVIDIA A100-PCIE-40GB","memory_mib":40960,'
         b'"mode":"mig","healthy":true,"mig_capable":true,"mig_profiles":["1g.5gb","7g.40gb"],'
         b'"instances":[{"profile":"1g.5gb","start":0,"uuid":"MIG-0","in_use":false}]}]}')
+    # Whole v1.Nodes as the extender's informer gets them (selector 0), and inventory values on
+    # an otherwise good node (selector 1): the inventory seeds, and the tests' nodes.
+    inventory = (b'{"version":1,"split_count":10,"gpus":[{"index":0,"uuid":"GPU-0",'
+                 b'"model":"A100-PCIE-40GB","product":"NVIDIA A100-PCIE-40GB","memory_mib":40960,'
+                 b'"mode":"mig","healthy":true,"mig_capable":true,"mig_profiles":["1g.5gb","7g.40gb"],'
+                 b'"instances":[{"profile":"1g.5gb","start":0,"uuid":"MIG-0","in_use":false}]}]}')
+    put("node_json_fuzzer", inventory, 1)
+    for s in raw_strings("src/deviceplugin/inventory_test.cc"):
+        if s.lstrip().startswith(b"{"):
+            put("node_json_fuzzer", s, 1)
+    for alloc in ({"cpu": "64", "memory": "512Gi"}, {"cpu": "1500m", "memory": 1073741824},
+                  {"cpu": "-1", "memory": "1Ei"}):
+        put("node_json_fuzzer", json.dumps({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "hostile",
+                         "annotations": {"prism.io/gpu-inventory": inventory.decode()}},
+            "status": {"allocatable": alloc}}).encode(), 0)
+    for s in raw_strings("src/extender/wire_test.cc"):
+        if b'"kind":"Node"' in s.replace(b" ", b""):
+            put("node_json_fuzzer", s, 0)
+    # The node agent's allocation record files: what the agent writes, and the tests' records.
+    put("ledger_record_fuzzer", json.dumps({
+        "id": "mx1ogiv5-7", "seq": 7, "deviceIds": ["GPU-a::0", "GPU-a::1"],
+        "createdMs": 1700000000000, "state": "ready",
+        "pod": {"uid": "u1", "namespace": "default", "name": "p", "container": "main"}}).encode())
+    for s in raw_strings("src/deviceplugin/ledger_test.cc"):
+        if s.lstrip().startswith(b"{"):
+            put("ledger_record_fuzzer", s)
     # libprism-vgpu's environment: NUL-separated values of CUDA_DEVICE_MEMORY_LIMIT, _0,
     # CUDA_DEVICE_SM_LIMIT, _0, GPU_CORE_UTILIZATION_POLICY, CUDA_DISABLE_CONTROL,
     # PRISM_VGPU_CONTEXT_ESTIMATE, PRISM_VGPU_LOCK_TIMEOUT_MS (issue 14's cases and the docs').
