@@ -135,22 +135,40 @@ class StatusCommandTest : public ::testing::Test {
                           const std::string& device_config_yaml) {
     absl::StatusOr<config::ParsedDeviceConfig> dc =
         config::ParseDeviceConfigYaml(device_config_yaml);
-    EXPECT_TRUE(dc.ok()) << dc.status();
+    if (!dc.ok()) {
+      ADD_FAILURE() << dc.status();
+      return "";
+    }
     absl::StatusOr<config::ClusterFile> bare = config::ParseClusterYaml(ClusterYaml(nodes, {}, {}));
-    EXPECT_TRUE(bare.ok()) << bare.status();
+    if (!bare.ok()) {
+      ADD_FAILURE() << bare.status();
+      return "";
+    }
     absl::StatusOr<sched::ClusterState> state = sched::ClusterState::Build(bare->nodes, dc->config);
-    EXPECT_TRUE(state.ok()) << state.status();
+    if (!state.ok()) {
+      ADD_FAILURE() << state.status();
+      return "";
+    }
     sched::Engine engine(std::move(*state), dc->config);
     std::set<std::pair<std::string, int>> held;  // (GPU UUID, start) of running pods' instances.
     for (json& pod : running) {
       absl::StatusOr<std::vector<config::PodManifest>> m =
           config::ParsePodYaml(pod.dump(), "running pod");
-      EXPECT_TRUE(m.ok()) << m.status();
+      if (!m.ok()) {
+        ADD_FAILURE() << m.status();
+        return "";
+      }
       absl::StatusOr<sched::PodRequest> req = config::BuildPodRequest((*m)[0], dc->config);
-      EXPECT_TRUE(req.ok()) << req.status();
+      if (!req.ok()) {
+        ADD_FAILURE() << req.status();
+        return "";
+      }
       const int node = engine.cluster().FindNode(pod["spec"]["nodeName"].get<std::string>());
       absl::StatusOr<sched::Decision> d = engine.Decide(*req, node);
-      EXPECT_TRUE(d.ok()) << d.status() << " " << pod.dump();
+      if (!d.ok()) {
+        ADD_FAILURE() << d.status() << " " << pod.dump();
+        return "";
+      }
       EXPECT_TRUE(engine.Apply(req->Key(), *d).ok());
       for (const auto& [k, v] : config::EncodeDecisionAnnotations(*d, engine.cluster())) {
         pod["metadata"]["annotations"][k] = v;

@@ -290,9 +290,20 @@ TEST_F(StatusTest, SnapshotAndWhatIfLeaveTheLiveCacheUntouched) {
   ASSERT_EQ(before.size(), after.size());
   for (size_t g = 0; g < before.size(); ++g) {
     EXPECT_EQ(before[g].memory_used_mib, after[g].memory_used_mib);
+    EXPECT_EQ(before[g].cores_used_permille, after[g].cores_used_permille);
+    EXPECT_EQ(before[g].tasks, after[g].tasks);
     EXPECT_EQ(before[g].instances.size(), after[g].instances.size());
   }
   EXPECT_EQ(snapshot.pods.size(), 2u);
+  // Had the what-if charged its copies to the live cache (they filled the node), a second one
+  // from a new snapshot would fit none, and the live cache would refuse the pod.
+  absl::StatusOr<WhatIfResult> again =
+      WhatIf(scheduler_.Snapshot(), Manifest(MigPod("w", 5000)), 1000);
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->fitted, w->fitted);
+  EXPECT_EQ(again->nodes, w->nodes);
+  const FilterOutcome live = scheduler_.Filter(Manifest(MigPod("w", 5000)), {"n1"}, false);
+  EXPECT_EQ(live.feasible, std::vector<std::string>{"n1"}) << live.Summary(1);
 }
 
 TEST_F(StatusTest, MalformedInventoryIsANodeProblemAndTheOtherNodesAreListed) {

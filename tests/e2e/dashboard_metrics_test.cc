@@ -177,7 +177,10 @@ std::string SchedulerMetricsText() {
   for (const nlohmann::json& pod : {extender::testing::GpuPod("slice", 1, 8000, 30),
                                     extender::testing::GpuPod("partition", 1, 8000, 0, mig_mode)}) {
     absl::StatusOr<config::PodManifest> manifest = config::PodManifestFromJson(pod);
-    EXPECT_TRUE(manifest.ok()) << manifest.status();
+    if (!manifest.ok()) {
+      ADD_FAILURE() << manifest.status();
+      continue;
+    }
     const extender::FilterOutcome f = cache.Filter(*manifest, {"sliced", "mig"});
     EXPECT_FALSE(f.assumed_node.empty()) << f.Summary(2);
     absl::StatusOr<extender::BindTicket> ticket = cache.BeginBind(*manifest, f.assumed_node);
