@@ -8,13 +8,20 @@
 // placement mode, 1 with A100-40GB in MIG template mode; about 2 pods already bound per node
 // (decisions in their annotations, as after a restart). Each measured Filter is for a new pod of
 // a 5-shape mix; it is assumed on its best node like a real one. Percentiles are per call.
+// BM_FilterOverHttpWithChurn instead draws each pod from the default trace's 151 GPU pod shapes,
+// binds or lets expire what it filtered, and changes a node's inventory every 10 calls (see there).
 //
 //   build/<dir>/bench/extender/extender_bench --benchmark_counters_tabular=true
+#include <malloc.h>
 #include <time.h>
 
 #include <algorithm>
 #include <chrono>
+#include <deque>
+#include <functional>
 #include <memory>
+#include <set>
+#include <thread>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -28,6 +35,7 @@
 #include "config/pod_json.h"
 #include "extender/cache.h"
 #include "extender/test_util.h"
+#include "sim/trace.h"
 #include "tests/e2e/harness/cluster.h"
 #include "tests/e2e/harness/driver.h"
 #include "tests/e2e/harness/node_sim.h"
@@ -38,6 +46,7 @@ namespace {
 using json = nlohmann::json;
 using extender::testing::GpuPod;
 using extender::testing::NodeJson;
+using extender::testing::PodJson;
 
 std::vector<TestGpu> NodeGpus(int i) {
   switch (i % 4) {
@@ -76,7 +85,8 @@ config::PodManifest Manifest(const json& pod) { return *config::PodManifestFromJ
 
 // A cluster of `n` nodes with ~2 bound pods each, in the fake API server, and an extender on it.
 struct Rig {
-  explicit Rig(int n) : nodes(n) {
+  explicit Rig(int n, const std::function<void(extender::SchedulerOptions&)>& tweak = nullptr)
+      : nodes(n) {
     SetLogLevel(LogLevel::kError);
     PRISM_CHECK(cluster.Start().ok());
     extender::CacheOptions co;
@@ -101,7 +111,7 @@ struct Rig {
       ++bound;
     }
     const absl::Time t0 = absl::Now();
-    if (absl::Status s = cluster.StartExtender(); !s.ok()) {
+    if (absl::Status s = cluster.StartExtender(tweak); !s.ok()) {
       std::fprintf(stderr, "starting the extender: %s\n", std::string(s.message()).c_str());
       PRISM_CHECK(false);
     }
@@ -215,9 +225,16 @@ double ThreadCpuMicros() {
   return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
 }
 
+// Heap bytes in use (glibc's arena plus its mmap'd blocks).
+double HeapBytesInUse() {
+  const struct mallinfo2 m = mallinfo2();
+  return static_cast<double>(m.uordblks + m.hblkhd);
+}
+
 struct CacheRig {
   explicit CacheRig(int n) : nodes(n) {
     SetLogLevel(LogLevel::kError);
+    const double heap_before = HeapBytesInUse();
     extender::CacheOptions co;
     co.engine = extender::DefaultEngineOptions();
     cache = std::make_unique<extender::SchedulerCache>(config::DefaultDeviceConfig(), co);
@@ -233,6 +250,7 @@ struct CacheRig {
       cache->FinishBind(*t, extender::BindOutcome::kBound);
       ++bound;
     }
+    heap_bytes = HeapBytesInUse() - heap_before;
   }
   // The next node change: node k's last GPU turns unhealthy, or healthy again.
   json NextChange() {
@@ -246,6 +264,7 @@ struct CacheRig {
   int nodes;
   int bound = 0;
   int changes = 0;
+  double heap_bytes = 0;  // What building the cache (nodes, bound pods) left in use.
   std::vector<std::string> names;
 };
 
@@ -266,6 +285,8 @@ void BM_CacheNodeChange(benchmark::State& state) {
   }
   Percentiles(state, us);
   state.counters["bound_pods"] = rig.bound;
+  // Memory per node: the cache's heap (nodes and ~2 bound pods each; no shape index yet).
+  state.counters["heap_kB_per_node"] = rig.heap_bytes / 1024 / rig.nodes;
 }
 BENCHMARK(BM_CacheNodeChange)
     ->ArgsProduct({{500, 5000, 20000}, {0}})
@@ -287,12 +308,16 @@ void BM_CacheFilterWithChurn(benchmark::State& state) {
   const bool whole = state.range(2) == 1;
   const sched::DeviceConfig config = config::DefaultDeviceConfig();
   double first_of_shape = 0;
+  const double heap_before_indexes = HeapBytesInUse();
   for (int shape = 0; shape < 5; ++shape) {
     const config::PodManifest m = Manifest(MixPod(StrCat("warm-", shape), shape));
     const double t0 = ThreadCpuMicros();
     benchmark::DoNotOptimize(rig.cache->Filter(m, rig.names, /*assume=*/false));
     first_of_shape = std::max(first_of_shape, ThreadCpuMicros() - t0);
   }
+  // What one shape's index costs per node.
+  state.counters["index_bytes_per_node_per_shape"] =
+      (HeapBytesInUse() - heap_before_indexes) / 5 / rig.nodes;
   std::vector<double> us;
   int i = 0;
   for (auto _ : state) {
@@ -322,6 +347,162 @@ BENCHMARK(BM_CacheFilterWithChurn)
     ->Args({20000, 10, 0})
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(1000);
+
+// --- Filter over HTTP with the trace's shapes and churn (issue 12) ---------------------------
+// What kube-scheduler sees at range(0) nodes: each call is for a new pod whose shape (CPU,
+// memory, GPU count, GPU share) is drawn from the default trace's GPU pods (the FGD paper's
+// Alibaba trace, 151 shapes: first-of-shape decisions score every node and are part of the
+// tail, as in production). The pod is created in the API server first (the extender assumes only
+// pods its informer knows), filtered over HTTP, then bound through /bind, except one in ten,
+// whose assumption is left to expire (assume_ttl 2 s here instead of 30, so that expiries happen
+// during the run). Pods leave again in arrival order once more than range(0)/2 are live, so
+// the cluster stays partly free, and every range(1) calls one node's inventory changes through
+// the API server (a GPU's health flips: the same watch path as a MIG instance created or
+// destroyed). The extender runs as in production (informers, 200 ms ticker); `cpu_*` is the
+// CPU time of the whole process during the call (client, server and any background thread that
+// ran meanwhile; the watch events of the pod and of the last bind and delete are let land first),
+// `wall_*` the client's round trip; `seen_cpu_*` over the calls whose shape was filtered before,
+// `first_of_shape_*` over the others (each scores every node).
+
+// The default trace's GPU pods as pod manifests: cpu and memory requests, nvidia.com/gpu, and
+// for a share (gpu_milli < 1000) nvidia.com/gpucores and gpumem-percentage of that share.
+// Each pod's shape (its resources) is its "shape" member, for counting first decisions.
+std::vector<json> TraceGpuPods() {
+  std::vector<json> pods;
+  for (const sim::TracePod& p : sim::EmbeddedDefaultTrace().pods) {
+    if (p.num_gpu == 0) continue;
+    TestContainer c("main", p.num_gpu);
+    c.cpu = StrCat(p.milli_cpu, "m");
+    json pod = PodJson("default", "shape", {c});
+    json& resources = pod["spec"]["containers"][0]["resources"];
+    resources["requests"]["memory"] = StrCat(p.memory_mib, "Mi");
+    if (p.gpu_milli < 1000) {
+      const std::string percent = std::to_string(std::max(1, p.gpu_milli / 10));
+      resources["limits"]["nvidia.com/gpucores"] = percent;
+      resources["limits"]["nvidia.com/gpumem-percentage"] = percent;
+    }
+    pod["shape"] = resources.dump();
+    pods.push_back(std::move(pod));
+  }
+  return pods;
+}
+
+double ProcessCpuMicros() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) / 1e3;
+}
+
+double Quantile(std::vector<double>& v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+}
+
+void BM_FilterOverHttpWithChurn(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  const int change_every = static_cast<int>(state.range(1));
+  Rig rig(n, [](extender::SchedulerOptions& o) { o.cache.assume_ttl = absl::Seconds(2); });
+  const std::vector<json> shapes = TraceGpuPods();  // One per trace pod: drawn by frequency.
+  httplib::Client cli(rig.cluster.extender_url());
+  cli.set_keep_alive(true);
+  cli.set_tcp_nodelay(true);
+  std::vector<double> wall_us, cpu_us, first_cpu_us, seen_cpu_us;
+  std::set<std::string> seen;    // Shapes filtered so far.
+  std::deque<std::string> live;  // Pod names, oldest first.
+  uint64_t draw = 42;
+  int i = 0, bound = 0, bind_errors = 0, left_to_expire = 0, unplaceable = 0, changes = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    if (change_every > 0 && i % change_every == change_every - 1) {
+      const int node = (changes * 7) % n;
+      std::vector<TestGpu> gpus = NodeGpus(node);
+      gpus.back().healthy = (changes / n) % 2 == 1;
+      ++changes;
+      const json patch{
+          {"metadata",
+           {{"annotations", NodeJson(NodeName(node), gpus)["metadata"]["annotations"]}}}};
+      PRISM_CHECK(rig.cluster.api().MergePatch("nodes", "", NodeName(node), patch).ok());
+    }
+    draw = draw * 6364136223846793005ULL + 1442695040888963407ULL;
+    const size_t shape = static_cast<size_t>(draw >> 33) % shapes.size();
+    json pod = shapes[shape];
+    const std::string shape_key = pod["shape"].get<std::string>();
+    pod.erase("shape");
+    const std::string name = StrCat("churn-", i);
+    pod["metadata"]["name"] = name;
+    absl::StatusOr<json> created = rig.cluster.api().Create("pods", pod);
+    PRISM_CHECK(created.ok());
+    pod = *std::move(created);  // As kube-scheduler has it: with the API server's uid.
+    // kube-scheduler filters a pod its informer has seen; so has the extender's by then. The
+    // pause lets the watch events of this pod (and of the last call's bind and delete) land
+    // outside the timed call, so that cpu_* is the call's own work.
+    std::this_thread::sleep_for(std::chrono::milliseconds(3));
+    const std::string body =
+        json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", rig.names}}.dump();
+    state.ResumeTiming();
+    const double cpu0 = ProcessCpuMicros();
+    const auto t0 = std::chrono::steady_clock::now();
+    auto res = cli.Post("/filter", body, "application/json");
+    const auto t1 = std::chrono::steady_clock::now();
+    const double cpu = ProcessCpuMicros() - cpu0;
+    state.PauseTiming();
+    PRISM_CHECK(res && res->status == 200);
+    wall_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+    cpu_us.push_back(cpu);
+    (seen.insert(shape_key).second ? first_cpu_us : seen_cpu_us).push_back(cpu);
+    const json reply = json::parse(res->body);
+    const json& fits = reply["NodeNames"];
+    if (!fits.is_array() || fits.empty()) {
+      ++unplaceable;
+    } else if (i % 10 == 9) {
+      ++left_to_expire;
+    } else {
+      const json bind{{"PodName", name},
+                      {"PodNamespace", "default"},
+                      {"PodUID", pod["metadata"]["uid"]},
+                      {"Node", fits[0]}};
+      auto b = cli.Post("/bind", bind.dump(), "application/json");
+      PRISM_CHECK(b && b->status == 200);
+      const std::string error = json::parse(b->body).value("Error", "");
+      if (error.empty()) {
+        ++bound;
+      } else if (bind_errors++ == 0) {
+        std::fprintf(stderr, "first bind error: %s\n", error.c_str());
+      }
+    }
+    live.push_back(name);
+    if (static_cast<int>(live.size()) > n / 2) {
+      PRISM_CHECK(rig.cluster.api().Delete("pods", "default", live.front()).ok());
+      live.pop_front();
+    }
+    ++i;
+    state.ResumeTiming();
+  }
+  state.counters["wall_p50_us"] = Quantile(wall_us, 0.50);
+  state.counters["wall_p99_us"] = Quantile(wall_us, 0.99);
+  state.counters["wall_p999_us"] = Quantile(wall_us, 0.999);
+  state.counters["cpu_p50_us"] = Quantile(cpu_us, 0.50);
+  state.counters["cpu_p99_us"] = Quantile(cpu_us, 0.99);
+  state.counters["cpu_p999_us"] = Quantile(cpu_us, 0.999);
+  state.counters["seen_cpu_p50_us"] = Quantile(seen_cpu_us, 0.50);
+  state.counters["seen_cpu_p99_us"] = Quantile(seen_cpu_us, 0.99);
+  state.counters["seen_cpu_p999_us"] = Quantile(seen_cpu_us, 0.999);
+  state.counters["first_of_shape_cpu_p50_us"] = Quantile(first_cpu_us, 0.50);
+  state.counters["first_of_shape_cpu_max_us"] = Quantile(first_cpu_us, 1.0);
+  state.counters["shapes"] = static_cast<double>(seen.size());
+  state.counters["bound"] = bound;
+  state.counters["bind_errors"] = bind_errors;
+  state.counters["expired"] = left_to_expire;
+  state.counters["unplaceable"] = unplaceable;
+  state.counters["node_changes"] = changes;
+}
+BENCHMARK(BM_FilterOverHttpWithChurn)
+    ->Args({500, 10})
+    ->Args({5000, 10})
+    ->Args({20000, 10})
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(2000);
 
 // Pods per second through the whole harness: range(0) nodes, range(1) pods.
 void BM_PodsPerSecond(benchmark::State& state) {
