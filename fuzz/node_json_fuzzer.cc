@@ -8,6 +8,7 @@
 #include <algorithm>
 
 #include "config/device_config_yaml.h"
+#include "config/pod_json.h"
 #include "deviceplugin/annotations.h"
 #include "extender/cache.h"
 #include "extender/test_util.h"
@@ -38,13 +39,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   (void)extender::NodeSpecFromJson(node);
 
-  config::PodManifest probe;
-  probe.name = "probe";
-  probe.uid = "uid-probe";
-  probe.containers.push_back({.name = "main",
-                              .init = false,
-                              .requests = {},
-                              .limits = {{"nvidia.com/gpu", "1"}, {"nvidia.com/gpumem", "1000"}}});
+  static const config::PodManifest probe =
+      *config::PodManifestFromJson(extender::testing::GpuPod("probe", 1, 1000));
   auto good_still_fits = [&](extender::SchedulerCache& cache, const char* when) {
     const extender::FilterOutcome out = cache.Filter(probe, {"good", "hostile"}, /*assume=*/false);
     if (std::find(out.feasible.begin(), out.feasible.end(), "good") == out.feasible.end()) {
