@@ -2,7 +2,7 @@
 # Builds the libFuzzer targets under fuzz/ (clang, -fsanitize=fuzzer,address,undefined, in
 # build/fuzz) and runs each for a while from its seed corpus (docs/fuzzing.md).
 # Usage: tools/fuzz.sh [seconds-per-target] [target...]     (default 60 s, every target)
-# Env: JOBS (build parallelism), FUZZ_CC / FUZZ_CXX (default clang / clang++),
+# Env: JOBS (build parallelism, and targets run at once), FUZZ_CC / FUZZ_CXX (default clang / clang++),
 #      FUZZ_ARGS (extra libFuzzer flags). Exit status 1 when any target crashed, hung or leaked;
 #      the reproducer is in build/fuzz/artifacts/.
 set -euo pipefail
@@ -33,13 +33,13 @@ fi
 mkdir -p "$BUILD/artifacts"
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=0}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-failed=()
-printf '%-30s %12s %8s %s\n' target executions exec/s result
-for t in "${targets[@]}"; do
+# One target per CPU at a time (JOBS): each libFuzzer run is a single process, and CI's fuzz step
+# is then its seconds times the targets over the CPUs, not times the targets.
+run_target() {
+  local t=$1
   # New inputs go to the work corpus in build/; the seeds under fuzz/corpus stay as committed.
-  work="$BUILD/corpus/$t"
+  local work="$BUILD/corpus/$t" log="$BUILD/$t.log" result
   mkdir -p "$work"
-  log="$BUILD/$t.log"
   # -timeout: an input running longer is a hang. -rss_limit_mb / -malloc_limit_mb: one input
   # allocating more is a memory blow-up (the decoders' inputs are at most a few MB).
   if "$BUILD/fuzz/$t" "$work" "fuzz/corpus/$t" -max_total_time="$SECONDS_PER_TARGET" \
@@ -49,8 +49,21 @@ for t in "${targets[@]}"; do
     result=ok
   else
     result="FAILED (see $log)"
-    failed+=("$t")
   fi
+  echo "$result" >"$BUILD/$t.result"
+}
+for t in "${targets[@]}"; do
+  while (($(jobs -rp | wc -l) >= JOBS)); do wait -n || true; done
+  rm -f "$BUILD/$t.result"
+  run_target "$t" &
+done
+wait
+failed=()
+printf '%-30s %12s %8s %s\n' target executions exec/s result
+for t in "${targets[@]}"; do
+  log="$BUILD/$t.log"
+  result=$(cat "$BUILD/$t.result" 2>/dev/null || echo "FAILED (no result; see $log)")
+  [[ $result == ok ]] || failed+=("$t")
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   printf '%-30s %12s %8s %s\n' "$t" "${execs:-?}" "${rate:-?}" "$result"
