@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 
 namespace prism {
@@ -88,6 +89,12 @@ std::string_view StripWhitespace(std::string_view text);
 
 // Lower-cases ASCII letters.
 std::string AsciiLower(std::string_view text);
+
+// Equal but for the case of ASCII letters (how Go's encoding/json matches field names).
+inline bool EqualsIgnoreAsciiCase(std::string_view a, std::string_view b) {
+  return absl::EqualsIgnoreCase(absl::string_view(a.data(), a.size()),
+                                absl::string_view(b.data(), b.size()));
+}
 
 // Converts an Abseil string view (e.g. absl::Status::message()).
 inline std::string_view ToStd(absl::string_view s) { return std::string_view(s.data(), s.size()); }

@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "cli/commands.h"
 
+#include "base/file.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
@@ -46,15 +46,8 @@ int Fail(const absl::Status& status) {
 
 absl::StatusOr<std::string> ReadInput(const std::string& path) {
   if (path.empty()) return std::string(migparted::DefaultMigPartedConfig());
-  std::stringstream buffer;
-  if (path == "-") {
-    buffer << std::cin.rdbuf();
-    return buffer.str();
-  }
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(StrCat("cannot read ", path));
-  buffer << in.rdbuf();
-  return buffer.str();
+  if (path == "-") return ReadStreamBounded(std::cin, "standard input", kMaxConfigFileBytes);
+  return ReadFileBounded(path, kMaxConfigFileBytes);
 }
 
 absl::StatusOr<std::unique_ptr<nvml::Nvml>> OpenBackend(const MigFlags& flags) {

@@ -7,13 +7,12 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "absl/time/time.h"
 #include "cli/commands.h"
 
+#include "base/file.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
@@ -75,14 +74,6 @@ absl::StatusOr<absl::Duration> ParseFlagDuration(const std::string& flag, const 
   return d;
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(StrCat("cannot read ", path));
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
-}
-
 absl::StatusOr<migmanager::ManagerOptions> BuildOptions(const MigManagerFlags& flags) {
   migmanager::ManagerOptions options;
   migmanager::ReconcilerOptions& r = options.reconciler;
@@ -107,7 +98,8 @@ absl::StatusOr<migmanager::ManagerOptions> BuildOptions(const MigManagerFlags& f
   }
   r.hooks_file = flags.hooks_file;
   if (!flags.gpu_clients_file.empty()) {
-    ASSIGN_OR_RETURN(std::string text, ReadFile(flags.gpu_clients_file));
+    ASSIGN_OR_RETURN(std::string text,
+                     ReadFileBounded(flags.gpu_clients_file, kMaxConfigFileBytes));
     auto clients = migmanager::ParseGpuClients(text);
     if (!clients.ok()) return Annotate(clients.status(), flags.gpu_clients_file);
     r.gpu_clients = *clients;

@@ -5,13 +5,12 @@
 // Exit status: 0 when every input was read (unschedulable pods included),
 // 1 when some pod's request was invalid (reported per pod), 2 when a file
 // could not be read or parsed.
-#include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "cli/commands.h"
 #include "nlohmann/json.hpp"
 
+#include "base/file.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "config/annotations.h"
@@ -39,14 +38,6 @@ struct PlanFlags {
   std::string workload = "plan";
   bool no_workload = false;  // --no-workload: the same as --workload=none.
 };
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(StrCat("cannot read ", path));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 struct PlannedPod {
   std::string key;
@@ -163,7 +154,7 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
     std::string text(config::DefaultDeviceConfigYaml());
     std::string where = "built-in HAMi v2.9 default device config";
     if (!flags.device_config_file.empty()) {
-      auto read = ReadFile(flags.device_config_file);
+      auto read = ReadFileBounded(flags.device_config_file, kMaxConfigFileBytes);
       if (!read.ok()) return fail(read.status());
       text = *read;
       where = flags.device_config_file;
@@ -174,7 +165,7 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
     device_config = parsed->config;
   }
   // Cluster.
-  auto cluster_text = ReadFile(flags.cluster_file);
+  auto cluster_text = ReadFileBounded(flags.cluster_file, kMaxConfigFileBytes);
   if (!cluster_text.ok()) return fail(cluster_text.status());
   auto cluster = config::ParseClusterYaml(*cluster_text);
   if (!cluster.ok()) return fail(Annotate(cluster.status(), flags.cluster_file));
@@ -186,7 +177,7 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
   // Pods.
   std::vector<config::PodManifest> manifests;
   for (const std::string& file : flags.pod_files) {
-    auto text = ReadFile(file);
+    auto text = ReadFileBounded(file, kMaxConfigFileBytes);
     if (!text.ok()) return fail(text.status());
     auto pods = config::ParsePodYaml(*text, file);
     if (!pods.ok()) return fail(pods.status());

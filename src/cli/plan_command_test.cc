@@ -183,6 +183,15 @@ spec:
   EXPECT_EQ(missing.exit_code, 2);
   EXPECT_THAT(missing.err, HasSubstr("cannot read"));
 
+  // A directory named as the cluster file is an error, not an empty cluster; an endless device
+  // stops at the read bound instead of exhausting memory.
+  Result directory = Run("--cluster " + dir_ + " " + Example("seed-pod.yaml"));
+  EXPECT_EQ(directory.exit_code, 2);
+  EXPECT_THAT(directory.err, HasSubstr("cannot read " + dir_ + ": Is a directory"));
+  Result endless = Run("--cluster /dev/zero " + Example("seed-pod.yaml"));
+  EXPECT_EQ(endless.exit_code, 2);
+  EXPECT_THAT(endless.err, HasSubstr("/dev/zero: larger than the 16777216-byte limit"));
+
   Result bad_cluster =
       Run("--cluster " + Write("c.yaml", "nodes:\n  - {name: a, cpu: x, memory: 1Gi}\n") + " " +
           Example("seed-pod.yaml"));

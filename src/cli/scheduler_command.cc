@@ -5,13 +5,12 @@
 #include <signal.h>
 
 #include <cstdlib>
-#include <fstream>
 #include <iostream>
 #include <memory>
-#include <sstream>
 
 #include "cli/commands.h"
 
+#include "base/file.h"
 #include "base/log.h"
 #include "base/strings.h"
 #include "config/device_config_yaml.h"
@@ -70,14 +69,12 @@ int Run(const SchedulerFlags& f) {
   if (f.device_config_file.empty()) {
     options.initial_config = config::DefaultDeviceConfig();
   } else {
-    std::ifstream in(f.device_config_file);
-    if (!in) {
-      std::cerr << "prism scheduler: cannot read " << f.device_config_file << "\n";
+    absl::StatusOr<std::string> text = ReadFileBounded(f.device_config_file, kMaxConfigFileBytes);
+    if (!text.ok()) {
+      std::cerr << "prism scheduler: " << text.status().message() << "\n";
       return 2;
     }
-    std::stringstream text;
-    text << in.rdbuf();
-    absl::StatusOr<config::ParsedDeviceConfig> parsed = config::ParseDeviceConfigYaml(text.str());
+    absl::StatusOr<config::ParsedDeviceConfig> parsed = config::ParseDeviceConfigYaml(*text);
     if (!parsed.ok()) {
       std::cerr << "prism scheduler: " << f.device_config_file << ": " << parsed.status().message()
                 << "\n";

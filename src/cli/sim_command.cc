@@ -13,13 +13,13 @@
 #include <mutex>
 #include <optional>
 #include <span>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "cli/commands.h"
 
+#include "base/file.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "config/device_config_yaml.h"
@@ -77,14 +77,6 @@ struct TraceInput {
   std::vector<sim::TracePod> pods;
 };
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(StrCat("cannot read ", path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 absl::StatusOr<std::vector<uint64_t>> ParseSeeds(const std::string& text) {
   std::vector<uint64_t> seeds;
   for (std::string_view part : StrSplit(text, ',', /*skip_empty=*/true)) {
@@ -123,7 +115,7 @@ absl::StatusOr<std::vector<TraceInput>> LoadPodYaml(const SimFlags& f,
                                                     int64_t gpu_memory_mib) {
   std::vector<TraceInput> out;
   for (const std::string& path : f.pod_files) {
-    ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+    ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, kMaxConfigFileBytes));
     TraceInput input;
     input.name = fs::path(path).stem().string();
     ASSIGN_OR_RETURN(input.pods,
@@ -170,7 +162,7 @@ absl::StatusOr<std::vector<TraceInput>> LoadTraces(const SimFlags& f) {
       if (stem.starts_with("openb_pod_list_")) stem = stem.substr(15);
       input.name = stem;
     }
-    ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+    ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, kMaxTraceFileBytes));
     ASSIGN_OR_RETURN(input.pods, sim::ParsePodCsv(text, path));
     out.push_back(std::move(input));
   }
@@ -183,7 +175,7 @@ absl::StatusOr<std::vector<sim::TraceNode>> LoadNodes(const SimFlags& f) {
     path = (fs::path(f.trace_dir) / kNodeFileName).string();
   }
   if (path.empty()) return sim::EmbeddedDefaultTrace().nodes;
-  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  ASSIGN_OR_RETURN(std::string text, ReadFileBounded(path, kMaxTraceFileBytes));
   return sim::ParseNodeCsv(text, path);
 }
 
@@ -329,7 +321,7 @@ absl::Status RunSim(const SimFlags& f) {
   }
   sched::DeviceConfig device_config = config::DefaultDeviceConfig();
   if (!f.device_config_file.empty()) {
-    ASSIGN_OR_RETURN(std::string text, ReadFile(f.device_config_file));
+    ASSIGN_OR_RETURN(std::string text, ReadFileBounded(f.device_config_file, kMaxConfigFileBytes));
     auto parsed = config::ParseDeviceConfigYaml(text);
     if (!parsed.ok()) return Annotate(parsed.status(), f.device_config_file);
     for (const std::string& w : parsed->warnings) {
@@ -352,7 +344,7 @@ absl::Status RunSim(const SimFlags& f) {
     if (!f.nodes_file.empty()) {
       return absl::InvalidArgumentError("give either --cluster (YAML) or --nodes (CSV), not both");
     }
-    ASSIGN_OR_RETURN(std::string text, ReadFile(f.cluster_file));
+    ASSIGN_OR_RETURN(std::string text, ReadFileBounded(f.cluster_file, kMaxConfigFileBytes));
     auto yaml = sim::ClusterFromYaml(text, device_config);
     if (!yaml.ok()) return Annotate(yaml.status(), f.cluster_file);
     for (const std::string& w : yaml->warnings) {

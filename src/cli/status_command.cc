@@ -10,17 +10,16 @@
 // (reported in its entry); 2 bad flags or unusable local input (a file, the kubeconfig, the
 // device config); 3 the cluster could not be read (API server unreachable, refused, a failed
 // list or ConfigMap read); 4 the cache's state could not be rebuilt (a bug).
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "cli/commands.h"
 #include "nlohmann/json.hpp"
 
+#include "base/file.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "base/terminal_text.h"
@@ -54,14 +53,6 @@ struct StatusFlags {
   int max_copies = 1000;
   double timeout_seconds = 30;
 };
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(StrCat("cannot read ", path));
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 struct DeviceConfigSource {
   sched::DeviceConfig config;
@@ -99,7 +90,7 @@ int Run(const StatusFlags& flags, std::ostream& out, std::ostream& err) {
   // Local input first: a typo in a file name should not wait for the API server.
   std::vector<config::PodManifest> what_ifs;
   for (const std::string& file : flags.what_if_files) {
-    absl::StatusOr<std::string> text = ReadFile(file);
+    absl::StatusOr<std::string> text = ReadFileBounded(file, kMaxConfigFileBytes);
     if (!text.ok()) return fail(kExitBadInput, StrCat("--what-if: ", text.status().message()));
     absl::StatusOr<std::vector<config::PodManifest>> pods = config::ParsePodYaml(*text, file);
     if (!pods.ok()) return fail(kExitBadInput, StrCat("--what-if: ", pods.status().message()));
@@ -108,7 +99,8 @@ int Run(const StatusFlags& flags, std::ostream& out, std::ostream& err) {
   }
   std::optional<DeviceConfigSource> device_config;
   if (!flags.device_config_file.empty()) {
-    absl::StatusOr<std::string> text = ReadFile(flags.device_config_file);
+    absl::StatusOr<std::string> text =
+        ReadFileBounded(flags.device_config_file, kMaxConfigFileBytes);
     if (!text.ok()) return fail(kExitBadInput, text.status().message());
     absl::StatusOr<DeviceConfigSource> parsed =
         ParseDeviceConfig(*text, flags.device_config_file, err);

@@ -133,8 +133,8 @@ absl::StatusOr<ContainerAllocationStatus> ParseContainer(const json& cj, const s
   ContainerAllocationStatus c;
   ASSIGN_OR_RETURN(c.allocations, Strings(cj, "allocations", p, kMaxAllocationsPerContainer,
                                           kMaxAllocationIdBytes, /*allocation_ids=*/true));
-  ASSIGN_OR_RETURN(c.device_ids,
-                   Strings(cj, "deviceIds", p, kMaxDeviceIdsPerContainer, 512, false));
+  ASSIGN_OR_RETURN(c.device_ids, Strings(cj, "deviceIds", p, kMaxDeviceIdsPerContainer,
+                                         kMaxDeviceIdBytes, false));
   const json* devices = Member(cj, "devices");
   const json* error = Member(cj, "error");
   if (devices != nullptr && error != nullptr) {

@@ -30,6 +30,7 @@ inline constexpr size_t kMaxAllocationStatusContainers = 1024;   // kMaxPodConta
 // Allocations of one container: one per kubelet Allocate call (the kubelet retries).
 inline constexpr size_t kMaxAllocationsPerContainer = 256;
 inline constexpr size_t kMaxDeviceIdsPerContainer = 8192;
+inline constexpr size_t kMaxDeviceIdBytes = 512;
 inline constexpr size_t kMaxAllocatedDevicesPerContainer = 256;
 // An allocation ID: "<agent start, base 36>-<sequence number>", e.g. "mx1ogiv5-7".
 inline constexpr size_t kMaxAllocationIdBytes = 64;

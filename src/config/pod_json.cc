@@ -176,23 +176,11 @@ class Reader {
   std::string prefix_ = "pod: ";
 };
 
-bool EqualFoldAscii(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i];
-    char y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
-}
-
 // Go's encoding/json: the exact key, else the first that matches ignoring ASCII case.
 const json* FoldedMember(const json& object, std::string_view key) {
   if (auto it = object.find(key); it != object.end()) return it->is_null() ? nullptr : &*it;
   for (auto it = object.begin(); it != object.end(); ++it) {
-    if (EqualFoldAscii(it.key(), key)) return it->is_null() ? nullptr : &*it;
+    if (EqualsIgnoreAsciiCase(it.key(), key)) return it->is_null() ? nullptr : &*it;
   }
   return nullptr;
 }

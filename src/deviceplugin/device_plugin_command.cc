@@ -7,12 +7,11 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "cli/commands.h"
 
+#include "base/file.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
@@ -87,11 +86,9 @@ absl::StatusOr<std::pair<std::string, int>> ParseAddress(const std::string& addr
 
 absl::StatusOr<sched::DeviceConfig> LoadDeviceConfig(const std::string& path) {
   if (path.empty()) return config::DefaultDeviceConfig();
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(StrCat("cannot read --device-config ", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  auto parsed = config::ParseDeviceConfigYaml(text.str());
+  absl::StatusOr<std::string> text = ReadFileBounded(path, kMaxConfigFileBytes);
+  if (!text.ok()) return Annotate(text.status(), "--device-config");
+  auto parsed = config::ParseDeviceConfigYaml(*text);
   if (!parsed.ok()) return Annotate(parsed.status(), path);
   for (const std::string& w : parsed->warnings) LogWarning(kLog, path, ": ", w);
   return parsed->config;

@@ -21,7 +21,6 @@ using nlohmann::json;
 constexpr char kLog[] = "ledger";
 // A record file is a few hundred bytes; the agent writes none near this.
 constexpr uintmax_t kMaxRecordFileBytes = 1 << 20;
-constexpr size_t kMaxDeviceIdBytes = 512;  // As prism.io/allocation-status bounds them.
 
 json ToJson(const AllocationRecord& r) {
   json j{{"id", r.id},
@@ -67,9 +66,9 @@ absl::StatusOr<AllocationRecord> FromJson(const json& j) {
   for (size_t k = 0; k < ids->size(); ++k) {
     const std::string field = StrCat("deviceIds[", k, "]");
     ASSIGN_OR_RETURN(std::string device, jf::String((*ids)[k], field));
-    if (device.empty() || device.size() > kMaxDeviceIdBytes) {
+    if (device.empty() || device.size() > config::kMaxDeviceIdBytes) {
       return absl::InvalidArgumentError(
-          StrCat(field, ": expected 1..", kMaxDeviceIdBytes, " bytes"));
+          StrCat(field, ": expected 1..", config::kMaxDeviceIdBytes, " bytes"));
     }
     r.device_ids.push_back(std::move(device));
   }

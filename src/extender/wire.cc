@@ -11,18 +11,6 @@
 namespace prism::extender {
 namespace {
 
-bool EqualFoldAscii(std::string_view a, std::string_view b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i) {
-    char x = a[i];
-    char y = b[i];
-    if (x >= 'A' && x <= 'Z') x = static_cast<char>(x - 'A' + 'a');
-    if (y >= 'A' && y <= 'Z') y = static_cast<char>(y - 'A' + 'a');
-    if (x != y) return false;
-  }
-  return true;
-}
-
 absl::StatusOr<Json> ParseObject(std::string_view body, std::string_view what) {
   Json json = Json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (json.is_discarded()) {
@@ -53,7 +41,7 @@ const Json* FindField(const Json& object, std::string_view key) {
   if (!object.is_object()) return nullptr;
   if (auto it = object.find(key); it != object.end()) return &*it;
   for (auto it = object.begin(); it != object.end(); ++it) {
-    if (EqualFoldAscii(it.key(), key)) return &*it;
+    if (EqualsIgnoreAsciiCase(it.key(), key)) return &*it;
   }
   return nullptr;
 }
@@ -76,11 +64,11 @@ absl::StatusOr<ExtenderArgs> ParseExtenderArgs(std::string_view body,
     const bool element_done = event == Json::parse_event_t::value ||
                               event == Json::parse_event_t::object_end ||
                               event == Json::parse_event_t::array_end;
-    if (depth == 2 && element_done && EqualFoldAscii(top_key, "NodeNames")) {
+    if (depth == 2 && element_done && EqualsIgnoreAsciiCase(top_key, "NodeNames")) {
       return ++name_count <= limits.max_nodes;
     }
     if (depth == 3 && event == Json::parse_event_t::object_end &&
-        EqualFoldAscii(top_key, "Nodes") && EqualFoldAscii(nodes_key, "items")) {
+        EqualsIgnoreAsciiCase(top_key, "Nodes") && EqualsIgnoreAsciiCase(nodes_key, "items")) {
       return ++item_count <= limits.max_nodes;
     }
     return true;
