@@ -2,8 +2,8 @@
 # Builds the libFuzzer targets under fuzz/ (clang, -fsanitize=fuzzer,address,undefined, in
 # build/fuzz) and runs each for a while from its seed corpus (docs/fuzzing.md).
 # Usage: tools/fuzz.sh [seconds-per-target] [target...]     (default 60 s, every target)
-# Env: JOBS (build parallelism, and targets run at once), FUZZ_CC / FUZZ_CXX (default clang / clang++),
-#      FUZZ_ARGS (extra libFuzzer flags). Exit status 1 when any target crashed, hung or leaked;
+# Env: JOBS (build parallelism, and targets run at once), FUZZ_CC / FUZZ_CXX (default clang /
+#      clang++), FUZZ_ARGS (extra libFuzzer flags). Exit status 1 when any target crashed, hung or leaked;
 #      the reproducer is in build/fuzz/artifacts/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
