@@ -1,12 +1,15 @@
 #include "core/sched/engine.h"
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <unordered_map>
+
+#include "absl/types/span.h"
 
 #include "base/check.h"
 #include "base/status_macros.h"
@@ -31,6 +34,7 @@ class Engine::Impl {
   EngineOptions options_;
   TargetWorkload workload_;
   std::vector<ShapeData> shapes_;
+  std::vector<int32_t> group_first_;  // Per shape group: its first shape (a GPU shape).
   double shape_weight_total_ = 0;
   std::unordered_map<OccKey, OccEntry, OccKeyHash> occ_cache_;
   std::vector<std::pair<uint64_t, double>> frag_cache_;  // Per node: (version + 1, frag).
@@ -47,11 +51,16 @@ class Engine::Impl {
   std::vector<GpuUsage> slice_usage_;
   std::vector<const GpuUsage*> slice_view_;
   std::vector<int32_t> part_free_;
-  std::vector<int32_t> part_usable_;
-  std::vector<int32_t> part_capacity_;
+  std::vector<int32_t> part_usable_;    // [group][GPU]
+  std::vector<int32_t> part_capacity_;  // [group][GPU]
   int64_t base_total_free_ = 0;
-  std::vector<int64_t> base_unusable_;
-  std::vector<int32_t> base_capacity_;
+  std::vector<int64_t> base_unusable_;  // Per group.
+  std::vector<int32_t> base_capacity_;  // Per group.
+  // Per group, within one NodeFrag / FragWithGpu / GpuFrag / TemplateUsable call: computed yet?
+  std::vector<uint8_t> group_done_;
+  std::vector<int64_t> group_unusable_;
+  std::vector<int32_t> group_capacity_;
+  std::vector<int32_t> group_usable_;
 
   // --- Setup --------------------------------------------------------------
 
@@ -75,6 +84,7 @@ class Engine::Impl {
 
   void RebuildShapes() {
     shapes_.clear();
+    group_first_.clear();
     shape_weight_total_ = 0;
     double total = 0;
     for (const WorkloadShape& s : workload_.shapes) total += std::max(0.0, s.weight);
@@ -124,7 +134,34 @@ class Engine::Impl {
       }
       shapes_.push_back(std::move(d));
     }
+    AssignShapeGroups();
     InvalidateCaches();
+  }
+
+  // Groups the GPU shapes by per-device request and type filter (everything UsableFor reads
+  // of a shape); a shape without GPUs keeps group -1.
+  void AssignShapeGroups() {
+    group_first_.clear();
+    for (size_t k = 0; k < shapes_.size(); ++k) {
+      ShapeData& d = shapes_[k];
+      d.group = -1;
+      if (d.shape.gpu_count == 0) continue;
+      for (size_t g = 0; g < group_first_.size(); ++g) {
+        const WorkloadShape& first = shapes_[group_first_[g]].shape;
+        if (first.gpu == d.shape.gpu && first.types == d.shape.types) {
+          d.group = static_cast<int32_t>(g);
+          break;
+        }
+      }
+      if (d.group < 0) {
+        d.group = static_cast<int32_t>(group_first_.size());
+        group_first_.push_back(static_cast<int32_t>(k));
+      }
+    }
+    group_done_.assign(group_first_.size(), 0);
+    group_unusable_.assign(group_first_.size(), 0);
+    group_capacity_.assign(group_first_.size(), 0);
+    group_usable_.assign(group_first_.size(), 0);
   }
 
   absl::Status Validate(const PodRequest& pod) const {
@@ -307,18 +344,29 @@ class Engine::Impl {
     return {std::min(free, usable), capacity};
   }
 
+  // UsableFor(s, g, u, free).first, once per shape group between resets of group_done_ (the
+  // caller's: one GPU state per reset).
+  int32_t GroupUsable(const ShapeData& s, int g, const GpuUsage& u, int32_t free) {
+    if (!group_done_[s.group]) {
+      group_done_[s.group] = 1;
+      group_usable_[s.group] = UsableFor(s, g, u, free).first;
+    }
+    return group_usable_[s.group];
+  }
+
   // Sum over shapes of weight * (free - usable) for one GPU (node fit ignored).
   double GpuFrag(int g, const GpuUsage& u) {
     if (shapes_.empty()) return 0;
     const int32_t free = FreeUnits(cluster_.gpu(g), u);
     if (free <= 0) return 0;
+    std::fill(group_done_.begin(), group_done_.end(), 0);
     double frag = 0;
     for (const ShapeData& s : shapes_) {
       if (s.shape.gpu_count == 0) {
         frag += s.weight * free;
         continue;
       }
-      frag += s.weight * (free - UsableFor(s, g, u, free).first);
+      frag += s.weight * (free - GroupUsable(s, g, u, free));
     }
     return frag;
   }
@@ -338,6 +386,7 @@ class Engine::Impl {
     if (total_free == 0) return 0;
     const int64_t cpu_free = n.cpu_milli - cpu_used;
     const int64_t mem_free = n.memory_bytes - mem_used;
+    std::fill(group_done_.begin(), group_done_.end(), 0);
     double frag = 0;
     for (const ShapeData& s : shapes_) {
       if (s.shape.gpu_count == 0) {
@@ -348,14 +397,21 @@ class Engine::Impl {
         frag += s.weight * static_cast<double>(total_free);
         continue;
       }
-      int64_t unusable = 0;
-      int32_t capacity = 0;
-      for (int l = 0; l < count; ++l) {
-        const auto [usable, cap] = UsableFor(s, n.first_gpu + l, *gpus[l], free[l]);
-        unusable += free[l] - usable;
-        capacity += cap;
+      if (!group_done_[s.group]) {
+        group_done_[s.group] = 1;
+        int64_t unusable = 0;
+        int32_t capacity = 0;
+        for (int l = 0; l < count; ++l) {
+          const auto [usable, cap] = UsableFor(s, n.first_gpu + l, *gpus[l], free[l]);
+          unusable += free[l] - usable;
+          capacity += cap;
+        }
+        group_unusable_[s.group] = unusable;
+        group_capacity_[s.group] = capacity;
       }
-      frag += s.weight * static_cast<double>(capacity >= s.shape.gpu_count ? unusable : total_free);
+      frag += s.weight * static_cast<double>(group_capacity_[s.group] >= s.shape.gpu_count
+                                                 ? group_unusable_[s.group]
+                                                 : total_free);
     }
     return frag;
   }
@@ -365,22 +421,22 @@ class Engine::Impl {
   void FragBase(int node, const std::vector<const GpuUsage*>& gpus) {
     const NodeInfo& n = cluster_.node(node);
     const size_t count = static_cast<size_t>(n.gpu_count);
-    const size_t shapes = shapes_.size();
+    const size_t groups = group_first_.size();
     part_free_.assign(count, 0);
-    part_usable_.assign(shapes * count, 0);
-    part_capacity_.assign(shapes * count, 0);
+    part_usable_.assign(groups * count, 0);
+    part_capacity_.assign(groups * count, 0);
     base_total_free_ = 0;
-    base_unusable_.assign(shapes, 0);
-    base_capacity_.assign(shapes, 0);
+    base_unusable_.assign(groups, 0);
+    base_capacity_.assign(groups, 0);
     for (size_t l = 0; l < count; ++l) {
       part_free_[l] = FreeUnits(cluster_.gpu(n.first_gpu + static_cast<int>(l)), *gpus[l]);
       base_total_free_ += part_free_[l];
     }
-    for (size_t k = 0; k < shapes; ++k) {
-      if (shapes_[k].shape.gpu_count == 0) continue;
+    for (size_t k = 0; k < groups; ++k) {
+      const ShapeData& s = shapes_[group_first_[k]];
       for (size_t l = 0; l < count; ++l) {
         const auto [usable, cap] =
-            UsableFor(shapes_[k], n.first_gpu + static_cast<int>(l), *gpus[l], part_free_[l]);
+            UsableFor(s, n.first_gpu + static_cast<int>(l), *gpus[l], part_free_[l]);
         part_usable_[k * count + l] = usable;
         part_capacity_[k * count + l] = cap;
         base_unusable_[k] += part_free_[l] - usable;
@@ -400,20 +456,26 @@ class Engine::Impl {
     if (total_free == 0) return 0;
     const int64_t cpu_free = n.cpu_milli - cpu_after;
     const int64_t mem_free = n.memory_bytes - mem_after;
+    std::fill(group_done_.begin(), group_done_.end(), 0);
     double frag = 0;
-    for (size_t k = 0; k < shapes_.size(); ++k) {
-      const ShapeData& s = shapes_[k];
+    for (const ShapeData& s : shapes_) {
       if (s.shape.gpu_count == 0 || cpu_free < s.shape.cpu_milli ||
           mem_free < s.shape.memory_bytes) {
         frag += s.weight * static_cast<double>(total_free);
         continue;
       }
-      const size_t at = k * count + static_cast<size_t>(l);
-      const auto [usable, cap] = UsableFor(s, g, changed, free);
-      const int64_t unusable =
-          base_unusable_[k] - (part_free_[l] - part_usable_[at]) + (free - usable);
-      const int32_t capacity = base_capacity_[k] - part_capacity_[at] + cap;
-      frag += s.weight * static_cast<double>(capacity >= s.shape.gpu_count ? unusable : total_free);
+      const int k = s.group;
+      if (!group_done_[k]) {
+        group_done_[k] = 1;
+        const size_t at = static_cast<size_t>(k) * count + static_cast<size_t>(l);
+        const auto [usable, cap] = UsableFor(s, g, changed, free);
+        group_unusable_[k] =
+            base_unusable_[k] - (part_free_[l] - part_usable_[at]) + (free - usable);
+        group_capacity_[k] = base_capacity_[k] - part_capacity_[at] + cap;
+      }
+      frag += s.weight * static_cast<double>(
+                             group_capacity_[k] >= s.shape.gpu_count ? group_unusable_[k]
+                                                                     : total_free);
     }
     return frag;
   }
@@ -634,10 +696,11 @@ class Engine::Impl {
   double TemplateUsable(int g, const GpuUsage& u) {
     if (shapes_.empty()) return 0;
     const int32_t free = FreeUnits(cluster_.gpu(g), u);
+    std::fill(group_done_.begin(), group_done_.end(), 0);
     double total = 0;
     for (const ShapeData& s : shapes_) {
       if (s.shape.gpu_count == 0) continue;
-      total += s.weight * UsableFor(s, g, u, free).first;
+      total += s.weight * GroupUsable(s, g, u, free);
     }
     return total;
   }
@@ -700,21 +763,26 @@ class Engine::Impl {
         int64_t memory;
         int32_t core;
       };
-      std::vector<Cand> fits;
+      // At most kMaxMigInstances: on the stack, as this runs per GPU per node scored.
+      std::array<Cand, kMaxMigInstances> fit_storage;
+      size_t fit_count = 0;
       for (int i = 0; i < layout.instance_count; ++i) {
         const MigInstance& inst = layout.instances[i];
         if (inst.Busy()) continue;
         const auto [memory, core] = Grant(gi, layout, inst, tmpl);
         if (!SlotFits(model, inst.profile, memory, req, match_cores)) continue;
-        fits.push_back({i, memory, core});
+        fit_storage[fit_count++] = {i, memory, core};
       }
-      if (fits.empty()) return;
+      if (fit_count == 0) return;
       any_profile = true;
-      std::stable_sort(fits.begin(), fits.end(), [&](const Cand& a, const Cand& b) {
+      const absl::Span<Cand> fits(fit_storage.data(), fit_count);
+      // Smallest first; equal slots keep their layout order (the index breaks ties).
+      std::sort(fits.begin(), fits.end(), [&](const Cand& a, const Cand& b) {
         const auto& pa = model.profiles[layout.instances[a.index].profile];
         const auto& pb = model.profiles[layout.instances[b.index].profile];
         if (pa.compute_slices != pb.compute_slices) return pa.compute_slices < pb.compute_slices;
-        return a.memory < b.memory;
+        if (a.memory != b.memory) return a.memory < b.memory;
+        return a.index < b.index;
       });
       GpuUsage after = layout;
       mig::Occupancy busy = layout.busy;
@@ -1413,28 +1481,39 @@ class Engine::Impl {
 
   // --- Indexes -----------------------------------------------------------------
 
-  double ScoreOrInfeasible(const Resolved& rp, int node) {
+  double ScoreOrInfeasible(const Resolved& rp, int node, NodeFailure* failure = nullptr) {
     double score = 0;
-    return EvaluateNode(rp, node, &score, nullptr) ? score : kInfeasible;
+    return EvaluateNode(rp, node, &score, failure) ? score : kInfeasible;
   }
 
   ShapeIndex* IndexFor(const Resolved& rp, const std::string& key) {
-    return indexes_.Get(rp, key,
-                        [this](const Resolved& r, int n) { return ScoreOrInfeasible(r, n); });
+    return indexes_.Get(rp, key, [this](const Resolved& r, int n, NodeFailure* f) {
+      return ScoreOrInfeasible(r, n, f);
+    });
   }
 
   // Equal scores go to the node first by name (ClusterState::node_rank).
   bool Before(int a, int b) const { return cluster_.node_rank(a) < cluster_.node_rank(b); }
 
   int64_t MaintainIndexes(uint64_t max_backlog, int64_t max_evaluations) {
-    return indexes_.Maintain([this](const Resolved& r, int n) { return ScoreOrInfeasible(r, n); },
-                             max_backlog, max_evaluations);
+    return indexes_.Maintain(
+        [this](const Resolved& r, int n, NodeFailure* f) { return ScoreOrInfeasible(r, n, f); },
+        max_backlog, max_evaluations);
   }
 
   // --- Entry points ---------------------------------------------------------------
 
-  void Explain(const Resolved& rp, const std::vector<int32_t>* nodes, ScheduleResult* result) {
+  // `index`: the shape's caught-up index (its failures are read, not recomputed), or null.
+  void Explain(const Resolved& rp, const ShapeIndex* index, const std::vector<int32_t>* nodes,
+               ScheduleResult* result) {
     auto one = [&](int node) {
+      if (node < 0 || node >= cluster_.node_count()) return;
+      if (index != nullptr) {
+        if (index->score[node] == kInfeasible) {
+          result->failures.emplace_back(node, indexes_.FailureOf(*index, node));
+        }
+        return;
+      }
       NodeFailure f;
       double score = 0;
       if (!EvaluateNode(rp, node, &score, &f)) result->failures.emplace_back(node, f);
@@ -1457,8 +1536,9 @@ class Engine::Impl {
         nodes == nullptr ? cluster_.node_count() : static_cast<int32_t>(nodes->size());
     int best = -1;
     double best_score = kInfeasible;
+    ShapeIndex* index = nullptr;
     if (options_.use_indexes) {
-      ShapeIndex* index = IndexFor(*rp, pod.ShapeKey());
+      index = IndexFor(*rp, pod.ShapeKey());
       if (nodes == nullptr) {
         best = index->tree.Best();
         if (best >= 0 && index->score[best] == kInfeasible) best = -1;
@@ -1492,7 +1572,7 @@ class Engine::Impl {
       }
     }
     if (best < 0) {
-      if (explain) Explain(*rp, nodes, &result);
+      if (explain) Explain(*rp, index, nodes, &result);
       return result;
     }
     double score = 0;
@@ -1592,6 +1672,8 @@ absl::StatusOr<std::vector<NodeVerdict>> Engine::Filter(const PodRequest& pod,
     if (score != kInfeasible) {
       v.feasible = true;
       v.score = score;
+    } else if (index != nullptr) {
+      v.failure = impl_->indexes_.FailureOf(*index, n);
     } else {
       double ignored = 0;
       impl_->EvaluateNode(*rp, n, &ignored, &v.failure);
@@ -1680,5 +1762,14 @@ int64_t Engine::MaintainIndexes(int64_t max_evaluations) {
 }
 
 size_t Engine::index_count() const { return impl_->indexes_.size(); }
+
+absl::StatusOr<bool> Engine::PrepareIndex(const PodRequest& pod) {
+  auto rp = impl_->Resolve(pod);
+  if (!rp.ok()) return rp.status();
+  if (!impl_->options_.use_indexes) return false;
+  return impl_->indexes_.Prepare(*rp, pod.ShapeKey());
+}
+
+size_t Engine::pending_index_builds() const { return impl_->indexes_.pending_builds(); }
 
 }  // namespace prism::sched

@@ -133,6 +133,16 @@ class Engine {
   // nothing lagged, or indexes are off). Never changes a decision.
   int64_t MaintainIndexes(int64_t max_evaluations);
 
+  // Registers `pod`'s shape for an index built ahead of its first decision (e.g. the shapes of
+  // running and pending pods after a restart): MaintainIndexes() builds it a budget at a time
+  // after catching up the others, and a decision that comes first finishes it. Never evicts an
+  // index (with max_indexes reached it does nothing) and never changes a decision. Returns
+  // whether a build was registered; InvalidArgument for a malformed request. Dropped, like
+  // every index, by SetPolicy and SetTargetWorkload.
+  absl::StatusOr<bool> PrepareIndex(const PodRequest& pod);
+  // Prepared builds not finished yet.
+  size_t pending_index_builds() const;
+
   class Impl;
 
  private:

@@ -375,6 +375,106 @@ TEST(EngineIncrementalTest, MaintainingIndexesBetweenDecisionsChangesNoDecision)
   EXPECT_GT(maintained, 100) << "maintenance must have done work for the comparison to mean much";
 }
 
+// Indexes built ahead of their shape's first decision, a budget at a time between changes, or
+// finished by the decision that comes first, decide exactly as an engine without indexes.
+TEST(EngineIncrementalTest, PreparedIndexesDecideAsWithoutIndexes) {
+  const DeviceConfig config = HamiDefaultConfig();
+  TargetWorkload workload;
+  {
+    std::mt19937 wrng(5);
+    std::vector<PodRequest> pods;
+    for (int i = 0; i < 40; ++i) pods.push_back(RandomPod(wrng, i));
+    workload = TargetWorkload::FromPods(pods);
+  }
+  int64_t maintained = 0;
+  int prepared = 0;
+  int finished_by_a_decision = 0;
+  int decisions = 0;
+  for (uint32_t seed = 1; seed <= 8; ++seed) {
+    std::mt19937 rng(seed * 31);
+    std::vector<NodeSpec> initial;
+    for (int i = 0; i < 7; ++i) initial.push_back(RandomNode(rng, "node-" + std::to_string(i), 0));
+    auto built = ClusterState::Build(initial, config);
+    ASSERT_TRUE(built.ok()) << built.status();
+    EngineOptions plain_options;
+    plain_options.use_indexes = false;
+    EngineOptions prepared_options;
+    prepared_options.max_index_backlog = rng() % 3;
+    prepared_options.max_indexes = 6;  // Prepare must find the limit reached at times.
+    Engine plain(*built, config, plain_options);
+    Engine eager(std::move(*built), config, prepared_options);
+    plain.SetTargetWorkload(workload);
+    eager.SetTargetWorkload(workload);
+    std::vector<PodRequest> shapes;
+    for (int i = 0; i < 9; ++i) shapes.push_back(RandomPod(rng, i));
+    std::vector<std::string> live;
+    int next_pod = 0;
+    int generation = 1;
+    for (int step = 0; step < 90; ++step) {
+      const int what = static_cast<int>(rng() % 12);
+      if (what < 3) {
+        // A shape announced (a pending pod seen), maybe long before it is decided.
+        absl::StatusOr<bool> added = eager.PrepareIndex(shapes[rng() % shapes.size()]);
+        ASSERT_TRUE(added.ok()) << added.status();
+        prepared += *added ? 1 : 0;
+      } else if (what < 8) {
+        PodRequest pod = shapes[rng() % shapes.size()];
+        pod.name = "pod-" + std::to_string(next_pod++);
+        const size_t pending = eager.pending_index_builds();
+        ScheduleResult a = plain.Place(pod);
+        ScheduleResult b = eager.Place(pod);
+        finished_by_a_decision += eager.pending_index_builds() < pending ? 1 : 0;
+        ASSERT_EQ(Describe(a, plain.cluster()), Describe(b, eager.cluster()))
+            << "seed " << seed << " step " << step;
+        if (a.scheduled) {
+          EXPECT_DOUBLE_EQ(a.decision.score, b.decision.score);
+          live.push_back(pod.Key());
+        }
+        ++decisions;
+      } else if (what < 10 && !live.empty()) {
+        const size_t i = rng() % live.size();
+        ASSERT_TRUE(plain.Release(live[i]).ok());
+        ASSERT_TRUE(eager.Release(live[i]).ok());
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        const std::string name = "node-" + std::to_string(rng() % 9);  // Some are new.
+        const NodeSpec spec = RandomNode(rng, name, generation++);
+        auto dropped_plain = plain.UpsertNode(spec);
+        auto dropped_eager = eager.UpsertNode(spec);
+        ASSERT_TRUE(dropped_plain.ok()) << dropped_plain.status();
+        ASSERT_TRUE(dropped_eager.ok()) << dropped_eager.status();
+        ASSERT_EQ(*dropped_plain, *dropped_eager);
+        for (const std::string& key : *dropped_plain) std::erase(live, key);
+      }
+      // Small budgets, so that builds span several changes.
+      maintained += eager.MaintainIndexes(1 + static_cast<int64_t>(rng() % 5));
+    }
+  }
+  EXPECT_GT(prepared, 20);
+  EXPECT_GT(finished_by_a_decision, 3) << "some decisions must find a build half done";
+  EXPECT_GT(maintained, 100);
+  EXPECT_GT(decisions, 200);
+}
+
+TEST(EngineIncrementalTest, PrepareIndexRefusesAMalformedRequestAndNeverEvicts) {
+  const DeviceConfig config = HamiDefaultConfig();
+  auto built = ClusterState::Build({TwoT4("a"), TwoT4("b")}, config);
+  ASSERT_TRUE(built.ok());
+  EngineOptions options;
+  options.max_indexes = 1;
+  Engine engine(std::move(*built), config, options);
+  PodRequest bad = GpuPod("bad", 1, 1000);
+  bad.containers[0].gpu.cores_permille = 5000;
+  absl::StatusOr<bool> refused = engine.PrepareIndex(bad);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  ASSERT_TRUE(engine.Place(GpuPod("p", 1, 4000)).scheduled);
+  ASSERT_EQ(engine.index_count(), 1u);
+  absl::StatusOr<bool> full = engine.PrepareIndex(GpuPod("q", 1, 2000));
+  ASSERT_TRUE(full.ok());
+  EXPECT_FALSE(*full) << "the limit is reached: the index in use must stay";
+  EXPECT_EQ(engine.pending_index_builds(), 0u);
+}
+
 // Indexes off: nothing to maintain.
 TEST(EngineIncrementalTest, MaintenanceWithoutIndexesDoesNothing) {
   const DeviceConfig config = HamiDefaultConfig();

@@ -119,7 +119,10 @@ struct OccEntry {
 // A target-workload shape resolved against the cluster.
 struct ShapeData {
   WorkloadShape shape;
-  double weight = 0;                                // Normalized.
+  double weight = 0;  // Normalized.
+  // Shapes with the same per-device GPU request and type filter share a group: what a GPU
+  // offers them (UsableFor) is the same, so it is computed once per group, not per shape.
+  int32_t group = 0;
   std::vector<uint8_t> type_ok;                     // Per cluster GPU type id.
   std::vector<std::vector<int8_t>> mig_candidates;  // Per catalog model.
   std::vector<uint32_t> profile_fit;  // Per catalog model: plain profiles fitting (bit p).

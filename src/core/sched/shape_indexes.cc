@@ -5,10 +5,34 @@
 
 namespace prism::sched::engine_internal {
 
+uint32_t FailureTable::Intern(const NodeFailure& f) {
+  // Every field, as bytes: equal keys are equal failures.
+  key_.clear();
+  key_.append(reinterpret_cast<const char*>(f.gpu_counts.data()), sizeof(f.gpu_counts));
+  key_.append(reinterpret_cast<const char*>(&f.gpus), sizeof(f.gpus));
+  key_.push_back(static_cast<char>(f.node_level));
+  key_.push_back(static_cast<char>(f.node_reason));
+  key_.push_back(static_cast<char>(f.too_few_cards));
+  auto [it, inserted] = ids_.try_emplace(key_, static_cast<uint32_t>(failures_.size()));
+  if (inserted) failures_.push_back(f);
+  return it->second;
+}
+
+void FailureTable::Clear() {
+  failures_.resize(1);
+  ids_.clear();
+}
+
+size_t FailureTable::MemoryBytes() const {
+  return failures_.capacity() * sizeof(NodeFailure) +
+         ids_.size() * (sizeof(std::pair<std::string, uint32_t>) + key_.size());
+}
+
 ShapeIndex* ShapeIndexes::Get(const Resolved& rp, const std::string& key, Scorer score) {
   if (auto it = indexes_.find(key); it != indexes_.end()) {
     ShapeIndex* index = it->second.get();
     lru_.splice(lru_.begin(), lru_, index->lru);
+    if (index->built >= 0) ContinueBuild(*index, score, /*budget=*/-1);
     CatchUp(*index, score, /*budget=*/-1);
     return index;
   }
@@ -27,6 +51,44 @@ ShapeIndex* ShapeIndexes::Get(const Resolved& rp, const std::string& key, Scorer
   return index;
 }
 
+bool ShapeIndexes::Prepare(const Resolved& rp, const std::string& key) {
+  if (indexes_.size() >= std::max<size_t>(1, max_indexes_) || indexes_.contains(key)) {
+    return false;
+  }
+  auto created = std::make_unique<ShapeIndex>();
+  ShapeIndex* index = created.get();
+  index->rp = rp;
+  index->built = 0;
+  index->synced = cluster_->change_log_end();
+  lru_.push_back(key);  // A guess: the least recently used until a decision asks for it.
+  index->lru = std::prev(lru_.end());
+  indexes_.emplace(key, std::move(created));
+  return true;
+}
+
+size_t ShapeIndexes::pending_builds() const {
+  size_t pending = 0;
+  for (const auto& [key, index] : indexes_) pending += index->built >= 0 ? 1 : 0;
+  return pending;
+}
+
+int64_t ShapeIndexes::ContinueBuild(ShapeIndex& index, Scorer score, int64_t budget) {
+  const int nodes = cluster_->node_count();
+  index.score.resize(nodes, kInfeasible);
+  index.failure.resize(nodes, FailureTable::kNone);
+  index.version.resize(nodes, UINT32_MAX);
+  int64_t spent = 0;
+  while (index.built < nodes && (budget < 0 || spent < budget)) {
+    ScoreNode(index, score, index.built++);
+    ++spent;
+  }
+  if (index.built < nodes) return spent;
+  index.built = -1;
+  index.tree.Reset(&index.score, &cluster_->node_ranks());
+  // Nodes that changed after they were scored are in the log since the build began.
+  return spent + CatchUp(index, score, budget < 0 ? -1 : budget - spent);
+}
+
 uint64_t ShapeIndexes::Backlog(const ShapeIndex& index) const {
   return cluster_->change_log_end() - index.synced;
 }
@@ -37,8 +99,15 @@ int64_t ShapeIndexes::Maintain(Scorer score, uint64_t max_backlog, int64_t max_e
   for (const std::string& key : lru_) {
     if (spent >= max_evaluations) break;
     ShapeIndex& index = *indexes_.at(key);
-    if (Backlog(index) <= max_backlog) continue;
+    if (index.built >= 0 || Backlog(index) <= max_backlog) continue;
     spent += CatchUp(index, score, max_evaluations - spent);
+  }
+  // Then builds registered ahead of their first decision, in the order they were prepared
+  // (Prepare appends them; a decision moves its index to the front, built).
+  for (const std::string& key : lru_) {
+    if (spent >= max_evaluations) break;
+    ShapeIndex& index = *indexes_.at(key);
+    if (index.built >= 0) spent += ContinueBuild(index, score, max_evaluations - spent);
   }
   return spent;
 }
@@ -46,25 +115,25 @@ int64_t ShapeIndexes::Maintain(Scorer score, uint64_t max_backlog, int64_t max_e
 void ShapeIndexes::Clear() {
   indexes_.clear();
   lru_.clear();
+  failures_.Clear();
 }
 
 size_t ShapeIndexes::MemoryBytes() const {
   size_t bytes = 0;
   for (const auto& [key, index] : indexes_) {
     bytes += sizeof(ShapeIndex) + key.capacity() + index->score.capacity() * sizeof(double) +
+             index->failure.capacity() * sizeof(uint32_t) +
              index->version.capacity() * sizeof(uint32_t) + index->tree.MemoryBytes();
   }
-  return bytes;
+  return bytes + failures_.MemoryBytes();
 }
 
 void ShapeIndexes::FullRebuild(ShapeIndex& index, Scorer score) {
   const int nodes = cluster_->node_count();
   index.score.resize(nodes);
+  index.failure.resize(nodes);
   index.version.resize(nodes);
-  for (int n = 0; n < nodes; ++n) {
-    index.score[n] = score(index.rp, n);
-    index.version[n] = static_cast<uint32_t>(cluster_->node_usage(n).version);
-  }
+  for (int n = 0; n < nodes; ++n) ScoreNode(index, score, n);
   index.tree.Reset(&index.score, &cluster_->node_ranks());
   index.synced = cluster_->change_log_end();
 }
@@ -83,6 +152,7 @@ int64_t ShapeIndexes::CatchUp(ShapeIndex& index, Scorer score, int64_t budget) {
     // Nodes were added (UpsertNode); they are in the change log, so the loop below scores
     // them. The sentinel version forces that even for a node whose version matches by chance.
     index.score.resize(nodes, kInfeasible);
+    index.failure.resize(nodes, FailureTable::kNone);
     index.version.resize(nodes, UINT32_MAX);
     index.tree.Grow();
   }
@@ -92,13 +162,20 @@ int64_t ShapeIndexes::CatchUp(ShapeIndex& index, Scorer score, int64_t budget) {
     const int n = cluster_->change_at(pos);
     const uint32_t v = static_cast<uint32_t>(cluster_->node_usage(n).version);
     if (index.version[n] == v) continue;
-    index.version[n] = v;
-    index.score[n] = score(index.rp, n);
+    ScoreNode(index, score, n);
     index.tree.Update(n);
     ++spent;
   }
   index.synced = pos;
   return spent;
+}
+
+void ShapeIndexes::ScoreNode(ShapeIndex& index, Scorer score, int node) {
+  NodeFailure failure;
+  index.score[node] = score(index.rp, node, &failure);
+  index.failure[node] =
+      index.score[node] == kInfeasible ? failures_.Intern(failure) : FailureTable::kNone;
+  index.version[node] = static_cast<uint32_t>(cluster_->node_usage(node).version);
 }
 
 }  // namespace prism::sched::engine_internal

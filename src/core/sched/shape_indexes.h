@@ -14,9 +14,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 
 #include "core/sched/cluster.h"
+#include "core/sched/decision.h"
 #include "core/sched/engine_internal.h"
 
 namespace prism::sched::engine_internal {
@@ -76,19 +78,41 @@ class MaxTree {
   std::vector<int32_t> tree_;
 };
 
+// The distinct reasons nodes failed for, each stored once: an index keeps a 4-byte id per
+// infeasible node, so that Filter can say why a node was refused without evaluating it again
+// (at high load most candidates are refused, and that second evaluation was most of a call).
+class FailureTable {
+ public:
+  static constexpr uint32_t kNone = 0;  // The node is feasible.
+  uint32_t Intern(const NodeFailure& failure);
+  const NodeFailure& Get(uint32_t id) const { return failures_[id]; }
+  void Clear();
+  size_t size() const { return failures_.size(); }
+  size_t MemoryBytes() const;
+
+ private:
+  std::vector<NodeFailure> failures_{NodeFailure{}};  // [kNone] is a placeholder.
+  absl::flat_hash_map<std::string, uint32_t> ids_;
+  std::string key_;  // Scratch.
+};
+
 struct ShapeIndex {
   Resolved rp;
   std::vector<double> score;
+  std::vector<uint32_t> failure;  // FailureTable id where score is kInfeasible, else kNone.
   std::vector<uint32_t> version;
   MaxTree tree;
   uint64_t synced = 0;  // Change-log position the scores reflect.
+  // A build in progress (ShapeIndexes::Prepare): nodes [0, built) are scored; the tree and the
+  // other nodes are not yet. -1: built.
+  int32_t built = -1;
   std::list<std::string>::iterator lru;
 };
 
 class ShapeIndexes {
  public:
-  // A node's score for a resolved shape, or kInfeasible.
-  using Scorer = absl::FunctionRef<double(const Resolved&, int node)>;
+  // A node's score for a resolved shape, or kInfeasible with why in `failure`.
+  using Scorer = absl::FunctionRef<double(const Resolved&, int node, NodeFailure* failure)>;
 
   ShapeIndexes(const ClusterState* cluster, size_t max_indexes)
       : cluster_(cluster), max_indexes_(max_indexes) {}
@@ -97,10 +121,16 @@ class ShapeIndexes {
   // limit), caught up with every change.
   ShapeIndex* Get(const Resolved& rp, const std::string& key, Scorer score);
 
+  // Registers `key` for a build in the background: Maintain() scores its nodes a budget at a
+  // time, and Get() finishes what is left. Nothing is evicted for it: with the limit reached,
+  // or `key` already indexed, this does nothing. Returns whether a build was registered.
+  bool Prepare(const Resolved& rp, const std::string& key);
+
   // Catches up the indexes whose backlog (change-log entries not yet read) exceeds
-  // `max_backlog`, most recently used first, spending at most `max_evaluations` node scorings
-  // (an index that would need a full rebuild counts as one scoring per node). Returns the
-  // scorings spent. Indexes stay exact either way: this only moves work off the next decision.
+  // `max_backlog`, most recently used first, then advances prepared builds, spending at most
+  // `max_evaluations` node scorings (an index that would need a full rebuild counts as one
+  // scoring per node). Returns the scorings spent. Indexes stay exact either way: this only
+  // moves work off the next decision.
   int64_t Maintain(Scorer score, uint64_t max_backlog, int64_t max_evaluations);
 
   // Change-log entries `index` has not read yet.
@@ -108,6 +138,11 @@ class ShapeIndexes {
 
   void Clear();
   size_t size() const { return indexes_.size(); }
+  size_t pending_builds() const;
+  // Why `index` refuses `node` (an infeasible node of a caught-up index).
+  const NodeFailure& FailureOf(const ShapeIndex& index, int node) const {
+    return failures_.Get(index.failure[node]);
+  }
   size_t MemoryBytes() const;
   // Every index's resolved shape, for re-resolution when the cluster's vocabulary grows.
   template <typename F>
@@ -117,14 +152,19 @@ class ShapeIndexes {
 
  private:
   void FullRebuild(ShapeIndex& index, Scorer score);
+  // Scores up to `budget` more nodes of a prepared build (-1: all), finishing it (tree, then a
+  // catch-up of what changed since it began) when every node is scored. Returns the scorings.
+  int64_t ContinueBuild(ShapeIndex& index, Scorer score, int64_t budget);
   // Reads the change log from index.synced, at most `budget` scorings (-1: no limit).
   // Returns the scorings spent.
   int64_t CatchUp(ShapeIndex& index, Scorer score, int64_t budget);
+  void ScoreNode(ShapeIndex& index, Scorer score, int node);
 
   const ClusterState* cluster_;
   size_t max_indexes_;
   std::unordered_map<std::string, std::unique_ptr<ShapeIndex>> indexes_;
   std::list<std::string> lru_;  // Most recently used first.
+  FailureTable failures_;       // Shared by all indexes; cleared with them.
 };
 
 }  // namespace prism::sched::engine_internal
