@@ -1,4 +1,5 @@
 #include "extender/cache.h"
+#include "extender/cache_internal.h"
 
 #include <algorithm>
 #include <cmath>
@@ -17,24 +18,13 @@
 #include "k8s/objects.h"
 
 namespace prism::extender {
+using cache_internal::ReleaseClaimedInstances;
+
 namespace {
 
 constexpr char kLog[] = "extender-cache";
 constexpr size_t kMaxRememberedScores = 16;
 constexpr char kNoInventory[] = "node has no GPU inventory (annotation prism.io/gpu-inventory)";
-
-const char* StateName(int state) {
-  switch (state) {
-    case 0:
-      return "assumed";
-    case 1:
-      return "binding";
-    case 2:
-      return "bound";
-    default:
-      return "uncertain";
-  }
-}
 
 // MIG instances (uuid, profile, start) a prism.io/decision names; empty if there is none (a
 // HAMi-only decision names none). InvalidArgument naming the field for a malformed decision.
@@ -63,37 +53,6 @@ std::string NodeFingerprint(const Json& node) {
               mem != alloc->end() ? mem->dump() : "");
   }
   return fp;
-}
-
-// Instances a tracked decision names are held by Prism pods, whatever the node reports: they
-// are marked free in `spec` so that the pods' decisions can take them again.
-void ReleaseClaimedInstances(const std::set<std::tuple<std::string, std::string, int>>& claimed,
-                             sched::NodeSpec& spec) {
-  for (sched::GpuSpec& gpu : spec.gpus) {
-    for (sched::MigInstanceSpec& inst : gpu.instances) {
-      if (inst.in_use && claimed.count({gpu.uuid, inst.profile, inst.start})) inst.in_use = false;
-    }
-  }
-}
-
-// Whether two workloads have the same shapes with weights (as shares) within two points.
-bool SimilarWorkloads(const sched::TargetWorkload& a, const sched::TargetWorkload& b) {
-  if (a.shapes.size() != b.shapes.size()) return false;
-  double total_a = 0;
-  double total_b = 0;
-  for (const auto& s : a.shapes) total_a += s.weight;
-  for (const auto& s : b.shapes) total_b += s.weight;
-  if (total_a <= 0 || total_b <= 0) return total_a == total_b;
-  for (size_t i = 0; i < a.shapes.size(); ++i) {
-    const sched::WorkloadShape& x = a.shapes[i];
-    const sched::WorkloadShape& y = b.shapes[i];
-    if (x.cpu_milli != y.cpu_milli || x.memory_bytes != y.memory_bytes ||
-        x.gpu_count != y.gpu_count || !(x.gpu == y.gpu) || x.types != y.types) {
-      return false;
-    }
-    if (std::abs(x.weight / total_a - y.weight / total_b) > 0.02) return false;
-  }
-  return true;
 }
 
 }  // namespace
@@ -310,7 +269,19 @@ void SchedulerCache::UpsertPod(const Json& pod) {
     if (it != pods_.end()) EraseLocked(key);
     return;
   }
-  if (node.empty()) return;  // Pending (or a stale view of a pod we are binding).
+  if (node.empty()) {
+    // Pending (or a stale view of a pod we are binding). A new GPU pod's shape is indexed in
+    // the background from now, so that its Filter does not pay a build over every node.
+    if (it == pods_.end() && !dirty_) {
+      absl::StatusOr<config::PodManifest> manifest = config::PodManifestFromJson(pod);
+      if (!manifest.ok()) return;  // Its Filter says what is wrong with it.
+      absl::StatusOr<sched::PodRequest> request = config::BuildPodRequest(*manifest, config_);
+      if (!request.ok() || !request->WantsGpu()) return;
+      absl::StatusOr<bool> prepared = engine_->PrepareIndex(*request);
+      if (prepared.ok() && *prepared) ++counters_.indexes_prepared;
+    }
+    return;
+  }
   std::map<std::string, std::string> all = k8s::Annotations(pod);
   std::map<std::string, std::string> decision = DecisionAnnotations(all);
   if (decision.empty()) {
@@ -345,6 +316,7 @@ void SchedulerCache::UpsertPod(const Json& pod) {
       ++counters_.decode_failures;
       LogWarning(kLog, "pod ", key, ": ", problem, "; its previous decision stays charged");
       e.problem = problem;
+      problem_keys_.insert(key);
     }
     return;
   }
@@ -463,6 +435,8 @@ SchedulerCache::PodEntry& SchedulerCache::PutPodLocked(const std::string& key, P
     if (on != pods_on_node_.end()) on->second.erase(key);
   }
   if (!entry.node.empty()) pods_on_node_[entry.node].insert(key);
+  if (!entry.problem.empty()) problem_keys_.insert(key);
+  if (entry.state == State::kUncertain) uncertain_keys_.insert(key);
   return pods_.insert_or_assign(key, std::move(entry)).first->second;
 }
 
@@ -509,6 +483,7 @@ void SchedulerCache::ChargeFromAnnotationsLocked(const std::string& key, PodEntr
   auto fail = [&](std::string problem) {
     if (entry.problem.empty()) entry.problem_since = options_.clock->Now();
     entry.problem = std::move(problem);
+    problem_keys_.insert(key);
   };
   if (entry.manifest.name.empty()) return;  // Problem already recorded.
   absl::StatusOr<sched::PodRequest> request = config::BuildPodRequest(entry.manifest, config_);
@@ -611,6 +586,7 @@ void SchedulerCache::RebuildLocked() {
     if (e.charged) requests.push_back(e.request);
   }
   if (!requests.empty()) engine_->SetTargetWorkload(sched::TargetWorkload::FromPods(requests));
+  PrepareIndexesLocked();
   last_workload_refresh_ = options_.clock->Now();
   scores_.clear();
   scores_order_.clear();
@@ -912,217 +888,10 @@ void SchedulerCache::FinishBind(const BindTicket& ticket, BindOutcome outcome) {
       break;
     case BindOutcome::kUncertain:
       e.state = State::kUncertain;
+      uncertain_keys_.insert(ticket.key);
       e.expires = options_.clock->Now() + options_.uncertain_ttl;
       break;
   }
-}
-
-// --- Maintenance ------------------------------------------------------------------------------
-
-void SchedulerCache::Tick() {
-  absl::MutexLock lock(&mu_);
-  const absl::Time now = options_.clock->Now();
-  ExpireLocked(now);
-  MaybeRebuildLocked();
-  if (options_.workload_refresh_interval > absl::ZeroDuration() &&
-      now - last_workload_refresh_ >= options_.workload_refresh_interval) {
-    RefreshWorkloadLocked();
-  }
-  if (options_.index_maintenance_per_tick > 0 && !dirty_) {
-    counters_.index_maintenance_scorings +=
-        engine_->MaintainIndexes(options_.index_maintenance_per_tick);
-  }
-}
-
-void SchedulerCache::RefreshWorkloadLocked() {
-  last_workload_refresh_ = options_.clock->Now();
-  std::vector<sched::PodRequest> requests;
-  for (const auto& [key, e] : pods_) {
-    if (e.charged && e.state != State::kAssumed) requests.push_back(e.request);
-  }
-  if (requests.empty()) return;  // Keep what the last pods said.
-  sched::TargetWorkload workload = sched::TargetWorkload::FromPods(requests);
-  // A new workload drops every shape index (each re-scores all nodes once), so it is taken
-  // only when the mix really moved.
-  if (SimilarWorkloads(workload, engine_->target_workload())) return;
-  engine_->SetTargetWorkload(std::move(workload));
-  ++counters_.workload_refreshes;
-}
-
-void SchedulerCache::RebuildIfDirty() {
-  absl::MutexLock lock(&mu_);
-  MaybeRebuildLocked(/*force=*/true);
-}
-
-std::vector<PodRef> SchedulerCache::ExpiredUncertain() {
-  std::vector<PodRef> out;
-  absl::MutexLock lock(&mu_);
-  const absl::Time now = options_.clock->Now();
-  for (const auto& [key, e] : pods_) {
-    if (e.state != State::kUncertain || e.expires > now) continue;
-    out.push_back(PodRef{e.namespace_name, e.name, e.uid, e.node, e.annotations});
-  }
-  return out;
-}
-
-void SchedulerCache::ResolveUncertain(const PodRef& pod, bool bound) {
-  absl::MutexLock lock(&mu_);
-  const std::string key = k8s::ObjectKey(pod.namespace_name, pod.name);
-  auto it = pods_.find(key);
-  if (it == pods_.end() || it->second.uid != pod.uid || it->second.state != State::kUncertain) {
-    return;
-  }
-  if (bound) {
-    it->second.state = State::kBound;
-  } else {
-    EraseLocked(key);
-  }
-}
-
-std::vector<PodProblem> SchedulerCache::Problems() {
-  std::vector<PodProblem> out;
-  absl::MutexLock lock(&mu_);
-  MaybeRebuildLocked();
-  const absl::Time now = options_.clock->Now();
-  for (const auto& [key, e] : pods_) {
-    if (e.problem.empty() || e.charged || now - e.problem_since < options_.problem_grace) continue;
-    out.push_back(PodProblem{PodRef{e.namespace_name, e.name, e.uid, e.node, e.annotations},
-                             e.problem, e.problem_since});
-  }
-  return out;
-}
-
-void SchedulerCache::Forget(std::string_view key, std::string_view uid) {
-  absl::MutexLock lock(&mu_);
-  auto it = pods_.find(key);
-  if (it == pods_.end() || it->second.uid != uid) return;
-  EraseLocked(std::string(key));
-}
-
-// --- Observability ----------------------------------------------------------------------------
-
-std::vector<GpuSnapshot> SnapshotGpus(const sched::ClusterState& state) {
-  std::vector<GpuSnapshot> out;
-  out.reserve(state.gpu_count());
-  for (int g = 0; g < state.gpu_count(); ++g) {
-    const sched::GpuInfo& info = state.gpu(g);
-    if (info.node < 0) continue;  // A slot left by a node that changed.
-    const sched::GpuUsage& usage = state.gpu_usage(g);
-    GpuSnapshot s;
-    s.node = state.node(info.node).name;
-    s.uuid = info.uuid;
-    s.index = info.index;
-    s.type = info.type;
-    s.mode = std::string(sched::GpuModeName(info.mode));
-    s.healthy = info.healthy;
-    s.memory_total_mib = info.memory_mib;
-    s.memory_used_mib = usage.memory_used_mib;
-    s.cores_total_permille = info.cores_total;
-    s.cores_used_permille = usage.cores_used;
-    s.tasks = usage.tasks;
-    s.split_count = info.split_count;
-    if (info.mig_model != nullptr) {
-      for (int i = 0; i < usage.instance_count; ++i) {
-        const sched::MigInstance& inst = usage.instances[i];
-        const mig::GpuInstanceProfile& p = info.mig_model->profiles[inst.profile];
-        s.instances.push_back(InstanceSnapshot{p.Name(), inst.start, p.memory_slices,
-                                               std::string(sched::InstanceStateName(inst.state))});
-      }
-    }
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-std::vector<GpuSnapshot> SchedulerCache::GpuSnapshots() {
-  absl::MutexLock lock(&mu_);
-  MaybeRebuildLocked();
-  return SnapshotGpus(engine_->cluster());
-}
-
-CacheSnapshot SchedulerCache::Snapshot() {
-  absl::MutexLock lock(&mu_);
-  MaybeRebuildLocked();
-  CacheSnapshot out;
-  out.config = config_;
-  out.engine_options = engine_->options();
-  out.workload = engine_->target_workload();
-  const sched::ClusterState& state = engine_->cluster();
-  // As RebuildLocked gives them to the engine: claimed instances are free for their pods.
-  std::set<std::tuple<std::string, std::string, int>> claimed;
-  for (const auto& [key, e] : pods_) claimed.insert(e.claimed.begin(), e.claimed.end());
-  for (const auto& [name, node] : nodes_) {
-    if (!node.error.empty()) {
-      out.node_problems.emplace_back(name, node.error);
-    } else if (!node.spec.has_value()) {
-      ++out.nodes_without_inventory;
-    } else if (state.FindNode(name) >= 0) {
-      sched::NodeSpec spec = *node.spec;
-      ReleaseClaimedInstances(claimed, spec);
-      out.nodes.push_back(std::move(spec));
-    }
-  }
-  std::vector<std::pair<uint64_t, const std::string*>> order;
-  for (const auto& [key, e] : pods_) {
-    if (e.charged) order.emplace_back(e.seq, &key);
-    if (e.allocation_failed || !e.problem.empty()) {
-      out.pod_issues.push_back(CacheSnapshot::PodIssue{
-          PodRef{e.namespace_name, e.name, e.uid, e.node, e.annotations},
-          e.allocation_failed ? "allocation-failed" : "problem", e.problem, e.charged});
-    }
-  }
-  std::sort(order.begin(), order.end());
-  for (const auto& [seq, key] : order) {
-    const PodEntry& e = pods_.find(*key)->second;
-    const sched::PodCharge* charge = state.FindPod(*key);
-    if (charge == nullptr) continue;  // Cannot happen: `charged` means the engine holds it.
-    out.pods.push_back(
-        CacheSnapshot::ChargedPod{*key, StateName(static_cast<int>(e.state)), e.request,
-                                  config::EncodeDecisionAnnotations(charge->decision, state)});
-  }
-  return out;
-}
-
-CacheStats SchedulerCache::stats() {
-  absl::MutexLock lock(&mu_);
-  CacheStats s = counters_;
-  s.generation = generation_;
-  for (const auto& [name, node] : nodes_) {
-    if (!node.error.empty()) {
-      ++s.nodes_invalid;
-    } else if (node.spec.has_value()) {
-      ++s.nodes_with_gpus;
-    } else {
-      ++s.nodes_without_inventory;
-    }
-  }
-  for (const auto& [key, e] : pods_) {
-    if (!e.problem.empty() && !e.charged) {
-      ++s.pods_by_state["problem"];
-    } else if (e.allocation_failed) {
-      ++s.pods_by_state["allocation-failed"];
-    } else {
-      ++s.pods_by_state[StateName(static_cast<int>(e.state))];
-    }
-  }
-  return s;
-}
-
-std::optional<sched::Decision> SchedulerCache::ChargedDecision(std::string_view key) const {
-  absl::MutexLock lock(&mu_);
-  const sched::PodCharge* charge = engine_->cluster().FindPod(key);
-  if (charge == nullptr) return std::nullopt;
-  return charge->decision;
-}
-
-std::string SchedulerCache::EntryState(std::string_view key) const {
-  absl::MutexLock lock(&mu_);
-  auto it = pods_.find(key);
-  if (it == pods_.end()) return "";
-  const PodEntry& e = it->second;
-  if (e.allocation_failed) return "allocation-failed";
-  if (!e.problem.empty() && !e.charged) return "problem";
-  return StateName(static_cast<int>(e.state));
 }
 
 }  // namespace prism::extender

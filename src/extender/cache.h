@@ -194,6 +194,8 @@ struct CacheStats {
   int64_t node_updates = 0;  // Node changes applied in place.
   int64_t workload_refreshes = 0;
   int64_t index_maintenance_scorings = 0;  // Spent by Tick() on lagging shape indexes.
+  int64_t indexes_prepared = 0;  // Shape indexes registered ahead of their first Filter.
+  int pending_index_builds = 0;  // Of those, not built yet.
   double last_node_update_seconds = 0;
   int64_t assumptions_expired = 0;
   int64_t decode_failures = 0;
@@ -291,6 +293,9 @@ class SchedulerCache {
   // Applies node `name`'s entry (or its absence) to the engine in place, unless a rebuild is due.
   void ApplyNodeLocked(const std::string& name) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RefreshWorkloadLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Registers the shapes of the charged pods, most common first, for shape indexes built by
+  // Tick() before their next Filter (after a rebuild or a new target workload dropped them).
+  void PrepareIndexesLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ExpireLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseLocked(PodEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void EraseLocked(const std::string& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -324,6 +329,11 @@ class SchedulerCache {
   // Node name -> keys of pods_ on it, so that a node change costs that node's pods, not a scan
   // of every pod. A superset: an entry whose pod left the node is dropped when read.
   std::map<std::string, std::set<std::string>, std::less<>> pods_on_node_ ABSL_GUARDED_BY(mu_);
+  // Keys of pods whose bind outcome is unknown, and of pods with a problem, so that the ticker's
+  // ExpiredUncertain() and Problems() cost those pods, not a walk over every pod. Supersets in
+  // key order: a key whose entry no longer qualifies is dropped when read.
+  std::set<std::string, std::less<>> uncertain_keys_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string, std::less<>> problem_keys_ ABSL_GUARDED_BY(mu_);
   // The last Filters' engine scores (node id, score; by id) per pod UID, for Prioritize, which
   // kube-scheduler calls right after Filter. Cleared by rebuilds (node ids change).
   std::map<std::string, std::vector<std::pair<int32_t, double>>> scores_ ABSL_GUARDED_BY(mu_);

@@ -587,6 +587,45 @@ TEST_F(CacheTest, TickCatchesUpShapeIndexesThatFellBehind) {
   EXPECT_EQ(again.feasible.size(), names.size());
 }
 
+// After a restart the running pods' shapes, and a pending pod's shape when it is seen, are
+// indexed by Tick() before their first Filter, which then scores no node.
+TEST_F(CacheTest, TickBuildsTheIndexesOfRunningAndPendingShapesBeforeTheirFilter) {
+  std::vector<std::string> names;
+  std::vector<json> nodes;
+  for (int i = 0; i < 20; ++i) {
+    names.push_back(StrCat("n", i));
+    nodes.push_back(NodeJson(names.back(), {TestGpu{}, TestGpu{}}));
+    cache_->UpsertNode(nodes.back());
+  }
+  std::vector<json> running;
+  for (int i = 0; i < 6; ++i) {
+    running.push_back(Schedule(GpuPod(StrCat("p", i), 1, i % 3 == 0 ? 30000 : 8000), names));
+  }
+  const FilterOutcome before = cache_->Filter(Manifest(GpuPod("big", 1, 30000)), names, false);
+  const FilterOutcome before_pending =
+      cache_->Filter(Manifest(GpuPod("pending", 1, 12000)), names, false);
+  Reset();  // A restart: the informer replays nodes and pods into a new cache.
+  for (const json& n : nodes) cache_->UpsertNode(n);
+  for (const json& p : running) cache_->UpsertPod(p);
+  cache_->RebuildIfDirty();
+  EXPECT_EQ(cache_->stats().indexes_prepared, 2) << "two shapes run";
+  EXPECT_EQ(cache_->stats().pending_index_builds, 2);
+  cache_->UpsertPod(GpuPod("pending", 1, 12000));
+  EXPECT_EQ(cache_->stats().indexes_prepared, 3);
+  EXPECT_EQ(cache_->stats().pending_index_builds, 3);
+  cache_->UpsertPod(GpuPod("pending-again", 1, 8000));  // A shape already indexed.
+  cache_->UpsertPod(GpuPod("no-gpu", 0, 0));
+  EXPECT_EQ(cache_->stats().indexes_prepared, 3);
+  cache_->Tick();
+  EXPECT_EQ(cache_->stats().pending_index_builds, 0);
+  EXPECT_EQ(cache_->stats().index_maintenance_scorings, 3 * 20) << "each node once per shape";
+  const FilterOutcome f = cache_->Filter(Manifest(GpuPod("pending", 1, 12000)), names, false);
+  EXPECT_EQ(f.feasible, before_pending.feasible) << f.Summary(names.size());
+  const FilterOutcome g = cache_->Filter(Manifest(GpuPod("big", 1, 30000)), names, false);
+  EXPECT_EQ(g.feasible, before.feasible) << g.Summary(names.size());
+  EXPECT_LT(g.feasible.size(), names.size()) << "the running pods must matter";
+}
+
 TEST_F(CacheTest, VanishedGpuTurnsItsPodsIntoProblems) {
   cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
   json pod = Schedule(GpuPod("p", 1, 30000), {"n1"});

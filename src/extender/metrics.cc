@@ -203,13 +203,18 @@ std::string SchedulerMetrics::Render(SchedulerCache& cache) const {
       Gauges("prism_scheduler_index_maintenance_scorings",
              "Node scorings spent between requests catching up lagging shape indexes, since start");
   AddGauge(maintenance, {}, static_cast<double>(stats.index_maintenance_scorings));
+  MetricFamily pending = Gauges(
+      "prism_scheduler_index_builds_pending",
+      "Shape indexes registered ahead of their first Filter (pending pods, the running pods' "
+      "shapes after a restart) and not built yet");
+  AddGauge(pending, {}, static_cast<double>(stats.pending_index_builds));
   MetricFamily decode = Gauges("prism_scheduler_decision_decode_failures",
                                "Pod decision annotations that could not be read, since start");
   AddGauge(decode, {}, static_cast<double>(stats.decode_failures));
 
   for (MetricFamily* f :
        {&mem_limit, &mem_alloc, &core_alloc, &shared, &mig, &node_mem, &nodes, &pods, &rebuilds,
-        &rebuild_time, &node_updates, &node_update_time, &workload, &maintenance, &decode}) {
+        &rebuild_time, &node_updates, &node_update_time, &workload, &maintenance, &pending, &decode}) {
     families.push_back(std::move(*f));
   }
   return prometheus::TextSerializer().Serialize(families);

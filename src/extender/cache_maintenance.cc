@@ -1,0 +1,159 @@
+// src/extender/cache_maintenance.cc: the SchedulerCache's periodic work (expiries, rebuilds, the
+// target workload's refresh, index maintenance) and the ticker's queries (binds whose outcome
+// is unknown, pods with a problem).
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+#include "core/sched/policy.h"
+#include "extender/cache.h"
+#include "k8s/objects.h"
+
+namespace prism::extender {
+namespace {
+
+// Whether two workloads have the same shapes with weights (as shares) within two points.
+bool SimilarWorkloads(const sched::TargetWorkload& a, const sched::TargetWorkload& b) {
+  if (a.shapes.size() != b.shapes.size()) return false;
+  double total_a = 0;
+  double total_b = 0;
+  for (const auto& s : a.shapes) total_a += s.weight;
+  for (const auto& s : b.shapes) total_b += s.weight;
+  if (total_a <= 0 || total_b <= 0) return total_a == total_b;
+  for (size_t i = 0; i < a.shapes.size(); ++i) {
+    const sched::WorkloadShape& x = a.shapes[i];
+    const sched::WorkloadShape& y = b.shapes[i];
+    if (x.cpu_milli != y.cpu_milli || x.memory_bytes != y.memory_bytes ||
+        x.gpu_count != y.gpu_count || !(x.gpu == y.gpu) || x.types != y.types) {
+      return false;
+    }
+    if (std::abs(x.weight / total_a - y.weight / total_b) > 0.02) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// --- Maintenance ------------------------------------------------------------------------------
+
+void SchedulerCache::Tick() {
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = options_.clock->Now();
+  ExpireLocked(now);
+  MaybeRebuildLocked();
+  if (options_.workload_refresh_interval > absl::ZeroDuration() &&
+      now - last_workload_refresh_ >= options_.workload_refresh_interval) {
+    RefreshWorkloadLocked();
+  }
+  if (options_.index_maintenance_per_tick > 0 && !dirty_) {
+    counters_.index_maintenance_scorings +=
+        engine_->MaintainIndexes(options_.index_maintenance_per_tick);
+  }
+}
+
+void SchedulerCache::RefreshWorkloadLocked() {
+  last_workload_refresh_ = options_.clock->Now();
+  std::vector<sched::PodRequest> requests;
+  for (const auto& [key, e] : pods_) {
+    if (e.charged && e.state != State::kAssumed) requests.push_back(e.request);
+  }
+  if (requests.empty()) return;  // Keep what the last pods said.
+  sched::TargetWorkload workload = sched::TargetWorkload::FromPods(requests);
+  // A new workload drops every shape index (each re-scores all nodes once), so it is taken
+  // only when the mix really moved.
+  if (SimilarWorkloads(workload, engine_->target_workload())) return;
+  engine_->SetTargetWorkload(std::move(workload));
+  PrepareIndexesLocked();
+  ++counters_.workload_refreshes;
+}
+
+void SchedulerCache::PrepareIndexesLocked() {
+  absl::flat_hash_map<std::string, std::pair<int, const sched::PodRequest*>> by_shape;
+  for (const auto& [key, e] : pods_) {
+    if (!e.charged || !e.request.WantsGpu()) continue;
+    auto& [count, request] = by_shape[e.request.ShapeKey()];
+    ++count;
+    request = &e.request;
+  }
+  std::vector<std::tuple<int, std::string, const sched::PodRequest*>> shapes;
+  shapes.reserve(by_shape.size());
+  for (auto& [shape, entry] : by_shape) shapes.emplace_back(-entry.first, shape, entry.second);
+  std::sort(shapes.begin(), shapes.end());
+  for (const auto& [count, shape, request] : shapes) {
+    absl::StatusOr<bool> prepared = engine_->PrepareIndex(*request);
+    if (!prepared.ok()) continue;  // Charged, so it resolved; cannot happen.
+    if (!*prepared) break;         // The engine holds as many indexes as it keeps.
+    ++counters_.indexes_prepared;
+  }
+}
+
+void SchedulerCache::RebuildIfDirty() {
+  absl::MutexLock lock(&mu_);
+  MaybeRebuildLocked(/*force=*/true);
+}
+
+std::vector<PodRef> SchedulerCache::ExpiredUncertain() {
+  std::vector<PodRef> out;
+  absl::MutexLock lock(&mu_);
+  const absl::Time now = options_.clock->Now();
+  for (auto k = uncertain_keys_.begin(); k != uncertain_keys_.end();) {
+    auto it = pods_.find(*k);
+    if (it == pods_.end() || it->second.state != State::kUncertain) {
+      k = uncertain_keys_.erase(k);
+      continue;
+    }
+    ++k;
+    const PodEntry& e = it->second;
+    if (e.expires > now) continue;
+    out.push_back(PodRef{e.namespace_name, e.name, e.uid, e.node, e.annotations});
+  }
+  return out;
+}
+
+void SchedulerCache::ResolveUncertain(const PodRef& pod, bool bound) {
+  absl::MutexLock lock(&mu_);
+  const std::string key = k8s::ObjectKey(pod.namespace_name, pod.name);
+  auto it = pods_.find(key);
+  if (it == pods_.end() || it->second.uid != pod.uid || it->second.state != State::kUncertain) {
+    return;
+  }
+  if (bound) {
+    it->second.state = State::kBound;
+  } else {
+    EraseLocked(key);
+  }
+}
+
+std::vector<PodProblem> SchedulerCache::Problems() {
+  std::vector<PodProblem> out;
+  absl::MutexLock lock(&mu_);
+  MaybeRebuildLocked();
+  const absl::Time now = options_.clock->Now();
+  for (auto k = problem_keys_.begin(); k != problem_keys_.end();) {
+    auto it = pods_.find(*k);
+    if (it == pods_.end() || it->second.problem.empty()) {
+      k = problem_keys_.erase(k);
+      continue;
+    }
+    ++k;
+    const PodEntry& e = it->second;
+    if (e.charged || now - e.problem_since < options_.problem_grace) continue;
+    out.push_back(PodProblem{PodRef{e.namespace_name, e.name, e.uid, e.node, e.annotations},
+                             e.problem, e.problem_since});
+  }
+  return out;
+}
+
+void SchedulerCache::Forget(std::string_view key, std::string_view uid) {
+  absl::MutexLock lock(&mu_);
+  auto it = pods_.find(key);
+  if (it == pods_.end() || it->second.uid != uid) return;
+  EraseLocked(std::string(key));
+}
+
+}  // namespace prism::extender
