@@ -1,5 +1,4 @@
 #include "extender/cache.h"
-#include "extender/cache_internal.h"
 
 #include <algorithm>
 #include <cmath>
@@ -15,6 +14,7 @@
 #include "config/pod_json.h"
 #include "core/mig/gpu_model.h"
 #include "core/sched/policy.h"
+#include "extender/cache_internal.h"
 #include "k8s/objects.h"
 
 namespace prism::extender {

@@ -194,8 +194,8 @@ struct CacheStats {
   int64_t node_updates = 0;  // Node changes applied in place.
   int64_t workload_refreshes = 0;
   int64_t index_maintenance_scorings = 0;  // Spent by Tick() on lagging shape indexes.
-  int64_t indexes_prepared = 0;  // Shape indexes registered ahead of their first Filter.
-  int pending_index_builds = 0;  // Of those, not built yet.
+  int64_t indexes_prepared = 0;            // Shape indexes registered ahead of their first Filter.
+  int pending_index_builds = 0;            // Of those, not built yet.
   double last_node_update_seconds = 0;
   int64_t assumptions_expired = 0;
   int64_t decode_failures = 0;

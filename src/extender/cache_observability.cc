@@ -33,7 +33,6 @@ void ReleaseClaimedInstances(const std::set<std::tuple<std::string, std::string,
   }
 }
 
-
 }  // namespace cache_internal
 
 using cache_internal::ReleaseClaimedInstances;

@@ -212,9 +212,9 @@ std::string SchedulerMetrics::Render(SchedulerCache& cache) const {
                                "Pod decision annotations that could not be read, since start");
   AddGauge(decode, {}, static_cast<double>(stats.decode_failures));
 
-  for (MetricFamily* f :
-       {&mem_limit, &mem_alloc, &core_alloc, &shared, &mig, &node_mem, &nodes, &pods, &rebuilds,
-        &rebuild_time, &node_updates, &node_update_time, &workload, &maintenance, &pending, &decode}) {
+  for (MetricFamily* f : {&mem_limit, &mem_alloc, &core_alloc, &shared, &mig, &node_mem, &nodes,
+                          &pods, &rebuilds, &rebuild_time, &node_updates, &node_update_time,
+                          &workload, &maintenance, &pending, &decode}) {
     families.push_back(std::move(*f));
   }
   return prometheus::TextSerializer().Serialize(families);

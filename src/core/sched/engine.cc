@@ -473,9 +473,9 @@ class Engine::Impl {
             base_unusable_[k] - (part_free_[l] - part_usable_[at]) + (free - usable);
         group_capacity_[k] = base_capacity_[k] - part_capacity_[at] + cap;
       }
-      frag += s.weight * static_cast<double>(
-                             group_capacity_[k] >= s.shape.gpu_count ? group_unusable_[k]
-                                                                     : total_free);
+      frag += s.weight * static_cast<double>(group_capacity_[k] >= s.shape.gpu_count
+                                                 ? group_unusable_[k]
+                                                 : total_free);
     }
     return frag;
   }
@@ -775,15 +775,21 @@ class Engine::Impl {
       }
       if (fit_count == 0) return;
       any_profile = true;
-      const absl::Span<Cand> fits(fit_storage.data(), fit_count);
-      // Smallest first; equal slots keep their layout order (the index breaks ties).
-      std::sort(fits.begin(), fits.end(), [&](const Cand& a, const Cand& b) {
+      // Smallest first; equal slots keep their layout order. An insertion sort: stable, and at
+      // most kMaxMigInstances elements.
+      auto smaller = [&](const Cand& a, const Cand& b) {
         const auto& pa = model.profiles[layout.instances[a.index].profile];
         const auto& pb = model.profiles[layout.instances[b.index].profile];
         if (pa.compute_slices != pb.compute_slices) return pa.compute_slices < pb.compute_slices;
-        if (a.memory != b.memory) return a.memory < b.memory;
-        return a.index < b.index;
-      });
+        return a.memory < b.memory;
+      };
+      for (size_t i = 1; i < fit_count; ++i) {
+        const Cand c = fit_storage[i];
+        size_t j = i;
+        for (; j > 0 && smaller(c, fit_storage[j - 1]); --j) fit_storage[j] = fit_storage[j - 1];
+        fit_storage[j] = c;
+      }
+      const absl::Span<const Cand> fits(fit_storage.data(), fit_count);
       GpuUsage after = layout;
       mig::Occupancy busy = layout.busy;
       double waste = 0;
