@@ -9,7 +9,9 @@
 // (decisions in their annotations, as after a restart). Each measured Filter is for a new pod of
 // a 5-shape mix; it is assumed on its best node like a real one. Percentiles are per call.
 // BM_FilterOverHttpWithChurn instead draws each pod from the default trace's 151 GPU pod shapes,
-// binds or lets expire what it filtered, and changes a node's inventory every 10 calls (see there).
+// binds or lets expire what it filtered, and changes a node's inventory every 10 calls; with a
+// third argument of 1 the pods running at the start are the trace's too, their shapes indexed
+// first as after a restart (see there).
 //
 //   build/<dir>/bench/extender/extender_bench --benchmark_counters_tabular=true
 #include <malloc.h>
@@ -84,8 +86,10 @@ json MixPod(const std::string& name, int i) {
 config::PodManifest Manifest(const json& pod) { return *config::PodManifestFromJson(pod); }
 
 // A cluster of `n` nodes with ~2 bound pods each, in the fake API server, and an extender on it.
+// The bound pods are the 5-shape mix, or drawn from `running_shapes` (e.g. the trace's).
 struct Rig {
-  explicit Rig(int n, const std::function<void(extender::SchedulerOptions&)>& tweak = nullptr)
+  explicit Rig(int n, const std::function<void(extender::SchedulerOptions&)>& tweak = nullptr,
+               const std::vector<json>* running_shapes = nullptr)
       : nodes(n) {
     SetLogLevel(LogLevel::kError);
     PRISM_CHECK(cluster.Start().ok());
@@ -99,8 +103,15 @@ struct Rig {
       planner.UpsertNode(node);
     }
     // Bound pods, with decisions made the way the extender makes them.
+    uint64_t draw = 7;
     for (int i = 0; i < 2 * n; ++i) {
       json pod = MixPod(StrCat("bound-", i), i);
+      if (running_shapes != nullptr) {
+        draw = draw * 6364136223846793005ULL + 1442695040888963407ULL;
+        pod = (*running_shapes)[static_cast<size_t>(draw >> 33) % running_shapes->size()];
+        pod.erase("shape");
+        pod["metadata"]["name"] = StrCat("bound-", i);
+      }
       absl::StatusOr<extender::BindTicket> t =
           planner.BeginBind(Manifest(pod), NodeName((i * 7919) % n));
       if (!t.ok()) continue;
@@ -402,8 +413,27 @@ double Quantile(std::vector<double>& v, double q) {
 void BM_FilterOverHttpWithChurn(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
   const int change_every = static_cast<int>(state.range(1));
-  Rig rig(n, [](extender::SchedulerOptions& o) { o.cache.assume_ttl = absl::Seconds(2); });
+  // 1: the pods running at the start are the trace's too, and the extender has built their
+  // shapes' indexes (as its ticker does within a minute of a restart), so a call's shape is new
+  // only when no running pod has it.
+  const bool warm = state.range(2) == 1;
   const std::vector<json> shapes = TraceGpuPods();  // One per trace pod: drawn by frequency.
+  Rig rig(
+      n, [](extender::SchedulerOptions& o) { o.cache.assume_ttl = absl::Seconds(2); },
+      warm ? &shapes : nullptr);
+  if (warm) {
+    // The ticker's work after a restart, done at once: Tick() until every prepared index is built.
+    extender::SchedulerCache& cache = rig.cluster.scheduler()->cache();
+    const double cpu0 = ProcessCpuMicros();
+    const absl::Time deadline = absl::Now() + absl::Minutes(10);
+    while (cache.stats().indexes_prepared == 0 || cache.stats().pending_index_builds > 0) {
+      PRISM_CHECK(absl::Now() < deadline);
+      cache.Tick();
+    }
+    state.counters["warmup_cpu_s"] = (ProcessCpuMicros() - cpu0) / 1e6;
+    state.counters["prepared_shapes"] = static_cast<double>(cache.stats().indexes_prepared);
+    state.counters["running_pods"] = rig.bound;
+  }
   httplib::Client cli(rig.cluster.extender_url());
   cli.set_keep_alive(true);
   cli.set_tcp_nodelay(true);
@@ -498,9 +528,12 @@ void BM_FilterOverHttpWithChurn(benchmark::State& state) {
   state.counters["node_changes"] = changes;
 }
 BENCHMARK(BM_FilterOverHttpWithChurn)
-    ->Args({500, 10})
-    ->Args({5000, 10})
-    ->Args({20000, 10})
+    ->Args({500, 10, 0})
+    ->Args({5000, 10, 0})
+    ->Args({20000, 10, 0})
+    ->Args({500, 10, 1})
+    ->Args({5000, 10, 1})
+    ->Args({20000, 10, 1})
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(2000);
 

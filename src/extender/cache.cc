@@ -360,6 +360,12 @@ void SchedulerCache::UpsertPod(const Json& pod) {
   PodEntry& put = PutPodLocked(key, std::move(entry));
   // Charged at once, even while a rebuild is pending (it charges every pod again).
   ChargeFromAnnotationsLocked(key, put);
+  // A running shape is likely to come again (the informer's first listing after a restart
+  // may land after the rebuild): index it in the background unless it is already.
+  if (put.charged && put.request.WantsGpu() && !dirty_) {
+    absl::StatusOr<bool> prepared = engine_->PrepareIndex(put.request);
+    if (prepared.ok() && *prepared) ++counters_.indexes_prepared;
+  }
 }
 
 bool SchedulerCache::AllocationFailedLocked(const std::string& key, PodEntry& entry,

@@ -70,9 +70,16 @@ struct CacheOptions {
   absl::Duration workload_refresh_interval = absl::Minutes(1);
   // Node scorings Tick() may spend catching up the engine's shape indexes that lag by more than
   // engine.max_index_backlog changes (Engine::MaintainIndexes), so that the next Filter of a
-  // shape not used for a while does not pay for every change since. About 1 µs each, under the
-  // cache lock: the default bounds a tick's hold to about half a millisecond. 0: off.
+  // shape not used for a while does not pay for every change since, and then building the
+  // indexes prepared ahead of their first Filter (the running pods' shapes after a restart, a
+  // pending pod's). 1-3 µs each, under the cache lock: the default bounds one hold to about a
+  // millisecond. 0: off.
   int64_t index_maintenance_per_tick = 500;
+  // While that budget is used up (more to catch up or build), Tick() goes on for up to this many
+  // rounds of it in all, taking the lock anew for each, so that Filters get in between: after a
+  // restart of a 5,000-node cluster with 90 running shapes (450,000 scorings) the indexes are
+  // built in about 45 s at 2,000 scorings a tick, five ticks a second.
+  int index_maintenance_rounds_per_tick = 4;
   const k8s::Clock* clock = k8s::RealClock::Get();
 };
 

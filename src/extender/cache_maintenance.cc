@@ -42,17 +42,24 @@ bool SimilarWorkloads(const sched::TargetWorkload& a, const sched::TargetWorkloa
 // --- Maintenance ------------------------------------------------------------------------------
 
 void SchedulerCache::Tick() {
-  absl::MutexLock lock(&mu_);
-  const absl::Time now = options_.clock->Now();
-  ExpireLocked(now);
-  MaybeRebuildLocked();
-  if (options_.workload_refresh_interval > absl::ZeroDuration() &&
-      now - last_workload_refresh_ >= options_.workload_refresh_interval) {
-    RefreshWorkloadLocked();
+  const int64_t budget = options_.index_maintenance_per_tick;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = options_.clock->Now();
+    ExpireLocked(now);
+    MaybeRebuildLocked();
+    if (options_.workload_refresh_interval > absl::ZeroDuration() &&
+        now - last_workload_refresh_ >= options_.workload_refresh_interval) {
+      RefreshWorkloadLocked();
+    }
   }
-  if (options_.index_maintenance_per_tick > 0 && !dirty_) {
-    counters_.index_maintenance_scorings +=
-        engine_->MaintainIndexes(options_.index_maintenance_per_tick);
+  for (int round = 0; budget > 0 && round < std::max(1, options_.index_maintenance_rounds_per_tick);
+       ++round) {
+    absl::MutexLock lock(&mu_);  // Anew each round: Filters waiting get in between.
+    if (dirty_) return;
+    const int64_t spent = engine_->MaintainIndexes(budget);
+    counters_.index_maintenance_scorings += spent;
+    if (spent < budget) return;  // Nothing left to do.
   }
 }
 

@@ -626,6 +626,30 @@ TEST_F(CacheTest, TickBuildsTheIndexesOfRunningAndPendingShapesBeforeTheirFilter
   EXPECT_LT(g.feasible.size(), names.size()) << "the running pods must matter";
 }
 
+// Maintenance comes in rounds of index_maintenance_per_tick scorings, each under the lock anew,
+// up to index_maintenance_rounds_per_tick a tick, and stops when there is nothing left.
+TEST(CacheMaintenanceTest, TickSpendsRoundsOfItsBudgetWhileWorkRemains) {
+  k8s::FakeClock clock;
+  CacheOptions options;
+  options.engine = DefaultEngineOptions();
+  options.clock = &clock;
+  options.index_maintenance_per_tick = 10;
+  options.index_maintenance_rounds_per_tick = 4;
+  SchedulerCache cache(config::DefaultDeviceConfig(), options);
+  for (int i = 0; i < 20; ++i) cache.UpsertNode(NodeJson(StrCat("n", i), {TestGpu{}}));
+  cache.RebuildIfDirty();
+  for (int i = 0; i < 3; ++i) cache.UpsertPod(GpuPod(StrCat("pending-", i), 1, 1000 * (i + 1)));
+  ASSERT_EQ(cache.stats().pending_index_builds, 3);
+  cache.Tick();
+  EXPECT_EQ(cache.stats().index_maintenance_scorings, 40) << "four rounds of ten";
+  EXPECT_EQ(cache.stats().pending_index_builds, 1) << "two of the three built";
+  cache.Tick();
+  EXPECT_EQ(cache.stats().index_maintenance_scorings, 60) << "the rest, then it stops";
+  EXPECT_EQ(cache.stats().pending_index_builds, 0);
+  cache.Tick();
+  EXPECT_EQ(cache.stats().index_maintenance_scorings, 60) << "nothing to do";
+}
+
 TEST_F(CacheTest, VanishedGpuTurnsItsPodsIntoProblems) {
   cache_->UpsertNode(NodeJson("n1", {TestGpu{}}));
   json pod = Schedule(GpuPod("p", 1, 30000), {"n1"});

@@ -1,7 +1,11 @@
 #include "extender/wire.h"
 
 #include <algorithm>
+#include <map>
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "base/status_macros.h"
 #include "base/strings.h"
@@ -49,23 +53,52 @@ const Json* FindField(const Json& object, std::string_view key) {
 absl::StatusOr<ExtenderArgs> ParseExtenderArgs(std::string_view body,
                                                const ExtenderLimits& limits) {
   // Count the candidates while parsing and drop those over the limit, so that a request with
-  // millions of names never becomes millions of JSON values. Depths are nlohmann's: 1 for the
+  // millions of names never becomes millions of JSON values. NodeNames' strings are taken out
+  // of the parser as they come, not stored in the document and copied again (at 5,000
+  // candidates the names were most of a call's parse). Depths are nlohmann's: 1 for the
   // top-level keys, 2 for NodeNames' elements, 3 for the objects of Nodes.items.
   std::string top_key;
   std::string nodes_key;
   size_t name_count = 0;
   size_t item_count = 0;
+  // Per top-level key spelling that reads as NodeNames (Go matches keys ignoring case): the
+  // strings of its array, and its first element that is not a string. A repeated key starts
+  // over, as the document keeps the last value.
+  struct NameList {
+    std::vector<std::string> names;
+    size_t elements = 0;
+    std::optional<size_t> first_not_a_string;
+  };
+  std::map<std::string, NameList, std::less<>> name_lists;
+  NameList* in_names = nullptr;  // The NodeNames array being parsed.
   const Json::parser_callback_t count = [&](int depth, Json::parse_event_t event, Json& parsed) {
     if (event == Json::parse_event_t::key) {
-      if (depth == 1) top_key = parsed.get<std::string>();
+      if (depth == 1) {
+        top_key = parsed.get<std::string>();
+        in_names = nullptr;
+      }
       if (depth == 2) nodes_key = parsed.get<std::string>();
+      return true;
+    }
+    const bool names_key = EqualsIgnoreAsciiCase(top_key, "NodeNames");
+    if (depth == 1 && event == Json::parse_event_t::array_start && names_key) {
+      in_names = &name_lists[top_key];
+      *in_names = NameList{};
       return true;
     }
     const bool element_done = event == Json::parse_event_t::value ||
                               event == Json::parse_event_t::object_end ||
                               event == Json::parse_event_t::array_end;
-    if (depth == 2 && element_done && EqualsIgnoreAsciiCase(top_key, "NodeNames")) {
-      return ++name_count <= limits.max_nodes;
+    if (depth == 2 && element_done && names_key) {
+      if (++name_count > limits.max_nodes) return false;
+      if (in_names == nullptr) return true;  // NodeNames is not an array: reported below.
+      const size_t index = in_names->elements++;
+      if (event == Json::parse_event_t::value && parsed.is_string()) {
+        in_names->names.push_back(std::move(parsed.get_ref<std::string&>()));
+        return false;  // Taken: the document keeps no copy.
+      }
+      if (!in_names->first_not_a_string) in_names->first_not_a_string = index;
+      return true;
     }
     if (depth == 3 && event == Json::parse_event_t::object_end &&
         EqualsIgnoreAsciiCase(top_key, "Nodes") && EqualsIgnoreAsciiCase(nodes_key, "items")) {
@@ -97,25 +130,29 @@ absl::StatusOr<ExtenderArgs> ParseExtenderArgs(std::string_view body,
     return absl::InvalidArgumentError("ExtenderArgs.Pod.metadata: missing or not an object");
   }
   args.pod = *pod;
-  args.node_names.reserve(name_count);
   if (const Json* names = FindField(json, "NodeNames"); names != nullptr && !names->is_null()) {
     if (!names->is_array()) {
       return absl::InvalidArgumentError(
           StrCat("ExtenderArgs.NodeNames: expected an array, got ", names->type_name()));
     }
-    for (size_t i = 0; i < names->size(); ++i) {
-      if (!(*names)[i].is_string()) {
-        return absl::InvalidArgumentError(
-            StrCat("ExtenderArgs.NodeNames[", i, "]: expected a string"));
-      }
-      const std::string& name = (*names)[i].get_ref<const std::string&>();
-      if (name.size() > limits.max_node_name_bytes) {
-        return absl::InvalidArgumentError(StrCat("ExtenderArgs.NodeNames[", i, "]: ", name.size(),
-                                                 " bytes, more than a node name's ",
-                                                 limits.max_node_name_bytes));
-      }
-      args.node_names.push_back(name);
+    // The spelling FindField chose, and what the parser took out of its array.
+    NameList* list = nullptr;
+    for (auto it = json.begin(); it != json.end(); ++it) {
+      if (&*it == names) list = &name_lists[it.key()];
     }
+    if (list == nullptr) return absl::InternalError("ExtenderArgs.NodeNames: lost while parsing");
+    if (list->first_not_a_string) {
+      return absl::InvalidArgumentError(
+          StrCat("ExtenderArgs.NodeNames[", *list->first_not_a_string, "]: expected a string"));
+    }
+    for (size_t i = 0; i < list->names.size(); ++i) {
+      if (list->names[i].size() > limits.max_node_name_bytes) {
+        return absl::InvalidArgumentError(
+            StrCat("ExtenderArgs.NodeNames[", i, "]: ", list->names[i].size(),
+                   " bytes, more than a node name's ", limits.max_node_name_bytes));
+      }
+    }
+    args.node_names = std::move(list->names);
   }
   if (const Json* nodes = FindField(json, "Nodes"); nodes != nullptr && !nodes->is_null()) {
     const Json* items = FindField(*nodes, "items");

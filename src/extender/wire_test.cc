@@ -46,6 +46,24 @@ TEST(ExtenderArgsTest, ExactKeyWinsOverCaseInsensitiveMatch) {
   EXPECT_THAT(args->node_names, ElementsAre("exact"));
 }
 
+// The names are taken out of the parser as they come; what a document would hold is what counts:
+// a repeated key's last value, the exact spelling before another case.
+TEST(ExtenderArgsTest, NamesTakenWhileParsingAreTheDocumentsNames) {
+  absl::StatusOr<ExtenderArgs> repeated = ParseExtenderArgs(
+      R"({"Pod":{"metadata":{"name":"p"}},"NodeNames":["old",1],"NodeNames":["a","b"]})");
+  ASSERT_TRUE(repeated.ok()) << repeated.status();
+  EXPECT_THAT(repeated->node_names, ElementsAre("a", "b"));
+  absl::StatusOr<ExtenderArgs> spelled = ParseExtenderArgs(
+      R"({"NODENAMES":["upper"],"Pod":{"metadata":{"name":"p"}},"nodeNames":["camel"]})");
+  ASSERT_TRUE(spelled.ok()) << spelled.status();
+  EXPECT_EQ(spelled->node_names.size(), 1u);
+  absl::StatusOr<ExtenderArgs> empty =
+      ParseExtenderArgs(R"({"Pod":{"metadata":{"name":"p"}},"NodeNames":[]})");
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_TRUE(empty->node_names.empty());
+  EXPECT_TRUE(empty->pod.contains("metadata"));
+}
+
 TEST(ExtenderArgsTest, FullNodeListWhenNotNodeCacheCapable) {
   json body{{"Pod", GpuPod("p", 1, 1000)},
             {"Nodes", {{"items", {NodeJson("n1", {TestGpu{}}), NodeJson("n2", {})}}}},
@@ -70,6 +88,11 @@ TEST(ExtenderArgsTest, MalformedRequestsNameTheProblem) {
            {R"({"Pod":{"spec":{}}})", "Pod.metadata"},
            {R"({"Pod":{"metadata":{}},"NodeNames":"a"})", "NodeNames: expected an array"},
            {R"({"Pod":{"metadata":{}},"NodeNames":[1]})", "NodeNames[0]"},
+           {R"({"Pod":{"metadata":{}},"NodeNames":["a","b",null,"c"]})", "NodeNames[2]: expected"},
+           {R"({"Pod":{"metadata":{}},"NodeNames":["a",["b"]]})", "NodeNames[1]: expected"},
+           {R"({"Pod":{"metadata":{}},"NodeNames":["a",{"b":"c"}]})", "NodeNames[1]: expected"},
+           {R"({"Pod":{"metadata":{}},"NodeNames":{"a":"b"}})", "NodeNames: expected an array"},
+           {R"({"Pod":{"metadata":{}},"NodeNames":["a"],"NodeNames":[true]})", "NodeNames[0]"},
            {R"({"Pod":{"metadata":{}},"Nodes":{"items":[{"metadata":{}}]}})", "items[0]"},
        }) {
     absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(c.body);

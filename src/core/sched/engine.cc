@@ -1770,10 +1770,16 @@ int64_t Engine::MaintainIndexes(int64_t max_evaluations) {
 size_t Engine::index_count() const { return impl_->indexes_.size(); }
 
 absl::StatusOr<bool> Engine::PrepareIndex(const PodRequest& pod) {
+  if (!impl_->options_.use_indexes) {
+    RETURN_IF_ERROR(impl_->Validate(pod));
+    return false;
+  }
+  const std::string key = pod.ShapeKey();
+  // Indexed already (the common case for a pod of a running shape): no resolution needed.
+  if (impl_->indexes_.Contains(key)) return false;
   auto rp = impl_->Resolve(pod);
   if (!rp.ok()) return rp.status();
-  if (!impl_->options_.use_indexes) return false;
-  return impl_->indexes_.Prepare(*rp, pod.ShapeKey());
+  return impl_->indexes_.Prepare(*rp, key);
 }
 
 size_t Engine::pending_index_builds() const { return impl_->indexes_.pending_builds(); }

@@ -138,6 +138,7 @@ class ShapeIndexes {
 
   void Clear();
   size_t size() const { return indexes_.size(); }
+  bool Contains(const std::string& key) const { return indexes_.contains(key); }
   size_t pending_builds() const;
   // Why `index` refuses `node` (an infeasible node of a caught-up index).
   const NodeFailure& FailureOf(const ShapeIndex& index, int node) const {
