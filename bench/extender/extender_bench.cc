@@ -526,6 +526,10 @@ void BM_FilterOverHttpWithChurn(benchmark::State& state) {
   state.counters["expired"] = left_to_expire;
   state.counters["unplaceable"] = unplaceable;
   state.counters["node_changes"] = changes;
+  // What the cache did meanwhile: a new target workload or a rebuild drops every index.
+  const extender::CacheStats stats = rig.cluster.scheduler()->cache().stats();
+  state.counters["workload_refreshes"] = static_cast<double>(stats.workload_refreshes);
+  state.counters["rebuilds"] = static_cast<double>(stats.rebuilds);
 }
 BENCHMARK(BM_FilterOverHttpWithChurn)
     ->Args({500, 10, 0})

@@ -565,6 +565,29 @@ TEST_F(CacheTest, TickRefreshesTheTargetWorkloadOnlyWhenTheMixMoves) {
   EXPECT_EQ(cache_->stats().workload_refreshes, 2);
 }
 
+// Two shapes of near-equal frequency that swap places are the same mix (the shares moved by
+// 2.5 points); a new shape with a third of the pods is not.
+TEST_F(CacheTest, WorkloadRefreshIgnoresOrderAndSmallDrift) {
+  std::vector<std::string> names;
+  for (int i = 0; i < 20; ++i) {
+    names.push_back(StrCat("n", i));
+    cache_->UpsertNode(NodeJson(names.back(), {TestGpu{}, TestGpu{}}));
+  }
+  for (int i = 0; i < 20; ++i) cache_->UpsertPod(Schedule(GpuPod(StrCat("x", i), 1, 1000), names));
+  for (int i = 0; i < 19; ++i) cache_->UpsertPod(Schedule(GpuPod(StrCat("y", i), 1, 2000), names));
+  clock_.Advance(absl::Minutes(1));
+  cache_->Tick();
+  ASSERT_EQ(cache_->stats().workload_refreshes, 1);
+  for (int i = 19; i < 21; ++i) cache_->UpsertPod(Schedule(GpuPod(StrCat("y", i), 1, 2000), names));
+  clock_.Advance(absl::Minutes(1));
+  cache_->Tick();
+  EXPECT_EQ(cache_->stats().workload_refreshes, 1) << "y now outnumbers x: only the order moved";
+  for (int i = 0; i < 20; ++i) cache_->UpsertPod(Schedule(GpuPod(StrCat("z", i), 1, 3000), names));
+  clock_.Advance(absl::Minutes(1));
+  cache_->Tick();
+  EXPECT_EQ(cache_->stats().workload_refreshes, 2);
+}
+
 // Tick() catches up the shape indexes that fell behind (here: shape A's, while only shape B's
 // pods were charged), so that A's next Filter does not pay for every change since.
 TEST_F(CacheTest, TickCatchesUpShapeIndexesThatFellBehind) {
