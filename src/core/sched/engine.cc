@@ -84,7 +84,6 @@ class Engine::Impl {
 
   void RebuildShapes() {
     shapes_.clear();
-    group_first_.clear();
     shape_weight_total_ = 0;
     double total = 0;
     for (const WorkloadShape& s : workload_.shapes) total += std::max(0.0, s.weight);

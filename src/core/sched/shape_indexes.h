@@ -87,7 +87,6 @@ class FailureTable {
   uint32_t Intern(const NodeFailure& failure);
   const NodeFailure& Get(uint32_t id) const { return failures_[id]; }
   void Clear();
-  size_t size() const { return failures_.size(); }
   size_t MemoryBytes() const;
 
  private:
