@@ -17,13 +17,6 @@ using cluster_internal::FindInstance;
 using cluster_internal::RecomputeBusy;
 using cluster_internal::RemoveInstance;
 
-int64_t DeviceMemoryNeed(const GpuRequest& request, int64_t total_mib) {
-  if (request.memory_mib > 0) return request.memory_mib;
-  // Rounded down, as HAMi's Totalmem * pct / 100: shares that add up to the
-  // whole GPU must fit on it.
-  return total_mib * request.memory_permille / kPermille;
-}
-
 int MigMemorySlicesNeed(const GpuRequest& request, const mig::GpuModel& model) {
   const int64_t need = static_cast<int64_t>(request.memory_permille) * model.memory_slices;
   return static_cast<int>((need + kPermille - 1) / kPermille);

@@ -298,8 +298,12 @@ class ClusterState {
 // Helpers shared by the engine and the state.
 
 // Memory `request` needs on a device of `total_mib` (MiB; per-mille rounds
-// down, as HAMi does, so that shares adding up to 1000 fit exactly).
-int64_t DeviceMemoryNeed(const GpuRequest& request, int64_t total_mib);
+// down, as HAMi's Totalmem * pct / 100 does, so that shares adding up to 1000 fit exactly).
+// Inline: the engine asks it per GPU per shape.
+inline int64_t DeviceMemoryNeed(const GpuRequest& request, int64_t total_mib) {
+  if (request.memory_mib > 0) return request.memory_mib;
+  return total_mib * request.memory_permille / kPermille;
+}
 // Memory slices a MIG instance needs for a per-mille request on `model`.
 int MigMemorySlicesNeed(const GpuRequest& request, const mig::GpuModel& model);
 // Compute share of `profile` in per-mille of the whole GPU.

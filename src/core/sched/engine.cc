@@ -16,6 +16,7 @@
 #include "base/strings.h"
 #include "core/sched/engine_internal.h"
 #include "core/sched/shape_indexes.h"
+#include "core/sched/workload_fragmentation.h"
 
 namespace prism::sched {
 using namespace engine_internal;  // NOLINT: the engine's own private types (engine.cc only).
@@ -33,15 +34,12 @@ class Engine::Impl {
   DeviceConfig config_;
   EngineOptions options_;
   TargetWorkload workload_;
-  std::vector<ShapeData> shapes_;
-  std::vector<int32_t> group_first_;  // Per shape group: its first shape (a GPU shape).
-  double shape_weight_total_ = 0;
-  std::unordered_map<OccKey, OccEntry, OccKeyHash> occ_cache_;
-  std::vector<std::pair<uint64_t, double>> frag_cache_;  // Per node: (version + 1, frag).
+  WorkloadFragmentation frag_{&cluster_, &config_};
   ShapeIndexes indexes_{&cluster_, options_.max_indexes};
   // Scratch.
   std::vector<ScratchGpu> scratch_;
   std::vector<ScratchGpu> best_scratch_;
+  std::vector<ScratchGpu> saved_scratch_;  // EvaluateNode: scratch_ before a first attempt.
   std::vector<DeviceRec> recs_;
   std::vector<DeviceRec> best_recs_;
   std::vector<uint8_t> reasons_;
@@ -50,24 +48,14 @@ class Engine::Impl {
   std::vector<const GpuUsage*> frag_view_;
   std::vector<GpuUsage> slice_usage_;
   std::vector<const GpuUsage*> slice_view_;
-  std::vector<int32_t> part_free_;
-  std::vector<int32_t> part_usable_;    // [group][GPU]
-  std::vector<int32_t> part_capacity_;  // [group][GPU]
-  int64_t base_total_free_ = 0;
-  std::vector<int64_t> base_unusable_;  // Per group.
-  std::vector<int32_t> base_capacity_;  // Per group.
-  // Per group, within one NodeFrag / FragWithGpu / GpuFrag / TemplateUsable call: computed yet?
-  std::vector<uint8_t> group_done_;
-  std::vector<int64_t> group_unusable_;
-  std::vector<int32_t> group_capacity_;
-  std::vector<int32_t> group_usable_;
+  std::vector<SeenSliceGpu> seen_gpus_;  // PlaceSlices: FragWithGpu per GPU state tried.
+  std::vector<int> changed_gpus_;        // EvaluateNode: local GPUs the pod's choice changes.
 
   // --- Setup --------------------------------------------------------------
 
   void InvalidateCaches() {
     indexes_.Clear();
-    occ_cache_.clear();
-    frag_cache_.assign(cluster_.node_count(), {0, 0});
+    frag_.Invalidate();
   }
 
   // A node brought a GPU type or template set the engine had not seen. What is cached per
@@ -83,84 +71,8 @@ class Engine::Impl {
   }
 
   void RebuildShapes() {
-    shapes_.clear();
-    shape_weight_total_ = 0;
-    double total = 0;
-    for (const WorkloadShape& s : workload_.shapes) total += std::max(0.0, s.weight);
-    const auto& catalog = mig::Catalog();
-    for (const WorkloadShape& s : workload_.shapes) {
-      if (s.weight <= 0 || total <= 0) continue;
-      ShapeData d;
-      d.shape = s;
-      d.weight = s.weight / total;
-      shape_weight_total_ += d.weight;
-      for (const std::string& type : cluster_.gpu_types()) {
-        bool ok = s.types.empty();
-        for (const std::string& t : s.types) ok = ok || TypeContains(type, t);
-        d.type_ok.push_back(ok ? 1 : 0);
-      }
-      for (const mig::GpuModel& model : catalog) {
-        d.mig_candidates.push_back(MigCandidates(model, s.gpu, config_.mig_match_cores));
-        uint32_t fit = 0;
-        for (int8_t p : d.mig_candidates.back()) fit |= 1u << p;
-        d.profile_fit.push_back(fit);
-      }
-      for (const TemplateSet& ts : cluster_.template_sets()) {
-        std::vector<uint32_t> per_geometry;
-        int32_t best_usable = 0;
-        int32_t best_capacity = 0;
-        for (const PlacedGeometry& geo : ts.geometries) {
-          uint32_t mask = 0;
-          int32_t usable = 0;
-          int32_t capacity = 0;
-          for (const PlacedGeometry::Slot& slot : geo.slots) {
-            if (SlotFits(*ts.model, slot.profile, slot.memory_mib, s.gpu,
-                         config_.mig_match_cores)) {
-              mask |= 1u << slot.entry;
-              usable += MigProfileCorePermille(*ts.model, slot.profile);
-              ++capacity;
-            }
-          }
-          per_geometry.push_back(mask);
-          if (usable > best_usable || (usable == best_usable && capacity > best_capacity)) {
-            best_usable = usable;
-            best_capacity = capacity;
-          }
-        }
-        d.entry_fit.push_back(std::move(per_geometry));
-        d.idle_usable.push_back(std::min(best_usable, kPermille));
-        d.idle_capacity.push_back(best_capacity);
-      }
-      shapes_.push_back(std::move(d));
-    }
-    AssignShapeGroups();
+    frag_.SetWorkload(workload_);
     InvalidateCaches();
-  }
-
-  // Groups the GPU shapes by per-device request and type filter (everything UsableFor reads
-  // of a shape); a shape without GPUs keeps group -1.
-  void AssignShapeGroups() {
-    group_first_.clear();
-    for (size_t k = 0; k < shapes_.size(); ++k) {
-      ShapeData& d = shapes_[k];
-      d.group = -1;
-      if (d.shape.gpu_count == 0) continue;
-      for (size_t g = 0; g < group_first_.size(); ++g) {
-        const WorkloadShape& first = shapes_[group_first_[g]].shape;
-        if (first.gpu == d.shape.gpu && first.types == d.shape.types) {
-          d.group = static_cast<int32_t>(g);
-          break;
-        }
-      }
-      if (d.group < 0) {
-        d.group = static_cast<int32_t>(group_first_.size());
-        group_first_.push_back(static_cast<int32_t>(k));
-      }
-    }
-    group_done_.assign(group_first_.size(), 0);
-    group_unusable_.assign(group_first_.size(), 0);
-    group_capacity_.assign(group_first_.size(), 0);
-    group_usable_.assign(group_first_.size(), 0);
   }
 
   absl::Status Validate(const PodRequest& pod) const {
@@ -249,252 +161,6 @@ class Engine::Impl {
     return rp;
   }
 
-  // --- Per-GPU measures ----------------------------------------------------
-
-  const OccEntry& Occ(int type_id, const mig::GpuModel& model, const mig::Occupancy& occ) {
-    OccKey key{type_id, occ};
-    auto it = occ_cache_.find(key);
-    if (it != occ_cache_.end()) return it->second;
-    OccEntry e;
-    for (size_t p = 0; p < model.profiles.size(); ++p) {
-      e.max_add[p] = static_cast<int8_t>(mig::MaxAdditional(model, occ, static_cast<int>(p)));
-    }
-    e.free_space_utility = mig::FreeSpaceUtility(model, occ);
-    const int32_t free =
-        (model.compute_slices - occ.compute_used) * kPermille / model.compute_slices;
-    std::vector<int8_t> scratch;
-    for (const ShapeData& s : shapes_) {
-      if (s.shape.gpu_count == 0 || !s.type_ok[type_id]) continue;
-      for (int8_t p :
-           CandidatesOf(s.mig_candidates, model, s.shape.gpu, config_.mig_match_cores, &scratch)) {
-        const int n = e.max_add[p];
-        if (n <= 0) continue;
-        e.workload_usable += s.weight * std::min(free, n * MigProfileCorePermille(model, p));
-        break;
-      }
-    }
-    return occ_cache_.emplace(key, e).first->second;
-  }
-
-  static int32_t FreeUnits(const GpuInfo& gi, const GpuUsage& u) {
-    if (!gi.healthy) return 0;
-    if (gi.mode == GpuMode::kMig) {
-      const int cs = gi.mig_model->compute_slices;
-      return (cs - u.busy.compute_used) * kPermille / cs;
-    }
-    if (u.tasks >= gi.split_count) return 0;
-    const int64_t mem_free = (gi.memory_mib - u.memory_used_mib) * kPermille / gi.memory_mib;
-    const int64_t core_free =
-        static_cast<int64_t>(gi.cores_total - u.cores_used) * kPermille / gi.cores_total;
-    return static_cast<int32_t>(std::max<int64_t>(0, std::min(mem_free, core_free)));
-  }
-
-  // Units of free GPU shape `s` could use on GPU `g`, and how many devices of it fit.
-  std::pair<int32_t, int32_t> UsableFor(const ShapeData& s, int g, const GpuUsage& u,
-                                        int32_t free) {
-    const GpuInfo& gi = cluster_.gpu(g);
-    if (free <= 0 || !s.type_ok[cluster_.gpu_type_id(g)]) return {0, 0};
-    const GpuRequest& r = s.shape.gpu;
-    if (gi.mode == GpuMode::kHamiCore) {
-      const int64_t need = DeviceMemoryNeed(r, gi.memory_mib);
-      if (u.memory_used_mib + need > gi.memory_mib) return {0, 0};
-      if (r.cores_permille > 0) {
-        if (u.cores_used + r.cores_permille > gi.cores_total) return {0, 0};
-      } else if (u.cores_used >= gi.cores_total) {
-        return {0, 0};
-      }
-      if (r.cores_permille >= kPermille && gi.cores_total == kPermille && u.tasks > 0) {
-        return {0, 0};
-      }
-      return {free, 1};
-    }
-    const mig::GpuModel& model = *gi.mig_model;
-    const int cat = CatalogIndex(&model);
-    std::vector<int8_t> scratch;
-    const std::vector<int8_t>& candidates =
-        CandidatesOf(s.mig_candidates, model, r, config_.mig_match_cores, &scratch);
-    if (!gi.template_mode && !gi.fixed_layout) {
-      const OccEntry& e = Occ(cluster_.gpu_type_id(g), model, u.busy);
-      for (int8_t p : candidates) {
-        if (!(gi.allowed_profiles & (1u << p))) continue;
-        const int n = e.max_add[p];
-        if (n <= 0) continue;
-        return {std::min(free, n * MigProfileCorePermille(model, p)), n};
-      }
-      return {0, 0};
-    }
-    if (!u.HasBusyInstance() && !gi.fixed_layout) {
-      return {std::min(free, s.idle_usable[gi.template_set]), s.idle_capacity[gi.template_set]};
-    }
-    int32_t usable = 0;
-    int32_t capacity = 0;
-    for (int i = 0; i < u.instance_count; ++i) {
-      const MigInstance& inst = u.instances[i];
-      if (inst.Busy()) continue;
-      const bool fits = (u.template_index >= 0 && inst.entry >= 0)
-                            ? (s.entry_fit[gi.template_set][u.template_index] >> inst.entry) & 1
-                            : (cat >= 0 ? (s.profile_fit[cat] >> inst.profile) & 1
-                                        : std::find(candidates.begin(), candidates.end(),
-                                                    inst.profile) != candidates.end());
-      if (!fits) continue;
-      usable += MigProfileCorePermille(model, inst.profile);
-      ++capacity;
-    }
-    return {std::min(free, usable), capacity};
-  }
-
-  // UsableFor(s, g, u, free).first, once per shape group between resets of group_done_ (the
-  // caller's: one GPU state per reset).
-  int32_t GroupUsable(const ShapeData& s, int g, const GpuUsage& u, int32_t free) {
-    if (!group_done_[s.group]) {
-      group_done_[s.group] = 1;
-      group_usable_[s.group] = UsableFor(s, g, u, free).first;
-    }
-    return group_usable_[s.group];
-  }
-
-  // Sum over shapes of weight * (free - usable) for one GPU (node fit ignored).
-  double GpuFrag(int g, const GpuUsage& u) {
-    if (shapes_.empty()) return 0;
-    const int32_t free = FreeUnits(cluster_.gpu(g), u);
-    if (free <= 0) return 0;
-    std::fill(group_done_.begin(), group_done_.end(), 0);
-    double frag = 0;
-    for (const ShapeData& s : shapes_) {
-      if (s.shape.gpu_count == 0) {
-        frag += s.weight * free;
-        continue;
-      }
-      frag += s.weight * (free - GroupUsable(s, g, u, free));
-    }
-    return frag;
-  }
-
-  // FGD fragmentation of a node (GPU per-mille units) given its GPUs' usage.
-  double NodeFrag(int node, int64_t cpu_used, int64_t mem_used,
-                  const std::vector<const GpuUsage*>& gpus) {
-    if (shapes_.empty()) return 0;
-    const NodeInfo& n = cluster_.node(node);
-    int32_t free[256];
-    const int count = std::min<int>(n.gpu_count, 256);
-    int64_t total_free = 0;
-    for (int l = 0; l < count; ++l) {
-      free[l] = FreeUnits(cluster_.gpu(n.first_gpu + l), *gpus[l]);
-      total_free += free[l];
-    }
-    if (total_free == 0) return 0;
-    const int64_t cpu_free = n.cpu_milli - cpu_used;
-    const int64_t mem_free = n.memory_bytes - mem_used;
-    std::fill(group_done_.begin(), group_done_.end(), 0);
-    double frag = 0;
-    for (const ShapeData& s : shapes_) {
-      if (s.shape.gpu_count == 0) {
-        frag += s.weight * static_cast<double>(total_free);
-        continue;
-      }
-      if (cpu_free < s.shape.cpu_milli || mem_free < s.shape.memory_bytes) {
-        frag += s.weight * static_cast<double>(total_free);
-        continue;
-      }
-      if (!group_done_[s.group]) {
-        group_done_[s.group] = 1;
-        int64_t unusable = 0;
-        int32_t capacity = 0;
-        for (int l = 0; l < count; ++l) {
-          const auto [usable, cap] = UsableFor(s, n.first_gpu + l, *gpus[l], free[l]);
-          unusable += free[l] - usable;
-          capacity += cap;
-        }
-        group_unusable_[s.group] = unusable;
-        group_capacity_[s.group] = capacity;
-      }
-      frag += s.weight * static_cast<double>(group_capacity_[s.group] >= s.shape.gpu_count
-                                                 ? group_unusable_[s.group]
-                                                 : total_free);
-    }
-    return frag;
-  }
-
-  // Per-GPU parts of NodeFrag for one node view, so that the fragmentation
-  // with one GPU changed costs O(shapes) (FragWithGpu), not O(shapes x GPUs).
-  void FragBase(int node, const std::vector<const GpuUsage*>& gpus) {
-    const NodeInfo& n = cluster_.node(node);
-    const size_t count = static_cast<size_t>(n.gpu_count);
-    const size_t groups = group_first_.size();
-    part_free_.assign(count, 0);
-    part_usable_.assign(groups * count, 0);
-    part_capacity_.assign(groups * count, 0);
-    base_total_free_ = 0;
-    base_unusable_.assign(groups, 0);
-    base_capacity_.assign(groups, 0);
-    for (size_t l = 0; l < count; ++l) {
-      part_free_[l] = FreeUnits(cluster_.gpu(n.first_gpu + static_cast<int>(l)), *gpus[l]);
-      base_total_free_ += part_free_[l];
-    }
-    for (size_t k = 0; k < groups; ++k) {
-      const ShapeData& s = shapes_[group_first_[k]];
-      for (size_t l = 0; l < count; ++l) {
-        const auto [usable, cap] =
-            UsableFor(s, n.first_gpu + static_cast<int>(l), *gpus[l], part_free_[l]);
-        part_usable_[k * count + l] = usable;
-        part_capacity_[k * count + l] = cap;
-        base_unusable_[k] += part_free_[l] - usable;
-        base_capacity_[k] += cap;
-      }
-    }
-  }
-
-  // NodeFrag of the FragBase view with GPU `l` replaced by `changed`.
-  double FragWithGpu(int node, int64_t cpu_after, int64_t mem_after, int l,
-                     const GpuUsage& changed) {
-    const NodeInfo& n = cluster_.node(node);
-    const size_t count = static_cast<size_t>(n.gpu_count);
-    const int g = n.first_gpu + l;
-    const int32_t free = FreeUnits(cluster_.gpu(g), changed);
-    const int64_t total_free = base_total_free_ - part_free_[l] + free;
-    if (total_free == 0) return 0;
-    const int64_t cpu_free = n.cpu_milli - cpu_after;
-    const int64_t mem_free = n.memory_bytes - mem_after;
-    std::fill(group_done_.begin(), group_done_.end(), 0);
-    double frag = 0;
-    for (const ShapeData& s : shapes_) {
-      if (s.shape.gpu_count == 0 || cpu_free < s.shape.cpu_milli ||
-          mem_free < s.shape.memory_bytes) {
-        frag += s.weight * static_cast<double>(total_free);
-        continue;
-      }
-      const int k = s.group;
-      if (!group_done_[k]) {
-        group_done_[k] = 1;
-        const size_t at = static_cast<size_t>(k) * count + static_cast<size_t>(l);
-        const auto [usable, cap] = UsableFor(s, g, changed, free);
-        group_unusable_[k] =
-            base_unusable_[k] - (part_free_[l] - part_usable_[at]) + (free - usable);
-        group_capacity_[k] = base_capacity_[k] - part_capacity_[at] + cap;
-      }
-      frag += s.weight * static_cast<double>(group_capacity_[k] >= s.shape.gpu_count
-                                                 ? group_unusable_[k]
-                                                 : total_free);
-    }
-    return frag;
-  }
-
-  double CurrentNodeFrag(int node) {
-    if (frag_cache_.size() != static_cast<size_t>(cluster_.node_count())) {
-      frag_cache_.resize(cluster_.node_count(), {0, 0});  // Nodes were added.
-    }
-    auto& [version, value] = frag_cache_[node];
-    const uint64_t now = cluster_.node_usage(node).version + 1;
-    if (version == now) return value;
-    const NodeInfo& n = cluster_.node(node);
-    frag_view_.resize(n.gpu_count);
-    for (int l = 0; l < n.gpu_count; ++l) frag_view_[l] = &cluster_.gpu_usage(n.first_gpu + l);
-    const NodeUsage& nu = cluster_.node_usage(node);
-    value = NodeFrag(node, nu.cpu_used, nu.memory_used, frag_view_);
-    version = now;
-    return value;
-  }
-
   // --- Within-node placement ----------------------------------------------
 
   uint8_t CommonGpuCheck(const Resolved& rp, int g, GpuMode mode) const {
@@ -577,7 +243,7 @@ class Engine::Impl {
         return {-load, 0};
       case GpuPolicy::kFgd: {
         const GpuUsage ub = SliceUsageAfter(before);
-        return {-(GpuFrag(g, ua) - GpuFrag(g, ub)), load};
+        return {-(frag_.GpuFrag(g, ua) - frag_.GpuFrag(g, ub)), load};
       }
     }
     return {load, 0};
@@ -626,6 +292,46 @@ class Engine::Impl {
     }
   }
 
+  // Whether scratch_ still shows the node as it is (nothing of the pod on it).
+  bool ScratchIsPristine(int gpus) const {
+    for (int l = 0; l < gpus; ++l) {
+      const ScratchGpu& s = scratch_[l];
+      if (s.app_tasks > 0 || s.init_any || s.mine != 0 || s.switched || s.n_created > 0 ||
+          s.n_destroyed > 0) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // FragWithGpu for a slice GPU whose state before (`before`, with the pod's earlier
+  // contributions) and after (`after`) are those of a GPU already tried for this container
+  // on this node, with the same facts, is what it gave then: the base view's parts of two
+  // such GPUs are equal. Nodes mostly hold a few kinds of GPU state (free, full, ...).
+  double FragWithGpuOnce(int node, int64_t cpu_after, int64_t mem_after, int l,
+                         const ScratchGpu& before, const GpuUsage& after) {
+    const int g = cluster_.node(node).first_gpu + l;
+    const GpuInfo& gi = cluster_.gpu(g);
+    const GpuUsage b = SliceUsageAfter(before);
+    SeenSliceGpu key{cluster_.gpu_type_id(g),
+                     gi.split_count,
+                     gi.cores_total,
+                     gi.memory_mib,
+                     b.memory_used_mib,
+                     b.cores_used,
+                     b.tasks,
+                     after.memory_used_mib,
+                     after.cores_used,
+                     after.tasks,
+                     0};
+    for (const SeenSliceGpu& seen : seen_gpus_) {
+      if (seen.SameAs(key)) return seen.frag;
+    }
+    key.frag = frag_.FragWithGpu(node, cpu_after, mem_after, l, after);
+    seen_gpus_.push_back(key);
+    return key.frag;
+  }
+
   // Picks `count` distinct hami-core GPUs for container `ci`. Returns false,
   // with per-GPU reasons, when too few fit.
   bool PlaceSlices(const Resolved& rp, int ci, int node, bool* too_few) {
@@ -634,18 +340,26 @@ class Engine::Impl {
     ranked_.clear();
     // FGD's GPU choice (as the paper): the node's fragmentation with the share
     // on each candidate GPU, CPU taken, then binpack.
-    const bool exact_fgd = rp.gpu_policy == GpuPolicy::kFgd && !shapes_.empty();
+    const bool exact_fgd = rp.gpu_policy == GpuPolicy::kFgd && !frag_.empty();
     const int64_t cpu_after = cluster_.node_usage(node).cpu_used + rp.cpu;
     const int64_t mem_after = cluster_.node_usage(node).memory_used + rp.memory;
     if (exact_fgd) {
-      slice_usage_.resize(n.gpu_count);
-      slice_view_.resize(n.gpu_count);
-      for (int l = 0; l < n.gpu_count; ++l) {
-        slice_usage_[l] = SliceUsageAfter(scratch_[l]);
-        slice_view_[l] = &slice_usage_[l];
+      if (recs_.empty()) {
+        // Nothing of the pod placed yet: the base is the node as it is, whose parts every
+        // shape scoring this node state shares.
+        PRISM_DCHECK(ScratchIsPristine(n.gpu_count));
+        frag_.FragBaseCurrent(node);
+      } else {
+        slice_usage_.resize(n.gpu_count);
+        slice_view_.resize(n.gpu_count);
+        for (int l = 0; l < n.gpu_count; ++l) {
+          slice_usage_[l] = SliceUsageAfter(scratch_[l]);
+          slice_view_[l] = &slice_usage_[l];
+        }
+        frag_.FragBase(node, slice_view_);
       }
-      FragBase(node, slice_view_);
     }
+    seen_gpus_.clear();
     for (int l = 0; l < n.gpu_count; ++l) {
       const int g = n.first_gpu + l;
       if (cluster_.gpu(g).mode != GpuMode::kHamiCore) continue;
@@ -660,8 +374,9 @@ class Engine::Impl {
       ScratchGpu after = s;
       AddSlice(after, c, DeviceMemoryNeed(c.gpu, cluster_.gpu(g).memory_mib));
       if (exact_fgd) {
-        const double delta = (FragWithGpu(node, cpu_after, mem_after, l, SliceUsageAfter(after)) -
-                              CurrentNodeFrag(node)) /
+        const GpuUsage changed = SliceUsageAfter(after);
+        const double delta = (FragWithGpuOnce(node, cpu_after, mem_after, l, s, changed) -
+                              frag_.CurrentNodeFrag(node)) /
                              kPermille;
         ranked_.emplace_back(FgdGpuPref(rp, delta, g, s, after, l), l);
         continue;
@@ -692,18 +407,6 @@ class Engine::Impl {
   }
 
   // Workload-usable units of a template-mode or fixed-layout GPU state (see UsableFor).
-  double TemplateUsable(int g, const GpuUsage& u) {
-    if (shapes_.empty()) return 0;
-    const int32_t free = FreeUnits(cluster_.gpu(g), u);
-    std::fill(group_done_.begin(), group_done_.end(), 0);
-    double total = 0;
-    for (const ShapeData& s : shapes_) {
-      if (s.shape.gpu_count == 0) continue;
-      total += s.weight * GroupUsable(s, g, u, free);
-    }
-    return total;
-  }
-
   // Compute units (per-mille of the GPU) a request really needs of a MIG GPU.
   static int32_t RequestedUnits(const GpuInfo& gi, const GpuRequest& req) {
     const int64_t need = DeviceMemoryNeed(req, gi.memory_mib);
@@ -714,7 +417,7 @@ class Engine::Impl {
 
   // Fragmentation of one MIG GPU in per-mille units: free compute the target
   // workload could not use (sum of weights x free - usable).
-  double MigFrag(int32_t free, double usable) const { return shape_weight_total_ * free - usable; }
+  double MigFrag(int32_t free, double usable) const { return frag_.weight_total() * free - usable; }
 
   // The grant of an instance (template slots may declare their own memory/core).
   std::pair<int64_t, int32_t> Grant(const GpuInfo& gi, const GpuUsage& layout,
@@ -802,7 +505,7 @@ class Engine::Impl {
         memory += fits[k].memory;
       }
       after.busy = busy;
-      const double cost = MigFrag(FreeUnits(gi, after), TemplateUsable(g, after));
+      const double cost = MigFrag(FreeUnits(gi, after), frag_.TemplateUsable(g, after));
       const MigInstance& first = layout.instances[fits[0].index];
       bool better = !best.ok;
       if (!better && take != best_take) {
@@ -836,7 +539,7 @@ class Engine::Impl {
       GpuUsage single = layout;
       single.instances[fits[0].index].state = InstanceState::kAssigned;
       single.busy = one;
-      best.usable_after = TemplateUsable(g, single);
+      best.usable_after = frag_.TemplateUsable(g, single);
       best_cost = cost;
     };
     if (s.u.HasBusyInstance() || s.switched) {
@@ -908,7 +611,7 @@ class Engine::Impl {
         if (!mig::CanAdd(model, s.u.busy, p, start)) continue;
         mig::Occupancy after = s.u.busy;
         mig::Add(model, &after, p, start);
-        const OccEntry& e = Occ(type, model, after);
+        const OccEntry& e = frag_.Occ(type, model, after);
         MigOption o;
         o.ok = true;
         o.profile = p;
@@ -925,7 +628,7 @@ class Engine::Impl {
             }
           }
           taken.busy = after;
-          o.usable_after = TemplateUsable(g, taken);
+          o.usable_after = frag_.TemplateUsable(g, taken);
         }
         o.busy_after = after;
         const uint32_t mask = mig::PlacementMask(model, p, start);
@@ -983,10 +686,10 @@ class Engine::Impl {
         const int32_t free_before = (cs - s.u.busy.compute_used) * kPermille / cs;
         const int32_t free_after = (cs - o.busy_after.compute_used) * kPermille / cs;
         double usable_before = 0;
-        if (!shapes_.empty()) {
+        if (!frag_.empty()) {
           usable_before = gi.template_mode || gi.fixed_layout
-                              ? TemplateUsable(g, s.u)
-                              : Occ(cluster_.gpu_type_id(g), model, s.u.busy).workload_usable;
+                              ? frag_.TemplateUsable(g, s.u)
+                              : frag_.Occ(cluster_.gpu_type_id(g), model, s.u.busy).workload_usable;
         }
         const double delta =
             MigFrag(free_after, o.usable_after) - MigFrag(free_before, usable_before) + o.waste;
@@ -1247,6 +950,27 @@ class Engine::Impl {
     return -static_cast<double>(gpu_free * kCpuSpan + cpu_left);
   }
 
+  // The local GPUs whose state in scratch_ the pod's choice changed, into changed_gpus_.
+  void CollectChangedGpus(int gpus) {
+    changed_gpus_.clear();
+    for (int l = 0; l < gpus; ++l) {
+      const ScratchGpu& s = scratch_[l];
+      bool changed = s.app_tasks > 0 || s.init_any || s.mine != 0 || s.switched ||
+                     s.n_created > 0 || s.n_destroyed > 0;
+      for (size_t i = 0; i < recs_.size() && !changed; ++i) changed = recs_[i].gpu == l;
+      if (changed) changed_gpus_.push_back(l);
+    }
+  }
+
+  // NodeFrag of the node with the pod's choice: EvaluateNode's view `after`, whose GPUs
+  // changed_gpus_ differ from the node as it is.
+  double NodeFragAfter(int node, int64_t cpu_after, int64_t mem_after,
+                       const std::vector<const GpuUsage*>& after) {
+    const double frag = frag_.NodeFragWithChanges(node, cpu_after, mem_after, after, changed_gpus_);
+    PRISM_DCHECK(frag == frag_.NodeFrag(node, cpu_after, mem_after, after));
+    return frag;
+  }
+
   // `waste`: internal waste of the pod's MIG grants (per-mille units), which
   // fragmentation-aware policies count as fragmentation created.
   double NodeScore(const Resolved& rp, int node, const std::vector<const GpuUsage*>& after,
@@ -1274,14 +998,15 @@ class Engine::Impl {
       case NodePolicy::kFgd: {
         // The paper's FGD: no MIG waste term.
         const double delta =
-            (NodeFrag(node, cpu_after, mem_after, after) - CurrentNodeFrag(node)) / kPermille;
+            (NodeFragAfter(node, cpu_after, mem_after, after) - frag_.CurrentNodeFrag(node)) /
+            kPermille;
         return FragTerm(delta);
       }
       case NodePolicy::kPrism: {
         if (!rp.wants_gpu && p.cpu_pods_on_busy_gpus) return CpuPodScore(node, cpu_after, after);
-        const double delta =
-            (NodeFrag(node, cpu_after, mem_after, after) - CurrentNodeFrag(node) + waste) /
-            kPermille;
+        const double delta = (NodeFragAfter(node, cpu_after, mem_after, after) -
+                              frag_.CurrentNodeFrag(node) + waste) /
+                             kPermille;
         const double frag_term = p.frag_weight * FragTerm(delta);
         if (p.pack_weight == 0) return frag_term;
         return frag_term + p.pack_weight * Utilization(node, cpu_after, mem_after, after);
@@ -1292,8 +1017,10 @@ class Engine::Impl {
 
   // --- Node evaluation -------------------------------------------------------
 
-  // Scores `rp` on `node`; fills recs_/scratch_ with the best variant's choice.
-  bool EvaluateNode(const Resolved& rp, int node, double* score, NodeFailure* failure) {
+  // Scores `rp` on `node`; with `keep_choice`, fills best_recs_/best_scratch_ with the best
+  // variant's choice (for BuildDecision).
+  bool EvaluateNode(const Resolved& rp, int node, double* score, NodeFailure* failure,
+                    bool keep_choice = false) {
     const NodeInfo& n = cluster_.node(node);
     const NodeUsage& nu = cluster_.node_usage(node);
     if (nu.cpu_used + rp.cpu > n.cpu_milli || n.removed) {
@@ -1311,10 +1038,12 @@ class Engine::Impl {
       return false;
     }
     recs_.clear();
-    scratch_.resize(n.gpu_count);
+    // Only grown: nodes of different sizes alternate, and a resize would construct entries.
+    if (scratch_.size() < static_cast<size_t>(n.gpu_count)) scratch_.resize(n.gpu_count);
     view_.resize(n.gpu_count);
     if (!rp.wants_gpu) {
       for (int l = 0; l < n.gpu_count; ++l) view_[l] = &cluster_.gpu_usage(n.first_gpu + l);
+      changed_gpus_.clear();
       *score = NodeScore(rp, node, view_, 0);
       best_scratch_.clear();
       best_recs_.clear();
@@ -1352,11 +1081,7 @@ class Engine::Impl {
     bool recorded_failure = false;
     for (int v = 0; v < variants; ++v) {
       const GpuMode first = prefs[v];
-      for (int l = 0; l < n.gpu_count; ++l) {
-        ScratchGpu& s = scratch_[l];
-        s = ScratchGpu{};
-        s.u = cluster_.gpu_usage(n.first_gpu + l);
-      }
+      for (int l = 0; l < n.gpu_count; ++l) scratch_[l].Reset(cluster_.gpu_usage(n.first_gpu + l));
       recs_.clear();
       bool ok = true;
       for (size_t oi = 0; oi < rp.order.size() && ok; ++oi) {
@@ -1375,13 +1100,13 @@ class Engine::Impl {
               attempt == 0 ? first : (first == GpuMode::kMig ? GpuMode::kHamiCore : GpuMode::kMig);
           if (mode == GpuMode::kHamiCore ? !slice_ok : !mig_ok) continue;
           const size_t recs_before = recs_.size();
-          std::vector<ScratchGpu> saved;
-          if (attempt == 0 && variants > 1) saved = scratch_;
+          const bool saved = attempt == 0 && variants > 1;
+          if (saved) saved_scratch_.assign(scratch_.begin(), scratch_.begin() + n.gpu_count);
           placed = mode == GpuMode::kHamiCore ? PlaceSlices(rp, ci, node, &too_few)
                                               : PlaceMig(rp, static_cast<int>(oi), node);
           if (!placed) {
             recs_.resize(recs_before);
-            if (!saved.empty()) scratch_ = std::move(saved);
+            if (saved) std::copy(saved_scratch_.begin(), saved_scratch_.end(), scratch_.begin());
           }
         }
         if (!placed) {
@@ -1413,12 +1138,15 @@ class Engine::Impl {
       }
       double waste = 0;
       for (const DeviceRec& r : recs_) waste += r.waste;
+      CollectChangedGpus(n.gpu_count);
       const double sc = NodeScore(rp, node, view_, waste);
       if (!found || sc > best_score) {
         found = true;
         best_score = sc;
-        best_scratch_ = scratch_;
-        best_recs_ = recs_;
+        if (keep_choice) {
+          best_scratch_.assign(scratch_.begin(), scratch_.begin() + n.gpu_count);
+          best_recs_ = recs_;
+        }
       }
     }
     if (!found) return false;
@@ -1581,7 +1309,7 @@ class Engine::Impl {
       return result;
     }
     double score = 0;
-    const bool ok = EvaluateNode(*rp, best, &score, nullptr);
+    const bool ok = EvaluateNode(*rp, best, &score, nullptr, /*keep_choice=*/true);
     PRISM_CHECK(ok);
     result.scheduled = true;
     result.decision = BuildDecision(*rp, best, score);
@@ -1717,7 +1445,7 @@ absl::StatusOr<Decision> Engine::Decide(const PodRequest& pod, int32_t node) {
   }
   double score = 0;
   NodeFailure failure;
-  if (!impl_->EvaluateNode(rp, node, &score, &failure)) {
+  if (!impl_->EvaluateNode(rp, node, &score, &failure, /*keep_choice=*/true)) {
     return absl::ResourceExhaustedError(StrCat("pod ", pod.Key(), " does not fit on node ",
                                                impl_->cluster_.node(node).name, ": ",
                                                failure.ToString()));
@@ -1747,18 +1475,18 @@ std::vector<std::string> Engine::RemoveNode(std::string_view name) {
   return impl_->cluster_.RemoveNode(name);
 }
 
-double Engine::NodeFragmentation(int32_t node) { return impl_->CurrentNodeFrag(node) / kPermille; }
+double Engine::NodeFragmentation(int32_t node) {
+  return impl_->frag_.CurrentNodeFrag(node) / kPermille;
+}
 
 double Engine::ClusterFragmentation() {
   double total = 0;
-  for (int n = 0; n < impl_->cluster_.node_count(); ++n) total += impl_->CurrentNodeFrag(n);
+  for (int n = 0; n < impl_->cluster_.node_count(); ++n) total += impl_->frag_.CurrentNodeFrag(n);
   return total / kPermille;
 }
 
 size_t Engine::CacheMemoryBytes() const {
-  size_t bytes = impl_->frag_cache_.capacity() * sizeof(std::pair<uint64_t, double>);
-  bytes += impl_->occ_cache_.size() * (sizeof(OccKey) + sizeof(OccEntry) + 2 * sizeof(void*));
-  return bytes + impl_->indexes_.MemoryBytes();
+  return impl_->frag_.MemoryBytes() + impl_->indexes_.MemoryBytes();
 }
 
 int64_t Engine::MaintainIndexes(int64_t max_evaluations) {

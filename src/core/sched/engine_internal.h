@@ -174,6 +174,50 @@ struct ScratchGpu {
   uint8_t n_created = 0;
   std::array<MigPlacement, kMaxMigInstances * 2> destroyed{};
   std::array<MigPlacement, kMaxMigInstances * 2> created{};
+
+  // Back to GPU state `usage` with nothing of the pod on it: every field but the two arrays,
+  // of which only the first n_destroyed / n_created entries mean anything. (Zeroing them
+  // too was a tenth of a node's evaluation.)
+  void Reset(const GpuUsage& usage) {
+    u = usage;
+    app_mem = 0;
+    init_mem = 0;
+    app_cores = 0;
+    init_cores = 0;
+    app_tasks = 0;
+    init_any = false;
+    mine = 0;
+    mine_app = 0;
+    container_used = false;
+    switched = false;
+    old_template = -1;
+    n_destroyed = 0;
+    n_created = 0;
+  }
+};
+
+// A software-slice GPU's facts and states before and after one container's share, and the
+// node fragmentation that gave (Engine::Impl::FragWithGpuOnce).
+struct SeenSliceGpu {
+  int32_t type_id = 0;
+  int32_t split_count = 0;
+  int32_t cores_total = 0;
+  int64_t memory_mib = 0;
+  int64_t memory_before = 0;
+  int32_t cores_before = 0;
+  int32_t tasks_before = 0;
+  int64_t memory_after = 0;
+  int32_t cores_after = 0;
+  int32_t tasks_after = 0;
+  double frag = 0;
+
+  bool SameAs(const SeenSliceGpu& o) const {
+    return type_id == o.type_id && split_count == o.split_count && cores_total == o.cores_total &&
+           memory_mib == o.memory_mib && memory_before == o.memory_before &&
+           cores_before == o.cores_before && tasks_before == o.tasks_before &&
+           memory_after == o.memory_after && cores_after == o.cores_after &&
+           tasks_after == o.tasks_after;
+  }
 };
 
 // A way to add one MIG instance to one GPU.
