@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <list>
 #include <string>
@@ -96,17 +97,23 @@ struct OccKey {
   friend bool operator==(const OccKey&, const OccKey&) = default;
 };
 struct OccKeyHash {
+  // Eight counts at a time: hashing them one by one was a tenth of a MIG node's evaluation.
   size_t operator()(const OccKey& k) const {
     uint64_t h = 1469598103934665603ull;
     auto mix = [&h](uint64_t v) {
       h ^= v;
-      h *= 1099511628211ull;
+      h *= 0x9E3779B97F4A7C15ull;
+      h ^= h >> 29;
     };
-    mix(static_cast<uint64_t>(k.type));
-    mix(k.occ.memory_mask);
-    mix(static_cast<uint64_t>(k.occ.compute_used));
-    mix(static_cast<uint64_t>(k.occ.media_extensions));
-    for (uint8_t c : k.occ.count) mix(c);
+    mix(static_cast<uint64_t>(static_cast<uint32_t>(k.type)) << 32 | k.occ.memory_mask);
+    mix(static_cast<uint64_t>(static_cast<uint32_t>(k.occ.compute_used)) << 32 |
+        static_cast<uint32_t>(k.occ.media_extensions));
+    static_assert(sizeof(k.occ.count) % sizeof(uint64_t) == 0);
+    for (size_t i = 0; i < sizeof(k.occ.count); i += sizeof(uint64_t)) {
+      uint64_t word = 0;
+      std::memcpy(&word, k.occ.count.data() + i, sizeof(word));
+      mix(word);
+    }
     return static_cast<size_t>(h);
   }
 };

@@ -93,6 +93,7 @@ void WorkloadFragmentation::AssignShapeGroups() {
 
 void WorkloadFragmentation::Invalidate() {
   occ_cache_.clear();
+  last_occ_ = nullptr;
   frag_cache_.assign(cluster_->node_count(), {0, 0});
   parts_cache_.assign(cluster_->node_count(), NodeParts{});
   base_node_ = -1;
@@ -103,8 +104,13 @@ void WorkloadFragmentation::Invalidate() {
 const OccEntry& WorkloadFragmentation::Occ(int type_id, const mig::GpuModel& model,
                                            const mig::Occupancy& occ) {
   OccKey key{type_id, occ};
+  // The groups of one NodeFrag ask for one GPU state in a row.
+  if (last_occ_ != nullptr && last_occ_->first == key) return last_occ_->second;
   auto it = occ_cache_.find(key);
-  if (it != occ_cache_.end()) return it->second;
+  if (it != occ_cache_.end()) {
+    last_occ_ = &*it;
+    return it->second;
+  }
   OccEntry e;
   for (size_t p = 0; p < model.profiles.size(); ++p) {
     e.max_add[p] = static_cast<int8_t>(mig::MaxAdditional(model, occ, static_cast<int>(p)));
@@ -122,7 +128,8 @@ const OccEntry& WorkloadFragmentation::Occ(int type_id, const mig::GpuModel& mod
       break;
     }
   }
-  return occ_cache_.emplace(key, e).first->second;
+  last_occ_ = &*occ_cache_.emplace(key, e).first;
+  return last_occ_->second;
 }
 
 int32_t FreeUnits(const GpuInfo& gi, const GpuUsage& u) {

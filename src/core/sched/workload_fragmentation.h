@@ -118,7 +118,8 @@ class WorkloadFragmentation {
   };
   std::vector<ShapeTerm> terms_;
   double weight_total_ = 0;
-  std::unordered_map<OccKey, OccEntry, OccKeyHash> occ_cache_;
+  std::unordered_map<OccKey, OccEntry, OccKeyHash> occ_cache_;   // Nodes: entries stay put.
+  const std::pair<const OccKey, OccEntry>* last_occ_ = nullptr;  // The last one asked for.
   std::vector<std::pair<uint64_t, double>> frag_cache_;  // Per node: (version + 1, frag).
   std::vector<NodeParts> parts_cache_;                   // Per node.
   NodeParts view_parts_;                                 // FragBase's view.
