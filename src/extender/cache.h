@@ -65,9 +65,13 @@ struct CacheOptions {
   // way; what waits is a node's new inventory. 0: rebuild before the next call.
   absl::Duration min_rebuild_interval = absl::ZeroDuration();
   // How often Tick() re-derives the target workload (the shapes fragmentation is scored
-  // against) from the charged pods. It is replaced only when the mix moved, because a new one
-  // makes every shape's next decision re-score all nodes. 0: only at rebuilds.
+  // against) from the charged pods. It is replaced only when the mix moved, and then staged
+  // (Engine::StageTargetWorkload): Filters keep the old one, and its indexes, while Tick()
+  // builds the indexes for the new one. 0: only at rebuilds.
   absl::Duration workload_refresh_interval = absl::Minutes(1);
+  // A staged workload not built by then is taken at the next refresh all the same (the indexes
+  // it lacks are then built as prepared ones), so that the workload is never staler than this.
+  absl::Duration workload_switch_timeout = absl::Minutes(5);
   // Node scorings Tick() may spend catching up the engine's shape indexes that lag by more than
   // engine.max_index_backlog changes (Engine::MaintainIndexes), so that the next Filter of a
   // shape not used for a while does not pay for every change since, and then building the
@@ -199,7 +203,8 @@ struct CacheStats {
   std::map<std::string, int> pods_by_state;  // assumed, binding, bound, uncertain, problem.
   int64_t rebuilds = 0;
   int64_t node_updates = 0;  // Node changes applied in place.
-  int64_t workload_refreshes = 0;
+  int64_t workload_refreshes = 0;          // New target workloads staged.
+  int64_t workload_switches_forced = 0;    // Of those, taken at workload_switch_timeout unbuilt.
   int64_t index_maintenance_scorings = 0;  // Spent by Tick() on lagging shape indexes.
   int64_t indexes_prepared = 0;            // Shape indexes registered ahead of their first Filter.
   int pending_index_builds = 0;            // Of those, not built yet.
@@ -356,6 +361,7 @@ class SchedulerCache {
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
   absl::Time last_rebuild_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Time last_workload_refresh_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time workload_staged_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   CacheStats counters_ ABSL_GUARDED_BY(mu_);

@@ -84,11 +84,26 @@ void SchedulerCache::RefreshWorkloadLocked() {
   }
   if (requests.empty()) return;  // Keep what the last pods said.
   sched::TargetWorkload workload = sched::TargetWorkload::FromPods(requests);
-  // A new workload drops every shape index (each re-scores all nodes once), so it is taken
-  // only when the mix really moved.
-  if (SimilarWorkloads(workload, engine_->target_workload())) return;
-  engine_->SetTargetWorkload(std::move(workload));
-  PrepareIndexesLocked();
+  const absl::Time now = options_.clock->Now();
+  // A new workload needs every shape index rebuilt (all nodes re-scored once per shape), so it
+  // is taken only when the mix really moved, and staged: the ticker builds its indexes while
+  // Filters keep the old workload's.
+  const sched::TargetWorkload* staged = engine_->staged_target_workload();
+  if (staged != nullptr) {
+    if (now - workload_staged_at_ >= options_.workload_switch_timeout) {
+      engine_->CommitStagedWorkload();
+      ++counters_.workload_switches_forced;
+    } else if (SimilarWorkloads(workload, *staged)) {
+      return;  // The switch under way is still the right one.
+    }
+  }
+  if (engine_->staged_target_workload() == nullptr &&
+      SimilarWorkloads(workload, engine_->target_workload())) {
+    return;
+  }
+  engine_->StageTargetWorkload(std::move(workload));
+  workload_staged_at_ = now;
+  PrepareIndexesLocked();  // Charged pods' shapes not indexed yet: for the new workload.
   ++counters_.workload_refreshes;
 }
 

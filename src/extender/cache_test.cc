@@ -1,5 +1,7 @@
 #include "extender/cache.h"
 
+#include <functional>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -39,7 +41,8 @@ class CacheTest : public ::testing::Test {
  protected:
   CacheTest() { Reset(); }
 
-  void Reset(absl::Duration min_rebuild_interval = absl::ZeroDuration()) {
+  void Reset(absl::Duration min_rebuild_interval = absl::ZeroDuration(),
+             const std::function<void(CacheOptions&)>& adjust = nullptr) {
     CacheOptions options;
     options.min_rebuild_interval = min_rebuild_interval;
     options.engine = DefaultEngineOptions();
@@ -47,6 +50,7 @@ class CacheTest : public ::testing::Test {
     options.assume_ttl = absl::Seconds(30);
     options.uncertain_ttl = absl::Seconds(5);
     options.problem_grace = absl::Seconds(10);
+    if (adjust) adjust(options);
     cache_ = std::make_unique<SchedulerCache>(config::DefaultDeviceConfig(), options);
   }
 
@@ -586,6 +590,45 @@ TEST_F(CacheTest, WorkloadRefreshIgnoresOrderAndSmallDrift) {
   clock_.Advance(absl::Minutes(1));
   cache_->Tick();
   EXPECT_EQ(cache_->stats().workload_refreshes, 2);
+}
+
+// A new target workload is staged: Filters keep the old one, and its indexes, while Tick()
+// builds the new one's a budget at a time, and then it takes over. One not built within
+// workload_switch_timeout is taken at the next refresh all the same.
+TEST_F(CacheTest, ANewWorkloadIsStagedUntilTickHasBuiltItsIndexes) {
+  Reset(absl::ZeroDuration(), [](CacheOptions& o) {
+    o.index_maintenance_per_tick = 10;
+    o.index_maintenance_rounds_per_tick = 1;
+  });
+  std::vector<std::string> names;
+  for (int i = 0; i < 20; ++i) {
+    names.push_back(StrCat("n", i));
+    cache_->UpsertNode(NodeJson(names.back(), {TestGpu{}, TestGpu{}}));
+  }
+  for (int i = 0; i < 4; ++i) cache_->UpsertPod(Schedule(GpuPod(StrCat("a", i), 1, 10000), names));
+  clock_.Advance(absl::Minutes(1));
+  cache_->Tick();  // Stages {a}; 10 of the 20 scorings its index needs.
+  EXPECT_EQ(cache_->stats().workload_refreshes, 1);
+  EXPECT_THAT(cache_->Snapshot().workload.shapes, IsEmpty()) << "still the old workload";
+  EXPECT_EQ(cache_->stats().pending_index_builds, 1);
+  cache_->Tick();
+  EXPECT_EQ(cache_->Snapshot().workload.shapes.size(), 1u) << "built: the new one decides";
+  EXPECT_EQ(cache_->stats().pending_index_builds, 0);
+
+  for (int i = 0; i < 6; ++i) cache_->UpsertPod(Schedule(GpuPod(StrCat("c", i), 1, 20000), names));
+  clock_.Advance(absl::Minutes(1));
+  cache_->Tick();  // Stages {a, c}: two indexes of 20 nodes to build, 10 scorings a tick.
+  EXPECT_EQ(cache_->stats().workload_refreshes, 2);
+  EXPECT_EQ(cache_->Snapshot().workload.shapes.size(), 1u);
+  EXPECT_EQ(cache_->stats().pending_index_builds, 2) << "both open indexes, for the new workload";
+  const FilterOutcome meanwhile = cache_->Filter(Manifest(GpuPod("d", 1, 10000)), names, false);
+  EXPECT_EQ(meanwhile.feasible.size(), names.size());
+  // No tick for the timeout: the next refresh takes the staged workload unbuilt.
+  clock_.Advance(absl::Minutes(5));
+  cache_->Tick();
+  EXPECT_EQ(cache_->stats().workload_switches_forced, 1);
+  EXPECT_EQ(cache_->stats().workload_refreshes, 2) << "the mix has not moved since";
+  EXPECT_EQ(cache_->Snapshot().workload.shapes.size(), 2u);
 }
 
 // Tick() catches up the shape indexes that fell behind (here: shape A's, while only shape B's

@@ -196,9 +196,14 @@ std::string SchedulerMetrics::Render(SchedulerCache& cache) const {
       Gauges("prism_scheduler_cache_last_node_update_seconds",
              "Duration of the last in-place node update (the node and its pods)");
   AddGauge(node_update_time, {}, stats.last_node_update_seconds);
-  MetricFamily workload = Gauges("prism_scheduler_workload_refreshes",
-                                 "Times the target workload was re-derived from the pods");
+  MetricFamily workload =
+      Gauges("prism_scheduler_workload_refreshes",
+             "Times a new target workload was derived from the pods and staged, since start");
   AddGauge(workload, {}, static_cast<double>(stats.workload_refreshes));
+  MetricFamily forced = Gauges("prism_scheduler_workload_switches_forced",
+                               "Staged target workloads taken before their indexes were built "
+                               "(switch timeout), since start");
+  AddGauge(forced, {}, static_cast<double>(stats.workload_switches_forced));
   MetricFamily maintenance =
       Gauges("prism_scheduler_index_maintenance_scorings",
              "Node scorings spent between requests catching up lagging shape indexes, since start");

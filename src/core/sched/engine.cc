@@ -7,6 +7,8 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
+#include <optional>
 #include <unordered_map>
 
 #include "absl/types/span.h"
@@ -34,8 +36,16 @@ class Engine::Impl {
   DeviceConfig config_;
   EngineOptions options_;
   TargetWorkload workload_;
-  WorkloadFragmentation frag_{&cluster_, &config_};
+  // What scoring reads of the target workload: workload_'s, or the staged workload's while
+  // MaintainIndexes builds its indexes.
+  std::unique_ptr<WorkloadFragmentation> frag_ =
+      std::make_unique<WorkloadFragmentation>(&cluster_, &config_);
   ShapeIndexes indexes_{&cluster_, options_.max_indexes};
+  // A workload switch in progress (StageTargetWorkload): its fragmentation measures and the
+  // indexes built for it so far, which replace frag_ and indexes_ once complete.
+  std::optional<TargetWorkload> staged_workload_;
+  std::unique_ptr<WorkloadFragmentation> staged_frag_;
+  ShapeIndexes staged_indexes_{&cluster_, options_.max_indexes};
   // Scratch.
   std::vector<ScratchGpu> scratch_;
   std::vector<ScratchGpu> best_scratch_;
@@ -55,13 +65,16 @@ class Engine::Impl {
 
   void InvalidateCaches() {
     indexes_.Clear();
-    frag_.Invalidate();
+    DropStagedWorkload();
+    frag_->Invalidate();
   }
 
   // A node brought a GPU type or template set the engine had not seen. What is cached per
   // type or set grows; what was computed for the old ones stays exact, because a node's score
   // depends only on its own GPUs and the new node is in the change log.
   void ClusterVocabularyGrew() {
+    // Every index is dropped below: a staged workload has nothing left to wait for.
+    if (staged_workload_.has_value()) workload_ = *std::move(staged_workload_);
     RebuildShapes();
     indexes_.ForEachShape([this](Resolved& shape) {
       absl::StatusOr<Resolved> rp = Resolve(shape.pod);
@@ -71,8 +84,47 @@ class Engine::Impl {
   }
 
   void RebuildShapes() {
-    frag_.SetWorkload(workload_);
+    frag_->SetWorkload(workload_);
     InvalidateCaches();
+  }
+
+  // --- Workload switches -------------------------------------------------------
+
+  void DropStagedWorkload() {
+    staged_workload_.reset();
+    staged_frag_.reset();
+    staged_indexes_.Clear();
+  }
+
+  void StageTargetWorkload(TargetWorkload workload) {
+    staged_frag_ = std::make_unique<WorkloadFragmentation>(&cluster_, &config_);
+    staged_frag_->SetWorkload(workload);
+    staged_workload_ = std::move(workload);
+    staged_indexes_.Clear();
+    // Every shape indexed or prepared now, the most recently decided first.
+    indexes_.ForEachInUseOrder(
+        [this](const std::string& key, const Resolved& rp) { staged_indexes_.Prepare(rp, key); });
+    if (staged_indexes_.size() == 0) CommitStagedWorkload();  // Nothing to keep fast.
+  }
+
+  bool CommitStagedWorkload() {
+    if (!staged_workload_.has_value()) return false;
+    workload_ = *std::move(staged_workload_);
+    std::swap(frag_, staged_frag_);
+    indexes_.Swap(staged_indexes_);
+    DropStagedWorkload();
+    return true;
+  }
+
+  // The staged workload's share of MaintainIndexes: its indexes scored with its measures.
+  int64_t MaintainStaged(uint64_t max_backlog, int64_t max_evaluations) {
+    std::swap(frag_, staged_frag_);
+    const int64_t spent = staged_indexes_.Maintain(
+        [this](const Resolved& r, int n, NodeFailure* f) { return ScoreOrInfeasible(r, n, f); },
+        max_backlog, max_evaluations);
+    std::swap(frag_, staged_frag_);
+    if (staged_indexes_.pending_builds() == 0) CommitStagedWorkload();
+    return spent;
   }
 
   absl::Status Validate(const PodRequest& pod) const {
@@ -243,7 +295,7 @@ class Engine::Impl {
         return {-load, 0};
       case GpuPolicy::kFgd: {
         const GpuUsage ub = SliceUsageAfter(before);
-        return {-(frag_.GpuFrag(g, ua) - frag_.GpuFrag(g, ub)), load};
+        return {-(frag_->GpuFrag(g, ua) - frag_->GpuFrag(g, ub)), load};
       }
     }
     return {load, 0};
@@ -327,7 +379,7 @@ class Engine::Impl {
     for (const SeenSliceGpu& seen : seen_gpus_) {
       if (seen.SameAs(key)) return seen.frag;
     }
-    key.frag = frag_.FragWithGpu(node, cpu_after, mem_after, l, after);
+    key.frag = frag_->FragWithGpu(node, cpu_after, mem_after, l, after);
     seen_gpus_.push_back(key);
     return key.frag;
   }
@@ -340,7 +392,7 @@ class Engine::Impl {
     ranked_.clear();
     // FGD's GPU choice (as the paper): the node's fragmentation with the share
     // on each candidate GPU, CPU taken, then binpack.
-    const bool exact_fgd = rp.gpu_policy == GpuPolicy::kFgd && !frag_.empty();
+    const bool exact_fgd = rp.gpu_policy == GpuPolicy::kFgd && !frag_->empty();
     const int64_t cpu_after = cluster_.node_usage(node).cpu_used + rp.cpu;
     const int64_t mem_after = cluster_.node_usage(node).memory_used + rp.memory;
     if (exact_fgd) {
@@ -348,7 +400,7 @@ class Engine::Impl {
         // Nothing of the pod placed yet: the base is the node as it is, whose parts every
         // shape scoring this node state shares.
         PRISM_DCHECK(ScratchIsPristine(n.gpu_count));
-        frag_.FragBaseCurrent(node);
+        frag_->FragBaseCurrent(node);
       } else {
         slice_usage_.resize(n.gpu_count);
         slice_view_.resize(n.gpu_count);
@@ -356,7 +408,7 @@ class Engine::Impl {
           slice_usage_[l] = SliceUsageAfter(scratch_[l]);
           slice_view_[l] = &slice_usage_[l];
         }
-        frag_.FragBase(node, slice_view_);
+        frag_->FragBase(node, slice_view_);
       }
     }
     seen_gpus_.clear();
@@ -376,7 +428,7 @@ class Engine::Impl {
       if (exact_fgd) {
         const GpuUsage changed = SliceUsageAfter(after);
         const double delta = (FragWithGpuOnce(node, cpu_after, mem_after, l, s, changed) -
-                              frag_.CurrentNodeFrag(node)) /
+                              frag_->CurrentNodeFrag(node)) /
                              kPermille;
         ranked_.emplace_back(FgdGpuPref(rp, delta, g, s, after, l), l);
         continue;
@@ -417,7 +469,9 @@ class Engine::Impl {
 
   // Fragmentation of one MIG GPU in per-mille units: free compute the target
   // workload could not use (sum of weights x free - usable).
-  double MigFrag(int32_t free, double usable) const { return frag_.weight_total() * free - usable; }
+  double MigFrag(int32_t free, double usable) const {
+    return frag_->weight_total() * free - usable;
+  }
 
   // The grant of an instance (template slots may declare their own memory/core).
   std::pair<int64_t, int32_t> Grant(const GpuInfo& gi, const GpuUsage& layout,
@@ -505,7 +559,7 @@ class Engine::Impl {
         memory += fits[k].memory;
       }
       after.busy = busy;
-      const double cost = MigFrag(FreeUnits(gi, after), frag_.TemplateUsable(g, after));
+      const double cost = MigFrag(FreeUnits(gi, after), frag_->TemplateUsable(g, after));
       const MigInstance& first = layout.instances[fits[0].index];
       bool better = !best.ok;
       if (!better && take != best_take) {
@@ -539,7 +593,7 @@ class Engine::Impl {
       GpuUsage single = layout;
       single.instances[fits[0].index].state = InstanceState::kAssigned;
       single.busy = one;
-      best.usable_after = frag_.TemplateUsable(g, single);
+      best.usable_after = frag_->TemplateUsable(g, single);
       best_cost = cost;
     };
     if (s.u.HasBusyInstance() || s.switched) {
@@ -611,7 +665,7 @@ class Engine::Impl {
         if (!mig::CanAdd(model, s.u.busy, p, start)) continue;
         mig::Occupancy after = s.u.busy;
         mig::Add(model, &after, p, start);
-        const OccEntry& e = frag_.Occ(type, model, after);
+        const OccEntry& e = frag_->Occ(type, model, after);
         MigOption o;
         o.ok = true;
         o.profile = p;
@@ -628,7 +682,7 @@ class Engine::Impl {
             }
           }
           taken.busy = after;
-          o.usable_after = frag_.TemplateUsable(g, taken);
+          o.usable_after = frag_->TemplateUsable(g, taken);
         }
         o.busy_after = after;
         const uint32_t mask = mig::PlacementMask(model, p, start);
@@ -686,10 +740,11 @@ class Engine::Impl {
         const int32_t free_before = (cs - s.u.busy.compute_used) * kPermille / cs;
         const int32_t free_after = (cs - o.busy_after.compute_used) * kPermille / cs;
         double usable_before = 0;
-        if (!frag_.empty()) {
-          usable_before = gi.template_mode || gi.fixed_layout
-                              ? frag_.TemplateUsable(g, s.u)
-                              : frag_.Occ(cluster_.gpu_type_id(g), model, s.u.busy).workload_usable;
+        if (!frag_->empty()) {
+          usable_before =
+              gi.template_mode || gi.fixed_layout
+                  ? frag_->TemplateUsable(g, s.u)
+                  : frag_->Occ(cluster_.gpu_type_id(g), model, s.u.busy).workload_usable;
         }
         const double delta =
             MigFrag(free_after, o.usable_after) - MigFrag(free_before, usable_before) + o.waste;
@@ -966,8 +1021,9 @@ class Engine::Impl {
   // changed_gpus_ differ from the node as it is.
   double NodeFragAfter(int node, int64_t cpu_after, int64_t mem_after,
                        const std::vector<const GpuUsage*>& after) {
-    const double frag = frag_.NodeFragWithChanges(node, cpu_after, mem_after, after, changed_gpus_);
-    PRISM_DCHECK(frag == frag_.NodeFrag(node, cpu_after, mem_after, after));
+    const double frag =
+        frag_->NodeFragWithChanges(node, cpu_after, mem_after, after, changed_gpus_);
+    PRISM_DCHECK(frag == frag_->NodeFrag(node, cpu_after, mem_after, after));
     return frag;
   }
 
@@ -998,14 +1054,14 @@ class Engine::Impl {
       case NodePolicy::kFgd: {
         // The paper's FGD: no MIG waste term.
         const double delta =
-            (NodeFragAfter(node, cpu_after, mem_after, after) - frag_.CurrentNodeFrag(node)) /
+            (NodeFragAfter(node, cpu_after, mem_after, after) - frag_->CurrentNodeFrag(node)) /
             kPermille;
         return FragTerm(delta);
       }
       case NodePolicy::kPrism: {
         if (!rp.wants_gpu && p.cpu_pods_on_busy_gpus) return CpuPodScore(node, cpu_after, after);
         const double delta = (NodeFragAfter(node, cpu_after, mem_after, after) -
-                              frag_.CurrentNodeFrag(node) + waste) /
+                              frag_->CurrentNodeFrag(node) + waste) /
                              kPermille;
         const double frag_term = p.frag_weight * FragTerm(delta);
         if (p.pack_weight == 0) return frag_term;
@@ -1220,6 +1276,8 @@ class Engine::Impl {
   }
 
   ShapeIndex* IndexFor(const Resolved& rp, const std::string& key) {
+    // A shape new during a workload switch is built for the staged workload too.
+    if (staged_workload_.has_value() && !indexes_.Contains(key)) staged_indexes_.Prepare(rp, key);
     return indexes_.Get(rp, key, [this](const Resolved& r, int n, NodeFailure* f) {
       return ScoreOrInfeasible(r, n, f);
     });
@@ -1229,9 +1287,16 @@ class Engine::Impl {
   bool Before(int a, int b) const { return cluster_.node_rank(a) < cluster_.node_rank(b); }
 
   int64_t MaintainIndexes(uint64_t max_backlog, int64_t max_evaluations) {
-    return indexes_.Maintain(
+    // During a workload switch the current indexes are only kept caught up: what they lack
+    // is built for the staged workload instead.
+    const bool staged = staged_workload_.has_value();
+    int64_t spent = indexes_.Maintain(
         [this](const Resolved& r, int n, NodeFailure* f) { return ScoreOrInfeasible(r, n, f); },
-        max_backlog, max_evaluations);
+        max_backlog, max_evaluations, /*builds=*/!staged);
+    if (staged && spent < max_evaluations) {
+      spent += MaintainStaged(max_backlog, max_evaluations - spent);
+    }
+    return spent;
   }
 
   // --- Entry points ---------------------------------------------------------------
@@ -1358,6 +1423,20 @@ void Engine::SetTargetWorkload(TargetWorkload workload) {
 
 const TargetWorkload& Engine::target_workload() const { return impl_->workload_; }
 
+void Engine::StageTargetWorkload(TargetWorkload workload) {
+  if (!impl_->options_.use_indexes) {
+    SetTargetWorkload(std::move(workload));  // No index to keep: the switch costs nothing.
+    return;
+  }
+  impl_->StageTargetWorkload(std::move(workload));
+}
+
+bool Engine::CommitStagedWorkload() { return impl_->CommitStagedWorkload(); }
+
+const TargetWorkload* Engine::staged_target_workload() const {
+  return impl_->staged_workload_.has_value() ? &*impl_->staged_workload_ : nullptr;
+}
+
 absl::Status Engine::Validate(const PodRequest& pod) const { return impl_->Resolve(pod).status(); }
 
 ScheduleResult Engine::Schedule(const PodRequest& pod, bool explain) {
@@ -1476,17 +1555,19 @@ std::vector<std::string> Engine::RemoveNode(std::string_view name) {
 }
 
 double Engine::NodeFragmentation(int32_t node) {
-  return impl_->frag_.CurrentNodeFrag(node) / kPermille;
+  return impl_->frag_->CurrentNodeFrag(node) / kPermille;
 }
 
 double Engine::ClusterFragmentation() {
   double total = 0;
-  for (int n = 0; n < impl_->cluster_.node_count(); ++n) total += impl_->frag_.CurrentNodeFrag(n);
+  for (int n = 0; n < impl_->cluster_.node_count(); ++n) total += impl_->frag_->CurrentNodeFrag(n);
   return total / kPermille;
 }
 
 size_t Engine::CacheMemoryBytes() const {
-  return impl_->frag_.MemoryBytes() + impl_->indexes_.MemoryBytes();
+  size_t bytes = impl_->frag_->MemoryBytes() + impl_->indexes_.MemoryBytes();
+  if (impl_->staged_frag_) bytes += impl_->staged_frag_->MemoryBytes();
+  return bytes + impl_->staged_indexes_.MemoryBytes();
 }
 
 int64_t Engine::MaintainIndexes(int64_t max_evaluations) {
@@ -1502,13 +1583,18 @@ absl::StatusOr<bool> Engine::PrepareIndex(const PodRequest& pod) {
     return false;
   }
   const std::string key = pod.ShapeKey();
+  // During a workload switch, what is built is for the staged workload.
+  engine_internal::ShapeIndexes& indexes =
+      impl_->staged_workload_.has_value() ? impl_->staged_indexes_ : impl_->indexes_;
   // Indexed already (the common case for a pod of a running shape): no resolution needed.
-  if (impl_->indexes_.Contains(key)) return false;
+  if (indexes.Contains(key)) return false;
   auto rp = impl_->Resolve(pod);
   if (!rp.ok()) return rp.status();
-  return impl_->indexes_.Prepare(*rp, key);
+  return indexes.Prepare(*rp, key);
 }
 
-size_t Engine::pending_index_builds() const { return impl_->indexes_.pending_builds(); }
+size_t Engine::pending_index_builds() const {
+  return impl_->indexes_.pending_builds() + impl_->staged_indexes_.pending_builds();
+}
 
 }  // namespace prism::sched

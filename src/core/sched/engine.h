@@ -86,6 +86,17 @@ class Engine {
   // change scores alike, so the first node by name that fits wins.
   void SetTargetWorkload(TargetWorkload workload);
   const TargetWorkload& target_workload() const;
+  // The same switch without a cliff: decisions keep the current workload (and its indexes)
+  // while MaintainIndexes builds, for `workload`, every shape indexed or prepared now (and any
+  // shape first decided meanwhile); when the last is built, `workload` takes over with them.
+  // PrepareIndex prepares for `workload` meanwhile. Staging again replaces what is staged;
+  // SetPolicy and SetTargetWorkload drop it. Without indexes, the same as SetTargetWorkload.
+  void StageTargetWorkload(TargetWorkload workload);
+  // Takes the staged workload now, with the indexes built for it so far (the others stay
+  // prepared). False when nothing is staged.
+  bool CommitStagedWorkload();
+  // The staged workload; null when none.
+  const TargetWorkload* staged_target_workload() const;
 
   // Checks a request for values no pod can mean (negative, absurd, unknown
   // policy names). InvalidArgument naming the field.
@@ -130,7 +141,8 @@ class Engine {
   // Index maintenance off the decision path (the caller picks when: after a bind, on a timer):
   // catches up the shape indexes that lag by more than EngineOptions::max_index_backlog
   // changes, spending at most `max_evaluations` node scorings. Returns the scorings spent (0:
-  // nothing lagged, or indexes are off). Never changes a decision.
+  // nothing lagged, or indexes are off). Never changes a decision, but may complete a staged
+  // workload switch (StageTargetWorkload), which does.
   int64_t MaintainIndexes(int64_t max_evaluations);
 
   // Registers `pod`'s shape for an index built ahead of its first decision (e.g. the shapes of
@@ -140,7 +152,7 @@ class Engine {
   // whether a build was registered; InvalidArgument for a malformed request. Dropped, like
   // every index, by SetPolicy and SetTargetWorkload.
   absl::StatusOr<bool> PrepareIndex(const PodRequest& pod);
-  // Prepared builds not finished yet.
+  // Prepared builds not finished yet (a staged workload's included).
   size_t pending_index_builds() const;
 
   class Impl;

@@ -456,6 +456,130 @@ TEST(EngineIncrementalTest, PreparedIndexesDecideAsWithoutIndexes) {
   EXPECT_GT(decisions, 200);
 }
 
+// A staged workload switch: decisions stay those of the old workload until MaintainIndexes has
+// built every index for the new one (or the switch is forced), and from then on are those of
+// the new workload, exactly as an engine without indexes switched at that moment decides.
+TEST(EngineIncrementalTest, StagedWorkloadSwitchDecidesAsTheOldThenAsTheNew) {
+  const DeviceConfig config = HamiDefaultConfig();
+  auto workload_of = [](uint32_t seed) {
+    std::mt19937 wrng(seed);
+    std::vector<PodRequest> pods;
+    for (int i = 0; i < 40; ++i) pods.push_back(RandomPod(wrng, i));
+    return TargetWorkload::FromPods(pods);
+  };
+  const TargetWorkload before = workload_of(5);
+  const TargetWorkload after = workload_of(6);
+  int completed = 0;
+  int forced = 0;
+  int decisions_while_staged = 0;
+  for (uint32_t seed = 1; seed <= 8; ++seed) {
+    std::mt19937 rng(seed * 17);
+    std::vector<NodeSpec> initial;
+    for (int i = 0; i < 7; ++i) initial.push_back(RandomNode(rng, "node-" + std::to_string(i), 0));
+    auto built = ClusterState::Build(initial, config);
+    ASSERT_TRUE(built.ok()) << built.status();
+    EngineOptions plain_options;
+    plain_options.use_indexes = false;
+    EngineOptions indexed_options;
+    indexed_options.max_index_backlog = rng() % 3;
+    indexed_options.max_indexes = 6;
+    Engine plain(*built, config, plain_options);
+    Engine indexed(std::move(*built), config, indexed_options);
+    plain.SetTargetWorkload(before);
+    indexed.SetTargetWorkload(before);
+    std::vector<PodRequest> shapes;
+    for (int i = 0; i < 9; ++i) shapes.push_back(RandomPod(rng, i));
+    std::vector<std::string> live;
+    int next_pod = 0;
+    int generation = 1;
+    bool staged = false;
+    for (int step = 0; step < 120; ++step) {
+      if (step == 30) {
+        indexed.StageTargetWorkload(after);
+        staged = indexed.staged_target_workload() != nullptr;
+        ASSERT_TRUE(staged) << "indexes were open: the switch must wait for their builds";
+        ASSERT_EQ(indexed.target_workload().shapes.size(), before.shapes.size());
+      }
+      if (step == 36 && staged && seed % 2 == 1) {
+        ASSERT_TRUE(indexed.CommitStagedWorkload());
+        plain.SetTargetWorkload(after);
+        staged = false;
+        ++forced;
+      }
+      const int what = static_cast<int>(rng() % 12);
+      if (what < 2) {
+        ASSERT_TRUE(indexed.PrepareIndex(shapes[rng() % shapes.size()]).ok());
+      } else if (what < 8) {
+        PodRequest pod = shapes[rng() % shapes.size()];
+        pod.name = "pod-" + std::to_string(next_pod++);
+        ScheduleResult a = plain.Place(pod);
+        ScheduleResult b = indexed.Place(pod);
+        ASSERT_EQ(Describe(a, plain.cluster()), Describe(b, indexed.cluster()))
+            << "seed " << seed << " step " << step << (staged ? " (staged)" : "");
+        if (a.scheduled) {
+          EXPECT_DOUBLE_EQ(a.decision.score, b.decision.score);
+          live.push_back(pod.Key());
+        }
+        decisions_while_staged += staged ? 1 : 0;
+      } else if (what < 10 && !live.empty()) {
+        const size_t i = rng() % live.size();
+        ASSERT_TRUE(plain.Release(live[i]).ok());
+        ASSERT_TRUE(indexed.Release(live[i]).ok());
+        live.erase(live.begin() + static_cast<std::ptrdiff_t>(i));
+      } else {
+        const std::string name = "node-" + std::to_string(rng() % 9);
+        const NodeSpec spec = RandomNode(rng, name, generation++);
+        auto dropped_plain = plain.UpsertNode(spec);
+        auto dropped_indexed = indexed.UpsertNode(spec);
+        ASSERT_TRUE(dropped_plain.ok()) << dropped_plain.status();
+        ASSERT_TRUE(dropped_indexed.ok()) << dropped_indexed.status();
+        ASSERT_EQ(*dropped_plain, *dropped_indexed);
+        for (const std::string& key : *dropped_plain) std::erase(live, key);
+      }
+      indexed.MaintainIndexes(1 + static_cast<int64_t>(rng() % 12));
+      if (staged && indexed.staged_target_workload() == nullptr) {
+        // The last staged build finished: the new workload decides from the next call on.
+        EXPECT_EQ(indexed.pending_index_builds(), 0u);
+        plain.SetTargetWorkload(after);
+        staged = false;
+        ++completed;
+      }
+    }
+  }
+  EXPECT_GT(completed, 2) << "some switches must complete through MaintainIndexes";
+  EXPECT_GT(forced, 0);
+  EXPECT_GT(decisions_while_staged, 40);
+}
+
+TEST(EngineIncrementalTest, AStagedWorkloadIsDroppedByANewPolicyAndTakenAtOnceWithoutIndexes) {
+  const DeviceConfig config = HamiDefaultConfig();
+  auto built = ClusterState::Build({TwoT4("a"), TwoT4("b")}, config);
+  ASSERT_TRUE(built.ok());
+  Engine engine(*built, config);
+  TargetWorkload workload;
+  workload.shapes.push_back(ShapeOfPod(GpuPod("w", 1, 4000)));
+  engine.StageTargetWorkload(workload);
+  EXPECT_EQ(engine.staged_target_workload(), nullptr) << "no index to keep: taken at once";
+  EXPECT_EQ(engine.target_workload().shapes.size(), 1u);
+  ASSERT_TRUE(engine.Place(GpuPod("p", 1, 2000)).scheduled);  // Opens an index.
+  TargetWorkload other = workload;
+  other.shapes.push_back(ShapeOfPod(GpuPod("v", 1, 8000)));
+  engine.StageTargetWorkload(other);
+  ASSERT_NE(engine.staged_target_workload(), nullptr);
+  EXPECT_EQ(engine.pending_index_builds(), 1u) << "the open index, to build for the new workload";
+  engine.SetPolicy(engine.options().policy);
+  EXPECT_EQ(engine.staged_target_workload(), nullptr);
+  EXPECT_EQ(engine.target_workload().shapes.size(), 1u);
+  EXPECT_FALSE(engine.CommitStagedWorkload());
+
+  EngineOptions plain;
+  plain.use_indexes = false;
+  Engine unindexed(std::move(*built), config, plain);
+  unindexed.StageTargetWorkload(other);
+  EXPECT_EQ(unindexed.staged_target_workload(), nullptr);
+  EXPECT_EQ(unindexed.target_workload().shapes.size(), 2u);
+}
+
 TEST(EngineIncrementalTest, PrepareIndexRefusesAMalformedRequestAndNeverEvicts) {
   const DeviceConfig config = HamiDefaultConfig();
   auto built = ClusterState::Build({TwoT4("a"), TwoT4("b")}, config);

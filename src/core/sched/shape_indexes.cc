@@ -93,7 +93,8 @@ uint64_t ShapeIndexes::Backlog(const ShapeIndex& index) const {
   return cluster_->change_log_end() - index.synced;
 }
 
-int64_t ShapeIndexes::Maintain(Scorer score, uint64_t max_backlog, int64_t max_evaluations) {
+int64_t ShapeIndexes::Maintain(Scorer score, uint64_t max_backlog, int64_t max_evaluations,
+                               bool builds) {
   int64_t spent = 0;
   // Most recently used first: the shapes most likely to be decided next.
   for (const std::string& key : lru_) {
@@ -102,6 +103,7 @@ int64_t ShapeIndexes::Maintain(Scorer score, uint64_t max_backlog, int64_t max_e
     if (index.built >= 0 || Backlog(index) <= max_backlog) continue;
     spent += CatchUp(index, score, max_evaluations - spent);
   }
+  if (!builds) return spent;
   // Then builds registered ahead of their first decision, in the order they were prepared
   // (Prepare appends them; a decision moves its index to the front, built).
   for (const std::string& key : lru_) {

@@ -87,6 +87,10 @@ class FailureTable {
   uint32_t Intern(const NodeFailure& failure);
   const NodeFailure& Get(uint32_t id) const { return failures_[id]; }
   void Clear();
+  void Swap(FailureTable& other) {
+    failures_.swap(other.failures_);
+    ids_.swap(other.ids_);
+  }
   size_t MemoryBytes() const;
 
  private:
@@ -129,8 +133,8 @@ class ShapeIndexes {
   // `max_backlog`, most recently used first, then advances prepared builds, spending at most
   // `max_evaluations` node scorings (an index that would need a full rebuild counts as one
   // scoring per node). Returns the scorings spent. Indexes stay exact either way: this only
-  // moves work off the next decision.
-  int64_t Maintain(Scorer score, uint64_t max_backlog, int64_t max_evaluations);
+  // moves work off the next decision. Without `builds`, only the catch-up.
+  int64_t Maintain(Scorer score, uint64_t max_backlog, int64_t max_evaluations, bool builds = true);
 
   // Change-log entries `index` has not read yet.
   uint64_t Backlog(const ShapeIndex& index) const;
@@ -148,6 +152,18 @@ class ShapeIndexes {
   template <typename F>
   void ForEachShape(F&& f) {
     for (auto& [key, index] : indexes_) f(index->rp);
+  }
+  // f(key, rp) for every index, built or prepared, the most recently used first.
+  template <typename F>
+  void ForEachInUseOrder(F&& f) const {
+    for (const std::string& key : lru_) f(key, indexes_.at(key)->rp);
+  }
+  // Exchanges the indexes of two sets over the same cluster (their failure tables with them).
+  void Swap(ShapeIndexes& other) {
+    std::swap(max_indexes_, other.max_indexes_);
+    indexes_.swap(other.indexes_);
+    lru_.swap(other.lru_);  // Keeps the indexes' lru iterators valid.
+    failures_.Swap(other.failures_);
   }
 
  private:
