@@ -219,7 +219,7 @@ std::string SchedulerMetrics::Render(SchedulerCache& cache) const {
 
   for (MetricFamily* f : {&mem_limit, &mem_alloc, &core_alloc, &shared, &mig, &node_mem, &nodes,
                           &pods, &rebuilds, &rebuild_time, &node_updates, &node_update_time,
-                          &workload, &maintenance, &pending, &decode}) {
+                          &workload, &forced, &maintenance, &pending, &decode}) {
     families.push_back(std::move(*f));
   }
   return prometheus::TextSerializer().Serialize(families);
