@@ -3,7 +3,7 @@
 set -euo pipefail
 PACKAGES=(
   build-essential cmake ninja-build pkg-config git python3 python3-yaml
-  libabsl-dev libyaml-cpp-dev nlohmann-json3-dev libcli11-dev libcpp-httplib-dev
+  libabsl-dev libyaml-cpp-dev nlohmann-json3-dev libsimdjson-dev libcli11-dev libcpp-httplib-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libcurl4-openssl-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev

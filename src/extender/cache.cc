@@ -115,8 +115,8 @@ AllocationProgress ReadAllocationProgress(std::string_view text,
 }
 
 std::string FilterOutcome::Reason(std::string_view node) const {
-  for (const auto& [n, reason] : failed) {
-    if (n == node) return reason;
+  for (const FailedNode& f : failed) {
+    if (f.node == node) return reasons[f.reason];
   }
   return "";
 }
@@ -470,7 +470,7 @@ std::vector<std::string> SchedulerCache::PodsOnNodeLocked(const std::string& nod
   return out;
 }
 
-std::string SchedulerCache::NodeProblemLocked(const std::string& name) const {
+std::string SchedulerCache::NodeProblemLocked(std::string_view name) const {
   auto it = nodes_.find(name);
   if (it == nodes_.end() || (!it->second.spec.has_value() && it->second.error.empty())) {
     return kNoInventory;
@@ -625,7 +625,7 @@ void SchedulerCache::ExpireLocked(absl::Time now) {
 // --- Verbs ------------------------------------------------------------------------------------
 
 FilterOutcome SchedulerCache::Filter(const config::PodManifest& pod,
-                                     const std::vector<std::string>& nodes, bool assume) {
+                                     absl::Span<const std::string_view> nodes, bool assume) {
   FilterOutcome out;
   absl::MutexLock lock(&mu_);
   MaybeRebuildLocked();
@@ -635,15 +635,18 @@ FilterOutcome SchedulerCache::Filter(const config::PodManifest& pod,
     out.request_status = engine_->Validate(*request);
   else
     out.request_status = request.status();
+  auto fail_all = [&out](absl::Span<const std::string_view> names, const absl::Status& status) {
+    const auto reason = static_cast<uint32_t>(out.reasons.size());
+    out.reasons.push_back(StrCat("invalid GPU request: ", status.message()));
+    for (std::string_view n : names) out.failed.push_back({n, reason});
+  };
   if (!out.request_status.ok()) {
-    for (const std::string& n : nodes) {
-      out.failed.emplace_back(n, StrCat("invalid GPU request: ", out.request_status.message()));
-    }
+    fail_all(nodes, out.request_status);
     return out;
   }
   out.wants_gpu = request->WantsGpu();
   if (!out.wants_gpu) {
-    out.feasible = nodes;
+    out.feasible.assign(nodes.begin(), nodes.end());
     return out;
   }
   const std::string key = request->Key();
@@ -651,36 +654,46 @@ FilterOutcome SchedulerCache::Filter(const config::PodManifest& pod,
       assume && it != pods_.end() && it->second.state == State::kAssumed) {
     EraseLocked(key);  // A new attempt for the pod: its old assumption no longer holds.
   }
+  // Each distinct failure text once: many nodes fail alike ("8/8 CardTypeMismatch"), so a
+  // failure is formatted (and counted by its main reason) once, not per node.
+  absl::flat_hash_map<std::string, uint32_t> problem_reason;  // Nodes without usable GPUs.
+  absl::flat_hash_map<sched::NodeFailure, uint32_t> failure_reason;
+  std::vector<std::pair<sched::Reason, int>> failure_counts;  // Per entry of failure_reason.
   std::vector<int32_t> ids;
-  std::vector<const std::string*> id_names;
-  for (const std::string& n : nodes) {
+  std::vector<std::string_view> id_names;
+  ids.reserve(nodes.size());
+  id_names.reserve(nodes.size());
+  for (std::string_view n : nodes) {
     const int id = NodeIdLocked(n);
     if (id < 0) {
-      out.failed.emplace_back(n, NodeProblemLocked(n));
+      std::string problem = NodeProblemLocked(n);
+      auto [it, inserted] = problem_reason.try_emplace(problem, out.reasons.size());
+      if (inserted) out.reasons.push_back(std::move(problem));
+      out.failed.push_back({n, it->second});
       ++out.nodes_without_inventory;
       continue;
     }
     ids.push_back(id);
-    id_names.push_back(&n);
+    id_names.push_back(n);
   }
   absl::StatusOr<std::vector<sched::NodeVerdict>> verdicts = engine_->Filter(*request, ids);
   if (!verdicts.ok()) {
     out.request_status = verdicts.status();
-    for (const std::string* n : id_names) {
-      out.failed.emplace_back(*n, StrCat("invalid GPU request: ", verdicts.status().message()));
-    }
+    fail_all(id_names, verdicts.status());
     return out;
   }
   std::vector<std::pair<int32_t, double>> scores;
-  // Many nodes fail alike ("8/8 CardTypeMismatch"): format each distinct failure once.
-  absl::flat_hash_map<std::string, std::string> reason_text;
-  std::string failure_key;
+  scores.reserve(verdicts->size());
+  out.feasible.reserve(verdicts->size());
+  const size_t first_failure_reason = out.reasons.size();  // After the problems'.
+  const sched::NodeFailure* last_failure = nullptr;        // Neighbours often fail alike.
+  uint32_t last_reason = 0;
   int best = -1;
   double best_score = 0;
   for (size_t i = 0; i < verdicts->size(); ++i) {
     const sched::NodeVerdict& v = (*verdicts)[i];
     if (v.feasible) {
-      out.feasible.push_back(*id_names[i]);
+      out.feasible.push_back(id_names[i]);
       scores.emplace_back(v.node, v.score);
       if (best < 0 || v.score > best_score ||
           (v.score == best_score &&
@@ -689,16 +702,20 @@ FilterOutcome SchedulerCache::Filter(const config::PodManifest& pod,
         best_score = v.score;
       }
     } else {
-      failure_key.assign(reinterpret_cast<const char*>(v.failure.gpu_counts.data()),
-                         sizeof(v.failure.gpu_counts));
-      StrAppend(&failure_key, v.failure.node_level, static_cast<int>(v.failure.node_reason), ",",
-                v.failure.gpus, ",", v.failure.too_few_cards);
-      auto [text, inserted] = reason_text.try_emplace(failure_key);
-      if (inserted) text->second = v.failure.ToString();
-      out.failed.emplace_back(*id_names[i], text->second);
-      ++out.reason_counts[v.failure.Main()];
+      if (last_failure == nullptr || !(*last_failure == v.failure)) {
+        auto [it, inserted] = failure_reason.try_emplace(v.failure, out.reasons.size());
+        if (inserted) {
+          out.reasons.push_back(v.failure.ToString());
+          failure_counts.emplace_back(v.failure.Main(), 0);
+        }
+        last_failure = &v.failure;
+        last_reason = it->second;
+      }
+      out.failed.push_back({id_names[i], last_reason});
+      ++failure_counts[last_reason - first_failure_reason].second;
     }
   }
+  for (const auto& [main, count] : failure_counts) out.reason_counts[main] += count;
   // Keep the feasible nodes in request order (kube-scheduler does not care, people do).
   if (best >= 0 && assume) {
     absl::StatusOr<sched::Decision> decision = engine_->Decide(*request, best);
@@ -733,14 +750,14 @@ FilterOutcome SchedulerCache::Filter(const config::PodManifest& pod,
 }
 
 std::vector<HostPriority> SchedulerCache::Prioritize(const config::PodManifest& pod,
-                                                     const std::vector<std::string>& nodes) {
+                                                     absl::Span<const std::string_view> nodes) {
   std::vector<HostPriority> out;
   out.reserve(nodes.size());
   absl::MutexLock lock(&mu_);
   MaybeRebuildLocked();
   absl::StatusOr<sched::PodRequest> request = config::BuildPodRequest(pod, config_);
   if (!request.ok() || !request->WantsGpu()) {
-    for (const std::string& n : nodes) out.push_back({n, 0});
+    for (std::string_view n : nodes) out.push_back({std::string(n), 0});
     return out;
   }
   // Engine score per node id, from the Filter of this pod if remembered.
@@ -749,7 +766,7 @@ std::vector<HostPriority> SchedulerCache::Prioritize(const config::PodManifest& 
     scores = it->second;
   } else {
     std::vector<int32_t> ids;
-    for (const std::string& n : nodes) {
+    for (std::string_view n : nodes) {
       const int id = NodeIdLocked(n);
       if (id >= 0) ids.push_back(id);
     }
@@ -767,7 +784,7 @@ std::vector<HostPriority> SchedulerCache::Prioritize(const config::PodManifest& 
     assumed = it->second.node;
   }
   std::vector<sched::NodeVerdict> verdicts;
-  for (const std::string& n : nodes) {
+  for (std::string_view n : nodes) {
     sched::NodeVerdict v;
     v.node = static_cast<int32_t>(verdicts.size());
     const int32_t id = NodeIdLocked(n);
@@ -782,7 +799,7 @@ std::vector<HostPriority> SchedulerCache::Prioritize(const config::PodManifest& 
   for (size_t i = 0; i < nodes.size(); ++i) {
     int64_t score = normalized[i];
     if (!assumed.empty()) score = nodes[i] == assumed ? 10 : std::min<int64_t>(score, 9);
-    out.push_back({nodes[i], score});
+    out.push_back({std::string(nodes[i]), score});
   }
   return out;
 }

@@ -45,6 +45,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 
 #include "config/pod_request.h"
 #include "core/sched/decision.h"
@@ -91,11 +92,18 @@ struct CacheOptions {
 // every pod in view, so the engine's partial view of them (GPU pods only) does not score.
 sched::EngineOptions DefaultEngineOptions();
 
+// Node names are views of the names passed to Filter (valid while those are), so that a call
+// over thousands of candidates copies none; each distinct failure text is kept once.
 struct FilterOutcome {
   absl::Status request_status;  // Not OK: the pod's GPU request is invalid (every node failed).
   bool wants_gpu = false;
-  std::vector<std::string> feasible;                        // In request order.
-  std::vector<std::pair<std::string, std::string>> failed;  // Node -> reason, in request order.
+  std::vector<std::string_view> feasible;  // In request order.
+  struct FailedNode {
+    std::string_view node;
+    uint32_t reason = 0;  // Index into `reasons`.
+  };
+  std::vector<FailedNode> failed;  // In request order.
+  std::vector<std::string> reasons;
   std::map<sched::Reason, int> reason_counts;  // Over the failed nodes with engine reasons.
   int nodes_without_inventory = 0;
   std::string assumed_node;  // Where the pod is now assumed ("" if nowhere).
@@ -234,12 +242,12 @@ class SchedulerCache {
 
   // --- Extender verbs ----------------------------------------------------------------------
   // With `assume`, the pod is assumed on its best node (FilterOutcome::assumed_node).
-  FilterOutcome Filter(const config::PodManifest& pod, const std::vector<std::string>& nodes,
+  FilterOutcome Filter(const config::PodManifest& pod, absl::Span<const std::string_view> nodes,
                        bool assume = true);
   // 0..10 per node: the node Filter assumed the pod on gets 10, the others 0..9 by the engine's
   // score, so kube-scheduler (with a large enough extender weight) binds where Filter assumed.
   std::vector<HostPriority> Prioritize(const config::PodManifest& pod,
-                                       const std::vector<std::string>& nodes);
+                                       absl::Span<const std::string_view> nodes);
   // Charges the pod's decision on `node` and returns the annotations the Binding must carry.
   // FailedPrecondition for a node without usable GPUs or a pod already bound / binding;
   // ResourceExhausted (with the node's reasons) when the pod no longer fits there;
@@ -327,7 +335,7 @@ class SchedulerCache {
   // Charges `entry` from its annotations against the current engine; sets `problem` on failure.
   void ChargeFromAnnotationsLocked(const std::string& key, PodEntry& entry)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::string NodeProblemLocked(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string NodeProblemLocked(std::string_view name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The engine's id of node `name`, or -1 (a SwissTable lookup: Filter does one per candidate).
   int NodeIdLocked(std::string_view name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

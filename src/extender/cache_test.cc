@@ -22,6 +22,7 @@ using json = nlohmann::json;
 using testing::GpuPod;
 using testing::NodeJson;
 using testing::TestGpu;
+using testing::Views;
 
 config::PodManifest Manifest(const json& pod) {
   absl::StatusOr<config::PodManifest> m = config::PodManifestFromJson(pod);
@@ -57,7 +58,7 @@ class CacheTest : public ::testing::Test {
   // Filter + Prioritize + bind on the best node; returns the bound pod.
   json Schedule(const json& pod, const std::vector<std::string>& nodes) {
     const config::PodManifest m = Manifest(pod);
-    FilterOutcome f = cache_->Filter(m, nodes);
+    FilterOutcome f = cache_->Filter(m, Views(nodes));
     EXPECT_FALSE(f.assumed_node.empty()) << f.Summary(nodes.size());
     absl::StatusOr<BindTicket> t = cache_->BeginBind(m, f.assumed_node);
     EXPECT_TRUE(t.ok()) << t.status();
@@ -621,7 +622,8 @@ TEST_F(CacheTest, ANewWorkloadIsStagedUntilTickHasBuiltItsIndexes) {
   EXPECT_EQ(cache_->stats().workload_refreshes, 2);
   EXPECT_EQ(cache_->Snapshot().workload.shapes.size(), 1u);
   EXPECT_EQ(cache_->stats().pending_index_builds, 2) << "both open indexes, for the new workload";
-  const FilterOutcome meanwhile = cache_->Filter(Manifest(GpuPod("d", 1, 10000)), names, false);
+  const FilterOutcome meanwhile =
+      cache_->Filter(Manifest(GpuPod("d", 1, 10000)), Views(names), false);
   EXPECT_EQ(meanwhile.feasible.size(), names.size());
   // No tick for the timeout: the next refresh takes the staged workload unbuilt.
   clock_.Advance(absl::Minutes(5));
@@ -639,7 +641,7 @@ TEST_F(CacheTest, TickCatchesUpShapeIndexesThatFellBehind) {
     names.push_back(StrCat("n", i));
     cache_->UpsertNode(NodeJson(names.back(), {TestGpu{}, TestGpu{}}));
   }
-  const FilterOutcome first = cache_->Filter(Manifest(GpuPod("a0", 1, 5000)), names, false);
+  const FilterOutcome first = cache_->Filter(Manifest(GpuPod("a0", 1, 5000)), Views(names), false);
   ASSERT_EQ(first.feasible.size(), names.size());
   cache_->Tick();
   EXPECT_EQ(cache_->stats().index_maintenance_scorings, 0) << "nothing lagged yet";
@@ -649,7 +651,7 @@ TEST_F(CacheTest, TickCatchesUpShapeIndexesThatFellBehind) {
   cache_->Tick();
   EXPECT_GT(cache_->stats().index_maintenance_scorings, 0);
   // The maintained index decides as a fresh scoring would: every node still fits an A pod.
-  const FilterOutcome again = cache_->Filter(Manifest(GpuPod("a1", 1, 5000)), names, false);
+  const FilterOutcome again = cache_->Filter(Manifest(GpuPod("a1", 1, 5000)), Views(names), false);
   EXPECT_EQ(again.feasible.size(), names.size());
 }
 
@@ -667,9 +669,10 @@ TEST_F(CacheTest, TickBuildsTheIndexesOfRunningAndPendingShapesBeforeTheirFilter
   for (int i = 0; i < 6; ++i) {
     running.push_back(Schedule(GpuPod(StrCat("p", i), 1, i % 3 == 0 ? 30000 : 8000), names));
   }
-  const FilterOutcome before = cache_->Filter(Manifest(GpuPod("big", 1, 30000)), names, false);
+  const FilterOutcome before =
+      cache_->Filter(Manifest(GpuPod("big", 1, 30000)), Views(names), false);
   const FilterOutcome before_pending =
-      cache_->Filter(Manifest(GpuPod("pending", 1, 12000)), names, false);
+      cache_->Filter(Manifest(GpuPod("pending", 1, 12000)), Views(names), false);
   Reset();  // A restart: the informer replays nodes and pods into a new cache.
   for (const json& n : nodes) cache_->UpsertNode(n);
   for (const json& p : running) cache_->UpsertPod(p);
@@ -685,9 +688,10 @@ TEST_F(CacheTest, TickBuildsTheIndexesOfRunningAndPendingShapesBeforeTheirFilter
   cache_->Tick();
   EXPECT_EQ(cache_->stats().pending_index_builds, 0);
   EXPECT_EQ(cache_->stats().index_maintenance_scorings, 3 * 20) << "each node once per shape";
-  const FilterOutcome f = cache_->Filter(Manifest(GpuPod("pending", 1, 12000)), names, false);
+  const FilterOutcome f =
+      cache_->Filter(Manifest(GpuPod("pending", 1, 12000)), Views(names), false);
   EXPECT_EQ(f.feasible, before_pending.feasible) << f.Summary(names.size());
-  const FilterOutcome g = cache_->Filter(Manifest(GpuPod("big", 1, 30000)), names, false);
+  const FilterOutcome g = cache_->Filter(Manifest(GpuPod("big", 1, 30000)), Views(names), false);
   EXPECT_EQ(g.feasible, before.feasible) << g.Summary(names.size());
   EXPECT_LT(g.feasible.size(), names.size()) << "the running pods must matter";
 }

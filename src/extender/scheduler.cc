@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/time/clock.h"
 
 #include "base/log.h"
@@ -253,7 +254,7 @@ HttpReply Scheduler::Filter(std::string_view body) {
   absl::StatusOr<config::PodManifest> manifest = config::PodManifestFromJson(args->pod);
   if (!manifest.ok()) {
     const std::string why = StrCat("invalid pod: ", manifest.status().message());
-    for (const std::string& n : args->node_names)
+    for (std::string_view n : args->node_names)
       result.failed_unresolvable_nodes.emplace_back(n, why);
     if (args->nodes.has_value()) result.nodes = std::vector<Json>();
     LogWarning(kLog, "filter: ", why);
@@ -272,12 +273,16 @@ HttpReply Scheduler::Filter(std::string_view body) {
   result.node_names = std::move(outcome.feasible);
   // No preemption verb: kube-scheduler cannot tell whether evicting pods frees GPUs, so every
   // GPU reason is unresolvable (no pointless preemption attempts).
-  result.failed_unresolvable_nodes = std::move(outcome.failed);
+  result.failed_unresolvable_nodes.reserve(outcome.failed.size());
+  for (const FilterOutcome::FailedNode& f : outcome.failed) {
+    result.failed_unresolvable_nodes.emplace_back(f.node, outcome.reasons[f.reason]);
+  }
   if (args->nodes.has_value()) {
-    std::set<std::string> keep(result.node_names.begin(), result.node_names.end());
+    const absl::flat_hash_set<std::string_view> keep(result.node_names.begin(),
+                                                     result.node_names.end());
     std::vector<Json> kept;
-    for (const Json& n : *args->nodes) {
-      if (keep.count(k8s::Name(n))) kept.push_back(n);
+    for (Json& n : *args->nodes) {
+      if (keep.contains(k8s::Name(n))) kept.push_back(std::move(n));
     }
     result.nodes = std::move(kept);
   }
@@ -324,7 +329,7 @@ HttpReply Scheduler::Prioritize(std::string_view body) {
   if (manifest.ok()) {
     scores = cache_.Prioritize(*manifest, args->node_names);
   } else {
-    for (const std::string& n : args->node_names) scores.push_back({n, 0});
+    for (std::string_view n : args->node_names) scores.push_back({std::string(n), 0});
   }
   return done("ok", JsonReply(200, HostPriorityListToJson(scores)));
 }

@@ -19,6 +19,7 @@ using json = nlohmann::json;
 using testing::GpuPod;
 using testing::NodeJson;
 using testing::TestGpu;
+using testing::Views;
 
 config::PodManifest Manifest(const json& pod) {
   absl::StatusOr<config::PodManifest> m = config::PodManifestFromJson(pod);
@@ -60,7 +61,7 @@ class StatusTest : public ::testing::Test {
     const config::PodManifest m = Manifest(pod);
     std::vector<std::string> names;
     for (const json& n : nodes_) names.push_back(n["metadata"]["name"]);
-    FilterOutcome f = scheduler_.Filter(m, names);
+    FilterOutcome f = scheduler_.Filter(m, Views(names));
     EXPECT_FALSE(f.assumed_node.empty()) << f.Summary(names.size());
     absl::StatusOr<BindTicket> t = scheduler_.BeginBind(m, f.assumed_node);
     EXPECT_TRUE(t.ok()) << t.status();
@@ -303,7 +304,7 @@ TEST_F(StatusTest, SnapshotAndWhatIfLeaveTheLiveCacheUntouched) {
   EXPECT_EQ(again->fitted, w->fitted);
   EXPECT_EQ(again->nodes, w->nodes);
   const FilterOutcome live = scheduler_.Filter(Manifest(MigPod("w", 5000)), {"n1"}, false);
-  EXPECT_EQ(live.feasible, std::vector<std::string>{"n1"}) << live.Summary(1);
+  EXPECT_THAT(live.feasible, ::testing::ElementsAre("n1")) << live.Summary(1);
 }
 
 TEST_F(StatusTest, MalformedInventoryIsANodeProblemAndTheOtherNodesAreListed) {

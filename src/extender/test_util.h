@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,11 @@
 namespace prism::extender::testing {
 
 using nlohmann::json;
+
+// Views of `names` for SchedulerCache::Filter and Prioritize (which take the request's views).
+inline std::vector<std::string_view> Views(const std::vector<std::string>& names) {
+  return std::vector<std::string_view>(names.begin(), names.end());
+}
 
 struct TestGpu {
   TestGpu(std::string model_ = "A100-SXM4-40GB", int64_t memory_mib_ = 40960, bool mig_ = false)

@@ -11,6 +11,7 @@
 #include "base/strings.h"
 #include "config/quantity.h"
 #include "deviceplugin/inventory.h"
+#include "simdjson.h"
 
 namespace prism::extender {
 namespace {
@@ -50,146 +51,224 @@ const Json* FindField(const Json& object, std::string_view key) {
   return nullptr;
 }
 
-absl::StatusOr<ExtenderArgs> ParseExtenderArgs(std::string_view body,
-                                               const ExtenderLimits& limits) {
-  // Count the candidates while parsing and drop those over the limit, so that a request with
-  // millions of names never becomes millions of JSON values. NodeNames' strings are taken out
-  // of the parser as they come, not stored in the document and copied again (at 5,000
-  // candidates the names were most of a call's parse). Depths are nlohmann's: 1 for the
-  // top-level keys, 2 for NodeNames' elements, 3 for the objects of Nodes.items.
-  std::string top_key;
-  std::string nodes_key;
-  size_t name_count = 0;
-  size_t item_count = 0;
-  // Per top-level key spelling that reads as NodeNames (Go matches keys ignoring case): the
-  // strings of its array, and its first element that is not a string. A repeated key starts
-  // over, as the document keeps the last value.
-  struct NameList {
-    std::vector<std::string> names;
-    size_t elements = 0;
-    std::optional<size_t> first_not_a_string;
-  };
-  std::map<std::string, NameList, std::less<>> name_lists;
-  NameList* in_names = nullptr;  // The NodeNames array being parsed.
-  const Json::parser_callback_t count = [&](int depth, Json::parse_event_t event, Json& parsed) {
-    if (event == Json::parse_event_t::key) {
-      if (depth == 1) {
-        top_key = parsed.get<std::string>();
-        in_names = nullptr;
-      }
-      if (depth == 2) nodes_key = parsed.get<std::string>();
-      return true;
-    }
-    const bool names_key = EqualsIgnoreAsciiCase(top_key, "NodeNames");
-    if (depth == 1 && event == Json::parse_event_t::array_start && names_key) {
-      in_names = &name_lists[top_key];
-      *in_names = NameList{};
-      return true;
-    }
-    const bool element_done = event == Json::parse_event_t::value ||
-                              event == Json::parse_event_t::object_end ||
-                              event == Json::parse_event_t::array_end;
-    if (depth == 2 && element_done && names_key) {
-      if (++name_count > limits.max_nodes) return false;
-      if (in_names == nullptr) return true;  // NodeNames is not an array: reported below.
-      const size_t index = in_names->elements++;
-      if (event == Json::parse_event_t::value && parsed.is_string()) {
-        in_names->names.push_back(std::move(parsed.get_ref<std::string&>()));
-        return false;  // Taken: the document keeps no copy.
-      }
-      if (!in_names->first_not_a_string) in_names->first_not_a_string = index;
-      return true;
-    }
-    if (depth == 3 && event == Json::parse_event_t::object_end &&
-        EqualsIgnoreAsciiCase(top_key, "Nodes") && EqualsIgnoreAsciiCase(nodes_key, "items")) {
-      return ++item_count <= limits.max_nodes;
-    }
-    return true;
-  };
-  Json json = Json::parse(body.begin(), body.end(), count, /*allow_exceptions=*/false);
-  if (json.is_discarded()) {
-    return absl::InvalidArgumentError("ExtenderArgs: request body is not valid JSON");
+namespace {
+
+namespace dom = simdjson::dom;
+
+// nlohmann's names for JSON types, as the error messages have always used them.
+std::string_view TypeName(dom::element_type type) {
+  switch (type) {
+    case dom::element_type::ARRAY:
+      return "array";
+    case dom::element_type::OBJECT:
+      return "object";
+    case dom::element_type::STRING:
+      return "string";
+    case dom::element_type::BOOL:
+      return "boolean";
+    case dom::element_type::NULL_VALUE:
+      return "null";
+    default:
+      return "number";
   }
-  if (!json.is_object()) {
+}
+
+// The element as an array or object, its type already checked. By value: a range-for over
+// `get_array().value_unsafe()` would iterate a reference into a destroyed temporary.
+dom::array AsArray(dom::element e) {
+  dom::array out;
+  if (e.get_array().get(out) != simdjson::SUCCESS) return dom::array();
+  return out;
+}
+dom::object AsObject(dom::element e) {
+  dom::object out;
+  if (e.get_object().get(out) != simdjson::SUCCESS) return dom::object();
+  return out;
+}
+
+// The same value as nlohmann would have parsed it: non-negative integers unsigned, a repeated
+// key's last value. Recursion is bounded by simdjson's maximum depth (1,024).
+Json ToNlohmann(dom::element e) {
+  switch (e.type()) {
+    case dom::element_type::ARRAY: {
+      Json out = Json::array();
+      for (dom::element v : AsArray(e)) out.push_back(ToNlohmann(v));
+      return out;
+    }
+    case dom::element_type::OBJECT: {
+      Json out = Json::object();
+      for (dom::key_value_pair field : AsObject(e)) {
+        out[std::string(field.key)] = ToNlohmann(field.value);
+      }
+      return out;
+    }
+    case dom::element_type::INT64: {
+      const int64_t v = e.get_int64().value_unsafe();
+      return v >= 0 ? Json(static_cast<uint64_t>(v)) : Json(v);
+    }
+    case dom::element_type::UINT64:
+      return Json(e.get_uint64().value_unsafe());
+    case dom::element_type::DOUBLE:
+      return Json(e.get_double().value_unsafe());
+    case dom::element_type::STRING:
+      return Json(std::string(e.get_string().value_unsafe()));
+    case dom::element_type::BOOL:
+      return Json(e.get_bool().value_unsafe());
+    case dom::element_type::NULL_VALUE:
+      return Json(nullptr);
+  }
+  return Json();
+}
+
+// FindField's rule on a simdjson object: the exact key (its last occurrence), else the
+// case-insensitive match that sorts first (std::map order, as nlohmann keeps keys), its last
+// occurrence.
+std::optional<dom::element> FindDomField(dom::object object, std::string_view key) {
+  std::optional<dom::element> exact;
+  std::optional<dom::element> folded;
+  std::string_view folded_key;
+  for (dom::key_value_pair field : object) {
+    if (field.key == key) {
+      exact = field.value;
+    } else if (EqualsIgnoreAsciiCase(field.key, key) && (!folded || field.key <= folded_key)) {
+      folded = field.value;
+      folded_key = field.key;
+    }
+  }
+  return exact ? exact : folded;
+}
+
+// One parser per server thread, kept for bodies up to 1 MiB so its buffers are reused (a fresh
+// parser's page faults were a visible part of a call); a larger body gets its own parser, so a
+// thread never keeps the memory of the largest body it ever saw.
+constexpr size_t kReusedParserBytes = size_t{1} << 20;
+
+absl::StatusOr<ExtenderArgs> ParseExtenderArgsWith(dom::parser& parser, std::string_view body,
+                                                   const ExtenderLimits& limits) {
+  dom::element root;
+  if (simdjson::error_code error = parser.parse(body.data(), body.size()).get(root)) {
+    return absl::InvalidArgumentError(StrCat("ExtenderArgs: request body is not valid JSON (",
+                                             simdjson::error_message(error), ")"));
+  }
+  dom::object top;
+  if (root.get_object().get(top) != simdjson::SUCCESS) {
     return absl::InvalidArgumentError(
-        StrCat("ExtenderArgs: expected a JSON object, got ", json.type_name()));
+        StrCat("ExtenderArgs: expected a JSON object, got ", TypeName(root.type())));
   }
+  const std::optional<dom::element> names = FindDomField(top, "NodeNames");
+  const std::optional<dom::element> nodes = FindDomField(top, "Nodes");
+  std::optional<dom::element> items;
+  if (nodes && !nodes->is_null()) {
+    dom::object node_list;
+    if (nodes->get_object().get(node_list) == simdjson::SUCCESS) {
+      items = FindDomField(node_list, "items");
+    }
+    if (!items || !(items->is_array() || items->is_null())) {
+      return absl::InvalidArgumentError(
+          "ExtenderArgs.Nodes: expected a NodeList {\"items\": [...]}");
+    }
+  }
+  // The bound first: an oversized list is refused before any of it is copied.
+  const size_t name_count = names && names->is_array() ? AsArray(*names).size() : 0;
+  const size_t item_count = items && items->is_array() ? AsArray(*items).size() : 0;
   if (name_count > limits.max_nodes || item_count > limits.max_nodes) {
     return absl::InvalidArgumentError(
         StrCat("ExtenderArgs.", name_count > limits.max_nodes ? "NodeNames" : "Nodes.items", ": ",
                std::max(name_count, item_count), " nodes, more than the limit of ",
                limits.max_nodes, " per request"));
   }
-  ExtenderArgs args;
-  const Json* pod = FindField(json, "Pod");
-  if (pod == nullptr || !pod->is_object()) {
+  const std::optional<dom::element> pod = FindDomField(top, "Pod");
+  if (!pod || !pod->is_object()) {
     return absl::InvalidArgumentError("ExtenderArgs.Pod: missing or not an object");
   }
-  const Json* metadata = FindField(*pod, "metadata");
-  if (metadata == nullptr || !metadata->is_object()) {
+  const std::optional<dom::element> metadata = FindDomField(AsObject(*pod), "metadata");
+  if (!metadata || !metadata->is_object()) {
     return absl::InvalidArgumentError("ExtenderArgs.Pod.metadata: missing or not an object");
   }
-  args.pod = *pod;
-  if (const Json* names = FindField(json, "NodeNames"); names != nullptr && !names->is_null()) {
+  // The names, checked, then copied into one buffer.
+  std::vector<std::string_view> parsed;  // Views of the parser's strings until copied.
+  if (names && !names->is_null()) {
     if (!names->is_array()) {
       return absl::InvalidArgumentError(
-          StrCat("ExtenderArgs.NodeNames: expected an array, got ", names->type_name()));
+          StrCat("ExtenderArgs.NodeNames: expected an array, got ", TypeName(names->type())));
     }
-    // The spelling FindField chose, and what the parser took out of its array.
-    NameList* list = nullptr;
-    for (auto it = json.begin(); it != json.end(); ++it) {
-      if (&*it == names) list = &name_lists[it.key()];
-    }
-    if (list == nullptr) return absl::InternalError("ExtenderArgs.NodeNames: lost while parsing");
-    if (list->first_not_a_string) {
-      return absl::InvalidArgumentError(
-          StrCat("ExtenderArgs.NodeNames[", *list->first_not_a_string, "]: expected a string"));
-    }
-    for (size_t i = 0; i < list->names.size(); ++i) {
-      if (list->names[i].size() > limits.max_node_name_bytes) {
+    parsed.reserve(name_count);
+    for (dom::element e : AsArray(*names)) {
+      std::string_view name;
+      if (e.get_string().get(name) != simdjson::SUCCESS) {
         return absl::InvalidArgumentError(
-            StrCat("ExtenderArgs.NodeNames[", i, "]: ", list->names[i].size(),
+            StrCat("ExtenderArgs.NodeNames[", parsed.size(), "]: expected a string"));
+      }
+      if (name.size() > limits.max_node_name_bytes) {
+        return absl::InvalidArgumentError(
+            StrCat("ExtenderArgs.NodeNames[", parsed.size(), "]: ", name.size(),
                    " bytes, more than a node name's ", limits.max_node_name_bytes));
       }
+      parsed.push_back(name);
     }
-    args.node_names = std::move(list->names);
   }
-  if (const Json* nodes = FindField(json, "Nodes"); nodes != nullptr && !nodes->is_null()) {
-    const Json* items = FindField(*nodes, "items");
-    if (!nodes->is_object() || items == nullptr || !(items->is_array() || items->is_null())) {
-      return absl::InvalidArgumentError(
-          "ExtenderArgs.Nodes: expected a NodeList {\"items\": [...]}");
-    }
+  ExtenderArgs args;
+  args.pod = ToNlohmann(*pod);
+  if (items) {
     std::vector<Json> list;
-    std::vector<std::string> names;
+    std::vector<std::string_view> item_names;
     if (items->is_array()) {
-      for (size_t i = 0; i < items->size(); ++i) {
-        const Json& node = (*items)[i];
-        std::string name;
-        if (const Json* md = FindField(node, "metadata"); md != nullptr) {
-          if (const Json* n = FindField(*md, "name"); n != nullptr && n->is_string()) {
-            name = n->get<std::string>();
+      for (dom::element node : AsArray(*items)) {
+        std::string_view name;
+        std::optional<dom::element> md;
+        if (node.is_object()) md = FindDomField(AsObject(node), "metadata");
+        if (md && md->is_object()) {
+          if (std::optional<dom::element> n = FindDomField(AsObject(*md), "name");
+              n && n->is_string()) {
+            name = n->get_string().value_unsafe();
           }
         }
         if (name.empty()) {
           return absl::InvalidArgumentError(
-              StrCat("ExtenderArgs.Nodes.items[", i, "]: missing metadata.name"));
+              StrCat("ExtenderArgs.Nodes.items[", list.size(), "]: missing metadata.name"));
         }
-        names.push_back(std::move(name));
-        list.push_back(node);
+        item_names.push_back(name);
+        list.push_back(ToNlohmann(node));
       }
     }
-    if (args.node_names.empty()) args.node_names = std::move(names);
+    if (parsed.empty()) parsed = std::move(item_names);
     args.nodes = std::move(list);
   }
+  size_t bytes = 0;
+  for (std::string_view name : parsed) bytes += name.size();
+  args.name_bytes = std::make_unique<char[]>(std::max<size_t>(bytes, 1));
+  args.node_names.reserve(parsed.size());
+  char* at = args.name_bytes.get();
+  for (std::string_view name : parsed) {
+    std::copy(name.begin(), name.end(), at);
+    args.node_names.emplace_back(at, name.size());
+    at += name.size();
+  }
   return args;
+}
+
+}  // namespace
+
+absl::StatusOr<ExtenderArgs> ParseExtenderArgs(std::string_view body,
+                                               const ExtenderLimits& limits) {
+  if (body.size() > kReusedParserBytes) {
+    dom::parser parser;
+    return ParseExtenderArgsWith(parser, body, limits);
+  }
+  thread_local dom::parser parser;
+  return ParseExtenderArgsWith(parser, body, limits);
 }
 
 void AppendJsonString(std::string* out, std::string_view text) {
   static constexpr char kHex[] = "0123456789abcdef";
   out->push_back('"');
-  for (char ch : text) {
-    const auto c = static_cast<unsigned char>(ch);
+  // Runs of characters that need no escape (all of a node name) are appended at once.
+  size_t run = 0;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c != '"' && c != '\\') continue;
+    out->append(text.data() + run, i - run);
+    run = i + 1;
     switch (c) {
       case '"':
         out->append("\\\"");
@@ -207,21 +286,18 @@ void AppendJsonString(std::string* out, std::string_view text) {
         out->append("\\r");
         break;
       default:
-        if (c < 0x20) {
-          out->append("\\u00");
-          out->push_back(kHex[c >> 4]);
-          out->push_back(kHex[c & 15]);
-        } else {
-          out->push_back(ch);
-        }
+        out->append("\\u00");
+        out->push_back(kHex[c >> 4]);
+        out->push_back(kHex[c & 15]);
     }
   }
+  out->append(text.data() + run, text.size() - run);
   out->push_back('"');
 }
 
 namespace {
 
-void AppendReasons(std::string* out, const std::vector<std::pair<std::string, std::string>>& m) {
+void AppendReasons(std::string* out, const FilterResult::NodeReasons& m) {
   out->push_back('{');
   bool first = true;
   for (const auto& [node, reason] : m) {

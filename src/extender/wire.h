@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,13 +30,15 @@ using Json = nlohmann::json;
 // or nullptr. `object` need not be an object.
 const Json* FindField(const Json& object, std::string_view key);
 
-// ExtenderArgs (filter and prioritize).
+// ExtenderArgs (filter and prioritize). Move-only: the names view storage it owns.
 struct ExtenderArgs {
   Json pod;  // The full v1.Pod.
   // nodeCacheCapable: names only. Otherwise `nodes` holds the full v1.Node objects (their names
-  // also fill `node_names`).
-  std::vector<std::string> node_names;
+  // also fill `node_names`). The names are views of `name_bytes`, one buffer for all of them: at
+  // 5,000 candidates a string per name was a malloc per name on every Filter.
+  std::vector<std::string_view> node_names;
   std::optional<std::vector<Json>> nodes;
+  std::unique_ptr<char[]> name_bytes;
 };
 // Per-request work bounds (docs/scheduler.md, "Limits"). kube-scheduler sends each candidate node
 // once; Kubernetes supports clusters of 5,000 nodes and node names are DNS names of at most 253
@@ -44,19 +47,23 @@ struct ExtenderLimits {
   size_t max_nodes = 20000;
   size_t max_node_name_bytes = 253;
 };
-// InvalidArgument naming the field for a malformed request or one over `limits`. Nodes beyond
-// `limits.max_nodes` are dropped while parsing, so an oversized list costs no memory.
+// InvalidArgument naming the field for a malformed request or one over `limits`. The body is
+// parsed with simdjson and fully validated (UTF-8, syntax, depth up to 1,024, numbers within
+// 64 bits: a pod serialised from Go's types has no other); only the pod (and full nodes, when
+// sent) become nlohmann documents.
 absl::StatusOr<ExtenderArgs> ParseExtenderArgs(std::string_view body,
                                                const ExtenderLimits& limits = {});
 
-// ExtenderFilterResult.
+// ExtenderFilterResult. Names and reasons are views (of the request's names and of the texts
+// the caller keeps until the reply is written): the reply is built without copying them.
 struct FilterResult {
-  std::vector<std::string> node_names;  // Feasible nodes.
+  std::vector<std::string_view> node_names;  // Feasible nodes.
   // Set when the request carried full nodes (not nodeCacheCapable): the feasible ones.
   std::optional<std::vector<Json>> nodes;
   // Node -> reason, in request order (each node at most once).
-  std::vector<std::pair<std::string, std::string>> failed_nodes;  // Preemption may help.
-  std::vector<std::pair<std::string, std::string>> failed_unresolvable_nodes;  // It cannot.
+  using NodeReasons = std::vector<std::pair<std::string_view, std::string_view>>;
+  NodeReasons failed_nodes;               // Preemption may help.
+  NodeReasons failed_unresolvable_nodes;  // It cannot.
   std::string error;
 };
 // The reply text. Written directly rather than through a JSON object: at 5,000 candidates the

@@ -64,6 +64,38 @@ TEST(ExtenderArgsTest, NamesTakenWhileParsingAreTheDocumentsNames) {
   EXPECT_TRUE(empty->pod.contains("metadata"));
 }
 
+// The request is parsed with simdjson; the pod must come out as nlohmann would have parsed it
+// (config::PodManifestFromJson reads it), numbers and repeated keys included.
+TEST(ExtenderArgsTest, ThePodIsTheDocumentNlohmannWouldParse) {
+  const std::string pod =
+      R"({"metadata":{"name":"p","labels":{"a":"1"},"labels":{"b":"2"}},"spec":{"priority":7,)"
+      R"("x":-3,"y":2.5,"z":18446744073709551615,"e":1e3,"t":true,"n":null,"s":"\u00e9\n",)"
+      R"("l":[[],{},[1,[2,{"k":"v"}]]]}})";
+  absl::StatusOr<ExtenderArgs> args =
+      ParseExtenderArgs(StrCat(R"({"Pod":)", pod, R"(,"NodeNames":["n\u0031","b\"c"]})"));
+  ASSERT_TRUE(args.ok()) << args.status();
+  const json want = json::parse(pod);
+  EXPECT_EQ(args->pod, want) << args->pod.dump();
+  EXPECT_EQ(args->pod.dump(), want.dump());                  // Same types too (unsigned, float).
+  EXPECT_THAT(args->node_names, ElementsAre("n1", "b\"c"));  // Unescaped.
+}
+
+TEST(ExtenderArgsTest, InvalidJsonAnywhereIsRefused) {
+  for (const std::string& body : std::vector<std::string>{
+           R"({"Pod":{"metadata":{}},"NodeNames":["a"],"Other":[1,tru]})",
+           R"({"Pod":{"metadata":{}},"NodeNames":["a"]} trailing)",
+           StrCat(R"({"Pod":{"metadata":{}},"NodeNames":["a)", "\xff", R"("]})"),  // Not UTF-8.
+           // A number out of 64-bit range (a pod serialised from Go's types has none).
+           R"({"Pod":{"metadata":{},"x":123456789012345678901234},"NodeNames":["a"]})",
+           StrCat(R"({"Pod":{"metadata":{}},"Deep":)", std::string(2000, '['),
+                  std::string(2000, ']'), "}"),
+       }) {
+    absl::StatusOr<ExtenderArgs> args = ParseExtenderArgs(body);
+    ASSERT_FALSE(args.ok()) << body;
+    EXPECT_THAT(std::string(args.status().message()), HasSubstr("not valid JSON")) << body;
+  }
+}
+
 TEST(ExtenderArgsTest, FullNodeListWhenNotNodeCacheCapable) {
   json body{{"Pod", GpuPod("p", 1, 1000)},
             {"Nodes", {{"items", {NodeJson("n1", {TestGpu{}}), NodeJson("n2", {})}}}},
@@ -167,7 +199,8 @@ TEST(FilterResultTest, ReturnsNodesWhenGivenNodes) {
 TEST(FilterResultTest, EscapesNamesAndReasons) {
   FilterResult r;
   r.node_names = {"a\"b"};
-  r.failed_unresolvable_nodes.emplace_back("n\\1", std::string("tab\there, nl\n, ctl\x01"));
+  const std::string reason = "tab\there, nl\n, ctl\x01";  // Outlives the reply, as in Filter.
+  r.failed_unresolvable_nodes.emplace_back("n\\1", reason);
   r.error = "bad \"quote\"";
   json j = json::parse(FilterResultToJson(r));
   EXPECT_EQ(j["NodeNames"][0], "a\"b");

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/sched/request.h"
@@ -106,6 +107,14 @@ struct NodeFailure {
   std::string ToString() const;
   // The most frequent reason (node-level first), for cluster-wide summaries.
   Reason Main() const;
+
+  // Nodes that fail alike are told apart from others without formatting their reasons.
+  friend bool operator==(const NodeFailure&, const NodeFailure&) = default;
+  template <typename H>
+  friend H AbslHashValue(H h, const NodeFailure& f) {
+    return H::combine(std::move(h), f.node_level, f.node_reason, f.gpus, f.gpu_counts,
+                      f.too_few_cards);
+  }
 };
 
 }  // namespace prism::sched
