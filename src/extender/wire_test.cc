@@ -113,6 +113,7 @@ TEST(ExtenderArgsTest, MalformedRequestsNameTheProblem) {
     std::string want;
   };
   for (const Case& c : std::vector<Case>{
+           {"", "not valid JSON"},
            {"{oops", "not valid JSON"},
            {"[1,2]", "expected a JSON object"},
            {R"({"NodeNames":["a"]})", "ExtenderArgs.Pod"},
