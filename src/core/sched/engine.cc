@@ -865,6 +865,12 @@ class Engine::Impl {
       int best_l = -1;
       MigOption best;
       GpuPref best_pref;
+      // GPUs judged this round with nothing of the pod on them. A later GPU of the same class
+      // and state gets the same option and preference, and the order below is strict, so it
+      // cannot win: only its reason is copied (a node of 8 idle GPUs judges one, not 8).
+      constexpr int kJudgedMax = 16;  // More distinct states on one node: judged each time.
+      std::array<int16_t, kJudgedMax> judged{};
+      int judged_count = 0;
       for (int l = 0; l < n.gpu_count; ++l) {
         const int g = n.first_gpu + l;
         const GpuInfo& gi = cluster_.gpu(g);
@@ -875,6 +881,23 @@ class Engine::Impl {
         }
         uint8_t reason = kNoReason;
         const ScratchGpu& s = scratch_[l];
+        if (s.Untouched()) {
+          int same = -1;
+          for (int j = 0; j < judged_count && same < 0; ++j) {
+            const int lj = judged[j];
+            const int gj = n.first_gpu + lj;
+            if (SameMigClass(gi, cluster_.gpu_type_id(g), cluster_.gpu(gj),
+                             cluster_.gpu_type_id(gj)) &&
+                SameMigUsage(s.u, scratch_[lj].u)) {
+              same = lj;
+            }
+          }
+          if (same >= 0) {
+            reasons_[l] = reasons_[same];
+            continue;
+          }
+          if (judged_count < kJudgedMax) judged[judged_count++] = static_cast<int16_t>(l);
+        }
         MigOption o = gi.template_mode ? BestTemplateOption(rp, oi, g, s, needed - k, &reason)
                                        : BestPlacementOption(rp, oi, g, s, &reason);
         if (!o.ok) {

@@ -201,7 +201,40 @@ struct ScratchGpu {
     n_destroyed = 0;
     n_created = 0;
   }
+
+  // Nothing of the pod on it yet: the GPU is as the cluster has it (`u`).
+  bool Untouched() const {
+    return app_mem == 0 && init_mem == 0 && app_cores == 0 && init_cores == 0 && app_tasks == 0 &&
+           !init_any && mine == 0 && mine_app == 0 && !container_used && !switched &&
+           old_template == -1 && n_destroyed == 0 && n_created == 0;
+  }
 };
+
+// The same MIG state: every usage field, instances up to instance_count.
+inline bool SameMigUsage(const GpuUsage& a, const GpuUsage& b) {
+  if (a.memory_used_mib != b.memory_used_mib || a.cores_used != b.cores_used ||
+      a.tasks != b.tasks || a.template_index != b.template_index ||
+      a.instance_count != b.instance_count || !(a.busy == b.busy)) {
+    return false;
+  }
+  for (int i = 0; i < a.instance_count; ++i) {
+    const MigInstance& x = a.instances[i];
+    const MigInstance& y = b.instances[i];
+    if (x.profile != y.profile || x.start != y.start || x.state != y.state || x.entry != y.entry) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// GPUs whose MIG options are computed alike: same type and configuration (uuid and node aside).
+inline bool SameMigClass(const GpuInfo& a, int a_type, const GpuInfo& b, int b_type) {
+  return a_type == b_type && a.mode == b.mode && a.healthy == b.healthy &&
+         a.template_mode == b.template_mode && a.fixed_layout == b.fixed_layout &&
+         a.mig_model == b.mig_model && a.template_set == b.template_set &&
+         a.allowed_profiles == b.allowed_profiles && a.memory_mib == b.memory_mib &&
+         a.cores_total == b.cores_total && a.split_count == b.split_count;
+}
 
 // A software-slice GPU's facts and states before and after one container's share, and the
 // node fragmentation that gave (Engine::Impl::FragWithGpuOnce).
