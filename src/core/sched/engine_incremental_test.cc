@@ -599,6 +599,65 @@ TEST(EngineIncrementalTest, PrepareIndexRefusesAMalformedRequestAndNeverEvicts) 
   EXPECT_EQ(engine.pending_index_builds(), 0u);
 }
 
+// An index left behind by more changes than there are nodes (one prepared before the running
+// pods were charged, one not used for a while) is caught up by looking at node versions: only
+// the nodes that changed are scored again, by a decision or a budget at a time by maintenance,
+// and the index then decides as an engine without indexes.
+TEST(EngineIncrementalTest, AnIndexBehindByMoreThanTheNodesRescoresOnlyTheChangedOnes) {
+  const DeviceConfig config = HamiDefaultConfig();
+  std::vector<NodeSpec> nodes;
+  for (int i = 0; i < 40; ++i) nodes.push_back(TwoT4("n" + std::to_string(100 + i)));
+  for (const int budget : {1000, 1}) {
+    SCOPED_TRACE(budget);
+    auto built = ClusterState::Build(nodes, config);
+    ASSERT_TRUE(built.ok());
+    Engine indexed(*built, config);
+    EngineOptions plain;
+    plain.use_indexes = false;
+    Engine unindexed(std::move(*built), config, plain);
+    auto both = [&](const PodRequest& pod) {
+      ScheduleResult a = indexed.Place(pod);
+      ScheduleResult b = unindexed.Place(pod);
+      ASSERT_EQ(a.scheduled, b.scheduled) << pod.name;
+      if (a.scheduled) {
+        EXPECT_EQ(a.decision.node, b.decision.node) << pod.name;
+      }
+    };
+    both(GpuPod("a0", 1, 6000));  // Opens the index of the shape that then waits.
+    std::vector<uint64_t> versions;
+    for (int n = 0; n < indexed.cluster().node_count(); ++n) {
+      versions.push_back(indexed.cluster().node_usage(n).version);
+    }
+    const uint64_t log_start = indexed.cluster().change_log_end();
+    for (int i = 0; i < 150; ++i) {
+      both(GpuPod("b" + std::to_string(i), 1, 8000 + 3000 * (i % 3)));
+      if (i >= 24) {  // 24 live pods of about a GPU each: spread over about half the nodes.
+        const std::string gone = "default/b" + std::to_string(i - 24);
+        ASSERT_TRUE(indexed.Release(gone).ok());
+        ASSERT_TRUE(unindexed.Release(gone).ok());
+      }
+    }
+    ASSERT_GT(indexed.cluster().change_log_end() - log_start, 40u * 3);
+    int64_t changed = 0;
+    for (int n = 0; n < indexed.cluster().node_count(); ++n) {
+      changed += indexed.cluster().node_usage(n).version != versions[n] ? 1 : 0;
+    }
+    ASSERT_GT(changed, 5);
+    ASSERT_LT(changed, 40) << "the test needs nodes that did not change";
+    // The b shapes' indexes are caught up by their own decisions; only a0's lags.
+    int64_t spent = 0;
+    for (int round = 0; round < 1000; ++round) {
+      const int64_t s = indexed.MaintainIndexes(budget);
+      if (s == 0) break;
+      EXPECT_LE(s, budget);
+      spent += s;
+    }
+    EXPECT_EQ(spent, changed) << "each changed node once, the others not at all";
+    EXPECT_EQ(indexed.MaintainIndexes(1000), 0) << "caught up";
+    for (int i = 1; i < 6; ++i) both(GpuPod("a" + std::to_string(i), 1, 6000));
+  }
+}
+
 // Indexes off: nothing to maintain.
 TEST(EngineIncrementalTest, MaintenanceWithoutIndexesDoesNothing) {
   const DeviceConfig config = HamiDefaultConfig();

@@ -138,18 +138,11 @@ void ShapeIndexes::FullRebuild(ShapeIndex& index, Scorer score) {
   for (int n = 0; n < nodes; ++n) ScoreNode(index, score, n);
   index.tree.Reset(&index.score, &cluster_->node_ranks());
   index.synced = cluster_->change_log_end();
+  index.rescan_next = -1;
 }
 
 int64_t ShapeIndexes::CatchUp(ShapeIndex& index, Scorer score, int64_t budget) {
-  const uint64_t end = cluster_->change_log_end();
   const int nodes = cluster_->node_count();
-  if (index.synced < cluster_->change_log_begin() ||
-      end - index.synced > static_cast<uint64_t>(nodes)) {
-    // The log no longer holds the backlog, or it is longer than a rebuild.
-    if (budget >= 0 && budget < nodes) return 0;
-    FullRebuild(index, score);
-    return nodes;
-  }
   if (index.score.size() < static_cast<size_t>(nodes)) {
     // Nodes were added (UpsertNode); they are in the change log, so the loop below scores
     // them. The sentinel version forces that even for a node whose version matches by chance.
@@ -159,6 +152,21 @@ int64_t ShapeIndexes::CatchUp(ShapeIndex& index, Scorer score, int64_t budget) {
     index.tree.Grow();
   }
   int64_t spent = 0;
+  for (;;) {
+    const uint64_t end = cluster_->change_log_end();
+    if (index.rescan_next < 0 && (index.synced < cluster_->change_log_begin() ||
+                                  end - index.synced > static_cast<uint64_t>(nodes))) {
+      // The log no longer holds the backlog, or reading it would cost more than looking at
+      // every node: versions tell which nodes changed (an index that lagged long, e.g. one
+      // prepared before the running pods were charged, re-scores those only, not every node).
+      index.rescan_next = 0;
+      index.rescan_from = end;
+    }
+    if (index.rescan_next < 0) break;
+    spent += Rescan(index, score, budget < 0 ? -1 : budget - spent);
+    if (index.rescan_next >= 0) return spent;  // Out of budget.
+  }
+  const uint64_t end = cluster_->change_log_end();
   uint64_t pos = index.synced;
   for (; pos < end && (budget < 0 || spent < budget); ++pos) {
     const int n = cluster_->change_at(pos);
@@ -169,6 +177,24 @@ int64_t ShapeIndexes::CatchUp(ShapeIndex& index, Scorer score, int64_t budget) {
     ++spent;
   }
   index.synced = pos;
+  return spent;
+}
+
+int64_t ShapeIndexes::Rescan(ShapeIndex& index, Scorer score, int64_t budget) {
+  const int nodes = cluster_->node_count();
+  int64_t spent = 0;
+  for (int n = index.rescan_next; n < nodes; ++n) {
+    if (index.version[n] == static_cast<uint32_t>(cluster_->node_usage(n).version)) continue;
+    if (budget >= 0 && spent >= budget) {
+      index.rescan_next = n;
+      return spent;
+    }
+    ScoreNode(index, score, n);
+    index.tree.Update(n);
+    ++spent;
+  }
+  index.rescan_next = -1;
+  index.synced = index.rescan_from;
   return spent;
 }
 

@@ -109,6 +109,11 @@ struct ShapeIndex {
   // A build in progress (ShapeIndexes::Prepare): nodes [0, built) are scored; the tree and the
   // other nodes are not yet. -1: built.
   int32_t built = -1;
+  // A rescan in progress (the change log no longer holds the backlog, or it is longer than the
+  // node list): nodes [0, rescan_next) match their versions as of when they were looked at, and
+  // what changed after `rescan_from` is in the log from there. -1: none.
+  int32_t rescan_next = -1;
+  uint64_t rescan_from = 0;
   std::list<std::string>::iterator lru;
 };
 
@@ -171,9 +176,13 @@ class ShapeIndexes {
   // Scores up to `budget` more nodes of a prepared build (-1: all), finishing it (tree, then a
   // catch-up of what changed since it began) when every node is scored. Returns the scorings.
   int64_t ContinueBuild(ShapeIndex& index, Scorer score, int64_t budget);
-  // Reads the change log from index.synced, at most `budget` scorings (-1: no limit).
-  // Returns the scorings spent.
+  // Reads the change log from index.synced, at most `budget` scorings (-1: no limit), or
+  // rescans where the log cannot say what changed. Returns the scorings spent.
   int64_t CatchUp(ShapeIndex& index, Scorer score, int64_t budget);
+  // Goes on with index.rescan_next: re-scores each node whose version moved since the index
+  // scored it, at most `budget` (-1: no limit); when every node was looked at, the index is
+  // synced to rescan_from. Returns the scorings spent.
+  int64_t Rescan(ShapeIndex& index, Scorer score, int64_t budget);
   void ScoreNode(ShapeIndex& index, Scorer score, int node);
 
   const ClusterState* cluster_;
