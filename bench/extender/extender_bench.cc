@@ -90,7 +90,7 @@ config::PodManifest Manifest(const json& pod) { return *config::PodManifestFromJ
 struct Rig {
   explicit Rig(int n, const std::function<void(extender::SchedulerOptions&)>& tweak = nullptr,
                const std::vector<json>* running_shapes = nullptr)
-      : nodes(n) {
+      : cluster(ClusterOptions{.sync_timeout = absl::Minutes(10)}), nodes(n) {
     SetLogLevel(LogLevel::kError);
     PRISM_CHECK(cluster.Start().ok());
     extender::CacheOptions co;

@@ -61,7 +61,7 @@ absl::Status E2eCluster::StartExtender(
   if (tweak) tweak(o);
   scheduler_ = std::make_unique<extender::Scheduler>(o, extender_client_.get());
   if (absl::Status s = scheduler_->Start(); !s.ok()) return s;
-  if (!scheduler_->WaitForSync(absl::Seconds(30))) {
+  if (!scheduler_->WaitForSync(options_.sync_timeout)) {
     return absl::DeadlineExceededError("the extender's caches did not sync");
   }
   extender::ServerOptions so;

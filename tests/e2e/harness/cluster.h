@@ -32,6 +32,9 @@ using extender::testing::TestGpu;
 struct ClusterOptions {
   absl::Duration api_latency = absl::ZeroDuration();
   int api_threads = 256;
+  // How long StartExtender waits for the extender's informers to list and its cache to take
+  // them (tens of seconds for tens of thousands of nodes and pods on a small machine).
+  absl::Duration sync_timeout = absl::Seconds(30);
 };
 
 class E2eCluster {
