@@ -136,9 +136,10 @@ class ShapeIndexes {
 
   // Catches up the indexes whose backlog (change-log entries not yet read) exceeds
   // `max_backlog`, most recently used first, then advances prepared builds, spending at most
-  // `max_evaluations` node scorings (an index that would need a full rebuild counts as one
-  // scoring per node). Returns the scorings spent. Indexes stay exact either way: this only
-  // moves work off the next decision. Without `builds`, only the catch-up.
+  // `max_evaluations` node scorings (an index behind by more than the log can say is rescanned
+  // a budget at a time: one scoring per node that changed). Returns the scorings spent. Indexes
+  // stay exact either way: this only moves work off the next decision. Without `builds`, only
+  // the catch-up.
   int64_t Maintain(Scorer score, uint64_t max_backlog, int64_t max_evaluations, bool builds = true);
 
   // Change-log entries `index` has not read yet.
