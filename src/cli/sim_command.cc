@@ -372,7 +372,7 @@ absl::Status RunSim(const SimFlags& f) {
   std::vector<std::string> policies = f.policies;
   if (policies.empty()) {
     // Prism's own engine against the baselines it has to beat.
-    policies = f.mig ? std::vector<std::string>{"hami-legacy", "hami-v2.10", "prism"}
+    policies = f.mig ? std::vector<std::string>{"hami-legacy", "hami-v2.10", "zambianco", "prism"}
                      : std::vector<std::string>{"random", "best-fit", "fgd", "prism"};
   }
   for (const std::string& p : policies) {

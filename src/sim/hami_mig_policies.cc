@@ -96,20 +96,9 @@ class HamiMigPolicy : public Policy {
 
   absl::Status Begin(const RunContext& context) override {
     node_rank_ = &context.workload->node_rank;
-    model_ = nullptr;
-    for (const NodeSpec& n : context.cluster->nodes()) {
-      if (n.gpu_count == 0) continue;
-      if (n.mig_model == nullptr) {
-        return absl::InvalidArgumentError(StrCat("policy '", name(), "' needs MIG GPUs; node ",
-                                                 n.name, " shares its GPUs in software"));
-      }
-      if (model_ != nullptr && n.mig_model != model_) {
-        return absl::InvalidArgumentError(
-            StrCat("policy '", name(), "' supports one MIG GPU model per cluster"));
-      }
-      model_ = n.mig_model;
-    }
-    if (model_ == nullptr) return absl::InvalidArgumentError("the cluster has no MIG GPUs");
+    auto model = TheMigModel(context, name());
+    if (!model.ok()) return model.status();
+    model_ = *model;
     if (context.mig_mapping != MigMapping::kMemory) {
       return absl::InvalidArgumentError(StrCat(
           "HAMi matches MIG instances by memory only; use the memory mapping for '", name(), "'"));
@@ -385,6 +374,25 @@ class HamiV210Policy : public HamiMigPolicy {
 };
 
 }  // namespace
+
+absl::StatusOr<const mig::GpuModel*> TheMigModel(const RunContext& context,
+                                                 std::string_view policy) {
+  const mig::GpuModel* model = nullptr;
+  for (const NodeSpec& n : context.cluster->nodes()) {
+    if (n.gpu_count == 0) continue;
+    if (n.mig_model == nullptr) {
+      return absl::InvalidArgumentError(StrCat("policy '", policy, "' needs MIG GPUs; node ",
+                                               n.name, " shares its GPUs in software"));
+    }
+    if (model != nullptr && n.mig_model != model) {
+      return absl::InvalidArgumentError(
+          StrCat("policy '", policy, "' supports one MIG GPU model per cluster"));
+    }
+    model = n.mig_model;
+  }
+  if (model == nullptr) return absl::InvalidArgumentError("the cluster has no MIG GPUs");
+  return model;
+}
 
 std::unique_ptr<Policy> MakeHamiLegacyPolicy(bool gpu_binpack) {
   return std::make_unique<HamiLegacyPolicy>(gpu_binpack);

@@ -21,6 +21,8 @@ constexpr Entry kPolicies[] = {
     {"hami-legacy-binpack", "hami-legacy with GPU binpack instead of spread"},
     {"hami-v2.10", "HAMi v2.10 MIG: smallest profile, 1g/3g high-first placement, GPU spread"},
     {"hami-v2.10-binpack", "hami-v2.10 with GPU binpack instead of spread"},
+    {"zambianco",
+     "MIG: GPU and start of least fragmentation growth (Zambianco et al., arXiv 2511.18906)"},
     {"prism",
      "Prism's placement engine, default policy (FGD score, CPU-only pods on the busiest GPUs, "
      "exact in-node GPU ties)"},
@@ -33,7 +35,7 @@ constexpr Entry kPolicies[] = {
 }  // namespace
 
 std::vector<std::string> MigPolicyNames() {
-  return {"hami-legacy", "hami-legacy-binpack", "hami-v2.10", "hami-v2.10-binpack"};
+  return {"hami-legacy", "hami-legacy-binpack", "hami-v2.10", "hami-v2.10-binpack", "zambianco"};
 }
 
 std::vector<std::string> BuiltinPolicyNames() {
@@ -68,6 +70,7 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeBuiltinPolicy(std::string_view name,
   if (name == "hami-legacy-binpack") return MakeHamiLegacyPolicy(true);
   if (name == "hami-v2.10") return MakeHamiV210Policy(false);
   if (name == "hami-v2.10-binpack") return MakeHamiV210Policy(true);
+  if (name == "zambianco") return MakeZambiancoPolicy();
   if (name.starts_with("prism")) return MakeEnginePolicyByName(name);
   return absl::InvalidArgumentError(
       StrCat("unknown policy '", name, "' (known: ", StrJoin(BuiltinPolicyNames(), ", "), ")"));
