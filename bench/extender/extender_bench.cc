@@ -374,8 +374,12 @@ BENCHMARK(BM_CacheFilterWithChurn)
 // destroyed). The extender runs as in production (informers, 200 ms ticker); `cpu_*` is the
 // CPU time of the whole process during the call (client, server and any background thread that
 // ran meanwhile; the watch events of the pod and of the last bind and delete are let land first),
+// `server_cpu_*` the same less the benchmark's client thread (kube-scheduler's side of the call:
+// writing the request, reading the reply), i.e. what the extender spends;
 // `wall_*` the client's round trip; `seen_cpu_*` over the calls whose shape was filtered before,
-// `first_of_shape_*` over the others (each scores every node).
+// `first_of_shape_*` over the others (each scores every node). When more than one node fits, the
+// pod's /prioritize follows, as kube-scheduler sends it (the feasible nodes in Filter's order),
+// timed apart (`prioritize_*`).
 
 // The default trace's GPU pods as pod manifests: cpu and memory requests, nvidia.com/gpu, and
 // for a share (gpu_milli < 1000) nvidia.com/gpucores and gpumem-percentage of that share.
@@ -442,7 +446,8 @@ void BM_FilterOverHttpWithChurn(benchmark::State& state) {
   httplib::Client cli(rig.cluster.extender_url());
   cli.set_keep_alive(true);
   cli.set_tcp_nodelay(true);
-  std::vector<double> wall_us, cpu_us, first_cpu_us, seen_cpu_us;
+  std::vector<double> wall_us, cpu_us, server_cpu_us, client_cpu_us, first_cpu_us, seen_cpu_us;
+  std::vector<double> prioritize_wall_us, prioritize_server_cpu_us;
   std::set<std::string> seen;    // Shapes filtered so far.
   std::deque<std::string> live;  // Pod names, oldest first.
   uint64_t draw = 42;
@@ -477,17 +482,40 @@ void BM_FilterOverHttpWithChurn(benchmark::State& state) {
         json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", rig.names}}.dump();
     state.ResumeTiming();
     const double cpu0 = ProcessCpuMicros();
+    const double client_cpu0 = ThreadCpuMicros();
     const auto t0 = std::chrono::steady_clock::now();
     auto res = cli.Post("/filter", body, "application/json");
     const auto t1 = std::chrono::steady_clock::now();
+    const double client_cpu = ThreadCpuMicros() - client_cpu0;
     const double cpu = ProcessCpuMicros() - cpu0;
     state.PauseTiming();
     PRISM_CHECK(res && res->status == 200);
     wall_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
     cpu_us.push_back(cpu);
+    client_cpu_us.push_back(client_cpu);
+    server_cpu_us.push_back(cpu - client_cpu);
     (seen.insert(shape_key).second ? first_cpu_us : seen_cpu_us).push_back(cpu);
     const json reply = json::parse(res->body);
     const json& fits = reply["NodeNames"];
+    if (fits.is_array() && fits.size() > 1) {
+      // kube-scheduler's next call for the pod when more than one node is feasible: the
+      // extender's scores for the feasible nodes, in the order Filter returned them.
+      const std::string prioritize_body =
+          json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", fits}}.dump();
+      state.ResumeTiming();
+      const double p_cpu0 = ProcessCpuMicros();
+      const double p_client_cpu0 = ThreadCpuMicros();
+      const auto p_t0 = std::chrono::steady_clock::now();
+      auto p = cli.Post("/prioritize", prioritize_body, "application/json");
+      const auto p_t1 = std::chrono::steady_clock::now();
+      const double p_client_cpu = ThreadCpuMicros() - p_client_cpu0;
+      const double p_cpu = ProcessCpuMicros() - p_cpu0;
+      state.PauseTiming();
+      PRISM_CHECK(p && p->status == 200);
+      PRISM_CHECK(json::parse(p->body).size() == fits.size());
+      prioritize_wall_us.push_back(std::chrono::duration<double, std::micro>(p_t1 - p_t0).count());
+      prioritize_server_cpu_us.push_back(p_cpu - p_client_cpu);
+    }
     if (!fits.is_array() || fits.empty()) {
       ++unplaceable;
     } else if (i % 10 == 9) {
@@ -517,6 +545,14 @@ void BM_FilterOverHttpWithChurn(benchmark::State& state) {
   state.counters["wall_p50_us"] = Quantile(wall_us, 0.50);
   state.counters["wall_p99_us"] = Quantile(wall_us, 0.99);
   state.counters["wall_p999_us"] = Quantile(wall_us, 0.999);
+  state.counters["server_cpu_p50_us"] = Quantile(server_cpu_us, 0.50);
+  state.counters["server_cpu_p99_us"] = Quantile(server_cpu_us, 0.99);
+  state.counters["server_cpu_p999_us"] = Quantile(server_cpu_us, 0.999);
+  state.counters["client_cpu_p50_us"] = Quantile(client_cpu_us, 0.50);
+  state.counters["prioritize_server_cpu_p50_us"] = Quantile(prioritize_server_cpu_us, 0.50);
+  state.counters["prioritize_server_cpu_p99_us"] = Quantile(prioritize_server_cpu_us, 0.99);
+  state.counters["prioritize_wall_p50_us"] = Quantile(prioritize_wall_us, 0.50);
+  state.counters["prioritize_wall_p99_us"] = Quantile(prioritize_wall_us, 0.99);
   state.counters["cpu_p50_us"] = Quantile(cpu_us, 0.50);
   state.counters["cpu_p99_us"] = Quantile(cpu_us, 0.99);
   state.counters["cpu_p999_us"] = Quantile(cpu_us, 0.999);

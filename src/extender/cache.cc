@@ -743,8 +743,7 @@ FilterOutcome SchedulerCache::Filter(const config::PodManifest& pod,
       scores_order_.erase(scores_order_.begin());
     }
     if (!scores_.count(request->uid)) scores_order_.push_back(request->uid);
-    std::sort(scores.begin(), scores.end());
-    scores_[request->uid] = std::move(scores);
+    scores_[request->uid] = std::move(scores);  // In the order of out.feasible.
   }
   return out;
 }
@@ -760,10 +759,12 @@ std::vector<HostPriority> SchedulerCache::Prioritize(const config::PodManifest& 
     for (std::string_view n : nodes) out.push_back({std::string(n), 0});
     return out;
   }
-  // Engine score per node id, from the Filter of this pod if remembered.
-  std::vector<std::pair<int32_t, double>> scores;
+  // Engine score per node id, from the Filter of this pod if remembered (in the order Filter
+  // returned its feasible nodes, which is the order kube-scheduler sends them here).
+  const std::vector<std::pair<int32_t, double>>* remembered = nullptr;
+  std::vector<std::pair<int32_t, double>> computed;
   if (auto it = scores_.find(request->uid); it != scores_.end() && !request->uid.empty()) {
-    scores = it->second;
+    remembered = &it->second;
   } else {
     std::vector<int32_t> ids;
     for (std::string_view n : nodes) {
@@ -773,25 +774,40 @@ std::vector<HostPriority> SchedulerCache::Prioritize(const config::PodManifest& 
     absl::StatusOr<std::vector<sched::NodeVerdict>> verdicts = engine_->Filter(*request, ids);
     if (verdicts.ok()) {
       for (const sched::NodeVerdict& v : *verdicts) {
-        if (v.feasible) scores.emplace_back(v.node, v.score);
+        if (v.feasible) computed.emplace_back(v.node, v.score);
       }
     }
-    std::sort(scores.begin(), scores.end());
+    remembered = &computed;
   }
-  std::string assumed;
+  std::string_view assumed;
   if (auto it = pods_.find(request->Key());
       it != pods_.end() && it->second.state == State::kAssumed && it->second.uid == request->uid) {
     assumed = it->second.node;
   }
+  // Walked in step with `nodes`; a node out of that order (another extender reordered or
+  // dropped some) is looked up in a sorted copy, made once.
+  const std::vector<std::pair<int32_t, double>>& in_order = *remembered;
+  size_t next = 0;
+  std::vector<std::pair<int32_t, double>> by_id;
   std::vector<sched::NodeVerdict> verdicts;
+  verdicts.reserve(nodes.size());
   for (std::string_view n : nodes) {
     sched::NodeVerdict v;
     v.node = static_cast<int32_t>(verdicts.size());
     const int32_t id = NodeIdLocked(n);
-    auto it = std::lower_bound(scores.begin(), scores.end(), std::make_pair(id, -1e300));
-    if (id >= 0 && it != scores.end() && it->first == id) {
+    if (id >= 0 && next < in_order.size() && in_order[next].first == id) {
       v.feasible = true;
-      v.score = it->second;
+      v.score = in_order[next++].second;
+    } else if (id >= 0) {
+      if (by_id.empty()) {
+        by_id = in_order;
+        std::sort(by_id.begin(), by_id.end());
+      }
+      auto it = std::lower_bound(by_id.begin(), by_id.end(), std::make_pair(id, -1e300));
+      if (it != by_id.end() && it->first == id) {
+        v.feasible = true;
+        v.score = it->second;
+      }
     }
     verdicts.push_back(v);
   }
@@ -799,7 +815,7 @@ std::vector<HostPriority> SchedulerCache::Prioritize(const config::PodManifest& 
   for (size_t i = 0; i < nodes.size(); ++i) {
     int64_t score = normalized[i];
     if (!assumed.empty()) score = nodes[i] == assumed ? 10 : std::min<int64_t>(score, 9);
-    out.push_back({std::string(nodes[i]), score});
+    out.push_back({nodes[i], score});
   }
   return out;
 }

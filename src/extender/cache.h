@@ -246,6 +246,7 @@ class SchedulerCache {
                        bool assume = true);
   // 0..10 per node: the node Filter assumed the pod on gets 10, the others 0..9 by the engine's
   // score, so kube-scheduler (with a large enough extender weight) binds where Filter assumed.
+  // Each HostPriority views its name in `nodes`.
   std::vector<HostPriority> Prioritize(const config::PodManifest& pod,
                                        absl::Span<const std::string_view> nodes);
   // Charges the pod's decision on `node` and returns the annotations the Binding must carry.
@@ -354,8 +355,9 @@ class SchedulerCache {
   // key order: a key whose entry no longer qualifies is dropped when read.
   std::set<std::string, std::less<>> uncertain_keys_ ABSL_GUARDED_BY(mu_);
   std::set<std::string, std::less<>> problem_keys_ ABSL_GUARDED_BY(mu_);
-  // The last Filters' engine scores (node id, score; by id) per pod UID, for Prioritize, which
-  // kube-scheduler calls right after Filter. Cleared by rebuilds (node ids change).
+  // The last Filters' engine scores (node id, score; in the order of the feasible nodes Filter
+  // returned) per pod UID, for Prioritize, which kube-scheduler calls right after Filter with
+  // those nodes in that order. Cleared by rebuilds (node ids change).
   std::map<std::string, std::vector<std::pair<int32_t, double>>> scores_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> scores_order_ ABSL_GUARDED_BY(mu_);
   // When assumptions expire, earliest first (may hold stale entries; ExpireLocked drops them).

@@ -142,6 +142,37 @@ TEST_F(CacheTest, PrioritizeGivesTheAssumedNodeTen) {
   }
 }
 
+TEST_F(CacheTest, PrioritizeScoresEachNodeAlikeInAnyOrderAndSubset) {
+  for (const char* n : {"n1", "n2", "n3", "n4"}) cache_->UpsertNode(NodeJson(n, {TestGpu{}}));
+  // Different loads, so that the engine's scores differ between nodes.
+  cache_->UpsertPod(Schedule(GpuPod("seed-a", 1, 10000), {"n2"}));
+  cache_->UpsertPod(Schedule(GpuPod("seed-b", 1, 5000), {"n3"}));
+  // Binpack (HAMi's per-pod annotation): the more used a node, the higher its score.
+  json pod = GpuPod("p", 1, 30000);
+  pod["metadata"]["annotations"]["hami.io/node-scheduler-policy"] = "binpack";
+  const config::PodManifest m = Manifest(pod);
+  ASSERT_EQ(cache_->Filter(m, {"n1", "n2", "n3", "n4"}, /*assume=*/false).feasible.size(), 4u);
+  auto by_host = [](const std::vector<HostPriority>& list) {
+    std::map<std::string, int64_t> out;
+    for (const HostPriority& h : list) out[std::string(h.host)] = h.score;
+    return out;
+  };
+  // In Filter's order (the remembered scores walked in step), and without a remembered Filter.
+  const std::map<std::string, int64_t> in_order =
+      by_host(cache_->Prioritize(m, {"n1", "n2", "n3", "n4"}));
+  ASSERT_EQ(in_order.size(), 4u);
+  EXPECT_LT(in_order.at("n1"), in_order.at("n3"));
+  EXPECT_LT(in_order.at("n3"), in_order.at("n2"));
+  // Reversed: each node keeps its score. A subset out of order is scaled over its own nodes
+  // (0 for the least, 10 for the most used), with each node's own engine score.
+  EXPECT_EQ(by_host(cache_->Prioritize(m, {"n4", "n3", "n2", "n1"})), in_order);
+  const std::map<std::string, int64_t> subset = by_host(cache_->Prioritize(m, {"n2", "n1"}));
+  EXPECT_EQ(subset.at("n2"), 10);
+  EXPECT_EQ(subset.at("n1"), 0);
+  // A node Filter did not return (unknown here) scores 0.
+  EXPECT_EQ(by_host(cache_->Prioritize(m, {"n1", "nope"})).at("nope"), 0);
+}
+
 TEST_F(CacheTest, BindOnTheAssumedNodeKeepsTheAssumedDecision) {
   cache_->UpsertNode(NodeJson("n1", {TestGpu{}, TestGpu{}}));
   const config::PodManifest m = Manifest(GpuPod("p", 1, 10000));

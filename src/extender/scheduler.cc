@@ -329,9 +329,9 @@ HttpReply Scheduler::Prioritize(std::string_view body) {
   if (manifest.ok()) {
     scores = cache_.Prioritize(*manifest, args->node_names);
   } else {
-    for (std::string_view n : args->node_names) scores.push_back({std::string(n), 0});
+    for (std::string_view n : args->node_names) scores.push_back({n, 0});
   }
-  return done("ok", JsonReply(200, HostPriorityListToJson(scores)));
+  return done("ok", HttpReply{200, HostPriorityListToJson(scores)});
 }
 
 absl::StatusOr<bool> Scheduler::BoundAsDecided(const PodRef& pod) {

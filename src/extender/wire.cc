@@ -345,9 +345,16 @@ std::string FilterResultToJson(const FilterResult& result) {
   return out;
 }
 
-Json HostPriorityListToJson(const std::vector<HostPriority>& list) {
-  Json out = Json::array();
-  for (const HostPriority& h : list) out.push_back(Json{{"Host", h.host}, {"Score", h.score}});
+std::string HostPriorityListToJson(const std::vector<HostPriority>& list) {
+  std::string out;
+  out.reserve(2 + 40 * list.size());
+  out.push_back('[');
+  for (size_t i = 0; i < list.size(); ++i) {
+    out.append(i == 0 ? "{\"Host\":" : ",{\"Host\":");
+    AppendJsonString(&out, list[i].host);
+    StrAppend(&out, ",\"Score\":", list[i].score, "}");
+  }
+  out.push_back(']');
   return out;
 }
 

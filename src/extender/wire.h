@@ -73,11 +73,15 @@ std::string FilterResultToJson(const FilterResult& result);
 void AppendJsonString(std::string* out, std::string_view text);
 
 // HostPriorityList (prioritize reply): scores 0..10.
+// One node's score in a /prioritize reply. `host` views the request's node name (the request
+// outlives the reply's serialization).
 struct HostPriority {
-  std::string host;
+  std::string_view host;
   int64_t score = 0;
 };
-Json HostPriorityListToJson(const std::vector<HostPriority>& list);
+// The HostPriorityList kube-scheduler reads: [{"Host":...,"Score":...}, ...], built directly
+// (one entry per feasible node: 20,000 at the largest clusters).
+std::string HostPriorityListToJson(const std::vector<HostPriority>& list);
 
 // ExtenderBindingArgs.
 struct BindingArgs {

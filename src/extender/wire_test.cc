@@ -210,8 +210,13 @@ TEST(FilterResultTest, EscapesNamesAndReasons) {
 }
 
 TEST(HostPriorityTest, HostAndScore) {
-  json j = HostPriorityListToJson({{"a", 10}, {"b", 3}});
-  EXPECT_EQ(j.dump(), R"([{"Host":"a","Score":10},{"Host":"b","Score":3}])");
+  EXPECT_EQ(HostPriorityListToJson({{"a", 10}, {"b", 3}}),
+            R"([{"Host":"a","Score":10},{"Host":"b","Score":3}])");
+  EXPECT_EQ(HostPriorityListToJson({}), "[]");
+  // A name is escaped as JSON (kube-scheduler's names cannot hold these; the reply stays valid).
+  const json j = json::parse(HostPriorityListToJson({{"a\"b\\c", 0}}));
+  EXPECT_EQ(j[0]["Host"], "a\"b\\c");
+  EXPECT_EQ(j[0]["Score"], 0);
 }
 
 TEST(BindingArgsTest, ReadsTheBindingAndRejectsMissingFields) {
