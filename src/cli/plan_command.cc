@@ -222,10 +222,12 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
   sched::Engine engine(std::move(*state), device_config, options);
   // Fragmentation is measured against the pods this plan sees (FGD's "typical pods"), or, with
   // --workload=running, against the pods the extender charges (those holding GPUs).
-  if (workload == "plan") {
-    engine.SetTargetWorkload(sched::TargetWorkload::FromPods(workload_sample));
-  } else if (workload == "running") {
-    engine.SetTargetWorkload(sched::TargetWorkload::FromPods(running_with_gpus));
+  // Its GPUs per type too, as the extender records them (type scarcity).
+  if (workload == "plan" || workload == "running") {
+    sched::TargetWorkload target =
+        sched::TargetWorkload::FromPods(workload == "plan" ? workload_sample : running_with_gpus);
+    target.gpus_by_type = engine.cluster().GpusByType();
+    engine.SetTargetWorkload(std::move(target));
   }
   for (size_t i = 0; i < running.size(); ++i) {
     const config::PodManifest& m = cluster->running[i];

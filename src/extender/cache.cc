@@ -591,7 +591,11 @@ void SchedulerCache::RebuildLocked() {
     ChargeFromAnnotationsLocked(key, e);
     if (e.charged) requests.push_back(e.request);
   }
-  if (!requests.empty()) engine_->SetTargetWorkload(sched::TargetWorkload::FromPods(requests));
+  if (!requests.empty()) {
+    sched::TargetWorkload workload = sched::TargetWorkload::FromPods(requests);
+    workload.gpus_by_type = engine_->cluster().GpusByType();
+    engine_->SetTargetWorkload(std::move(workload));
+  }
   PrepareIndexesLocked();
   last_workload_refresh_ = options_.clock->Now();
   scores_.clear();

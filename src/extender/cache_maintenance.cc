@@ -3,6 +3,7 @@
 // is unknown, pods with a problem).
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -47,7 +48,18 @@ bool SimilarWorkloads(const sched::TargetWorkload& a, const sched::TargetWorkloa
   for (size_t j = 0; j < b.shapes.size(); ++j) {
     if (!matched[j]) distance += std::max(0.0, b.shapes[j].weight) / total_b;
   }
-  return distance / 2 <= 0.05;
+  if (distance / 2 > 0.05) return false;
+  // The GPUs per type (type scarcity): more than a twentieth of the GPUs added or removed.
+  std::map<std::string, int64_t> gpus;
+  int64_t total = 0;
+  for (const auto& [type, n] : a.gpus_by_type) {
+    gpus[type] += n;
+    total += n;
+  }
+  int64_t moved = 0;
+  for (const auto& [type, n] : b.gpus_by_type) gpus[type] -= n;
+  for (const auto& [type, n] : gpus) moved += std::abs(n);
+  return moved * 20 <= std::max<int64_t>(total, 1);
 }
 
 }  // namespace
@@ -84,6 +96,7 @@ void SchedulerCache::RefreshWorkloadLocked() {
   }
   if (requests.empty()) return;  // Keep what the last pods said.
   sched::TargetWorkload workload = sched::TargetWorkload::FromPods(requests);
+  workload.gpus_by_type = engine_->cluster().GpusByType();
   const absl::Time now = options_.clock->Now();
   // A new workload needs every shape index rebuilt (all nodes re-scored once per shape), so it
   // is taken only when the mix really moved, and staged: the ticker builds its indexes while

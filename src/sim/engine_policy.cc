@@ -83,8 +83,10 @@ class EnginePolicy : public Policy {
     std::vector<sched::PodRequest> mix;
     mix.reserve(context.workload->trace_pods.size());
     for (const PodRequest& p : context.workload->trace_pods) mix.push_back(ToEngine(p));
-    engine_->SetTargetWorkload(sched::TargetWorkload::FromPods(mix, options_.typical_pod_coverage,
-                                                               options_.max_typical_shapes));
+    sched::TargetWorkload workload = sched::TargetWorkload::FromPods(
+        mix, options_.typical_pod_coverage, options_.max_typical_shapes);
+    workload.gpus_by_type = engine_->cluster().GpusByType();
+    engine_->SetTargetWorkload(std::move(workload));
     allowed_nodes_.clear();
     keys_.clear();
     name_count_.clear();
@@ -239,7 +241,10 @@ std::optional<std::pair<double, double>> KnobRange(std::string_view key) {
   if (key == "coverage" || key == "bestfit_cpu_share") return std::pair{0.0, 1.0};
   if (key == "quantize" || key == "cpu_pack" || key == "exact_gpu") return std::pair{0.0, 1.0};
   if (key == "split") return std::pair{1.0, 1000.0};
-  if (key == "frag_weight" || key == "pack_weight") return std::pair{-1e6, 1e6};
+  if (key == "frag_weight" || key == "pack_weight" || key == "cpu_balance" ||
+      key == "type_balance") {
+    return std::pair{-1e6, 1e6};
+  }
   if (key == "resolution") return std::pair{0.0, 1e6};
   if (key == "maintain") return std::pair{0.0, 1e9};
   return std::nullopt;
@@ -319,13 +324,18 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view 
         o.policy.cpu_pods_on_busy_gpus = v != 0;
       } else if (key == "exact_gpu") {
         o.policy.exact_gpu_tiebreak = v != 0;
+      } else if (key == "type_balance") {
+        o.policy.type_balance = v;
+      } else if (key == "cpu_balance") {
+        o.policy.cpu_balance = v;
       } else if (key == "maintain") {
         o.maintain_evaluations = static_cast<int64_t>(v);
       } else {
         return absl::InvalidArgumentError(
             StrCat("unknown policy option '", key,
                    "' (known: frag_weight, pack_weight, gpu, quantize, resolution, cpu_pack, "
-                   "exact_gpu, split, coverage, bestfit_cpu_share, maintain)"));
+                   "exact_gpu, cpu_balance, type_balance, split, coverage, bestfit_cpu_share, "
+                   "maintain)"));
       }
     }
   }

@@ -40,6 +40,20 @@ bool TypeContains(std::string_view type, std::string_view pattern) {
   return false;
 }
 
+std::vector<std::pair<std::string, int64_t>> ClusterState::GpusByType() const {
+  std::vector<int64_t> counts(gpu_type_names_.size(), 0);
+  for (int n = 0; n < node_count(); ++n) {
+    const NodeInfo& info = node(n);
+    if (info.removed) continue;
+    for (int l = 0; l < info.gpu_count; ++l) ++counts[gpu_type_id(info.first_gpu + l)];
+  }
+  std::vector<std::pair<std::string, int64_t>> out;
+  for (size_t t = 0; t < counts.size(); ++t) {
+    if (counts[t] > 0) out.emplace_back(gpu_type_names_[t], counts[t]);
+  }
+  return out;
+}
+
 int ClusterState::FindNode(std::string_view name) const {
   auto it = node_index_.find(std::string(name));
   return it == node_index_.end() ? -1 : it->second;

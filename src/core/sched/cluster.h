@@ -25,6 +25,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -217,6 +218,9 @@ class ClusterState {
   // Interned GPU type of `g` (equal strings share an id), for cheap type filters.
   int gpu_type_id(int g) const { return gpu_type_ids_[g]; }
   const std::vector<std::string>& gpu_types() const { return gpu_type_names_; }
+  // GPUs per type name over the nodes present (removed slots left out), in type-id order;
+  // what TargetWorkload::gpus_by_type records.
+  std::vector<std::pair<std::string, int64_t>> GpusByType() const;
 
   // Charges `decision` for pod `key` (which must not be placed yet). Checks
   // that it still fits: capacities, split counts, MIG layout legality, and

@@ -1083,9 +1083,11 @@ class Engine::Impl {
       }
       case NodePolicy::kPrism: {
         if (!rp.wants_gpu && p.cpu_pods_on_busy_gpus) return CpuPodScore(node, cpu_after, after);
-        const double delta = (NodeFragAfter(node, cpu_after, mem_after, after) -
-                              frag_->CurrentNodeFrag(node) + waste) /
-                             kPermille;
+        double delta = (NodeFragAfter(node, cpu_after, mem_after, after) -
+                        frag_->CurrentNodeFrag(node) + waste) /
+                       kPermille;
+        delta += frag_->BalanceTerms(node, nu.cpu_used, cpu_after, after, p.cpu_balance,
+                                     p.type_balance);
         const double frag_term = p.frag_weight * FragTerm(delta);
         if (p.pack_weight == 0) return frag_term;
         return frag_term + p.pack_weight * Utilization(node, cpu_after, mem_after, after);
@@ -1407,23 +1409,6 @@ class Engine::Impl {
 
 // ---------------------------------------------------------------------------
 
-std::string ScheduleResult::Summary() const {
-  if (!status.ok()) return std::string(status.message());
-  if (scheduled) return StrCat("scheduled on ", decision.node_name);
-  std::map<std::string, int> counts;
-  for (const auto& [node, failure] : failures) ++counts[std::string(ReasonName(failure.Main()))];
-  std::vector<std::pair<std::string, int>> sorted(counts.begin(), counts.end());
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [](const auto& a, const auto& b) { return a.second > b.second; });
-  std::string out = StrCat("0/", nodes_considered, " nodes are available");
-  if (!sorted.empty()) {
-    out.append(": ");
-    out.append(StrJoin(
-        sorted, ", ", [](std::string* o, const auto& e) { StrAppend(o, e.second, " ", e.first); }));
-  }
-  return out;
-}
-
 Engine::Engine(ClusterState cluster, DeviceConfig config, EngineOptions options)
     : impl_(std::make_unique<Impl>(std::move(cluster), std::move(config), std::move(options))) {}
 Engine::~Engine() = default;
@@ -1514,28 +1499,6 @@ absl::StatusOr<std::vector<NodeVerdict>> Engine::Filter(const PodRequest& pod,
       impl_->EvaluateNode(*rp, n, &ignored, &v.failure);
     }
     out.push_back(v);
-  }
-  return out;
-}
-
-std::vector<int> Engine::NormalizedScores(const std::vector<NodeVerdict>& verdicts) {
-  double lo = std::numeric_limits<double>::infinity();
-  double hi = -std::numeric_limits<double>::infinity();
-  for (const NodeVerdict& v : verdicts) {
-    if (!v.feasible) continue;
-    lo = std::min(lo, v.score);
-    hi = std::max(hi, v.score);
-  }
-  std::vector<int> out;
-  out.reserve(verdicts.size());
-  for (const NodeVerdict& v : verdicts) {
-    if (!v.feasible) {
-      out.push_back(0);
-    } else if (hi - lo <= 1e-12) {
-      out.push_back(10);
-    } else {
-      out.push_back(static_cast<int>(std::lround(10.0 * (v.score - lo) / (hi - lo))));
-    }
   }
   return out;
 }

@@ -179,6 +179,13 @@ PodRequest RandomPod(std::mt19937& rng, int id) {
   return p;
 }
 
+// Every GPU type RandomGpu makes, with counts: the type scarcity term (the restricted
+// "v100" pods) is part of what indexed and rebuilt engines must agree on.
+void RecordGpusByType(TargetWorkload& workload) {
+  workload.gpus_by_type = {{"T4", 8}, {"A100-PCIE-40GB", 4}, {"H100-SXM5-80GB", 4},
+                           {"V100M32", 2}, {"A30", 4}};
+}
+
 // What a decision holds, by names and UUIDs (ids differ between the two states).
 std::string Describe(const ScheduleResult& r, const ClusterState& state) {
   if (!r.scheduled) return "unscheduled";
@@ -219,6 +226,7 @@ TEST(EngineIncrementalTest, DecidesAsAnEngineBuiltFromTheSameNodes) {
     std::vector<PodRequest> pods;
     for (int i = 0; i < 40; ++i) pods.push_back(RandomPod(wrng, i));
     workload = TargetWorkload::FromPods(pods);
+    RecordGpusByType(workload);
   }
   int compared = 0;
   int scheduled = 0;
@@ -314,6 +322,7 @@ TEST(EngineIncrementalTest, MaintainingIndexesBetweenDecisionsChangesNoDecision)
     std::vector<PodRequest> pods;
     for (int i = 0; i < 40; ++i) pods.push_back(RandomPod(wrng, i));
     workload = TargetWorkload::FromPods(pods);
+    RecordGpusByType(workload);
   }
   int64_t maintained = 0;
   int decisions = 0;
@@ -385,6 +394,7 @@ TEST(EngineIncrementalTest, PreparedIndexesDecideAsWithoutIndexes) {
     std::vector<PodRequest> pods;
     for (int i = 0; i < 40; ++i) pods.push_back(RandomPod(wrng, i));
     workload = TargetWorkload::FromPods(pods);
+    RecordGpusByType(workload);
   }
   int64_t maintained = 0;
   int prepared = 0;
@@ -465,7 +475,9 @@ TEST(EngineIncrementalTest, StagedWorkloadSwitchDecidesAsTheOldThenAsTheNew) {
     std::mt19937 wrng(seed);
     std::vector<PodRequest> pods;
     for (int i = 0; i < 40; ++i) pods.push_back(RandomPod(wrng, i));
-    return TargetWorkload::FromPods(pods);
+    TargetWorkload workload = TargetWorkload::FromPods(pods);
+    RecordGpusByType(workload);
+    return workload;
   };
   const TargetWorkload before = workload_of(5);
   const TargetWorkload after = workload_of(6);

@@ -73,6 +73,61 @@ TEST(FgdPolicyTest, AvoidsLeavingGpusTooSmallForTheWorkload) {
   EXPECT_NEAR(engine.NodeFragmentation(engine.cluster().FindNode("a")), 0, 1e-9);
 }
 
+TEST(FgdPolicyTest, PrismKeepsGpusItsNodesCpuCanServe) {
+  // Whole-GPU workload asking 4 CPUs a GPU. Node a has exactly that (16 CPUs, 4 GPUs), b
+  // plenty. A 12-CPU pod on a leaves 3 free GPUs and CPU for one: FGD sees a node where the
+  // typical pod still finds its CPU (no fragmentation either way, first fit: a); prism counts
+  // the 2 GPUs that CPU cannot serve (b).
+  const std::vector<NodeSpec> nodes = {Node("a", 16, 64, 4, T4()), Node("b", 64, 64, 4, T4())};
+  const TargetWorkload workload = TargetWorkload::FromPods({SharePod("typical", 1000, 4000)});
+  Engine engine = MakeEngine(nodes, {});
+  engine.SetTargetWorkload(workload);
+  const PodRequest cpu_heavy = SharePod("p", 1000, 12000);
+  EXPECT_EQ(engine.Schedule(WithPolicy(cpu_heavy, "fgd")).decision.node_name, "a");
+  EXPECT_EQ(engine.Schedule(WithPolicy(cpu_heavy, "prism")).decision.node_name, "b");
+  // A pod asking the workload's CPU per GPU strands nothing: first fit.
+  EXPECT_EQ(engine.Schedule(WithPolicy(SharePod("q", 1000, 4000), "prism")).decision.node_name,
+            "a");
+  EngineOptions without;
+  without.policy.cpu_balance = 0;
+  Engine plain = MakeEngine(nodes, {}, without);
+  plain.SetTargetWorkload(workload);
+  EXPECT_EQ(plain.Schedule(WithPolicy(cpu_heavy, "prism")).decision.node_name, "a");
+}
+
+TEST(FgdPolicyTest, PrismLeavesTheTypeRestrictedPodsTheirGpus) {
+  // One pod in 50 of the workload may only use T4s (2 GPUs of the 4). FGD's own measure
+  // barely sees it (the V100s it cannot use count as fragmented, 0.02 GPU a GPU: within one
+  // quantized step, so first fit: a). Once the workload records how many GPUs of each type
+  // there are, prism sees the T4s pressed harder than the V100s and a pod that may use any GPU
+  // takes a V100 (b).
+  GpuSpec v100 = Gpu("V100M32", GpuMode::kHamiCore, 32768);
+  const std::vector<NodeSpec> nodes = {Node("a", 64, 64, 2, T4()), Node("b", 64, 64, 2, v100)};
+  PodRequest t4_only = SharePod("t4", 1000);
+  t4_only.use_types = {"T4"};
+  std::vector<PodRequest> sample(49, SharePod("any", 1000));
+  sample.push_back(t4_only);
+  TargetWorkload workload = TargetWorkload::FromPods(sample, /*coverage=*/1.0);
+  ASSERT_EQ(workload.shapes.size(), 2u);
+  const PodRequest any = SharePod("p", 1000);
+  Engine unrecorded = MakeEngine(nodes, {});
+  unrecorded.SetTargetWorkload(workload);
+  EXPECT_EQ(unrecorded.Schedule(WithPolicy(any, "prism")).decision.node_name, "a");
+  Engine engine = MakeEngine(nodes, {});
+  workload.gpus_by_type = engine.cluster().GpusByType();
+  ASSERT_EQ(workload.gpus_by_type.size(), 2u);
+  engine.SetTargetWorkload(workload);
+  EXPECT_EQ(engine.Schedule(WithPolicy(any, "prism")).decision.node_name, "b");
+  EXPECT_EQ(engine.Schedule(WithPolicy(any, "fgd")).decision.node_name, "a");
+  // The restricted pod has one choice, as before.
+  EXPECT_EQ(engine.Schedule(WithPolicy(t4_only, "prism")).decision.node_name, "a");
+  EngineOptions without;
+  without.policy.type_balance = 0;
+  Engine plain = MakeEngine(nodes, {}, without);
+  plain.SetTargetWorkload(workload);
+  EXPECT_EQ(plain.Schedule(WithPolicy(any, "prism")).decision.node_name, "a");
+}
+
 TEST(FgdPolicyTest, PrismBreaksFragmentationTiesByFirstFitOrPacking) {
   // Whole-GPU workload, idle nodes: every placement of a whole-GPU pod is
   // fragmentation-neutral. By default prism then takes the first node by

@@ -15,8 +15,10 @@
 //            free GPU a random pod of the target workload could not use,
 //            scored int(100 * sigmoid(-delta)) as in the paper.
 //   prism    fgd, plus MIG internal waste (a grant larger than asked) counted
-//            as fragmentation, plus an optional packing term, with two
-//            refinements (each a knob, on by default):
+//            as fragmentation, plus GPU its node's CPU cannot serve and GPU of
+//            scarce types taken (cpu_balance, type_balance below), plus an
+//            optional packing term, with two refinements (each a knob, on by
+//            default):
 //            - a pod without GPUs goes to the node with the least free GPU,
 //              then the least CPU left after placement (FGD scores most such
 //              placements alike and first-fit then strands free GPUs on
@@ -34,6 +36,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -78,7 +81,8 @@ struct PolicyOptions {
   bool fgd_quantize = true;
   double frag_resolution = 0;
   // prism: score = frag_weight * (that term, with MIG internal waste counted
-  // as fragmentation) + pack_weight * binpack utilization.
+  // as fragmentation and the two balance terms below added) + pack_weight *
+  // binpack utilization.
   double frag_weight = 1.0;
   double pack_weight = 0.0;
   // prism: a pod asking for no GPU scores -(free GPU units of the node, then
@@ -88,6 +92,16 @@ struct PolicyOptions {
   // prism: equal quantized GPU scores inside a node fall to the lower exact
   // fragmentation change (then the lower GPU index), not the lower index.
   bool exact_gpu_tiebreak = true;
+  // prism: two terms added to the fragmentation change before it is quantized (both GPUs;
+  // measured in docs/results/prism-vs-fgd.md, chosen on seeds 1-10 of the 17 trace variants):
+  // - cpu_balance x the change in the node's free GPU that its CPU left cannot serve, at the
+  //   target workload's CPU per GPU (FGD only asks whether one typical pod still finds its CPU:
+  //   8 free GPUs and the CPU for 2 pods count as 8 usable GPUs);
+  // - type_balance x the GPU the pod takes, times its type's scarcity: how much more the
+  //   workload's type-restricted shapes need that type than the least needed one (0 when no
+  //   shape is restricted), so that pods that may use any GPU leave the wanted types alone.
+  double cpu_balance = 2.0;
+  double type_balance = 2.0;
   // bestfit: weight of CPU left (the rest is GPU left).
   double bestfit_cpu_share = 0.5;
 
@@ -106,6 +120,11 @@ struct WorkloadShape {
 
 struct TargetWorkload {
   std::vector<WorkloadShape> shapes;  // Weights need not sum to 1.
+  // The cluster's GPUs per GPU type name when the workload was taken (ClusterState::
+  // GpusByType), for prism's type scarcity (PolicyOptions::type_balance; empty: no such term).
+  // Part of the workload, not read from the cluster as it changes, so that a node's score
+  // depends only on its own state and the workload.
+  std::vector<std::pair<std::string, int64_t>> gpus_by_type;
 
   // The most frequent shapes of `pods` (by effective CPU, GPU count,
   // per-device share and type filter; host memory is left out, as in FGD),

@@ -57,7 +57,93 @@ void WorkloadFragmentation::SetWorkload(const TargetWorkload& workload) {
     shapes_.push_back(std::move(d));
   }
   AssignShapeGroups();
+  ComputeBalanceMeasures(workload);
   Invalidate();
+}
+
+namespace {
+
+// Units (per-mille) of one device a request takes: its compute share, else its memory share,
+// else the whole device (a share given in MiB is not known before a GPU is chosen).
+double ShareUnits(const GpuRequest& r) {
+  if (r.cores_permille > 0) return std::min<int32_t>(r.cores_permille, kPermille);
+  if (r.memory_permille > 0) return std::min<int32_t>(r.memory_permille, kPermille);
+  return kPermille;
+}
+
+}  // namespace
+
+void WorkloadFragmentation::ComputeBalanceMeasures(const TargetWorkload& workload) {
+  // From the workload alone (its shapes and its GPUs per type name), not from the cluster's
+  // GPU type ids, which a long-running engine and a rebuilt one may number differently.
+  const auto& by_type = workload.gpus_by_type;
+  auto allows = [](const WorkloadShape& s, const std::string& type) {
+    bool ok = s.types.empty();
+    for (const std::string& t : s.types) ok = ok || TypeContains(type, t);
+    return ok;
+  };
+  // A shape's demand spread over the GPUs it may use: a shape allowed one small type presses
+  // hard on it, a shape allowed every type presses on each a little.
+  std::vector<double> pressure(by_type.size(), 0);
+  double cpu = 0;
+  double units = 0;
+  for (const ShapeData& d : shapes_) {
+    if (d.shape.gpu_count <= 0) continue;
+    const double shape_units = d.shape.gpu_count * ShareUnits(d.shape.gpu);
+    cpu += d.weight * static_cast<double>(d.shape.cpu_milli);
+    units += d.weight * shape_units;
+    double allowed = 0;
+    for (const auto& [type, gpus] : by_type) {
+      if (gpus > 0 && allows(d.shape, type)) allowed += static_cast<double>(gpus) * kPermille;
+    }
+    if (allowed <= 0) continue;
+    for (size_t i = 0; i < by_type.size(); ++i) {
+      if (by_type[i].second > 0 && allows(d.shape, by_type[i].first)) {
+        pressure[i] += d.weight * shape_units / allowed;
+      }
+    }
+  }
+  cpu_per_gpu_unit_ = units > 0 ? cpu / units : 0;
+  double least = 0;
+  for (size_t i = 0; i < by_type.size(); ++i) {
+    if (by_type[i].second > 0 && (least == 0 || pressure[i] < least)) least = pressure[i];
+  }
+  const std::vector<std::string>& names = cluster_->gpu_types();
+  type_scarcity_.assign(names.size(), 0);
+  for (size_t i = 0; i < by_type.size(); ++i) {
+    auto it = std::find(names.begin(), names.end(), by_type[i].first);
+    if (it == names.end() || by_type[i].second <= 0 || least <= 0) continue;
+    type_scarcity_[it - names.begin()] = pressure[i] / least - 1;
+  }
+}
+
+double WorkloadFragmentation::BalanceTerms(int node, int64_t cpu_before, int64_t cpu_after,
+                                           const std::vector<const GpuUsage*>& after,
+                                           double cpu_weight, double type_weight) const {
+  if (cpu_weight == 0 && type_weight == 0) return 0;
+  const NodeInfo& n = cluster_->node(node);
+  int64_t free_before = 0;
+  int64_t free_after = 0;
+  double scarce_taken = 0;
+  for (int l = 0; l < n.gpu_count; ++l) {
+    const int g = n.first_gpu + l;
+    const GpuInfo& gi = cluster_->gpu(g);
+    const int32_t before = FreeUnits(gi, cluster_->gpu_usage(g));
+    const int32_t now = FreeUnits(gi, *after[l]);
+    free_before += before;
+    free_after += now;
+    scarce_taken += type_scarcity(cluster_->gpu_type_id(g)) * (before - now);
+  }
+  double terms = type_weight * scarce_taken;
+  if (cpu_weight != 0 && cpu_per_gpu_unit_ > 0) {
+    auto short_units = [&](int64_t free, int64_t cpu_used) {
+      const double servable = static_cast<double>(n.cpu_milli - cpu_used) / cpu_per_gpu_unit_;
+      return std::max(0.0, static_cast<double>(free) - servable);
+    };
+    terms +=
+        cpu_weight * (short_units(free_after, cpu_after) - short_units(free_before, cpu_before));
+  }
+  return terms / kPermille;
 }
 
 // Groups the GPU shapes by per-device request and type filter (everything UsableFor reads

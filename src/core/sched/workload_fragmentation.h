@@ -35,6 +35,26 @@ class WorkloadFragmentation {
   const std::vector<ShapeData>& shapes() const { return shapes_; }
   // Sum of the weights of the shapes kept (1, or 0 without shapes).
   double weight_total() const { return weight_total_; }
+  // Milli-CPU the workload's GPU shapes ask per unit (per-mille) of GPU, weighted by frequency;
+  // 0 without GPU shapes.
+  double cpu_per_gpu_unit() const { return cpu_per_gpu_unit_; }
+  // How much more the workload's type-restricted shapes need GPU type `type_id` than the least
+  // needed type (0 for that type, and for types unknown when the workload was set).
+  double type_scarcity(int type_id) const {
+    return type_id >= 0 && type_id < static_cast<int>(type_scarcity_.size())
+               ? type_scarcity_[type_id]
+               : 0;
+  }
+
+  // prism's two terms beside FGD's fragmentation change, in GPUs (PolicyOptions::cpu_balance,
+  // type_balance, their weights): the change in the node's free GPU that its CPU left cannot
+  // serve at cpu_per_gpu_unit() (FGD asks whether one typical pod still finds its CPU, not
+  // whether all the free GPUs do), and the GPU the pod takes times its type's scarcity. Node
+  // `node` goes from its GPUs as they are and `cpu_before` to `after` and `cpu_after`. Both
+  // depend on the node's own state and the workload only, as shape indexes require.
+  double BalanceTerms(int node, int64_t cpu_before, int64_t cpu_after,
+                      const std::vector<const GpuUsage*>& after, double cpu_weight,
+                      double type_weight) const;
 
   // Units of free GPU shape `s` could use on GPU `g` in state `u` (`free` of them), and how
   // many devices of it fit.
@@ -91,6 +111,8 @@ class WorkloadFragmentation {
   };
 
   void AssignShapeGroups();
+  // cpu_per_gpu_unit_ and type_scarcity_ from shapes_ and the workload's GPUs per type.
+  void ComputeBalanceMeasures(const TargetWorkload& workload);
   int groups() const { return static_cast<int>(group_first_.size()); }
   void ComputeParts(int node, const std::vector<const GpuUsage*>& gpus, NodeParts* parts);
   const NodeParts& CurrentParts(int node);
@@ -118,6 +140,8 @@ class WorkloadFragmentation {
   };
   std::vector<ShapeTerm> terms_;
   double weight_total_ = 0;
+  double cpu_per_gpu_unit_ = 0;
+  std::vector<double> type_scarcity_;
   std::unordered_map<OccKey, OccEntry, OccKeyHash> occ_cache_;   // Nodes: entries stay put.
   const std::pair<const OccKey, OccEntry>* last_occ_ = nullptr;  // The last one asked for.
   std::vector<std::pair<uint64_t, double>> frag_cache_;  // Per node: (version + 1, frag).
