@@ -664,6 +664,36 @@ TEST_F(CacheTest, ANewWorkloadIsStagedUntilTickHasBuiltItsIndexes) {
   EXPECT_EQ(cache_->Snapshot().workload.shapes.size(), 2u);
 }
 
+// The target workload records the cluster's GPUs per type (prism's type scarcity); a refresh
+// stages a new one when more than a twentieth of the GPUs came or went, even with the same mix.
+TEST_F(CacheTest, ANewWorkloadIsStagedWhenTheGpusPerTypeMoved) {
+  std::vector<std::string> names;
+  for (int i = 0; i < 20; ++i) {
+    names.push_back(StrCat("n", i));
+    cache_->UpsertNode(NodeJson(names.back(), {TestGpu{}, TestGpu{}}));
+  }
+  for (int i = 0; i < 4; ++i) cache_->UpsertPod(Schedule(GpuPod(StrCat("a", i), 1, 10000), names));
+  clock_.Advance(absl::Minutes(1));
+  cache_->Tick();
+  cache_->Tick();
+  ASSERT_EQ(cache_->stats().workload_refreshes, 1);
+  ASSERT_EQ(cache_->Snapshot().workload.gpus_by_type.size(), 1u);
+  EXPECT_EQ(cache_->Snapshot().workload.gpus_by_type[0].second, 40);
+  // One more node (2 of 42 GPUs, under a twentieth): the same workload is kept.
+  cache_->UpsertNode(NodeJson("extra-0", {TestGpu{}, TestGpu{}}));
+  clock_.Advance(absl::Minutes(1));
+  cache_->Tick();
+  EXPECT_EQ(cache_->stats().workload_refreshes, 1);
+  // Four more nodes of another type: staged, and recorded once built.
+  for (int i = 1; i <= 4; ++i) {
+    cache_->UpsertNode(NodeJson(StrCat("extra-", i), {TestGpu("T4", 15360), TestGpu("T4", 15360)}));
+  }
+  clock_.Advance(absl::Minutes(1));
+  for (int i = 0; i < 5; ++i) cache_->Tick();
+  EXPECT_EQ(cache_->stats().workload_refreshes, 2);
+  EXPECT_EQ(cache_->Snapshot().workload.gpus_by_type.size(), 2u);
+}
+
 // Tick() catches up the shape indexes that fell behind (here: shape A's, while only shape B's
 // pods were charged), so that A's next Filter does not pay for every change since.
 TEST_F(CacheTest, TickCatchesUpShapeIndexesThatFellBehind) {
