@@ -416,6 +416,33 @@ double Quantile(std::vector<double>& v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
 }
 
+// One POST to the extender, timed (benchmark timing resumed only around it): the reply body,
+// wall time, CPU time of the whole process and of the calling (client) thread.
+struct TimedCall {
+  std::string body;
+  double wall_us = 0;
+  double cpu_us = 0;
+  double client_cpu_us = 0;
+};
+
+TimedCall Timed(benchmark::State& state, httplib::Client& cli, const char* path,
+                const std::string& body) {
+  state.ResumeTiming();
+  const double cpu0 = ProcessCpuMicros();
+  const double client_cpu0 = ThreadCpuMicros();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto res = cli.Post(path, body, "application/json");
+  const auto t1 = std::chrono::steady_clock::now();
+  TimedCall out;
+  out.client_cpu_us = ThreadCpuMicros() - client_cpu0;
+  out.cpu_us = ProcessCpuMicros() - cpu0;
+  state.PauseTiming();
+  PRISM_CHECK(res && res->status == 200);
+  out.wall_us = std::chrono::duration<double, std::micro>(t1 - t0).count();
+  out.body = std::move(res->body);
+  return out;
+}
+
 void BM_FilterOverHttpWithChurn(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
   const int change_every = static_cast<int>(state.range(1));
@@ -480,41 +507,23 @@ void BM_FilterOverHttpWithChurn(benchmark::State& state) {
     std::this_thread::sleep_for(std::chrono::milliseconds(3));
     const std::string body =
         json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", rig.names}}.dump();
-    state.ResumeTiming();
-    const double cpu0 = ProcessCpuMicros();
-    const double client_cpu0 = ThreadCpuMicros();
-    const auto t0 = std::chrono::steady_clock::now();
-    auto res = cli.Post("/filter", body, "application/json");
-    const auto t1 = std::chrono::steady_clock::now();
-    const double client_cpu = ThreadCpuMicros() - client_cpu0;
-    const double cpu = ProcessCpuMicros() - cpu0;
-    state.PauseTiming();
-    PRISM_CHECK(res && res->status == 200);
-    wall_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-    cpu_us.push_back(cpu);
-    client_cpu_us.push_back(client_cpu);
-    server_cpu_us.push_back(cpu - client_cpu);
-    (seen.insert(shape_key).second ? first_cpu_us : seen_cpu_us).push_back(cpu);
-    const json reply = json::parse(res->body);
+    const TimedCall filter = Timed(state, cli, "/filter", body);
+    wall_us.push_back(filter.wall_us);
+    cpu_us.push_back(filter.cpu_us);
+    client_cpu_us.push_back(filter.client_cpu_us);
+    server_cpu_us.push_back(filter.cpu_us - filter.client_cpu_us);
+    (seen.insert(shape_key).second ? first_cpu_us : seen_cpu_us).push_back(filter.cpu_us);
+    const json reply = json::parse(filter.body);
     const json& fits = reply["NodeNames"];
     if (fits.is_array() && fits.size() > 1) {
       // kube-scheduler's next call for the pod when more than one node is feasible: the
       // extender's scores for the feasible nodes, in the order Filter returned them.
-      const std::string prioritize_body =
-          json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", fits}}.dump();
-      state.ResumeTiming();
-      const double p_cpu0 = ProcessCpuMicros();
-      const double p_client_cpu0 = ThreadCpuMicros();
-      const auto p_t0 = std::chrono::steady_clock::now();
-      auto p = cli.Post("/prioritize", prioritize_body, "application/json");
-      const auto p_t1 = std::chrono::steady_clock::now();
-      const double p_client_cpu = ThreadCpuMicros() - p_client_cpu0;
-      const double p_cpu = ProcessCpuMicros() - p_cpu0;
-      state.PauseTiming();
-      PRISM_CHECK(p && p->status == 200);
-      PRISM_CHECK(json::parse(p->body).size() == fits.size());
-      prioritize_wall_us.push_back(std::chrono::duration<double, std::micro>(p_t1 - p_t0).count());
-      prioritize_server_cpu_us.push_back(p_cpu - p_client_cpu);
+      const TimedCall prioritize =
+          Timed(state, cli, "/prioritize",
+                json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", fits}}.dump());
+      PRISM_CHECK(json::parse(prioritize.body).size() == fits.size());
+      prioritize_wall_us.push_back(prioritize.wall_us);
+      prioritize_server_cpu_us.push_back(prioritize.cpu_us - prioritize.client_cpu_us);
     }
     if (!fits.is_array() || fits.empty()) {
       ++unplaceable;

@@ -1,10 +1,33 @@
 #include "core/sched/workload_fragmentation.h"
 
 #include <algorithm>
+#include <string>
+#include <string_view>
 
 #include "core/mig/gpu_model.h"
 
 namespace prism::sched::engine_internal {
+
+namespace {
+
+// Whether a shape may use GPUs of `type` (its types are substrings; none: any).
+bool ShapeAllowsType(const WorkloadShape& s, std::string_view type) {
+  if (s.types.empty()) return true;
+  for (const std::string& t : s.types) {
+    if (TypeContains(type, t)) return true;
+  }
+  return false;
+}
+
+// Units (per-mille) of one device a request takes: its compute share, else its memory share,
+// else the whole device (a share given in MiB is not known before a GPU is chosen).
+double ShareUnits(const GpuRequest& r) {
+  if (r.cores_permille > 0) return std::min<int32_t>(r.cores_permille, kPermille);
+  if (r.memory_permille > 0) return std::min<int32_t>(r.memory_permille, kPermille);
+  return kPermille;
+}
+
+}  // namespace
 
 void WorkloadFragmentation::SetWorkload(const TargetWorkload& workload) {
   shapes_.clear();
@@ -19,9 +42,7 @@ void WorkloadFragmentation::SetWorkload(const TargetWorkload& workload) {
     d.weight = s.weight / total;
     weight_total_ += d.weight;
     for (const std::string& type : cluster_->gpu_types()) {
-      bool ok = s.types.empty();
-      for (const std::string& t : s.types) ok = ok || TypeContains(type, t);
-      d.type_ok.push_back(ok ? 1 : 0);
+      d.type_ok.push_back(ShapeAllowsType(s, type) ? 1 : 0);
     }
     for (const mig::GpuModel& model : catalog) {
       d.mig_candidates.push_back(MigCandidates(model, s.gpu, config_->mig_match_cores));
@@ -61,27 +82,10 @@ void WorkloadFragmentation::SetWorkload(const TargetWorkload& workload) {
   Invalidate();
 }
 
-namespace {
-
-// Units (per-mille) of one device a request takes: its compute share, else its memory share,
-// else the whole device (a share given in MiB is not known before a GPU is chosen).
-double ShareUnits(const GpuRequest& r) {
-  if (r.cores_permille > 0) return std::min<int32_t>(r.cores_permille, kPermille);
-  if (r.memory_permille > 0) return std::min<int32_t>(r.memory_permille, kPermille);
-  return kPermille;
-}
-
-}  // namespace
-
 void WorkloadFragmentation::ComputeBalanceMeasures(const TargetWorkload& workload) {
   // From the workload alone (its shapes and its GPUs per type name), not from the cluster's
   // GPU type ids, which a long-running engine and a rebuilt one may number differently.
   const auto& by_type = workload.gpus_by_type;
-  auto allows = [](const WorkloadShape& s, const std::string& type) {
-    bool ok = s.types.empty();
-    for (const std::string& t : s.types) ok = ok || TypeContains(type, t);
-    return ok;
-  };
   // A shape's demand spread over the GPUs it may use: a shape allowed one small type presses
   // hard on it, a shape allowed every type presses on each a little.
   std::vector<double> pressure(by_type.size(), 0);
@@ -94,11 +98,13 @@ void WorkloadFragmentation::ComputeBalanceMeasures(const TargetWorkload& workloa
     units += d.weight * shape_units;
     double allowed = 0;
     for (const auto& [type, gpus] : by_type) {
-      if (gpus > 0 && allows(d.shape, type)) allowed += static_cast<double>(gpus) * kPermille;
+      if (gpus > 0 && ShapeAllowsType(d.shape, type)) {
+        allowed += static_cast<double>(gpus) * kPermille;
+      }
     }
     if (allowed <= 0) continue;
     for (size_t i = 0; i < by_type.size(); ++i) {
-      if (by_type[i].second > 0 && allows(d.shape, by_type[i].first)) {
+      if (by_type[i].second > 0 && ShapeAllowsType(d.shape, by_type[i].first)) {
         pressure[i] += d.weight * shape_units / allowed;
       }
     }
@@ -119,20 +125,19 @@ void WorkloadFragmentation::ComputeBalanceMeasures(const TargetWorkload& workloa
 
 double WorkloadFragmentation::BalanceTerms(int node, int64_t cpu_before, int64_t cpu_after,
                                            const std::vector<const GpuUsage*>& after,
-                                           double cpu_weight, double type_weight) const {
-  if (cpu_weight == 0 && type_weight == 0) return 0;
+                                           double cpu_weight, double type_weight) {
+  // Without shapes both measures are 0.
+  if ((cpu_weight == 0 && type_weight == 0) || shapes_.empty()) return 0;
   const NodeInfo& n = cluster_->node(node);
-  int64_t free_before = 0;
+  const NodeParts& parts = CurrentParts(node);  // Free units as the node is, cached.
+  const int64_t free_before = parts.total_free;
   int64_t free_after = 0;
   double scarce_taken = 0;
   for (int l = 0; l < n.gpu_count; ++l) {
     const int g = n.first_gpu + l;
-    const GpuInfo& gi = cluster_->gpu(g);
-    const int32_t before = FreeUnits(gi, cluster_->gpu_usage(g));
-    const int32_t now = FreeUnits(gi, *after[l]);
-    free_before += before;
+    const int32_t now = FreeUnits(cluster_->gpu(g), *after[l]);
     free_after += now;
-    scarce_taken += type_scarcity(cluster_->gpu_type_id(g)) * (before - now);
+    scarce_taken += type_scarcity(cluster_->gpu_type_id(g)) * (parts.free(l) - now);
   }
   double terms = type_weight * scarce_taken;
   if (cpu_weight != 0 && cpu_per_gpu_unit_ > 0) {

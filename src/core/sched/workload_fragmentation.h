@@ -54,7 +54,7 @@ class WorkloadFragmentation {
   // depend on the node's own state and the workload only, as shape indexes require.
   double BalanceTerms(int node, int64_t cpu_before, int64_t cpu_after,
                       const std::vector<const GpuUsage*>& after, double cpu_weight,
-                      double type_weight) const;
+                      double type_weight);
 
   // Units of free GPU shape `s` could use on GPU `g` in state `u` (`free` of them), and how
   // many devices of it fit.
