@@ -6,6 +6,8 @@
 #include <map>
 #include <set>
 
+#include "absl/hash/hash.h"
+
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "core/sched/cluster_internal.h"
@@ -356,6 +358,47 @@ absl::Status ClusterState::Release(std::string_view key) {
   pods_.erase(it);
   MarkChanged(node);
   return absl::OkStatus();
+}
+
+bool ClusterState::SameNodeState(int a, int b) const {
+  const NodeInfo& x = nodes_[a];
+  const NodeInfo& y = nodes_[b];
+  if (x.cpu_milli != y.cpu_milli || x.memory_bytes != y.memory_bytes ||
+      x.gpu_count != y.gpu_count || x.removed != y.removed ||
+      node_usage_[a].cpu_used != node_usage_[b].cpu_used ||
+      node_usage_[a].memory_used != node_usage_[b].memory_used) {
+    return false;
+  }
+  for (int l = 0; l < x.gpu_count; ++l) {
+    const int ga = x.first_gpu + l;
+    const int gb = y.first_gpu + l;
+    const GpuInfo& p = gpus_[ga];
+    const GpuInfo& q = gpus_[gb];
+    // Every field but uuid and node (the type by its interned id).
+    if (gpu_type_ids_[ga] != gpu_type_ids_[gb] || p.index != q.index || p.mode != q.mode ||
+        p.healthy != q.healthy || p.template_mode != q.template_mode ||
+        p.fixed_layout != q.fixed_layout || p.mig_model != q.mig_model ||
+        p.template_set != q.template_set || p.allowed_profiles != q.allowed_profiles ||
+        p.memory_mib != q.memory_mib || p.cores_total != q.cores_total ||
+        p.split_count != q.split_count || !(gpu_usage_[ga] == gpu_usage_[gb])) {
+      return false;
+    }
+  }
+  return true;
+}
+
+uint64_t ClusterState::NodeStateHash(int n) const {
+  const NodeInfo& info = nodes_[n];
+  const NodeUsage& usage = node_usage_[n];
+  uint64_t h = absl::HashOf(info.cpu_milli, info.memory_bytes, info.gpu_count, info.removed,
+                            usage.cpu_used, usage.memory_used);
+  for (int g = info.first_gpu; g < info.first_gpu + info.gpu_count; ++g) {
+    // What tells GPUs apart most often; SameNodeState compares the rest.
+    const GpuUsage& u = gpu_usage_[g];
+    h = absl::HashOf(h, gpu_type_ids_[g], gpus_[g].mode, gpus_[g].healthy, u.memory_used_mib,
+                     u.cores_used, u.tasks, u.template_index, u.busy.memory_mask);
+  }
+  return h;
 }
 
 size_t ClusterState::MemoryBytes() const {

@@ -100,6 +100,7 @@ struct MigInstance {
   InstanceState state = InstanceState::kIdle;
   int8_t entry = -1;  // Geometry entry it realises (template mode), -1 otherwise.
   bool Busy() const { return state != InstanceState::kIdle; }
+  friend bool operator==(const MigInstance&, const MigInstance&) = default;
 };
 
 // A legacy geometry placed on an empty GPU of one model.
@@ -121,7 +122,8 @@ struct TemplateSet {
   std::vector<PlacedGeometry> geometries;
 };
 
-// Static facts of one GPU.
+// Static facts of one GPU. A field added here that placement reads must join
+// ClusterState::SameNodeState (all but uuid and node do).
 struct GpuInfo {
   std::string uuid;
   std::string type;  // Model string as given (type filters match it).
@@ -151,6 +153,7 @@ struct GpuUsage {
   mig::Occupancy busy;  // Occupancy of the busy instances (what may never move).
 
   bool HasBusyInstance() const { return busy.memory_mask != 0; }
+  friend bool operator==(const GpuUsage&, const GpuUsage&) = default;
 };
 
 struct NodeInfo {
@@ -215,6 +218,14 @@ class ClusterState {
   // rank of a node is its index.
   uint32_t node_rank(int n) const { return node_rank_[n]; }
   const std::vector<uint32_t>& node_ranks() const { return node_rank_; }
+  // Whether nodes `a` and `b` differ at most in their names and GPU uuids: same capacity, same
+  // GPUs (type, mode, health, MIG strategy and layout rules), same usage. A pod that names no
+  // GPU by uuid fits and scores alike on both, which lets the engine score one node for all
+  // its twins (a cluster of few machine types has a few hundred distinct states over
+  // thousands of nodes: the empty ones, the full ones, and the common mixes between).
+  bool SameNodeState(int a, int b) const;
+  // A hash of what SameNodeState compares: equal states hash alike.
+  uint64_t NodeStateHash(int n) const;
   // Interned GPU type of `g` (equal strings share an id), for cheap type filters.
   int gpu_type_id(int g) const { return gpu_type_ids_[g]; }
   const std::vector<std::string>& gpu_types() const { return gpu_type_names_; }

@@ -197,6 +197,7 @@ class Engine::Impl {
       }
     }
     rp.wants_gpu = !rp.order.empty();
+    rp.names_gpus = !pod.use_uuids.empty() || !pod.nouse_uuids.empty();
     for (const std::string& type : cluster_.gpu_types()) {
       bool ok = pod.use_types.empty();
       for (const std::string& t : pod.use_types) ok = ok || TypeContains(type, t);
@@ -1554,6 +1555,15 @@ size_t Engine::CacheMemoryBytes() const {
   size_t bytes = impl_->frag_->MemoryBytes() + impl_->indexes_.MemoryBytes();
   if (impl_->staged_frag_) bytes += impl_->staged_frag_->MemoryBytes();
   return bytes + impl_->staged_indexes_.MemoryBytes();
+}
+
+Engine::IndexCounts Engine::index_counts() const {
+  IndexCounts counts;
+  for (const engine_internal::ShapeIndexes* set : {&impl_->indexes_, &impl_->staged_indexes_}) {
+    counts.nodes_scored += set->nodes_scored();
+    counts.scores_copied += set->scores_copied();
+  }
+  return counts;
 }
 
 int64_t Engine::MaintainIndexes(int64_t max_evaluations) {

@@ -18,6 +18,9 @@
 // decision costs O(nodes changed + log nodes) once the shape was seen.
 // Scores depend only on the node's own state and the pod, which is what
 // makes the cache exact: tests check indexed and unindexed engines agree.
+// It also means nodes in the same state (ClusterState::SameNodeState: a few
+// machine types, many empty or full) score alike, so a shape's first
+// decision scores each distinct state once and copies the rest.
 #pragma once
 
 #include <cstdint>
@@ -137,6 +140,14 @@ class Engine {
   // Bytes held by the shape indexes and caches (for reports).
   size_t CacheMemoryBytes() const;
   size_t index_count() const;
+  // Since construction: nodes the shape indexes scored, and nodes whose score they took from
+  // a twin node in the same state instead (ClusterState::SameNodeState). For benchmarks and
+  // tests.
+  struct IndexCounts {
+    uint64_t nodes_scored = 0;
+    uint64_t scores_copied = 0;
+  };
+  IndexCounts index_counts() const;
 
   // Index maintenance off the decision path (the caller picks when: after a bind, on a timer):
   // catches up the shape indexes that lag by more than EngineOptions::max_index_backlog

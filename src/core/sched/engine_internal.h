@@ -151,6 +151,9 @@ struct Resolved {
   // [position in order][catalog model] -> candidate profiles.
   std::vector<std::vector<std::vector<int8_t>>> mig_candidates;
   bool wants_gpu = false;
+  // The pod names GPUs by uuid (use/nouse lists): twin nodes (ClusterState::SameNodeState)
+  // may score differently, so each is scored on its own.
+  bool names_gpus = false;
 };
 
 struct DeviceRec {

@@ -101,6 +101,23 @@ World RandomWorld(std::mt19937& rng) {
   return w;
 }
 
+// Up to three copies of every node, differing only in names and GPU uuids: twins, whose
+// scores an index takes from one of them (ClusterState::SameNodeState).
+void AddTwins(World& w, std::mt19937& rng) {
+  const size_t originals = w.nodes.size();
+  for (size_t i = 0; i < originals; ++i) {
+    const int copies = 1 + static_cast<int>(rng() % 3);
+    for (int c = 0; c < copies; ++c) {
+      NodeSpec twin = w.nodes[i];
+      twin.name = w.nodes[i].name + "-twin" + std::to_string(c);
+      for (size_t g = 0; g < twin.gpus.size(); ++g) {
+        twin.gpus[g].uuid = twin.name + "-gpu-" + std::to_string(g);
+      }
+      w.nodes.push_back(std::move(twin));
+    }
+  }
+}
+
 PodRequest RandomPod(std::mt19937& rng, int id) {
   PodRequest p;
   p.namespace_name = "ns";
@@ -527,7 +544,8 @@ TEST(EnginePropertyTest, RandomClustersNeverOvercommitAndIndexesAgree) {
   const uint32_t seeds = Seeds(150);
   for (uint32_t seed = 1; seed <= seeds; ++seed) {
     std::mt19937 rng(seed);
-    const World world = RandomWorld(rng);
+    World world = RandomWorld(rng);
+    if (seed % 3 == 1) AddTwins(world, rng);
     auto state = ClusterState::Build(world.nodes, world.config);
     ASSERT_TRUE(state.ok()) << state.status();
     EngineOptions indexed;

@@ -29,6 +29,7 @@ size_t FailureTable::MemoryBytes() const {
 }
 
 ShapeIndex* ShapeIndexes::Get(const Resolved& rp, const std::string& key, Scorer score) {
+  BeginPass();
   if (auto it = indexes_.find(key); it != indexes_.end()) {
     ShapeIndex* index = it->second.get();
     lru_.splice(lru_.begin(), lru_, index->lru);
@@ -95,6 +96,7 @@ uint64_t ShapeIndexes::Backlog(const ShapeIndex& index) const {
 
 int64_t ShapeIndexes::Maintain(Scorer score, uint64_t max_backlog, int64_t max_evaluations,
                                bool builds) {
+  BeginPass();
   int64_t spent = 0;
   // Most recently used first: the shapes most likely to be decided next.
   for (const std::string& key : lru_) {
@@ -115,6 +117,7 @@ int64_t ShapeIndexes::Maintain(Scorer score, uint64_t max_backlog, int64_t max_e
 }
 
 void ShapeIndexes::Clear() {
+  twins_.clear();
   indexes_.clear();
   lru_.clear();
   failures_.Clear();
@@ -132,9 +135,9 @@ size_t ShapeIndexes::MemoryBytes() const {
 
 void ShapeIndexes::FullRebuild(ShapeIndex& index, Scorer score) {
   const int nodes = cluster_->node_count();
-  index.score.resize(nodes);
-  index.failure.resize(nodes);
-  index.version.resize(nodes);
+  index.score.assign(nodes, kInfeasible);
+  index.failure.assign(nodes, FailureTable::kNone);
+  index.version.assign(nodes, UINT32_MAX);  // Not scored: no twin may lend it.
   for (int n = 0; n < nodes; ++n) ScoreNode(index, score, n);
   index.tree.Reset(&index.score, &cluster_->node_ranks());
   index.synced = cluster_->change_log_end();
@@ -198,12 +201,44 @@ int64_t ShapeIndexes::Rescan(ShapeIndex& index, Scorer score, int64_t budget) {
   return spent;
 }
 
+uint64_t ShapeIndexes::StateHash(int node) {
+  if (state_hash_.size() <= static_cast<size_t>(node)) {
+    state_hash_.resize(cluster_->node_count());
+    state_hash_version_.resize(cluster_->node_count());
+  }
+  const uint64_t version = cluster_->node_usage(node).version + 1;
+  if (state_hash_version_[node] != version) {
+    state_hash_[node] = cluster_->NodeStateHash(node);
+    state_hash_version_[node] = version;
+  }
+  return state_hash_[node];
+}
+
 void ShapeIndexes::ScoreNode(ShapeIndex& index, Scorer score, int node) {
+  const uint32_t version = static_cast<uint32_t>(cluster_->node_usage(node).version);
+  if (!index.rp.names_gpus) {
+    auto [it, first] = twins_.try_emplace(StateHash(node), node);
+    const int twin = it->second;
+    if (!first && twin != node) {
+      // The twin's score is current when its version matches; the state comparison rules out
+      // a hash collision. Either way the hash is this node's from now on (its score will be).
+      if (index.version[twin] == static_cast<uint32_t>(cluster_->node_usage(twin).version) &&
+          cluster_->SameNodeState(node, twin)) {
+        index.score[node] = index.score[twin];
+        index.failure[node] = index.failure[twin];
+        index.version[node] = version;
+        ++scores_copied_;
+        return;
+      }
+      it->second = node;
+    }
+  }
+  ++nodes_scored_;
   NodeFailure failure;
   index.score[node] = score(index.rp, node, &failure);
   index.failure[node] =
       index.score[node] == kInfeasible ? failures_.Intern(failure) : FailureTable::kNone;
-  index.version[node] = static_cast<uint32_t>(cluster_->node_usage(node).version);
+  index.version[node] = version;
 }
 
 }  // namespace prism::sched::engine_internal

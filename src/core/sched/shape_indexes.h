@@ -149,6 +149,10 @@ class ShapeIndexes {
   size_t size() const { return indexes_.size(); }
   bool Contains(const std::string& key) const { return indexes_.contains(key); }
   size_t pending_builds() const;
+  // Nodes scored by the Scorer, and nodes whose score was copied from a twin instead (see
+  // ScoreNode), since construction.
+  uint64_t nodes_scored() const { return nodes_scored_; }
+  uint64_t scores_copied() const { return scores_copied_; }
   // Why `index` refuses `node` (an infeasible node of a caught-up index).
   const NodeFailure& FailureOf(const ShapeIndex& index, int node) const {
     return failures_.Get(index.failure[node]);
@@ -184,10 +188,24 @@ class ShapeIndexes {
   // scored it, at most `budget` (-1: no limit); when every node was looked at, the index is
   // synced to rescan_from. Returns the scorings spent.
   int64_t Rescan(ShapeIndex& index, Scorer score, int64_t budget);
+  // Sets `node`'s score in `index`. A twin (ClusterState::SameNodeState) whose score in
+  // `index` is current, met earlier in this pass, lends its score and reason instead, unless
+  // the shape names GPUs: a build over thousands of nodes of a few machine types then scores
+  // a few hundred.
   void ScoreNode(ShapeIndex& index, Scorer score, int node);
+  // ClusterState::NodeStateHash, kept per node version (every index of a pass asks for it).
+  uint64_t StateHash(int node);
+  // Starts a pass (Get, Maintain): twins met before are forgotten, because their state may
+  // have changed since (a twin is still checked before it lends its score).
+  void BeginPass() { twins_.clear(); }
 
   const ClusterState* cluster_;
   size_t max_indexes_;
+  absl::flat_hash_map<uint64_t, int32_t> twins_;  // State hash -> the node last scored with it.
+  std::vector<uint64_t> state_hash_;
+  std::vector<uint64_t> state_hash_version_;  // Node version + 1 the hash is of; 0: none.
+  uint64_t nodes_scored_ = 0;
+  uint64_t scores_copied_ = 0;
   std::unordered_map<std::string, std::unique_ptr<ShapeIndex>> indexes_;
   std::list<std::string> lru_;  // Most recently used first.
   FailureTable failures_;       // Shared by all indexes; cleared with them.
