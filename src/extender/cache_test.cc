@@ -78,6 +78,10 @@ class CacheTest : public ::testing::Test {
   std::unique_ptr<SchedulerCache> cache_;
 };
 
+// A node's allocatable CPU unlike any other's: nodes that differ only in their names are twins,
+// which share one evaluation per shape (tests that count scorings need every node scored).
+std::string Distinct(int i) { return StrCat(64 + i); }
+
 TEST_F(CacheTest, FilterGivesPerNodeReasonsAndAssumesOnTheBestNode) {
   cache_->UpsertNode(NodeJson("big", {TestGpu{}, TestGpu{}}));
   cache_->UpsertNode(NodeJson("small", {TestGpu{"A100-SXM4-40GB", 10000}}));
@@ -635,7 +639,7 @@ TEST_F(CacheTest, ANewWorkloadIsStagedUntilTickHasBuiltItsIndexes) {
   std::vector<std::string> names;
   for (int i = 0; i < 20; ++i) {
     names.push_back(StrCat("n", i));
-    cache_->UpsertNode(NodeJson(names.back(), {TestGpu{}, TestGpu{}}));
+    cache_->UpsertNode(NodeJson(names.back(), {TestGpu{}, TestGpu{}}, Distinct(i)));
   }
   for (int i = 0; i < 4; ++i) cache_->UpsertPod(Schedule(GpuPod(StrCat("a", i), 1, 10000), names));
   clock_.Advance(absl::Minutes(1));
@@ -700,7 +704,7 @@ TEST_F(CacheTest, TickCatchesUpShapeIndexesThatFellBehind) {
   std::vector<std::string> names;
   for (int i = 0; i < 20; ++i) {
     names.push_back(StrCat("n", i));
-    cache_->UpsertNode(NodeJson(names.back(), {TestGpu{}, TestGpu{}}));
+    cache_->UpsertNode(NodeJson(names.back(), {TestGpu{}, TestGpu{}}, Distinct(i)));
   }
   const FilterOutcome first = cache_->Filter(Manifest(GpuPod("a0", 1, 5000)), Views(names), false);
   ASSERT_EQ(first.feasible.size(), names.size());
@@ -723,7 +727,7 @@ TEST_F(CacheTest, TickBuildsTheIndexesOfRunningAndPendingShapesBeforeTheirFilter
   std::vector<json> nodes;
   for (int i = 0; i < 20; ++i) {
     names.push_back(StrCat("n", i));
-    nodes.push_back(NodeJson(names.back(), {TestGpu{}, TestGpu{}}));
+    nodes.push_back(NodeJson(names.back(), {TestGpu{}, TestGpu{}}, Distinct(i)));
     cache_->UpsertNode(nodes.back());
   }
   std::vector<json> running;
@@ -767,7 +771,7 @@ TEST(CacheMaintenanceTest, TickSpendsRoundsOfItsBudgetWhileWorkRemains) {
   options.index_maintenance_per_tick = 10;
   options.index_maintenance_rounds_per_tick = 4;
   SchedulerCache cache(config::DefaultDeviceConfig(), options);
-  for (int i = 0; i < 20; ++i) cache.UpsertNode(NodeJson(StrCat("n", i), {TestGpu{}}));
+  for (int i = 0; i < 20; ++i) cache.UpsertNode(NodeJson(StrCat("n", i), {TestGpu{}}, Distinct(i)));
   cache.RebuildIfDirty();
   for (int i = 0; i < 3; ++i) cache.UpsertPod(GpuPod(StrCat("pending-", i), 1, 1000 * (i + 1)));
   ASSERT_EQ(cache.stats().pending_index_builds, 3);
@@ -779,6 +783,25 @@ TEST(CacheMaintenanceTest, TickSpendsRoundsOfItsBudgetWhileWorkRemains) {
   EXPECT_EQ(cache.stats().pending_index_builds, 0);
   cache.Tick();
   EXPECT_EQ(cache.stats().index_maintenance_scorings, 60) << "nothing to do";
+}
+
+// Nodes alike but for their names (twins) share one evaluation per shape: a build over them costs
+// the ticker an eighth of a scoring per node whose twin lends its score.
+TEST(CacheMaintenanceTest, TwinNodesCostTheTickerAnEighthOfAScoring) {
+  k8s::FakeClock clock;
+  CacheOptions options;
+  options.engine = DefaultEngineOptions();
+  options.clock = &clock;
+  options.index_maintenance_per_tick = 1000;
+  SchedulerCache cache(config::DefaultDeviceConfig(), options);
+  for (int i = 0; i < 20; ++i) cache.UpsertNode(NodeJson(StrCat("n", i), {TestGpu{}}));
+  cache.RebuildIfDirty();
+  cache.UpsertPod(GpuPod("pending", 1, 1000));
+  ASSERT_EQ(cache.stats().pending_index_builds, 1);
+  cache.Tick();
+  EXPECT_EQ(cache.stats().pending_index_builds, 0);
+  // One node evaluated (8 eighths), 19 lent (19 eighths): 27 eighths, 4 scorings rounded up.
+  EXPECT_EQ(cache.stats().index_maintenance_scorings, 4);
 }
 
 TEST_F(CacheTest, VanishedGpuTurnsItsPodsIntoProblems) {

@@ -151,8 +151,9 @@ class Engine {
 
   // Index maintenance off the decision path (the caller picks when: after a bind, on a timer):
   // catches up the shape indexes that lag by more than EngineOptions::max_index_backlog
-  // changes, spending at most `max_evaluations` node scorings. Returns the scorings spent (0:
-  // nothing lagged, or indexes are off). Never changes a decision, but may complete a staged
+  // changes, spending at most `max_evaluations` node scorings (a score lent by a twin node
+  // counts an eighth of one). Returns the scorings spent, rounded up (0: nothing lagged, or
+  // indexes are off). Never changes a decision, but may complete a staged
   // workload switch (StageTargetWorkload), which does.
   int64_t MaintainIndexes(int64_t max_evaluations);
 

@@ -33,8 +33,9 @@ ShapeIndex* ShapeIndexes::Get(const Resolved& rp, const std::string& key, Scorer
   if (auto it = indexes_.find(key); it != indexes_.end()) {
     ShapeIndex* index = it->second.get();
     lru_.splice(lru_.begin(), lru_, index->lru);
-    if (index->built >= 0) ContinueBuild(*index, score, /*budget=*/-1);
-    CatchUp(*index, score, /*budget=*/-1);
+    Work unlimited(-1);
+    if (index->built >= 0) ContinueBuild(*index, score, unlimited);
+    CatchUp(*index, score, unlimited);
     return index;
   }
   auto created = std::make_unique<ShapeIndex>();
@@ -73,21 +74,17 @@ size_t ShapeIndexes::pending_builds() const {
   return pending;
 }
 
-int64_t ShapeIndexes::ContinueBuild(ShapeIndex& index, Scorer score, int64_t budget) {
+void ShapeIndexes::ContinueBuild(ShapeIndex& index, Scorer score, Work& work) {
   const int nodes = cluster_->node_count();
   index.score.resize(nodes, kInfeasible);
   index.failure.resize(nodes, FailureTable::kNone);
   index.version.resize(nodes, UINT32_MAX);
-  int64_t spent = 0;
-  while (index.built < nodes && (budget < 0 || spent < budget)) {
-    ScoreNode(index, score, index.built++);
-    ++spent;
-  }
-  if (index.built < nodes) return spent;
+  while (index.built < nodes && work.Room()) work.Charge(ScoreNode(index, score, index.built++));
+  if (index.built < nodes) return;
   index.built = -1;
   index.tree.Reset(&index.score, &cluster_->node_ranks());
   // Nodes that changed after they were scored are in the log since the build began.
-  return spent + CatchUp(index, score, budget < 0 ? -1 : budget - spent);
+  CatchUp(index, score, work);
 }
 
 uint64_t ShapeIndexes::Backlog(const ShapeIndex& index) const {
@@ -97,23 +94,23 @@ uint64_t ShapeIndexes::Backlog(const ShapeIndex& index) const {
 int64_t ShapeIndexes::Maintain(Scorer score, uint64_t max_backlog, int64_t max_evaluations,
                                bool builds) {
   BeginPass();
-  int64_t spent = 0;
+  Work work(std::max<int64_t>(0, max_evaluations));
   // Most recently used first: the shapes most likely to be decided next.
   for (const std::string& key : lru_) {
-    if (spent >= max_evaluations) break;
+    if (!work.Room()) break;
     ShapeIndex& index = *indexes_.at(key);
     if (index.built >= 0 || Backlog(index) <= max_backlog) continue;
-    spent += CatchUp(index, score, max_evaluations - spent);
+    CatchUp(index, score, work);
   }
-  if (!builds) return spent;
+  if (!builds) return work.scorings();
   // Then builds registered ahead of their first decision, in the order they were prepared
   // (Prepare appends them; a decision moves its index to the front, built).
   for (const std::string& key : lru_) {
-    if (spent >= max_evaluations) break;
+    if (!work.Room()) break;
     ShapeIndex& index = *indexes_.at(key);
-    if (index.built >= 0) spent += ContinueBuild(index, score, max_evaluations - spent);
+    if (index.built >= 0) ContinueBuild(index, score, work);
   }
-  return spent;
+  return work.scorings();
 }
 
 void ShapeIndexes::Clear() {
@@ -144,7 +141,7 @@ void ShapeIndexes::FullRebuild(ShapeIndex& index, Scorer score) {
   index.rescan_next = -1;
 }
 
-int64_t ShapeIndexes::CatchUp(ShapeIndex& index, Scorer score, int64_t budget) {
+void ShapeIndexes::CatchUp(ShapeIndex& index, Scorer score, Work& work) {
   const int nodes = cluster_->node_count();
   if (index.score.size() < static_cast<size_t>(nodes)) {
     // Nodes were added (UpsertNode); they are in the change log, so the loop below scores
@@ -154,7 +151,6 @@ int64_t ShapeIndexes::CatchUp(ShapeIndex& index, Scorer score, int64_t budget) {
     index.version.resize(nodes, UINT32_MAX);
     index.tree.Grow();
   }
-  int64_t spent = 0;
   for (;;) {
     const uint64_t end = cluster_->change_log_end();
     if (index.rescan_next < 0 && (index.synced < cluster_->change_log_begin() ||
@@ -166,39 +162,34 @@ int64_t ShapeIndexes::CatchUp(ShapeIndex& index, Scorer score, int64_t budget) {
       index.rescan_from = end;
     }
     if (index.rescan_next < 0) break;
-    spent += Rescan(index, score, budget < 0 ? -1 : budget - spent);
-    if (index.rescan_next >= 0) return spent;  // Out of budget.
+    Rescan(index, score, work);
+    if (index.rescan_next >= 0) return;  // Out of work.
   }
   const uint64_t end = cluster_->change_log_end();
   uint64_t pos = index.synced;
-  for (; pos < end && (budget < 0 || spent < budget); ++pos) {
+  for (; pos < end && work.Room(); ++pos) {
     const int n = cluster_->change_at(pos);
     const uint32_t v = static_cast<uint32_t>(cluster_->node_usage(n).version);
     if (index.version[n] == v) continue;
-    ScoreNode(index, score, n);
+    work.Charge(ScoreNode(index, score, n));
     index.tree.Update(n);
-    ++spent;
   }
   index.synced = pos;
-  return spent;
 }
 
-int64_t ShapeIndexes::Rescan(ShapeIndex& index, Scorer score, int64_t budget) {
+void ShapeIndexes::Rescan(ShapeIndex& index, Scorer score, Work& work) {
   const int nodes = cluster_->node_count();
-  int64_t spent = 0;
   for (int n = index.rescan_next; n < nodes; ++n) {
     if (index.version[n] == static_cast<uint32_t>(cluster_->node_usage(n).version)) continue;
-    if (budget >= 0 && spent >= budget) {
+    if (!work.Room()) {
       index.rescan_next = n;
-      return spent;
+      return;
     }
-    ScoreNode(index, score, n);
+    work.Charge(ScoreNode(index, score, n));
     index.tree.Update(n);
-    ++spent;
   }
   index.rescan_next = -1;
   index.synced = index.rescan_from;
-  return spent;
 }
 
 uint64_t ShapeIndexes::StateHash(int node) {
@@ -214,7 +205,7 @@ uint64_t ShapeIndexes::StateHash(int node) {
   return state_hash_[node];
 }
 
-void ShapeIndexes::ScoreNode(ShapeIndex& index, Scorer score, int node) {
+bool ShapeIndexes::ScoreNode(ShapeIndex& index, Scorer score, int node) {
   const uint32_t version = static_cast<uint32_t>(cluster_->node_usage(node).version);
   if (!index.rp.names_gpus) {
     auto [it, first] = twins_.try_emplace(StateHash(node), node);
@@ -228,7 +219,7 @@ void ShapeIndexes::ScoreNode(ShapeIndex& index, Scorer score, int node) {
         index.failure[node] = index.failure[twin];
         index.version[node] = version;
         ++scores_copied_;
-        return;
+        return false;
       }
       it->second = node;
     }
@@ -239,6 +230,7 @@ void ShapeIndexes::ScoreNode(ShapeIndex& index, Scorer score, int node) {
   index.failure[node] =
       index.score[node] == kInfeasible ? failures_.Intern(failure) : FailureTable::kNone;
   index.version[node] = version;
+  return true;
 }
 
 }  // namespace prism::sched::engine_internal

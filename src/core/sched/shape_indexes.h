@@ -99,6 +99,27 @@ class FailureTable {
   std::string key_;  // Scratch.
 };
 
+// What one call may spend on scoring nodes, in node scorings. A node whose twin lends its score
+// (ShapeIndexes::ScoreNode) costs an eighth: hashing and comparing the two states is about a
+// tenth of an evaluation, and counting it whole would let a build over thousands of twins take
+// the ticker as long as one without them.
+class Work {
+ public:
+  // `scorings` < 0: no limit.
+  explicit Work(int64_t scorings) : limit_(scorings < 0 ? -1 : scorings * kScored) {}
+  // Room for one more node, priced as an evaluation (its cost is known only once looked at).
+  bool Room() const { return limit_ < 0 || spent_ + kScored <= limit_; }
+  void Charge(bool evaluated) { spent_ += evaluated ? kScored : kLent; }
+  // What was spent, in node scorings, rounded up: a call that did anything says so.
+  int64_t scorings() const { return (spent_ + kScored - 1) / kScored; }
+
+ private:
+  static constexpr int64_t kScored = 8;
+  static constexpr int64_t kLent = 1;
+  int64_t limit_;
+  int64_t spent_ = 0;
+};
+
 struct ShapeIndex {
   Resolved rp;
   std::vector<double> score;
@@ -136,10 +157,10 @@ class ShapeIndexes {
 
   // Catches up the indexes whose backlog (change-log entries not yet read) exceeds
   // `max_backlog`, most recently used first, then advances prepared builds, spending at most
-  // `max_evaluations` node scorings (an index behind by more than the log can say is rescanned
-  // a budget at a time: one scoring per node that changed). Returns the scorings spent. Indexes
-  // stay exact either way: this only moves work off the next decision. Without `builds`, only
-  // the catch-up.
+  // `max_evaluations` node scorings (Work: a score lent by a twin counts an eighth; an index
+  // behind by more than the log can say is rescanned a budget at a time: one scoring per node
+  // that changed). Returns the scorings spent. Indexes stay exact either way: this only moves
+  // work off the next decision. Without `builds`, only the catch-up.
   int64_t Maintain(Scorer score, uint64_t max_backlog, int64_t max_evaluations, bool builds = true);
 
   // Change-log entries `index` has not read yet.
@@ -178,21 +199,21 @@ class ShapeIndexes {
 
  private:
   void FullRebuild(ShapeIndex& index, Scorer score);
-  // Scores up to `budget` more nodes of a prepared build (-1: all), finishing it (tree, then a
-  // catch-up of what changed since it began) when every node is scored. Returns the scorings.
-  int64_t ContinueBuild(ShapeIndex& index, Scorer score, int64_t budget);
-  // Reads the change log from index.synced, at most `budget` scorings (-1: no limit), or
-  // rescans where the log cannot say what changed. Returns the scorings spent.
-  int64_t CatchUp(ShapeIndex& index, Scorer score, int64_t budget);
+  // Scores more nodes of a prepared build while `work` has room, finishing it (tree, then a
+  // catch-up of what changed since it began) when every node is scored.
+  void ContinueBuild(ShapeIndex& index, Scorer score, Work& work);
+  // Reads the change log from index.synced while `work` has room, or rescans where the log
+  // cannot say what changed.
+  void CatchUp(ShapeIndex& index, Scorer score, Work& work);
   // Goes on with index.rescan_next: re-scores each node whose version moved since the index
-  // scored it, at most `budget` (-1: no limit); when every node was looked at, the index is
-  // synced to rescan_from. Returns the scorings spent.
-  int64_t Rescan(ShapeIndex& index, Scorer score, int64_t budget);
+  // scored it, while `work` has room; when every node was looked at, the index is synced to
+  // rescan_from.
+  void Rescan(ShapeIndex& index, Scorer score, Work& work);
   // Sets `node`'s score in `index`. A twin (ClusterState::SameNodeState) whose score in
   // `index` is current, met earlier in this pass, lends its score and reason instead, unless
   // the shape names GPUs: a build over thousands of nodes of a few machine types then scores
-  // a few hundred.
-  void ScoreNode(ShapeIndex& index, Scorer score, int node);
+  // a few hundred. Returns whether the node was evaluated (false: lent).
+  bool ScoreNode(ShapeIndex& index, Scorer score, int node);
   // ClusterState::NodeStateHash, kept per node version (every index of a pass asks for it).
   uint64_t StateHash(int node);
   // Starts a pass (Get, Maintain): twins met before are forgotten, because their state may
