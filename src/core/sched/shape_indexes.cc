@@ -29,7 +29,6 @@ size_t FailureTable::MemoryBytes() const {
 }
 
 ShapeIndex* ShapeIndexes::Get(const Resolved& rp, const std::string& key, Scorer score) {
-  BeginPass();
   if (auto it = indexes_.find(key); it != indexes_.end()) {
     ShapeIndex* index = it->second.get();
     lru_.splice(lru_.begin(), lru_, index->lru);
@@ -93,7 +92,6 @@ uint64_t ShapeIndexes::Backlog(const ShapeIndex& index) const {
 
 int64_t ShapeIndexes::Maintain(Scorer score, uint64_t max_backlog, int64_t max_evaluations,
                                bool builds) {
-  BeginPass();
   Work work(std::max<int64_t>(0, max_evaluations));
   // Most recently used first: the shapes most likely to be decided next.
   for (const std::string& key : lru_) {
@@ -208,11 +206,11 @@ uint64_t ShapeIndexes::StateHash(int node) {
 bool ShapeIndexes::ScoreNode(ShapeIndex& index, Scorer score, int node) {
   const uint32_t version = static_cast<uint32_t>(cluster_->node_usage(node).version);
   if (!index.rp.names_gpus) {
+    if (twins_.size() > 2 * static_cast<size_t>(cluster_->node_count()) + 64) twins_.clear();
     auto [it, first] = twins_.try_emplace(StateHash(node), node);
     const int twin = it->second;
     if (!first && twin != node) {
-      // The twin's score is current when its version matches; the state comparison rules out
-      // a hash collision. Either way the hash is this node's from now on (its score will be).
+      // Not lent: the hash is this node's from now on (its score is about to be current).
       if (index.version[twin] == static_cast<uint32_t>(cluster_->node_usage(twin).version) &&
           cluster_->SameNodeState(node, twin)) {
         index.score[node] = index.score[twin];

@@ -209,20 +209,22 @@ class ShapeIndexes {
   // scored it, while `work` has room; when every node was looked at, the index is synced to
   // rescan_from.
   void Rescan(ShapeIndex& index, Scorer score, Work& work);
-  // Sets `node`'s score in `index`. A twin (ClusterState::SameNodeState) whose score in
-  // `index` is current, met earlier in this pass, lends its score and reason instead, unless
-  // the shape names GPUs: a build over thousands of nodes of a few machine types then scores
-  // a few hundred. Returns whether the node was evaluated (false: lent).
+  // Sets `node`'s score in `index`. The node last scored in the same state (by any index:
+  // twins_) lends its score and reason instead when it is a twin (ClusterState::SameNodeState,
+  // which rules out a hash collision) and its score in `index` is current (its version there
+  // is the node's; so a twin remembered from long ago that changed since lends nothing),
+  // unless the shape names GPUs. A build over thousands of nodes of a few machine types then
+  // scores a few hundred, and a node that changed into a common state (emptied, filled) is
+  // caught up for free. Returns whether the node was evaluated (false: lent).
   bool ScoreNode(ShapeIndex& index, Scorer score, int node);
-  // ClusterState::NodeStateHash, kept per node version (every index of a pass asks for it).
+  // ClusterState::NodeStateHash, kept per node version (every index asks for it).
   uint64_t StateHash(int node);
-  // Starts a pass (Get, Maintain): twins met before are forgotten, because their state may
-  // have changed since (a twin is still checked before it lends its score).
-  void BeginPass() { twins_.clear(); }
 
   const ClusterState* cluster_;
   size_t max_indexes_;
-  absl::flat_hash_map<uint64_t, int32_t> twins_;  // State hash -> the node last scored with it.
+  // State hash -> the node last scored in that state. Entries go stale as nodes change (the
+  // lending checks catch that); the map is emptied when it outgrows twice the nodes.
+  absl::flat_hash_map<uint64_t, int32_t> twins_;
   std::vector<uint64_t> state_hash_;
   std::vector<uint64_t> state_hash_version_;  // Node version + 1 the hash is of; 0: none.
   uint64_t nodes_scored_ = 0;

@@ -145,10 +145,11 @@ TEST(TwinNodesTest, AShapesFirstDecisionScoresEachStateOnce) {
   ASSERT_NO_FATAL_FAILURE(expect_same(GpuPod("four", 4, 2000)));
 }
 
-// A maintenance pass catches up several indexes; a twin scored in one of them is current there
-// but may not be in the next, which has not read its change yet: it must not lend that index
-// its old score.
-TEST(TwinNodesTest, AMaintenancePassLendsOnlyScoresCurrentInTheIndex) {
+// The node remembered for a state may be current in one index and not in another that has not
+// read its changes yet: it must not lend that index its old score. Here index p remembers
+// node-1 for state S while index q last scored node-1 empty; q then catches up node-0, which is
+// back in state S, and must evaluate it rather than take node-1's empty-node score.
+TEST(TwinNodesTest, OnlyAScoreCurrentInTheIndexIsLent) {
   const DeviceConfig config = HamiDefaultConfig();
   auto state = ClusterState::Build({FourT4("node-0"), FourT4("node-1"), FourT4("node-2")}, config);
   ASSERT_TRUE(state.ok()) << state.status();
@@ -163,8 +164,8 @@ TEST(TwinNodesTest, AMaintenancePassLendsOnlyScoresCurrentInTheIndex) {
   const TargetWorkload workload = TargetWorkload::FromPods({p, q});
   indexed.SetTargetWorkload(workload);
   unindexed.SetTargetWorkload(workload);
-  ASSERT_TRUE(indexed.Schedule(q).scheduled);  // Builds q's index, then p's: p is the most
-  ASSERT_TRUE(indexed.Schedule(p).scheduled);  // recently used, caught up first.
+  ASSERT_TRUE(indexed.Schedule(q).scheduled);  // q's index: every node empty.
+  ASSERT_TRUE(indexed.Schedule(p).scheduled);
   auto place = [&](const std::string& name, int node) {
     for (Engine* e : {&indexed, &unindexed}) {
       const PodRequest pod = GpuPod(name, 1, 12000);
@@ -173,12 +174,15 @@ TEST(TwinNodesTest, AMaintenancePassLendsOnlyScoresCurrentInTheIndex) {
       ASSERT_TRUE(e->Apply(pod.Key(), *d).ok());
     }
   };
-  ASSERT_NO_FATAL_FAILURE(place("x", 0));
-  ASSERT_TRUE(indexed.Schedule(p).scheduled);  // p's index reads node-0's change; q's does not.
-  ASSERT_NO_FATAL_FAILURE(place("y", 1));
-  ASSERT_TRUE(indexed.cluster().SameNodeState(0, 1));
-  // p's index scores node-1; q's then meets node-0 first, whose twin node-1 it scored empty.
-  EXPECT_GT(indexed.MaintainIndexes(100), 0);
+  ASSERT_NO_FATAL_FAILURE(place("x", 0));      // node-0: state S.
+  ASSERT_TRUE(indexed.Schedule(p).scheduled);  // p remembers node-0 for S.
+  ASSERT_NO_FATAL_FAILURE(place("z", 0));      // node-0 leaves S.
+  ASSERT_TRUE(indexed.Schedule(p).scheduled);
+  ASSERT_NO_FATAL_FAILURE(place("y", 1));      // node-1: state S.
+  ASSERT_TRUE(indexed.Schedule(p).scheduled);  // p remembers node-1 for S.
+  for (Engine* e : {&indexed, &unindexed}) ASSERT_TRUE(e->Release("default/z").ok());
+  ASSERT_TRUE(indexed.cluster().SameNodeState(0, 1));  // node-0 is back in S.
+  EXPECT_GT(indexed.MaintainIndexes(100), 0);  // q reads node-0 first, then node-1.
   const std::vector<int32_t> all = {0, 1, 2};
   auto x = indexed.Filter(q, all);
   auto y = unindexed.Filter(q, all);
