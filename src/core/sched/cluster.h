@@ -278,9 +278,13 @@ class ClusterState {
   };
   static absl::Status CheckNodeSpec(const NodeSpec& spec);
   // The GPUs of `spec` as node `node_id` would hold them (mode, memory, template geometry,
-  // existing instances). Interns new GPU types and template sets; changes nothing else.
+  // existing instances). Interns new GPU types and template sets, and only when it succeeds;
+  // changes nothing else.
   absl::StatusOr<ResolvedGpus> ResolveGpus(const NodeSpec& spec, const DeviceConfig& config,
                                            int node_id);
+  // ResolveGpus without the roll-back: what it interned stays even when it fails.
+  absl::StatusOr<ResolvedGpus> ResolveGpusInterning(const NodeSpec& spec,
+                                                    const DeviceConfig& config, int node_id);
   // Installs `gpus` as node `node_id`'s GPUs (in place when the count is unchanged).
   void PlaceGpus(int node_id, ResolvedGpus gpus);
   void RetireGpu(int gpu);

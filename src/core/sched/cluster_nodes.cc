@@ -15,7 +15,6 @@ namespace {
 
 using cluster_internal::RecomputeBusy;
 
-
 std::string GpuName(const NodeSpec& node, size_t index) {
   return StrCat("node ", node.name, " GPU ", index);
 }
@@ -129,8 +128,8 @@ absl::Status ClusterState::CheckNodeSpec(const NodeSpec& spec) {
         StrCat("node ", spec.name, ": cpu and memory must not be negative"));
   }
   if (spec.gpus.size() > 256) {
-    return absl::InvalidArgumentError(StrCat("node ", spec.name, " has ", spec.gpus.size(),
-                                             " GPUs; at most 256 are supported"));
+    return absl::InvalidArgumentError(
+        StrCat("node ", spec.name, " has ", spec.gpus.size(), " GPUs; at most 256 are supported"));
   }
   return absl::OkStatus();
 }
@@ -138,6 +137,27 @@ absl::Status ClusterState::CheckNodeSpec(const NodeSpec& spec) {
 absl::StatusOr<ClusterState::ResolvedGpus> ClusterState::ResolveGpus(const NodeSpec& spec,
                                                                      const DeviceConfig& config,
                                                                      int node_id) {
+  const size_t types = gpu_type_names_.size();
+  const size_t sets = template_sets_.size();
+  absl::StatusOr<ResolvedGpus> gpus = ResolveGpusInterning(spec, config, node_id);
+  if (!gpus.ok()) {
+    // A GPU found invalid after others interned a new type or template set: forget those, so
+    // that a refused spec changes nothing (the engine sizes per-type tables by the vocabulary
+    // and only checks it after a node was taken).
+    for (size_t t = types; t < gpu_type_names_.size(); ++t) {
+      gpu_type_by_name_.erase(gpu_type_names_[t]);
+    }
+    gpu_type_names_.resize(types);
+    for (auto it = template_set_ids_.begin(); it != template_set_ids_.end();) {
+      it = it->second >= static_cast<int>(sets) ? template_set_ids_.erase(it) : std::next(it);
+    }
+    template_sets_.resize(sets);
+  }
+  return gpus;
+}
+
+absl::StatusOr<ClusterState::ResolvedGpus> ClusterState::ResolveGpusInterning(
+    const NodeSpec& spec, const DeviceConfig& config, int node_id) {
   RETURN_IF_ERROR(CheckNodeSpec(spec));
   const NodeDeviceConfig* node_config = config.FindNode(spec.name);
   ResolvedGpus out;
@@ -205,10 +225,9 @@ absl::StatusOr<ClusterState::ResolvedGpus> ClusterState::ResolveGpus(const NodeS
                                        : config.mig_strategy;
       // Template set: the knownMigGeometries entry naming the model (FindModelEntry).
       int set = -1;
-      const int known_entry =
-          strategy == MigStrategy::kPlacement
-              ? -1
-              : FindModelEntry(config.known_mig_geometries, g, &model);
+      const int known_entry = strategy == MigStrategy::kPlacement
+                                  ? -1
+                                  : FindModelEntry(config.known_mig_geometries, g, &model);
       if (known_entry >= 0) {
         const size_t e = static_cast<size_t>(known_entry);
         const KnownMigGeometries& known = config.known_mig_geometries[e];
@@ -236,9 +255,8 @@ absl::StatusOr<ClusterState::ResolvedGpus> ClusterState::ResolveGpus(const NodeS
         }
       }
       if (set < 0 && strategy == MigStrategy::kTemplate) {
-        return absl::InvalidArgumentError(
-            StrCat(where, ": migStrategy is template but no knownMigGeometries entry names ",
-                   g.model));
+        return absl::InvalidArgumentError(StrCat(
+            where, ": migStrategy is template but no knownMigGeometries entry names ", g.model));
       }
       gi.template_set = set;
       gi.template_mode = set >= 0;

@@ -94,6 +94,42 @@ TEST(ClusterUpsertTest, AnInvalidNodeChangesNothing) {
   EXPECT_EQ(state->FindNode("c"), -1);
   EXPECT_EQ(state->change_log_end(), log_end);
   EXPECT_EQ(state->gpu(state->node(state->FindNode("b")).first_gpu + 1).uuid, "b-gpu1");
+  // A new type, or a new template set, ahead of the GPU that is refused is not kept either.
+  const size_t types = state->gpu_types().size();
+  const size_t sets = state->template_sets().size();
+  NodeSpec half_valid = Node("d", 16, 64,
+                             {Gpu("Z9", GpuMode::kHamiCore, 40000), Gpu("A30", GpuMode::kMig),
+                              Gpu("", GpuMode::kHamiCore, 1)});
+  EXPECT_FALSE(state->UpsertNode(half_valid, HamiDefaultConfig()).ok());
+  EXPECT_EQ(state->gpu_types().size(), types);
+  EXPECT_EQ(state->template_sets().size(), sets);
+}
+
+// The engine keeps per-type tables in every shape index and rebuilds them when a node brings a
+// new GPU type; a refused node must not bring one unnoticed (the next node of that type would
+// then be judged with tables one type short: a read past their end).
+TEST(EngineIncrementalTest, ARefusedNodeLeavesNoTypeBehind) {
+  const DeviceConfig config = HamiDefaultConfig();
+  auto built =
+      ClusterState::Build({Node("a", 32, 64, 1, Gpu("T4", GpuMode::kHamiCore, 15360))}, config);
+  ASSERT_TRUE(built.ok()) << built.status();
+  EngineOptions plain;
+  plain.use_indexes = false;
+  Engine indexed(*built, config);
+  Engine unindexed(std::move(*built), config, plain);
+  PodRequest pod = GpuPod("p", 1, 20000);  // Fits only the type that comes later.
+  pod.use_types = {"z9"};
+  for (Engine* e : {&indexed, &unindexed}) EXPECT_FALSE(e->Schedule(pod).scheduled);
+  const NodeSpec refused =
+      Node("b", 32, 64, {Gpu("Z9", GpuMode::kHamiCore, 40000), Gpu("", GpuMode::kHamiCore, 1)});
+  for (Engine* e : {&indexed, &unindexed}) EXPECT_FALSE(e->UpsertNode(refused).ok());
+  const NodeSpec taken = Node("b", 32, 64, 1, Gpu("Z9", GpuMode::kHamiCore, 40000));
+  for (Engine* e : {&indexed, &unindexed}) ASSERT_TRUE(e->UpsertNode(taken).ok());
+  const ScheduleResult a = indexed.Schedule(pod);
+  const ScheduleResult b = unindexed.Schedule(pod);
+  ASSERT_TRUE(b.scheduled) << b.Summary();
+  ASSERT_TRUE(a.scheduled) << a.Summary();
+  EXPECT_EQ(a.decision.node_name, "b");
 }
 
 TEST(ClusterUpsertTest, ARemovedNodeFitsNothingAndANewOneRanksByName) {
@@ -189,8 +225,8 @@ PodRequest RandomPod(std::mt19937& rng, int id) {
 // Every GPU type RandomGpu makes, with counts: the type scarcity term (the restricted
 // "v100" pods) is part of what indexed and rebuilt engines must agree on.
 void RecordGpusByType(TargetWorkload& workload) {
-  workload.gpus_by_type = {{"T4", 8}, {"A100-PCIE-40GB", 4}, {"H100-SXM5-80GB", 4},
-                           {"V100M32", 2}, {"A30", 4}};
+  workload.gpus_by_type = {
+      {"T4", 8}, {"A100-PCIE-40GB", 4}, {"H100-SXM5-80GB", 4}, {"V100M32", 2}, {"A30", 4}};
 }
 
 // What a decision holds, by names and UUIDs (ids differ between the two states).

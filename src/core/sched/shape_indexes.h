@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <list>
 #include <memory>
 #include <string>
@@ -105,8 +106,11 @@ class FailureTable {
 // the ticker as long as one without them.
 class Work {
  public:
-  // `scorings` < 0: no limit.
-  explicit Work(int64_t scorings) : limit_(scorings < 0 ? -1 : scorings * kScored) {}
+  // `scorings` < 0, or more than eighths fit in an int64: no limit.
+  explicit Work(int64_t scorings)
+      : limit_(scorings < 0                                               ? -1
+               : scorings > std::numeric_limits<int64_t>::max() / kScored ? -1
+                                                                          : scorings * kScored) {}
   // Room for one more node, priced as an evaluation (its cost is known only once looked at).
   bool Room() const { return limit_ < 0 || spent_ + kScored <= limit_; }
   void Charge(bool evaluated) { spent_ += evaluated ? kScored : kLent; }
