@@ -125,6 +125,9 @@ size_t ShapeIndexes::MemoryBytes() const {
              index->failure.capacity() * sizeof(uint32_t) +
              index->version.capacity() * sizeof(uint32_t) + index->tree.MemoryBytes();
   }
+  // The twins' memory: a hash per node, and the map's slots (key, value, control byte).
+  bytes += state_hashes_.capacity() * sizeof(state_hashes_[0]) +
+           twins_.capacity() * (sizeof(uint64_t) + sizeof(int32_t) + 1);
   return bytes + failures_.MemoryBytes();
 }
 
@@ -191,16 +194,16 @@ void ShapeIndexes::Rescan(ShapeIndex& index, Scorer score, Work& work) {
 }
 
 uint64_t ShapeIndexes::StateHash(int node) {
-  if (state_hash_.size() <= static_cast<size_t>(node)) {
-    state_hash_.resize(cluster_->node_count());
-    state_hash_version_.resize(cluster_->node_count());
+  if (state_hashes_.size() <= static_cast<size_t>(node)) {
+    state_hashes_.resize(cluster_->node_count());
   }
-  const uint64_t version = cluster_->node_usage(node).version + 1;
-  if (state_hash_version_[node] != version) {
-    state_hash_[node] = cluster_->NodeStateHash(node);
-    state_hash_version_[node] = version;
+  auto& [version, hash] = state_hashes_[node];
+  const uint64_t now = cluster_->node_usage(node).version + 1;
+  if (version != now) {
+    hash = cluster_->NodeStateHash(node);
+    version = now;
   }
-  return state_hash_[node];
+  return hash;
 }
 
 bool ShapeIndexes::ScoreNode(ShapeIndex& index, Scorer score, int node) {

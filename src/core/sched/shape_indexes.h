@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -229,8 +230,7 @@ class ShapeIndexes {
   // State hash -> the node last scored in that state. Entries go stale as nodes change (the
   // lending checks catch that); the map is emptied when it outgrows twice the nodes.
   absl::flat_hash_map<uint64_t, int32_t> twins_;
-  std::vector<uint64_t> state_hash_;
-  std::vector<uint64_t> state_hash_version_;  // Node version + 1 the hash is of; 0: none.
+  std::vector<std::pair<uint64_t, uint64_t>> state_hashes_;  // Per node: (version + 1, hash).
   uint64_t nodes_scored_ = 0;
   uint64_t scores_copied_ = 0;
   std::unordered_map<std::string, std::unique_ptr<ShapeIndex>> indexes_;
