@@ -9,7 +9,7 @@
 #include "base/json_fields.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
-#include "config/yaml_util.h"
+#include "config/names.h"
 
 namespace prism::config {
 namespace {
@@ -223,7 +223,9 @@ absl::StatusOr<AllocationStatus> ParseAllocationStatus(std::string_view text) {
   }
   AllocationStatus status;
   ASSIGN_OR_RETURN(status.node, Text(j, "node", "", 253));
-  RETURN_IF_ERROR(Named(ValidateName(status.node, "node")));
+  // The node and container names are the API server's (DNS names, config/names.h); a container
+  // name joins into file names on the node.
+  RETURN_IF_ERROR(Named(ValidateNodeName(status.node, "node")));
   const json* containers = Member(j, "containers");
   if (containers == nullptr) return FieldError("containers", "missing");
   if (!containers->is_object()) {
@@ -234,8 +236,9 @@ absl::StatusOr<AllocationStatus> ParseAllocationStatus(std::string_view text) {
                                            kMaxAllocationStatusContainers));
   }
   for (auto it = containers->begin(); it != containers->end(); ++it) {
+    // Checked before it is part of a field path (which error messages and logs show).
+    RETURN_IF_ERROR(Named(ValidateContainerName(it.key(), "containers")));
     const std::string path = StrCat("containers.", it.key());
-    RETURN_IF_ERROR(Named(ValidateName(it.key(), path)));
     ASSIGN_OR_RETURN(status.containers[it.key()], ParseContainer(*it, path));
   }
   return status;

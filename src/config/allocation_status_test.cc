@@ -125,7 +125,19 @@ TEST(AllocationStatusTest, MalformedStatusesAreErrorsNamingTheField) {
   json j = good;
   j["containers"]["bad\x01name"] = json::object();
   EXPECT_THAT(std::string(ParseAllocationStatus(j.dump()).status().message()),
-              HasSubstr("containers.bad\x01name: byte 0x01"));
+              HasSubstr("containers: 'bad\\x01name' is not a DNS-1123 label"));
+  // Names join into file names on the node: only the API server's grammar passes.
+  for (const char* hostile : {"x/l/var/run/cdi", "..", "Main", "a_b", "-a"}) {
+    json h = good;
+    h["containers"][hostile] = json::object();
+    EXPECT_THAT(std::string(ParseAllocationStatus(h.dump()).status().message()),
+                HasSubstr("is not a DNS-1123 label"))
+        << hostile;
+  }
+  json node = good;
+  node["node"] = "node/../x";
+  EXPECT_THAT(std::string(ParseAllocationStatus(node.dump()).status().message()),
+              HasSubstr("node: 'node/../x' is not a DNS-1123 subdomain"));
 }
 
 TEST(AllocationStatusTest, BoundsAreErrors) {

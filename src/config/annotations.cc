@@ -6,6 +6,7 @@
 #include "base/json_fields.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "config/names.h"
 
 namespace prism::config {
 namespace {
@@ -256,6 +257,7 @@ absl::StatusOr<Decision> DecodeHami(const std::map<std::string, std::string>& an
   }
   Decision d;
   d.node_name = node_it->second;
+  RETURN_IF_ERROR(ValidateNodeName(d.node_name, kHamiNodeAnnotation));
   d.node = state.FindNode(d.node_name);
   if (d.node < 0) return absl::InvalidArgumentError(StrCat("unknown node ", d.node_name));
   d.cpu_milli = pod.EffectiveCpuMilli();
@@ -404,7 +406,11 @@ absl::StatusOr<DecisionRecord> ParseDecisionRecord(std::string_view text) {
   }
   DecisionRecord record;
   ASSIGN_OR_RETURN(record.node, StringField(j, "node", "", true));
-  if (record.node.empty()) return FieldError("node", "empty");
+  // Names are the API server's (config/names.h): the node agent compares the node with its own
+  // and joins container names into file names.
+  if (absl::Status s = ValidateNodeName(record.node, "node"); !s.ok()) {
+    return absl::InvalidArgumentError(StrCat(kPrismDecisionAnnotation, ": ", s.message()));
+  }
   const json* containers = Member(j, "containers");
   if (containers == nullptr) return FieldError("containers", "missing");
   if (!containers->is_array()) {
@@ -422,6 +428,11 @@ absl::StatusOr<DecisionRecord> ParseDecisionRecord(std::string_view text) {
     }
     DecisionContainerRecord container;
     ASSIGN_OR_RETURN(container.name, StringField(cj, "name", path + ".", false));
+    if (!container.name.empty()) {
+      if (absl::Status s = ValidateContainerName(container.name, path + ".name"); !s.ok()) {
+        return absl::InvalidArgumentError(StrCat(kPrismDecisionAnnotation, ": ", s.message()));
+      }
+    }
     if (const json* init = Member(cj, "init"); init != nullptr) {
       if (!init->is_boolean()) {
         return FieldError(path + ".init",
@@ -527,13 +538,52 @@ std::map<std::string, std::string> EncodeDecisionAnnotations(const Decision& dec
   return out;
 }
 
+absl::Status CheckDecisionWithinRequest(const Decision& decision, const sched::PodRequest& pod,
+                                        const ClusterState& state) {
+  if (decision.containers.size() != pod.containers.size()) {
+    return absl::InvalidArgumentError(StrCat("the decision lists ", decision.containers.size(),
+                                             " containers, the pod has ", pod.containers.size()));
+  }
+  for (size_t c = 0; c < pod.containers.size(); ++c) {
+    const sched::ContainerRequest& want = pod.containers[c];
+    const std::vector<DeviceAssignment>& got = decision.containers[c].devices;
+    const std::string who = StrCat("container ", want.name.empty() ? StrCat("#", c) : want.name);
+    if (static_cast<int64_t>(got.size()) != want.gpu.count) {
+      return absl::InvalidArgumentError(StrCat(who, ": the decision grants ", got.size(),
+                                               " GPU devices, the pod requests ", want.gpu.count));
+    }
+    for (const DeviceAssignment& dev : got) {
+      if ((pod.modes & sched::ModeBit(dev.mode)) == 0) {
+        return absl::InvalidArgumentError(StrCat(who, ": the decision grants a ",
+                                                 sched::GpuModeName(dev.mode),
+                                                 " device, which the pod's nvidia.com/vgpu-mode "
+                                                 "does not allow"));
+      }
+      if (dev.IsMig()) continue;  // Charged as the instance, whatever the fields say.
+      // A slice: what the engine grants is the request itself (HAMi's cores are whole percent,
+      // rounded up).
+      const int64_t need = sched::DeviceMemoryNeed(want.gpu, state.gpu(dev.gpu).memory_mib);
+      const int32_t cores = (want.gpu.cores_permille + 9) / 10 * 10;
+      if (dev.memory_mib > need || dev.cores_permille > cores) {
+        return absl::InvalidArgumentError(StrCat(
+            who, ": the decision grants ", dev.memory_mib, " MiB and ", dev.cores_permille / 10.0,
+            " % of GPU ", dev.uuid, ", the pod requests ", need, " MiB and ",
+            want.gpu.cores_permille / 10.0, " %"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Decision> DecodeDecisionAnnotations(
     const std::map<std::string, std::string>& annotations, const sched::PodRequest& pod,
     const ClusterState& state) {
-  if (auto it = annotations.find(kPrismDecisionAnnotation); it != annotations.end()) {
-    return DecodePrism(it->second, pod, state);
-  }
-  return DecodeHami(annotations, pod, state);
+  auto it = annotations.find(kPrismDecisionAnnotation);
+  ASSIGN_OR_RETURN(Decision decision, it != annotations.end()
+                                          ? DecodePrism(it->second, pod, state)
+                                          : DecodeHami(annotations, pod, state));
+  RETURN_IF_ERROR(CheckDecisionWithinRequest(decision, pod, state));
+  return decision;
 }
 
 }  // namespace prism::config

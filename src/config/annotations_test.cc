@@ -119,6 +119,13 @@ TEST(AnnotationsTest, MalformedAnnotationsAreErrors) {
                                  {"hami.io/vgpu-devices-allocated", "GPU-nope,NVIDIA,1000,0:;"}},
                                 pod, engine.cluster())
           .ok());
+  // HAMi's node key is held to the API server's rule for node names, as prism.io/decision's.
+  const absl::StatusOr<sched::Decision> hostile_node = DecodeDecisionAnnotations(
+      {{"hami.io/vgpu-node", "n/../../x\n"},
+       {"hami.io/vgpu-devices-allocated", "GPU-nope,NVIDIA,1000,0:;"}},
+      pod, engine.cluster());
+  EXPECT_THAT(std::string(hostile_node.status().message()),
+              HasSubstr("hami.io/vgpu-node: 'n/../../x\\x0a' is not a DNS-1123 subdomain"));
   // Found by decision_annotations_fuzzer: a core share of 2^31 / 10 overflowed (UBSan) and could
   // wrap to a small or negative share. Out of range is an error now.
   const std::string uuid = engine.cluster().gpu(0).uuid;
@@ -153,6 +160,15 @@ TEST(AnnotationsTest, DecisionRecordNamesTheBadField) {
        "devices[0].placement.start: expected an integer, got string"},
       {R"({"node":"n","containers":[{"devices":[{"uuid":"G","mode":"mig","memoryMiB":1,"cores":1,"profile":"1g.5gb","placement":{"start":0},"template":-2}]}]})",
        "devices[0].template: -2 is out of range"},
+      // Names are the API server's (issue 39): a container name joins into file names on the
+      // node, so nothing but a DNS-1123 label passes, nor a node name that is no subdomain.
+      {R"({"node":"n","containers":[{"name":"x/l/var/run/cdi","devices":[]}]})",
+       "containers[0].name: 'x/l/var/run/cdi' is not a DNS-1123 label"},
+      {R"({"node":"n","containers":[{"name":"..","devices":[]}]})",
+       "containers[0].name: '..' is not a DNS-1123 label"},
+      {R"({"node":"n","containers":[{"name":"Main","devices":[]}]})", "is not a DNS-1123 label"},
+      {R"({"node":"../n","containers":[]})", "node: '../n' is not a DNS-1123 subdomain"},
+      {R"({"node":"","containers":[]})", "node: empty"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<DecisionRecord> r = ParseDecisionRecord(c.text);
