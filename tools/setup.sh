@@ -37,3 +37,14 @@ if ! command -v promtool >/dev/null 2>&1; then
   $SUDO install -m 0755 "$tmp/root/usr/bin/promtool" /usr/local/bin/promtool
   rm -rf "$tmp"
 fi
+
+# node and cel-js evaluate the shipped ValidatingAdmissionPolicy's CEL in node_policy_test
+# (docs/rbac.md); cel-js is pinned by tests/e2e/cel/package-lock.json (node >= 20.19).
+if ! command -v node >/dev/null 2>&1; then
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends nodejs npm
+fi
+cel_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/e2e/cel"
+if [[ ! -d "$cel_dir/node_modules/@marcbachmann/cel-js" ]]; then
+  npm ci --prefix "$cel_dir" --no-audit --no-fund --loglevel=error
+fi

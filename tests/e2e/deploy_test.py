@@ -33,6 +33,9 @@ import helm_render  # noqa: E402
 DEPLOY = os.path.join(ROOT, "deploy")
 CHART = os.path.join(ROOT, "charts", "prism")
 NS = "prism-system"
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
+                  "ValidatingWebhookConfiguration", "ValidatingAdmissionPolicy",
+                  "ValidatingAdmissionPolicyBinding"}
 
 
 def kustomize_objects():
@@ -40,7 +43,13 @@ def kustomize_objects():
     if kubectl:
         out = subprocess.run([kubectl, "kustomize", DEPLOY], check=True, capture_output=True,
                              text=True).stdout
-        return [d for d in yaml.safe_load_all(out) if d], True
+        objects = [d for d in yaml.safe_load_all(out) if d]
+        # Kustomize (v5.5) does not know the admission policies are cluster-scoped and gives them
+        # the base's namespace, which the API server drops (rest.BeforeCreate).
+        for o in objects:
+            if o["kind"] in CLUSTER_SCOPED:
+                o["metadata"].pop("namespace", None)
+        return objects, True
     # No kubectl: the files as written, with the base's namespace and generated ConfigMaps.
     with open(os.path.join(DEPLOY, "kustomization.yaml")) as f:
         k = yaml.safe_load(f)
@@ -61,10 +70,8 @@ def kustomize_objects():
                 data[key] = f.read()
         objects.append({"apiVersion": "v1", "kind": "ConfigMap",
                         "metadata": {"name": gen["name"]}, "data": data})
-    cluster_scoped = {"Namespace", "ClusterRole", "ClusterRoleBinding",
-                      "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}
     for o in objects:
-        if o["kind"] not in cluster_scoped:
+        if o["kind"] not in CLUSTER_SCOPED:
             o["metadata"].setdefault("namespace", NS)
     return objects, False
 
@@ -226,10 +233,11 @@ class Wiring:
         expected = {
             "prism-scheduler": {("", "pods"): {"get", "list", "watch", "delete"},
                                 ("", "pods/binding"): {"create"},
-                                ("", "nodes"): {"get", "list", "watch"},
+                                ("", "nodes"): {"list", "watch"},
                                 ("", "events"): {"create", "patch"}},
+            # Its own Node by name (get, patch); which Node: prism-node-scoped-writes.
             "prism-device-plugin": {("", "pods"): {"get", "list", "watch", "patch"},
-                                    ("", "nodes"): {"get", "list", "watch", "patch"},
+                                    ("", "nodes"): {"get", "patch"},
                                     ("", "events"): {"create", "patch"}},
             # Its own node (informer, reads, label patches); pods on its node (list) and the GPU
             # Operator's validator pods (delete). ConfigMap and Events: the Roles below.
@@ -253,6 +261,12 @@ class Wiring:
         role = find(self.objects, "Role", "prism-scheduler")
         lease_updates = [r for r in role["rules"] if "update" in r["verbs"]]
         self.assertEqual(lease_updates[0]["resourceNames"], ["prism-scheduler"])
+        # The device config it watches, by name (its informer selects metadata.name).
+        (cm_rule,) = [r for r in role["rules"] if r["resources"] == ["configmaps"]]
+        cm_arg = [a for a in container(find(self.objects, "Deployment", "prism-scheduler"),
+                                       "scheduler")["args"] if a.startswith("--config-map=")][0]
+        self.assertEqual((sorted(cm_rule["verbs"]), cm_rule["resourceNames"]),
+                         (["list", "watch"], [cm_arg.split("=", 1)[1]]))
         # The MIG manager reads one ConfigMap, by name, and writes Events about Nodes, which
         # live in `default`.
         (cm_rule,) = find(self.objects, "Role", "prism-mig-manager")["rules"]
