@@ -1,0 +1,288 @@
+// The RBAC shipped in deploy/ against the API requests the node components really make
+// (docs/rbac.md#what-the-code-calls).
+//
+// The node agent (through its harness: fake kubelet, simulated GPUs) and the MIG manager
+// (through its end-to-end fixture) run against the fake API server, which records every HTTP
+// request; each harness's server serves that one component (the harnesses set up their state
+// directly, not over HTTP). Every recorded request is turned into the attributes the API server
+// authorizes (verb, API group, resource, subresource, namespace, name; the request-info rules of
+// k8s.io/apiserver/pkg/endpoints/request/requestinfo.go, RequestInfoFactory.NewRequestInfo) and
+// checked against the rules the component's service account is bound to in deploy/ as shipped
+// (ClusterRoleBindings, RoleBindings in their namespaces, resourceNames). Then the other way: every
+// verb the RBAC grants must have been used, except the few listed with the reason they are not
+// reached here. deploy_test.py checks the chart grants the same rules.
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/string_view.h"
+#include "config/device_config_yaml.h"
+#include "deviceplugin/agent_harness.h"
+#include "deviceplugin/test_util.h"
+#include "k8s/client.h"
+#include "migmanager/manager_test_fixture.h"
+#include "tests/e2e/harness/deploy_bundle.h"
+
+namespace prism::e2e {
+namespace {
+
+using Json = nlohmann::json;
+
+// What the API server authorizes a request as.
+struct Attributes {
+  std::string verb;
+  std::string group;
+  std::string resource;  // "pods", or "pods/status" with a subresource.
+  std::string ns;        // "" for cluster-scoped requests and all-namespace lists.
+  std::string name;      // "" for create, and for list/watch without a metadata.name selector.
+};
+
+std::string UrlDecode(absl::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '%' && i + 2 < s.size()) {
+      out += static_cast<char>(std::stoi(std::string(s.substr(i + 1, 2)), nullptr, 16));
+      i += 2;
+    } else {
+      out += s[i] == '+' ? ' ' : s[i];
+    }
+  }
+  return out;
+}
+
+// requestinfo.go's NewRequestInfo for the paths Prism uses: /api/v1/... and /apis/<g>/<v>/...,
+// optionally namespaced, then resource[/name[/subresource]].
+Attributes ToAttributes(const fakeapi::RequestRecord& r) {
+  std::vector<std::string> parts = absl::StrSplit(r.path, '/', absl::SkipEmpty());
+  Attributes a;
+  size_t i = 0;
+  if (parts.size() >= 2 && parts[0] == "api") {
+    i = 2;
+  } else if (parts.size() >= 3 && parts[0] == "apis") {
+    a.group = parts[1];
+    i = 3;
+  } else {
+    ADD_FAILURE() << "not a resource path: " << r.path;
+    return a;
+  }
+  if (i + 1 < parts.size() && parts[i] == "namespaces") {
+    a.ns = parts[i + 1];
+    i += 2;
+  }
+  if (i < parts.size()) a.resource = parts[i];
+  if (i + 1 < parts.size()) a.name = parts[i + 1];
+  if (i + 2 < parts.size()) a.resource += "/" + parts[i + 2];
+  bool watch = r.watch;
+  std::string field_selector;
+  for (absl::string_view kv : absl::StrSplit(r.query, '&', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+    if (p.first == "fieldSelector") field_selector = UrlDecode(p.second);
+  }
+  if (r.method == "GET") {
+    a.verb = !a.name.empty() ? "get" : watch ? "watch" : "list";
+  } else if (r.method == "POST") {
+    a.verb = "create";
+  } else if (r.method == "PUT") {
+    a.verb = "update";
+  } else if (r.method == "PATCH") {
+    a.verb = "patch";
+  } else if (r.method == "DELETE") {
+    a.verb = a.name.empty() ? "deletecollection" : "delete";
+  }
+  // A list or watch selecting metadata.name=<x> is authorized as that name (so resourceNames
+  // rules can allow it).
+  if ((a.verb == "list" || a.verb == "watch") && a.name.empty()) {
+    for (absl::string_view term : absl::StrSplit(field_selector, ',', absl::SkipEmpty())) {
+      std::pair<std::string, std::string> p = absl::StrSplit(term, absl::MaxSplits('=', 1));
+      if (p.first == "metadata.name") a.name = p.second;
+    }
+  }
+  return a;
+}
+
+struct Rule {
+  std::set<std::string> groups, resources, verbs, names;
+  std::string ns;  // "" = every namespace (a ClusterRole bound by a ClusterRoleBinding).
+};
+
+std::set<std::string> Strings(const Json& list) {
+  std::set<std::string> out;
+  if (list.is_array()) {
+    for (const Json& v : list) out.insert(v.get<std::string>());
+  }
+  return out;
+}
+
+// The rules service account `sa` of the base's namespace is bound to in `bundle`.
+std::vector<Rule> RulesOf(const DeployBundle& bundle, const std::string& sa) {
+  const std::string& home = bundle.namespace_name();
+  std::vector<Rule> out;
+  for (const char* kind : {"ClusterRoleBinding", "RoleBinding"}) {
+    for (const Object* b : bundle.All(kind)) {
+      bool bound = false;
+      for (const Json& s : b->value("subjects", Json::array())) {
+        bound |= s.value("kind", "") == "ServiceAccount" && s.value("name", "") == sa &&
+                 s.value("namespace", home) == home;
+      }
+      if (!bound) continue;
+      const std::string role_kind = (*b)["roleRef"]["kind"];
+      const std::string role_name = (*b)["roleRef"]["name"];
+      const std::string scope = std::string(kind) == "RoleBinding"
+                                    ? b->value("/metadata/namespace"_json_pointer, home)
+                                    : "";
+      const Object* role = nullptr;
+      for (const Object* r : bundle.All(role_kind)) {
+        if ((*r)["metadata"]["name"] == role_name &&
+            (role_kind == "ClusterRole" ||
+             r->value("/metadata/namespace"_json_pointer, home) == scope)) {
+          role = r;
+        }
+      }
+      EXPECT_NE(role, nullptr) << kind << " " << (*b)["metadata"]["name"] << " -> " << role_kind
+                               << " " << role_name << ": not shipped";
+      if (role == nullptr) continue;
+      for (const Json& rule : role->value("rules", Json::array())) {
+        out.push_back({Strings(rule["apiGroups"]), Strings(rule["resources"]),
+                       Strings(rule["verbs"]), Strings(rule.value("resourceNames", Json())),
+                       scope});
+      }
+    }
+  }
+  return out;
+}
+
+bool Allows(const Rule& rule, const Attributes& a) {
+  auto has = [](const std::set<std::string>& s, const std::string& v) {
+    return s.count("*") != 0 || s.count(v) != 0;
+  };
+  if (!rule.ns.empty() && rule.ns != a.ns) return false;
+  if (!has(rule.groups, a.group) || !has(rule.resources, a.resource) || !has(rule.verbs, a.verb)) {
+    return false;
+  }
+  return rule.names.empty() || (!a.name.empty() && rule.names.count(a.name) != 0);
+}
+
+std::string Describe(const Attributes& a) {
+  return absl::StrCat(a.verb, " ", a.group.empty() ? "" : a.group + "/", a.resource,
+                      a.ns.empty() ? "" : " in " + a.ns, a.name.empty() ? "" : " named " + a.name);
+}
+
+// Every request is allowed by `sa`'s shipped rules, and every (group, resource, verb) the rules
+// grant was used, except those in `not_exercised` ("resource verb": why).
+void ExpectRbacMatches(const std::vector<fakeapi::RequestRecord>& requests, const std::string& sa,
+                       const std::map<std::string, std::string>& not_exercised) {
+  absl::StatusOr<DeployBundle> bundle = DeployBundle::Load(PRISM_SOURCE_DIR);
+  ASSERT_TRUE(bundle.ok()) << bundle.status();
+  const std::vector<Rule> rules = RulesOf(*bundle, sa);
+  ASSERT_FALSE(rules.empty()) << sa;
+  std::set<std::string> used;
+  for (const fakeapi::RequestRecord& r : requests) {
+    const Attributes a = ToAttributes(r);
+    used.insert(absl::StrCat(a.group.empty() ? "" : a.group + "/", a.resource, " ", a.verb));
+    bool allowed = false;
+    for (const Rule& rule : rules) allowed |= Allows(rule, a);
+    EXPECT_TRUE(allowed) << sa << " may not " << Describe(a) << " (" << r.method << " " << r.path
+                         << "?" << r.query << ")";
+  }
+  std::printf("%s used:", sa.c_str());
+  for (const std::string& u : used) std::printf(" [%s]", u.c_str());
+  std::printf("\n");
+  for (const Rule& rule : rules) {
+    for (const std::string& g : rule.groups) {
+      for (const std::string& res : rule.resources) {
+        for (const std::string& v : rule.verbs) {
+          const std::string key = absl::StrCat(g.empty() ? "" : g + "/", res, " ", v);
+          EXPECT_TRUE(used.count(key) != 0 || not_exercised.count(key) != 0)
+              << sa << " is granted " << key << ", which it never used";
+          EXPECT_FALSE(used.count(key) != 0 && not_exercised.count(key) != 0)
+              << key << " is used: take it off the not-exercised list";
+        }
+      }
+    }
+  }
+}
+
+// --- the node agent --------------------------------------------------------------------------
+
+constexpr char kNode[] = R"(gpus:
+  - model: A100-SXM4-40GB
+    mig: {enabled: true, pending: true}
+  - model: A100-SXM4-40GB
+)";
+
+TEST(RbacCallsTest, NodeAgentUsesExactlyItsShippedRights) {
+  namespace dp = deviceplugin::testing;
+  sched::DeviceConfig config = config::DefaultDeviceConfig();
+  config.mig_strategy = sched::MigStrategy::kPlacement;
+  dp::AgentHarness h(dp::TestDir("-rbac"), kNode, config);
+  ASSERT_TRUE(h.StartCluster().ok());
+  ASSERT_TRUE(h.StartAgent().ok());
+  ASSERT_TRUE(h.InitScheduler().ok());
+  auto run = [&h](const dp::PodSpec& pod, bool decide) {
+    absl::StatusOr<std::string> uid = h.SubmitPod(pod, decide);
+    ASSERT_TRUE(uid.ok()) << uid.status();
+    ASSERT_TRUE(h.Admit(*uid).ok());
+    ASSERT_TRUE(h.CreateContainer(*uid, "main").ok());
+  };
+  // Scheduled by Prism (allocation status), placed by the agent (its own decision), and one whose
+  // decision is unreadable (a failure Event).
+  run({"decided", {{"main", 1, 4000}}, {{"nvidia.com/vgpu-mode", "mig"}}}, true);
+  run({"undecided", {{"main", 1, 4000, 30}}, {{"nvidia.com/vgpu-mode", "hami-core"}}}, false);
+  run({"broken",
+       {{"main", 1, 4000, 30}},
+       {{"nvidia.com/vgpu-mode", "hami-core"}, {"prism.io/decision", "{\"node\": 1}"}}},
+      false);
+  ASSERT_TRUE(dp::Eventually([&] { return !h.Events("PrismAllocationFailed").empty(); }));
+  ASSERT_TRUE(h.agent().WaitIdle(absl::Seconds(10)));
+  ExpectRbacMatches(h.api().Requests(), "prism-device-plugin",
+                    {{"pods get", "reads a pod its informer has not delivered yet "
+                                  "(NodeAgent::LookupPod): a race not staged here"},
+                     {"events patch", "repeats of one Event (event_recorder_test.cc)"}});
+}
+
+// --- the MIG manager -------------------------------------------------------------------------
+
+class RbacMigManagerTest : public migmanager::test_fixture::MigManagerTest {};
+
+TEST_F(RbacMigManagerTest, MigManagerUsesExactlyItsShippedRights) {
+  using namespace migmanager;  // NOLINT: the fixture's names.
+  using namespace migmanager::test_fixture;  // NOLINT
+  absl::StatusOr<DeployBundle> bundle = DeployBundle::Load(PRISM_SOURCE_DIR);
+  ASSERT_TRUE(bundle.ok()) << bundle.status();
+  const std::string ns = bundle->namespace_name();
+  SetGpus(kH100);
+  CreateNode({{kConfigLabel, "all-1g.10gb"}, {kDevicePluginLabel, "true"}});
+  // The shipped mig-parted ConfigMap, where the shipped DaemonSet points the manager.
+  const Object* cm = bundle->Find("ConfigMap", "prism-mig-parted-config");
+  ASSERT_NE(cm, nullptr);
+  ASSERT_TRUE(server_->Create("configmaps", *cm).ok());
+  // An operand paused during the change, and the GPU Operator's validator, restarted after it.
+  daemonsets_->Add({"nvidia-device-plugin-daemonset",
+                    {{kDevicePluginLabel, "true"}},
+                    {{"app", "nvidia-device-plugin-daemonset"}}});
+  daemonsets_->Add({"nvidia-operator-validator", {}, {{"app", "nvidia-operator-validator"}}});
+  daemonsets_->Sync();
+  daemonsets_->Start();
+  ManagerOptions options = Options();
+  options.reconciler.config = {ns, "prism-mig-parted-config", "config.yaml", ""};
+  StartManager(options);
+  ReconcileResult r = Attempt(1);
+  ASSERT_EQ(r.outcome, Outcome::kSuccess) << r.reason << ": " << r.message;
+  SetLabel(kConfigLabel, "no-such-config");  // A failure: the reason annotation and a Warning.
+  r = Attempt(2);
+  ASSERT_EQ(r.outcome, Outcome::kFailed);
+  ASSERT_TRUE(Eventually([&] { return EventReasons().size() >= 2; }));
+  manager_->Stop();
+  ExpectRbacMatches(server_->Requests(), "prism-mig-manager",
+                    {{"events patch", "repeats of one Event (event_recorder_test.cc)"}});
+}
+
+}  // namespace
+}  // namespace prism::e2e
