@@ -15,6 +15,7 @@
 #include "base/strings.h"
 #include "config/device_config_yaml.h"
 #include "extender/scheduler.h"
+#include "extender/webhook.h"
 #include "extender/server.h"
 #include "k8s/client.h"
 #include "k8s/config.h"
@@ -52,6 +53,8 @@ struct SchedulerFlags {
   bool requeue_invalid = true;
   bool events = true;
   bool deny_privileged = true;
+  std::string trusted_service_accounts;
+  std::vector<std::string> trusted_schedulers;
   std::string log_format = "text";
 };
 
@@ -66,6 +69,19 @@ int Run(const SchedulerFlags& f) {
   options.scheduler_name = f.scheduler_name;
   options.webhook.scheduler_name = f.scheduler_name;
   options.webhook.deny_privileged = f.deny_privileged;
+  absl::StatusOr<std::vector<std::string>> trusted =
+      extender::ServiceAccountUsers(f.trusted_service_accounts);
+  if (!trusted.ok()) {
+    std::cerr << "prism scheduler: --trusted-service-accounts: " << trusted.status().message()
+              << "\n";
+    return 2;
+  }
+  if (trusted->empty()) {
+    LogWarning(kLog, "--trusted-service-accounts is empty: the webhook lets nobody write Prism's "
+                     "pod annotations (the node agent's allocation status included)");
+  }
+  options.webhook.trusted_users = *std::move(trusted);
+  options.webhook.trusted_schedulers = f.trusted_schedulers;
   if (f.device_config_file.empty()) {
     options.initial_config = config::DefaultDeviceConfig();
   } else {
@@ -235,6 +251,13 @@ void AddSchedulerCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--events,!--no-events", flags->events, "write Events about pods (default: on)");
   cmd->add_flag("--deny-privileged,!--allow-privileged", flags->deny_privileged,
                 "webhook: reject privileged containers in GPU pods (default: on)");
+  cmd->add_option("--trusted-service-accounts", flags->trusted_service_accounts,
+                  "webhook: <namespace>:<name>,... of the service accounts that may write "
+                  "Prism's pod annotations (Prism's scheduler and node agent; docs/security.md)");
+  cmd->add_option("--trusted-schedulers", flags->trusted_schedulers,
+                  "webhook: schedulerName values whose GPU pods may be created with "
+                  "spec.nodeName set (none by default)")
+      ->delimiter(',');
   cmd->add_option("--log-format", flags->log_format, "text or json")
       ->check(CLI::IsMember({"text", "json"}))
       ->capture_default_str();

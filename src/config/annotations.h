@@ -77,10 +77,21 @@ nlohmann::json DecisionToJson(const sched::Decision& decision, const sched::Clus
 std::map<std::string, std::string> EncodeDecisionAnnotations(const sched::Decision& decision,
                                                              const sched::ClusterState& state);
 
+// Whether `decision` grants `pod` only what it requests: per container exactly the GPU count it
+// asks for, in a mode it allows, and for a slice at most the memory and compute share the
+// request entails. A pod's annotations can be written by whoever may edit the pod, so a decision
+// that grants more (or grants anything to a pod that asks for no GPU) is a problem to report,
+// never capacity to charge (docs/security.md). A MIG device is charged as its instance: the
+// engine may pick any instance that serves the request, so its size is not bounded here.
+absl::Status CheckDecisionWithinRequest(const sched::Decision& decision,
+                                        const sched::PodRequest& pod,
+                                        const sched::ClusterState& state);
+
 // Rebuilds the decision of a placed pod from its annotations, against
 // `state` (GPUs by UUID, profiles by name). MIG instances the decision needs
 // but `state` lacks become reconfigurations. NotFound when the pod carries no
-// decision; InvalidArgument naming the problem for a malformed one.
+// decision; InvalidArgument naming the problem for a malformed one, or for one that grants more
+// than the pod requests (CheckDecisionWithinRequest).
 absl::StatusOr<sched::Decision> DecodeDecisionAnnotations(
     const std::map<std::string, std::string>& annotations, const sched::PodRequest& pod,
     const sched::ClusterState& state);

@@ -43,6 +43,51 @@ TEST(AnnotationsTest, SeedDecisionInHamiLegacyGrammar) {
   EXPECT_TRUE(fresh.Apply("default/gpu-pod1", *from_hami).ok());
 }
 
+// Issue 38: a pod's annotations are the pod editor's to write, so a decision is charged only for
+// what the pod itself requests.
+TEST(AnnotationsTest, ADecisionGrantsOnlyWhatThePodRequests) {
+  sched::GpuSpec t4 = Gpu("T4", std::nullopt, 15360);
+  t4.uuid = "GPU-t4";
+  sched::GpuSpec a100 = Gpu("A100-PCIE-40GB", sched::GpuMode::kMig);
+  a100.uuid = "GPU-a100";
+  sched::Engine engine = MakeEngine({Node("n", 32, 128, {t4, a100})}, DefaultDeviceConfig());
+  sched::PodRequest slice = GpuPod("p", 1, 12000, 30, sched::kModeHamiCore);
+  sched::ScheduleResult r = engine.Schedule(slice);
+  ASSERT_TRUE(r.scheduled) << r.Summary();
+  const auto annotations = EncodeDecisionAnnotations(r.decision, engine.cluster());
+  ASSERT_TRUE(DecodeDecisionAnnotations(annotations, slice, engine.cluster()).ok());
+  // The same annotations on a pod that asks for no GPU, a smaller slice, fewer cores, or MIG only.
+  sched::PodRequest none = GpuPod("evil", 0, 0, 0);
+  sched::PodRequest smaller = GpuPod("evil", 1, 1000, 30, sched::kModeHamiCore);
+  sched::PodRequest fewer_cores = GpuPod("evil", 1, 12000, 10, sched::kModeHamiCore);
+  sched::PodRequest mig_only = GpuPod("evil", 1, 12000, 30, sched::kModeMig);
+  for (const auto& [pod, want] :
+       std::vector<std::pair<sched::PodRequest, std::string>>{
+           {none, "grants 1 GPU devices, the pod requests 0"},
+           {smaller, "grants 12000 MiB and 30 % of GPU GPU-t4, the pod requests 1000 MiB"},
+           {fewer_cores, "the pod requests 12000 MiB and 10 %"},
+           {mig_only, "hami-core device, which the pod's nvidia.com/vgpu-mode does not allow"}}) {
+    for (bool hami_only : {false, true}) {
+      auto copied = annotations;
+      if (hami_only) copied.erase("prism.io/decision");  // The HAMi fallback is as guarded.
+      absl::StatusOr<sched::Decision> d = DecodeDecisionAnnotations(copied, pod, engine.cluster());
+      ASSERT_FALSE(d.ok()) << want;
+      EXPECT_THAT(std::string(d.status().message()), HasSubstr(want));
+    }
+  }
+  // A MIG decision is held to its device count and mode (its instance is what is charged).
+  sched::PodRequest mig = GpuPod("m", 1, 4000, 0, sched::kModeMig);
+  r = engine.Schedule(mig);
+  ASSERT_TRUE(r.scheduled) << r.Summary();
+  const auto mig_annotations = EncodeDecisionAnnotations(r.decision, engine.cluster());
+  EXPECT_TRUE(DecodeDecisionAnnotations(mig_annotations, mig, engine.cluster()).ok());
+  EXPECT_FALSE(DecodeDecisionAnnotations(mig_annotations, none, engine.cluster()).ok());
+  EXPECT_FALSE(DecodeDecisionAnnotations(mig_annotations, GpuPod("m", 1, 4000, 0,
+                                                                 sched::kModeHamiCore),
+                                         engine.cluster())
+                   .ok());
+}
+
 TEST(AnnotationsTest, PlacementModeUsesHamiV210Reservations) {
   sched::GpuSpec h100 = Gpu("H100-SXM5-80GB", sched::GpuMode::kMig);
   h100.uuid = "GPU-h100";

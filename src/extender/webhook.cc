@@ -1,11 +1,14 @@
 #include "extender/webhook.h"
 
+#include <algorithm>
+#include <optional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/escaping.h"
 
 #include "base/strings.h"
+#include "config/owned_annotations.h"
 #include "config/pod_json.h"
 #include "config/pod_request.h"
 #include "core/sched/engine.h"
@@ -93,7 +96,92 @@ bool MayNameResource(const json& pod, const std::vector<std::string>& resources)
   return false;
 }
 
+
+bool Contains(const std::vector<std::string>& list, std::string_view value) {
+  return std::find(list.begin(), list.end(), value) != list.end();
+}
+
+// The Prism-owned annotations `pod` carries (key -> value). A pod whose metadata.annotations is
+// not an object of strings is an error naming the field: the API server never sends one, and a
+// review that cannot tell what a pod carries must not let it pass.
+absl::StatusOr<std::map<std::string, std::string, std::less<>>> OwnedAnnotations(const json& pod,
+                                                                    std::string_view where) {
+  std::map<std::string, std::string, std::less<>> out;
+  const json* metadata = FindField(pod, "metadata");
+  if (metadata == nullptr || metadata->is_null()) return out;
+  if (!metadata->is_object()) {
+    return absl::InvalidArgumentError(
+        StrCat(where, ".metadata: expected an object, got ", metadata->type_name()));
+  }
+  const json* annotations = FindField(*metadata, "annotations");
+  if (annotations == nullptr || annotations->is_null()) return out;
+  if (!annotations->is_object()) {
+    return absl::InvalidArgumentError(StrCat(where, ".metadata.annotations: expected an object, got ",
+                                             annotations->type_name()));
+  }
+  for (std::string_view key : config::kPrismOwnedPodAnnotations) {
+    auto it = annotations->find(key);
+    if (it == annotations->end()) continue;
+    if (!it->is_string()) {
+      return absl::InvalidArgumentError(StrCat(where, ".metadata.annotations[\"", key,
+                                               "\"]: expected a string, got ", it->type_name()));
+    }
+    out.emplace(std::string(key), it->get<std::string>());
+  }
+  return out;
+}
+
+std::string PodLabel(const json& pod, const std::string& ns) {
+  const json* metadata = FindField(pod, "metadata");
+  std::string name;
+  if (metadata != nullptr && metadata->is_object()) {
+    for (const char* field : {"name", "generateName"}) {
+      const json* v = FindField(*metadata, field);
+      if (v != nullptr && v->is_string() && !v->get<std::string>().empty()) {
+        name = v->get<std::string>();
+        if (std::string_view(field) == "generateName") name += "*";
+        break;
+      }
+    }
+  }
+  // Names are bounded by the API server (253 bytes); the cut keeps a hostile review's message
+  // short all the same.
+  if (name.size() > 253) name = name.substr(0, 253) + "...";
+  if (name.empty()) name = "(unnamed)";
+  return ns.empty() ? name : StrCat(ns, "/", name);
+}
+
+std::string TrustedList(const WebhookOptions& options) {
+  return options.trusted_users.empty() ? std::string("none configured")
+                                       : StrJoin(options.trusted_users, ", ");
+}
+
 }  // namespace
+
+absl::StatusOr<std::vector<std::string>> ServiceAccountUsers(std::string_view list) {
+  std::vector<std::string> users;
+  for (std::string_view entry : StrSplit(list, ',')) {
+    entry = StripWhitespace(entry);
+    if (entry.empty()) continue;
+    std::vector<std::string_view> parts = StrSplit(entry, ':');
+    auto valid = [](std::string_view part, size_t max) {
+      if (part.empty() || part.size() > max) return false;
+      for (char c : part) {
+        if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '.')) {
+          return false;
+        }
+      }
+      return true;
+    };
+    if (parts.size() != 2 || !valid(parts[0], 63) || !valid(parts[1], 253)) {
+      return absl::InvalidArgumentError(
+          StrCat("trusted service account '", entry.substr(0, 100),
+                 "': expected <namespace>:<name> (lowercase letters, digits, '-', '.')"));
+    }
+    users.push_back(StrCat("system:serviceaccount:", parts[0], ":", parts[1]));
+  }
+  return users;
+}
 
 PodReview ReviewPod(const json& pod, const std::string& ns, bool mutate,
                     const WebhookOptions& options, const sched::DeviceConfig& config) {
@@ -150,14 +238,18 @@ PodReview ReviewPod(const json& pod, const std::string& ns, bool mutate,
   const std::string scheduler = HasKey(spec, "schedulerName") && spec["schedulerName"].is_string()
                                     ? spec["schedulerName"].get<std::string>()
                                     : "";
+  // A preset node skips every scheduler, and with it the GPU accounting: only a scheduler the
+  // admin trusts to account for Prism's GPUs may create such pods (it binds by setting the node).
+  if (HasKey(spec, "nodeName") && spec["nodeName"].is_string() &&
+      !spec["nodeName"].get<std::string>().empty() &&
+      !Contains(options.trusted_schedulers, scheduler.empty() ? kDefaultScheduler : scheduler)) {
+    return deny(StrCat("pod ", manifest->Key(), " sets spec.nodeName; GPU pods must be placed by ",
+                       options.scheduler_name,
+                       " or a trusted scheduler (remove spec.nodeName, use a nodeSelector)"));
+  }
   if (!scheduler.empty() && scheduler != options.scheduler_name &&
       (scheduler != kDefaultScheduler || !options.overwrite_default_scheduler)) {
     return review;  // Another scheduler is in charge of this pod.
-  }
-  if (HasKey(spec, "nodeName") && spec["nodeName"].is_string() &&
-      !spec["nodeName"].get<std::string>().empty()) {
-    return deny(StrCat("pod ", manifest->Key(), " sets spec.nodeName; GPU pods must be placed by ",
-                       options.scheduler_name, " (remove spec.nodeName, use a nodeSelector)"));
   }
   if (options.deny_privileged) {
     for (const char* list : {"initContainers", "containers", "ephemeralContainers"}) {
@@ -218,6 +310,86 @@ PodReview ReviewPod(const json& pod, const std::string& ns, bool mutate,
   return review;
 }
 
+PodReview ReviewPodCreate(const json& pod, const std::string& ns, const std::string& user,
+                          bool mutate, const WebhookOptions& options,
+                          const sched::DeviceConfig& config) {
+  absl::StatusOr<std::map<std::string, std::string, std::less<>>> owned =
+      OwnedAnnotations(pod, "AdmissionReview.request.object");
+  PodReview review;
+  if (!owned.ok()) {
+    review.allowed = false;
+    review.message = std::string(owned.status().message());
+    return review;
+  }
+  if (owned->empty() || Contains(options.trusted_users, user)) {
+    return ReviewPod(pod, ns, mutate, options, config);
+  }
+  const std::string label = PodLabel(pod, ns);
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : *owned) keys.push_back(key);
+  if (!mutate) {
+    review.allowed = false;
+    review.message = StrCat("pod ", label, ": annotation ", StrJoin(keys, ", "),
+                            " is written only by Prism (", TrustedList(options), "), not by ",
+                            user.empty() ? "an unnamed user" : user, "; remove it");
+    return review;
+  }
+  // Stripped, not refused: a pod re-created from `kubectl get -o yaml` of a scheduled one carries
+  // them in good faith. The rest of the review sees the pod as it will be stored.
+  json stripped = pod;
+  json patch = json::array();
+  for (const std::string& key : keys) {
+    stripped["metadata"]["annotations"].erase(key);
+    patch.push_back(
+        json{{"op", "remove"}, {"path", StrCat("/metadata/annotations/", EscapePointer(key))}});
+  }
+  review = ReviewPod(stripped, ns, mutate, options, config);
+  if (!review.allowed) return review;
+  for (json& op : review.patch) patch.push_back(std::move(op));
+  review.patch = std::move(patch);
+  review.warnings.insert(review.warnings.begin(),
+                         StrCat("prism: removed annotation ", StrJoin(keys, ", "),
+                                " (written only by Prism when it places the pod)"));
+  return review;
+}
+
+PodReview ReviewPodUpdate(const json& pod, const json* old_pod, const std::string& ns,
+                          const std::string& user, const WebhookOptions& options) {
+  PodReview review;
+  auto deny = [&review](std::string message) {
+    review.allowed = false;
+    review.message = std::move(message);
+    return review;
+  };
+  if (old_pod == nullptr || !old_pod->is_object()) {
+    // Every UPDATE carries the stored object; without it nothing says what changed.
+    return deny("AdmissionReview.request.oldObject: missing on an UPDATE");
+  }
+  absl::StatusOr<std::map<std::string, std::string, std::less<>>> now =
+      OwnedAnnotations(pod, "AdmissionReview.request.object");
+  if (!now.ok()) return deny(std::string(now.status().message()));
+  absl::StatusOr<std::map<std::string, std::string, std::less<>>> before =
+      OwnedAnnotations(*old_pod, "AdmissionReview.request.oldObject");
+  if (!before.ok()) return deny(std::string(before.status().message()));
+  if (*now == *before || Contains(options.trusted_users, user)) return review;
+  std::vector<std::string> changes;
+  for (std::string_view key : config::kPrismOwnedPodAnnotations) {
+    auto a = before->find(key);
+    auto b = now->find(key);
+    if (a == before->end() && b == now->end()) continue;
+    if (a == before->end()) {
+      changes.push_back(StrCat("set ", key));
+    } else if (b == now->end()) {
+      changes.push_back(StrCat("removed ", key));
+    } else if (a->second != b->second) {
+      changes.push_back(StrCat("changed ", key));
+    }
+  }
+  return deny(StrCat("pod ", PodLabel(pod, ns), ": ", user.empty() ? "an unnamed user" : user, " ",
+                     StrJoin(changes, ", "), "; these annotations are written only by Prism (",
+                     TrustedList(options), ")"));
+}
+
 json HandleAdmissionReview(const json& review, bool mutate, const WebhookOptions& options,
                            const sched::DeviceConfig& config) {
   json out{{"apiVersion", "admission.k8s.io/v1"}, {"kind", "AdmissionReview"}};
@@ -257,7 +429,8 @@ json HandleAdmissionReview(const json& review, bool mutate, const WebhookOptions
       return out;
     }
   }
-  if (*kind_name != "Pod" || (*operation != "CREATE" && !operation->empty())) {
+  const bool create = *operation == "CREATE" || operation->empty();
+  if (*kind_name != "Pod" || (!create && *operation != "UPDATE")) {
     out["response"] = json{{"uid", *uid}, {"allowed", true}};
     return out;
   }
@@ -266,7 +439,22 @@ json HandleAdmissionReview(const json& review, bool mutate, const WebhookOptions
     out["response"] = Deny(*uid, "AdmissionReview.request.object is not a Pod");
     return out;
   }
-  const PodReview result = ReviewPod(*object, *ns, mutate, options, config);
+  std::string user;
+  if (const json* info = FindField(*request, "userInfo"); info != nullptr && !info->is_null()) {
+    absl::StatusOr<std::string> name =
+        info->is_object() ? StringMember(*info, "username", "AdmissionReview.request.userInfo")
+                          : absl::InvalidArgumentError(StrCat(
+                                "AdmissionReview.request.userInfo: expected an object, got ",
+                                info->type_name()));
+    if (!name.ok()) {
+      out["response"] = Deny(*uid, std::string(name.status().message()));
+      return out;
+    }
+    user = *std::move(name);
+  }
+  const PodReview result =
+      create ? ReviewPodCreate(*object, *ns, user, mutate, options, config)
+             : ReviewPodUpdate(*object, FindField(*request, "oldObject"), *ns, user, options);
   if (!result.allowed) {
     out["response"] = Deny(*uid, result.message);
     return out;
@@ -276,6 +464,7 @@ json HandleAdmissionReview(const json& review, bool mutate, const WebhookOptions
     response["patchType"] = "JSONPatch";
     response["patch"] = absl::Base64Escape(result.patch.dump());
   }
+  if (!result.warnings.empty()) response["warnings"] = result.warnings;
   out["response"] = std::move(response);
   return out;
 }

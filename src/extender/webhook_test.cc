@@ -1,5 +1,8 @@
 #include "extender/webhook.h"
 
+#include <functional>
+#include <set>
+
 #include "absl/strings/escaping.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -190,8 +193,15 @@ TEST_F(WebhookTest, MalformedReviewsAreDeniedWithAReason) {
 }
 
 TEST_F(WebhookTest, OtherKindsAndOperationsPass) {
-  json review = Review(GpuPod("p", 1, 1000, 0, {{"nvidia.com/vgpu-mode", "mps"}}), "UPDATE");
+  // An UPDATE is judged only on Prism's own annotations, not on the GPU request.
+  const json pod = GpuPod("p", 1, 1000, 0, {{"nvidia.com/vgpu-mode", "mps"}});
+  json review = Review(pod, "UPDATE");
+  review["request"]["oldObject"] = pod;
   EXPECT_TRUE(HandleAdmissionReview(review, true, options_, config_)["response"]["allowed"]);
+  for (const char* operation : {"DELETE", "CONNECT"}) {
+    EXPECT_TRUE(HandleAdmissionReview(Review(pod, operation), true, options_,
+                                      config_)["response"]["allowed"]);
+  }
   review = Review(json::object());
   review["request"]["kind"]["kind"] = "Deployment";
   EXPECT_TRUE(HandleAdmissionReview(review, true, options_, config_)["response"]["allowed"]);
@@ -239,6 +249,223 @@ TEST_F(WebhookTest, RequestFieldsOfTheWrongTypeAreDenialsNamingTheField) {
       json::array({json{{"name", 5}, {"securityContext", {{"privileged", true}}}}});
   ASSERT_NO_THROW(out = HandleAdmissionReview(Review(pod), true, options_, config_));
   EXPECT_FALSE(out["response"]["allowed"].get<bool>());
+}
+
+
+// --- Prism's own annotations (docs/security.md) ------------------------------------------------
+
+constexpr char kScheduler[] = "system:serviceaccount:prism-system:prism-scheduler";
+constexpr char kAgent[] = "system:serviceaccount:prism-system:prism-device-plugin";
+constexpr char kTenant[] = "system:serviceaccount:team:ci";
+
+json ReviewAs(const json& pod, const std::string& operation, const std::string& user,
+              const json* old_pod = nullptr) {
+  json review = Review(pod, operation);
+  review["request"]["userInfo"] = {{"username", user}, {"groups", json::array()}};
+  if (old_pod != nullptr) review["request"]["oldObject"] = *old_pod;
+  return review;
+}
+
+class OwnedAnnotationsTest : public WebhookTest {
+ protected:
+  OwnedAnnotationsTest() { options_.trusted_users = {kScheduler, kAgent}; }
+  // The annotations a scheduled 12000 MiB slice pod carries, as a tenant would copy them.
+  std::map<std::string, std::string> Copied() const {
+    return {{"prism.io/decision",
+             R"({"node":"node-1","containers":[{"name":"main","devices":[{"uuid":"GPU-t4-0",)"
+             R"("mode":"hami-core","memoryMiB":12000,"cores":0}]}]})"},
+            {"prism.io/allocation-status", R"({"containers":{}})"},
+            {"hami.io/vgpu-devices-allocated", "GPU-t4-0,NVIDIA,12000,0:;"}};
+  }
+};
+
+TEST_F(OwnedAnnotationsTest, CreateStripsThemForTenantsEvenOnPodsWithoutGpus) {
+  // Case 1 of issue 38: no GPU asked, the node preset, a scheduled pod's annotations copied.
+  json pod = testing::PodJson("team", "evil", {{"main", 0}}, Copied());
+  pod["spec"]["nodeName"] = "node-1";
+  json out = HandleAdmissionReview(ReviewAs(pod, "CREATE", kTenant), true, options_, config_);
+  ASSERT_TRUE(out["response"]["allowed"]) << out.dump();
+  json patch = Patch(out);
+  std::set<std::string> removed;
+  for (const json& op : patch) {
+    EXPECT_EQ(op["op"], "remove");
+    removed.insert(op["path"].get<std::string>());
+  }
+  EXPECT_EQ(removed, (std::set<std::string>{"/metadata/annotations/prism.io~1decision",
+                                            "/metadata/annotations/prism.io~1allocation-status",
+                                            "/metadata/annotations/hami.io~1vgpu-devices-allocated"}));
+  ASSERT_EQ(out["response"]["warnings"].size(), 1u);
+  EXPECT_THAT(out["response"]["warnings"][0].get<std::string>(), HasSubstr("prism.io/decision"));
+  // The validating webhook, which sees the pod after every mutation, refuses what is left.
+  out = HandleAdmissionReview(ReviewAs(pod, "CREATE", kTenant), false, options_, config_);
+  EXPECT_FALSE(out["response"]["allowed"]);
+  const std::string message = out["response"]["status"]["message"];
+  EXPECT_THAT(message, HasSubstr("pod team/evil"));
+  EXPECT_THAT(message, HasSubstr("prism.io/decision"));
+  EXPECT_THAT(message, HasSubstr(kTenant));
+  EXPECT_THAT(message, HasSubstr(kScheduler));
+}
+
+TEST_F(OwnedAnnotationsTest, StrippingComesBeforeTheGpuPatches) {
+  json pod = GpuPod("p", 0, 3000, 0, Copied());
+  pod["spec"].erase("schedulerName");
+  json out = HandleAdmissionReview(ReviewAs(pod, "CREATE", kTenant), true, options_, config_);
+  ASSERT_TRUE(out["response"]["allowed"]) << out.dump();
+  json patch = Patch(out);
+  ASSERT_EQ(patch.size(), 5u) << patch.dump();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(patch[i]["op"], "remove");
+  EXPECT_EQ(patch[3]["path"], "/spec/schedulerName");
+  EXPECT_THAT(patch[4]["path"].get<std::string>(), HasSubstr("nvidia.com~1gpu"));
+}
+
+TEST_F(OwnedAnnotationsTest, TrustedUsersAndCleanPodsPassUnchanged) {
+  json pod = testing::PodJson("team", "p", {{"main", 0}}, Copied());
+  for (bool mutate : {true, false}) {
+    json out = HandleAdmissionReview(ReviewAs(pod, "CREATE", kAgent), mutate, options_, config_);
+    EXPECT_TRUE(out["response"]["allowed"]);
+    EXPECT_FALSE(out["response"].contains("patch"));
+    json clean = testing::PodJson("team", "p", {{"main", 0}}, {{"team.io/owner", "x"}});
+    out = HandleAdmissionReview(ReviewAs(clean, "CREATE", kTenant), mutate, options_, config_);
+    EXPECT_TRUE(out["response"]["allowed"]);
+    EXPECT_FALSE(out["response"].contains("patch"));
+    EXPECT_FALSE(out["response"].contains("warnings"));
+  }
+}
+
+TEST_F(OwnedAnnotationsTest, UpdatesThatTouchThemAreRefusedForTenants) {
+  const json old_pod = GpuPod("p", 1, 1000, 0, Copied());
+  struct Case {
+    std::string what;
+    std::function<void(json&)> edit;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"changed prism.io/decision",
+            [](json& p) { p["metadata"]["annotations"]["prism.io/decision"] = "{}"; }},
+           {"removed prism.io/allocation-status",
+            [](json& p) { p["metadata"]["annotations"].erase("prism.io/allocation-status"); }},
+           {"set hami.io/vgpu-node",
+            [](json& p) { p["metadata"]["annotations"]["hami.io/vgpu-node"] = "node-2"; }},
+           {"removed prism.io/decision", [](json& p) { p["metadata"].erase("annotations"); }},
+       }) {
+    json pod = old_pod;
+    c.edit(pod);
+    for (bool mutate : {true, false}) {
+      json out = HandleAdmissionReview(ReviewAs(pod, "UPDATE", kTenant, &old_pod), mutate,
+                                       options_, config_);
+      EXPECT_FALSE(out["response"]["allowed"]) << c.what;
+      EXPECT_THAT(out["response"]["status"]["message"].get<std::string>(), HasSubstr(c.what));
+      // Prism's own service accounts may.
+      out = HandleAdmissionReview(ReviewAs(pod, "UPDATE", kAgent, &old_pod), mutate, options_,
+                                  config_);
+      EXPECT_TRUE(out["response"]["allowed"]) << c.what;
+    }
+  }
+  // Any other change is not Prism's business, whoever makes it.
+  json pod = old_pod;
+  pod["metadata"]["annotations"]["team.io/owner"] = "x";
+  pod["metadata"]["labels"] = {{"app", "y"}};
+  json out = HandleAdmissionReview(ReviewAs(pod, "UPDATE", kTenant, &old_pod), false, options_,
+                                   config_);
+  EXPECT_TRUE(out["response"]["allowed"]);
+}
+
+TEST_F(OwnedAnnotationsTest, BadInputIsRefusedNotThrownOn) {
+  const json pod = GpuPod("p", 1, 1000, 0, Copied());
+  json out;
+  // An UPDATE without its old object.
+  ASSERT_NO_THROW(out = HandleAdmissionReview(ReviewAs(pod, "UPDATE", kTenant), false, options_,
+                                              config_));
+  EXPECT_FALSE(out["response"]["allowed"]);
+  EXPECT_THAT(out["response"]["status"]["message"].get<std::string>(), HasSubstr("oldObject"));
+  // Annotations that are not an object of strings, in either object.
+  for (const json& bad : {json("x"), json::array({1}), json{{"prism.io/decision", 5}}}) {
+    json odd = pod;
+    odd["metadata"]["annotations"] = bad;
+    for (const char* op : {"CREATE", "UPDATE"}) {
+      ASSERT_NO_THROW(out = HandleAdmissionReview(ReviewAs(odd, op, kTenant, &pod), true,
+                                                  options_, config_));
+      EXPECT_FALSE(out["response"]["allowed"]) << bad.dump();
+      EXPECT_THAT(out["response"]["status"]["message"].get<std::string>(),
+                  HasSubstr("metadata.annotations"));
+      ASSERT_NO_THROW(out = HandleAdmissionReview(ReviewAs(pod, "UPDATE", kTenant, &odd), true,
+                                                  options_, config_));
+      EXPECT_FALSE(out["response"]["allowed"]);
+    }
+  }
+  // userInfo of the wrong shape.
+  json review = ReviewAs(pod, "CREATE", kTenant);
+  review["request"]["userInfo"] = "root";
+  ASSERT_NO_THROW(out = HandleAdmissionReview(review, true, options_, config_));
+  EXPECT_FALSE(out["response"]["allowed"]);
+  EXPECT_THAT(out["response"]["status"]["message"].get<std::string>(), HasSubstr("userInfo"));
+  // No userInfo at all: nobody trusted.
+  review["request"].erase("userInfo");
+  ASSERT_NO_THROW(out = HandleAdmissionReview(review, false, options_, config_));
+  EXPECT_FALSE(out["response"]["allowed"]);
+  // Annotations of every size: the message names keys and users, never values.
+  for (size_t size : {size_t{0}, size_t{1}, size_t{4096}, size_t{256} << 10}) {
+    json big = pod;
+    big["metadata"]["annotations"]["prism.io/decision"] = std::string(size, 'x');
+    ASSERT_NO_THROW(out = HandleAdmissionReview(ReviewAs(big, "UPDATE", kTenant, &pod), false,
+                                                options_, config_));
+    EXPECT_FALSE(out["response"]["allowed"]);
+    EXPECT_LT(out["response"]["status"]["message"].get<std::string>().size(), 600u);
+  }
+  // A user that only looks like Prism's service account is not it.
+  for (const char* user : {"system:serviceaccount:prism-system:prism-scheduler ",
+                           "system:serviceaccount:prism-system:prism-schedulerx",
+                           "prism-scheduler", ""}) {
+    json changed = pod;
+    changed["metadata"]["annotations"]["prism.io/decision"] = "{}";
+    out = HandleAdmissionReview(ReviewAs(changed, "UPDATE", user, &pod), false, options_, config_);
+    EXPECT_FALSE(out["response"]["allowed"]) << user;
+  }
+}
+
+TEST_F(OwnedAnnotationsTest, NoTrustedUsersMeansNobody) {
+  options_.trusted_users.clear();
+  json pod = testing::PodJson("team", "p", {{"main", 0}}, Copied());
+  json out = HandleAdmissionReview(ReviewAs(pod, "CREATE", kScheduler), false, options_, config_);
+  EXPECT_FALSE(out["response"]["allowed"]);
+  EXPECT_THAT(out["response"]["status"]["message"].get<std::string>(),
+              HasSubstr("none configured"));
+}
+
+TEST(ServiceAccountUsersTest, ParsesTheFlag) {
+  auto users = ServiceAccountUsers(" prism-system:prism-scheduler, prism-system:prism-device-plugin ");
+  ASSERT_TRUE(users.ok()) << users.status();
+  EXPECT_EQ(*users, (std::vector<std::string>{
+                        "system:serviceaccount:prism-system:prism-scheduler",
+                        "system:serviceaccount:prism-system:prism-device-plugin"}));
+  EXPECT_TRUE(ServiceAccountUsers("").ok());
+  for (const char* bad : {"prism-scheduler", "a:b:c", ":x", "x:", "Prism:x", "a:b c",
+                          "system:serviceaccount:a:b"}) {
+    EXPECT_FALSE(ServiceAccountUsers(bad).ok()) << bad;
+  }
+}
+
+TEST_F(WebhookTest, PresetNodeNeedsATrustedScheduler) {
+  json pod = GpuPod("p", 1, 1000);
+  pod["spec"]["nodeName"] = "node-1";
+  for (const char* scheduler : {"", "default-scheduler", "prism-scheduler", "volcano"}) {
+    if (*scheduler == '\0') {
+      pod["spec"].erase("schedulerName");
+    } else {
+      pod["spec"]["schedulerName"] = scheduler;
+    }
+    json out = HandleAdmissionReview(Review(pod), true, options_, config_);
+    EXPECT_FALSE(out["response"]["allowed"]) << scheduler;
+    EXPECT_THAT(out["response"]["status"]["message"].get<std::string>(),
+                HasSubstr("spec.nodeName"));
+  }
+  options_.trusted_schedulers = {"volcano"};
+  json out = HandleAdmissionReview(Review(pod), true, options_, config_);
+  EXPECT_TRUE(out["response"]["allowed"]) << out.dump();
+  // Pods without GPUs are not Prism's to place.
+  json plain = testing::PodJson("team", "web", {{"main", 0}});
+  plain["spec"]["nodeName"] = "node-1";
+  out = HandleAdmissionReview(Review(plain), false, WebhookOptions(), config_);
+  EXPECT_TRUE(out["response"]["allowed"]);
 }
 
 }  // namespace

@@ -208,13 +208,48 @@ class Wiring:
             self.assertEqual((svc["name"], svc["namespace"], svc["path"]),
                              ("prism-webhook", NS, path))
             self.assertIn(f"prism-webhook.{NS}.svc", cert["spec"]["dnsNames"])
-            self.assertEqual(hook["rules"][0]["resources"], ["pods"])
-            self.assertEqual(hook["rules"][0]["operations"], ["CREATE"])
+            if kind == "MutatingWebhookConfiguration":
+                # It strips Prism's own annotations from tenants' pods at CREATE.
+                self.assertEqual(hook["rules"][0]["resources"], ["pods"])
+                self.assertEqual(hook["rules"][0]["operations"], ["CREATE"])
+            else:
+                # It also refuses tenants' UPDATEs of them, of the pod or of its status.
+                self.assertEqual(hook["rules"][0]["resources"], ["pods", "pods/status"])
+                self.assertEqual(hook["rules"][0]["operations"], ["CREATE", "UPDATE"])
+                self.check_owned_annotation_conditions(hook)
             self.assertEqual(hook["sideEffects"], "None")
+            self.assertEqual(hook["failurePolicy"], "Fail")  # An outage must not open the door.
             excluded = [e for e in hook["namespaceSelector"]["matchExpressions"]
                         if e["key"] == "kubernetes.io/metadata.name"][0]["values"]
             self.assertIn(NS, excluded)  # Prism's own pods never wait for Prism's webhook.
         self.assertIn(f"prism-scheduler.{NS}.svc", cert["spec"]["dnsNames"])
+
+    def check_owned_annotation_conditions(self, hook):
+        """The validating webhook's matchConditions name exactly the annotations the code protects
+        (src/config/owned_annotations.h) and exempt exactly the accounts the webhook trusts."""
+        with open(os.path.join(ROOT, "src", "config", "owned_annotations.h")) as f:
+            header = f.read()
+        consts = {}
+        for name in ("annotations.h", "allocation_status.h"):
+            with open(os.path.join(ROOT, "src", "config", name)) as f:
+                consts.update(re.findall(r'inline constexpr char (k\w+)\[\] = "([^"]+)";', f.read()))
+        body = header[header.index("kPrismOwnedPodAnnotations"):]
+        body = body[body.index("{") + 1:body.index("}")]
+        owned = {consts[n] for n in re.findall(r"k\w+", body)}
+        self.assertEqual(len(owned), 6)
+        conditions = {c["name"]: c["expression"] for c in hook["matchConditions"]}
+        changed = conditions["create-or-prism-annotations-changed"]
+        self.assertEqual(set(re.findall(r"'([a-z.]+/[a-z-]+)'", changed)), owned)
+        self.assertIn("request.operation != 'UPDATE'", changed)
+        exempt = re.findall(r"username != '([^']+)'", conditions["not-prism-node-agent"])
+        args = container(find(self.objects, "Deployment", "prism-scheduler"), "scheduler")["args"]
+        trusted = [a.split("=", 1)[1] for a in args if a.startswith("--trusted-service-accounts=")]
+        self.assertEqual(len(trusted), 1)
+        users = [f"system:serviceaccount:{e}" for e in trusted[0].split(",")]
+        self.assertEqual(exempt, users)
+        # The exempt account is the node agent's, as its DaemonSet runs.
+        agent = find(self.objects, "DaemonSet", "prism-device-plugin")["spec"]["template"]["spec"]
+        self.assertEqual(users, [f"system:serviceaccount:{NS}:{agent['serviceAccountName']}"])
 
     def test_scheduler_watches_the_device_config_it_is_given(self):
         dep = find(self.objects, "Deployment", "prism-scheduler")
