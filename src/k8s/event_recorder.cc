@@ -1,5 +1,7 @@
 #include "k8s/event_recorder.h"
 
+#include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <utility>
 
@@ -11,12 +13,80 @@ namespace prism::k8s {
 namespace {
 
 constexpr size_t kMaxMessageBytes = 1024;
+constexpr size_t kMaxReasonBytes = 128;
 
 std::string_view TypeName(EventType type) {
   return type == EventType::kWarning ? "Warning" : "Normal";
 }
 
+// Bytes of the UTF-8 sequence starting at text[i], or 0 if none is valid there.
+size_t Utf8Length(std::string_view text, size_t i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char c = byte(i);
+  size_t n = 0;
+  uint32_t min = 0;
+  if (c < 0x80) return 1;
+  if ((c & 0xE0) == 0xC0) {
+    n = 2;
+    min = 0x80;
+  } else if ((c & 0xF0) == 0xE0) {
+    n = 3;
+    min = 0x800;
+  } else if ((c & 0xF8) == 0xF0) {
+    n = 4;
+    min = 0x10000;
+  } else {
+    return 0;
+  }
+  if (i + n > text.size()) return 0;
+  uint32_t cp = c & (0x7F >> n);
+  for (size_t k = 1; k < n; ++k) {
+    if ((byte(i + k) & 0xC0) != 0x80) return 0;
+    cp = (cp << 6) | (byte(i + k) & 0x3F);
+  }
+  // Overlong forms, surrogates and values past Unicode are not valid UTF-8.
+  if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+  return n;
+}
+
+void AppendHex(std::string* out, unsigned char c) {
+  char buf[5];
+  std::snprintf(buf, sizeof(buf), "\\x%02x", c);
+  out->append(buf, 4);
+}
+
+std::string Escape(std::string_view text, size_t max_bytes, bool keep_utf8) {
+  max_bytes = std::max<size_t>(max_bytes, 4);
+  std::string out;
+  size_t fits = 0;  // Length of `out` at the last piece boundary within max_bytes - 3.
+  for (size_t i = 0; i < text.size() && out.size() <= max_bytes;) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    const size_t n = keep_utf8 ? Utf8Length(text, i) : (c >= 0x20 && c < 0x7F ? 1 : 0);
+    if (n == 0 || (n == 1 && (c < 0x20 || c == 0x7F)) ||
+        (!keep_utf8 && (c == '\\' || c == '"'))) {
+      AppendHex(&out, c);
+      i += 1;
+    } else {
+      out.append(text.substr(i, n));
+      i += n;
+    }
+    if (out.size() <= max_bytes - 3) fits = out.size();
+    if (i >= text.size() && out.size() <= max_bytes) return out;
+  }
+  if (out.size() <= max_bytes) return out;
+  out.resize(fits);
+  return out + "...";
+}
+
 }  // namespace
+
+std::string EventName(std::string_view text, size_t max_bytes) {
+  return Escape(text, max_bytes, /*keep_utf8=*/false);
+}
+
+std::string EventMessage(std::string_view text, size_t max_bytes) {
+  return Escape(text, max_bytes, /*keep_utf8=*/true);
+}
 
 EventRecorder::EventRecorder(Client* client, EventRecorderOptions options, const Clock* clock)
     : client_(client),
@@ -30,9 +100,8 @@ EventRecorder::~EventRecorder() { Stop(); }
 
 void EventRecorder::Record(const ObjectReference& object, EventType type, std::string_view reason,
                            std::string_view message) {
-  Pending event{object, type, std::string(reason), std::string(message.substr(0, kMaxMessageBytes)),
-                clock_->Now()};
-  if (message.size() > kMaxMessageBytes) event.message.replace(kMaxMessageBytes - 3, 3, "...");
+  Pending event{object, type, EventName(reason, kMaxReasonBytes),
+                EventMessage(message, kMaxMessageBytes), clock_->Now()};
   absl::MutexLock lock(&mu_);
   if (stopping_ || queue_.size() >= options_.max_queue) {
     ++stats_.dropped;

@@ -8,6 +8,10 @@
 // event storm cannot grow memory or flood the API server (HAMi #745). Events of cluster-scoped
 // objects (nodes) go to the "default" namespace, as client-go does.
 //
+// Text a caller chose (a node name in an extender request, say) goes into an event only through
+// EventName(): bounded and escaped, so an event cannot carry a forged line, terminal escapes or a
+// page of text. Record() escapes control bytes and invalid UTF-8 in the whole message, too.
+//
 // Thread-safe. The Client and Clock must outlive the recorder.
 #pragma once
 
@@ -30,6 +34,13 @@
 namespace prism::k8s {
 
 enum class EventType { kNormal, kWarning };
+
+// `text` with control bytes, backslashes, quotes and bytes outside printable ASCII written as
+// \xNN, cut to at most `max_bytes` (then ending "..."): for names and other caller-chosen text.
+std::string EventName(std::string_view text, size_t max_bytes = 253);
+// `text` with control bytes (newlines included) and invalid UTF-8 written as \xNN; valid UTF-8
+// kept. Cut to at most `max_bytes` on a character boundary (then ending "...").
+std::string EventMessage(std::string_view text, size_t max_bytes);
 
 struct EventRecorderOptions {
   // source.component and reportingComponent, e.g. "prism-scheduler".
@@ -61,8 +72,8 @@ class EventRecorder {
   EventRecorder(const EventRecorder&) = delete;
   EventRecorder& operator=(const EventRecorder&) = delete;
 
-  // Queues an event about `object` (needs at least kind and name). Messages longer than 1024
-  // bytes are truncated.
+  // Queues an event about `object` (needs at least kind and name). The message goes through
+  // EventMessage(.., 1024) and the reason through EventName(.., 128).
   void Record(const ObjectReference& object, EventType type, std::string_view reason,
               std::string_view message);
 

@@ -231,5 +231,28 @@ TEST(BackoffTest, JitterSpreadsClientsApart) {
   EXPECT_NE(a.Next(), b.Next());
 }
 
+TEST(EventTextTest, NamesAreEscapedAndBounded) {
+  EXPECT_EQ(EventName("gpu-node-1"), "gpu-node-1");
+  // A forged second line, a terminal escape, quotes and non-ASCII bytes come out as \xNN.
+  EXPECT_EQ(EventName("n\nWarning: x\x1b[31m\"\\\xc3\xa9"),
+            "n\\x0aWarning: x\\x1b[31m\\x22\\x5c\\xc3\\xa9");
+  const std::string long_name(1000, 'a');
+  const std::string cut = EventName(long_name, 20);
+  EXPECT_EQ(cut, std::string(17, 'a') + "...");
+  // An escape is never split by the cut.
+  EXPECT_EQ(EventName(std::string(15, 'a') + "\n\n", 20), std::string(15, 'a') + "...");
+  EXPECT_EQ(EventName(std::string(20, 'a'), 20), std::string(20, 'a'));
+}
+
+TEST(EventTextTest, MessagesKeepUtf8AndEscapeTheRest) {
+  EXPECT_EQ(EventMessage("0/3 nodes: caf\xc3\xa9", 100), "0/3 nodes: caf\xc3\xa9");
+  EXPECT_EQ(EventMessage("a\r\nb\x01", 100), "a\\x0d\\x0ab\\x01");
+  // Invalid UTF-8: a lone continuation byte, an overlong '/', a surrogate.
+  EXPECT_EQ(EventMessage("\x80 \xc0\xaf \xed\xa0\x80", 100),
+            "\\x80 \\xc0\\xaf \\xed\\xa0\\x80");
+  // Cut on a character boundary: the two-byte character does not fit before the "...".
+  EXPECT_EQ(EventMessage("abcdefgh\xc3\xa9xyz", 12), "abcdefgh...");
+}
+
 }  // namespace
 }  // namespace prism::k8s
