@@ -47,8 +47,8 @@ bool IsDnsSubdomain(std::string_view s) {
 bool IsPodUid(std::string_view s) {
   if (s.empty() || s.size() > kMaxPodUidBytes) return false;
   for (char c : s) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '-';
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-';
     if (!ok) return false;
   }
   return true;

@@ -33,8 +33,8 @@ TEST(NamesTest, DnsSubdomainIsLabelsJoinedByDots) {
   ASSERT_LE(long_name.size(), 253u);
   EXPECT_TRUE(IsDnsSubdomain(long_name));
   EXPECT_FALSE(IsDnsSubdomain(std::string(254, 'a')));
-  for (const char* bad : {"", ".", "..", "a..b", ".a", "a.", "a.-b", "a/b", "A.b", "a_b.c",
-                          "node-1\n"}) {
+  for (const char* bad :
+       {"", ".", "..", "a..b", ".a", "a.", "a.-b", "a/b", "A.b", "a_b.c", "node-1\n"}) {
     EXPECT_FALSE(IsDnsSubdomain(bad)) << bad;
   }
 }

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "base/strings.h"
+#include "intercept/region.h"
 
 namespace prism::deviceplugin {
 
@@ -18,10 +19,23 @@ int SmLimitPercent(int32_t cores_permille) {
   return percent < 1 ? 1 : (percent > 100 ? 100 : percent);
 }
 
-std::string ContainerRunDir(const VgpuOptions& options, std::string_view pod_uid,
-                            std::string_view container) {
-  return (std::filesystem::path(options.host_dir) / "containers" / StrCat(pod_uid, "_", container))
-      .string();
+std::string RegionDir(const VgpuOptions& options) {
+  return (std::filesystem::path(options.host_dir) / "regions").string();
+}
+
+std::string RegionFileName(std::string_view pod_uid, std::string_view container) {
+  return StrCat(pod_uid, "_", container);
+}
+
+std::string RegionHostFile(const VgpuOptions& options, std::string_view pod_uid,
+                           std::string_view container) {
+  return (std::filesystem::path(RegionDir(options)) / RegionFileName(pod_uid, container)).string();
+}
+
+uint64_t RegionFileBytes() { return sizeof(vgpu::RegionLayout); }
+
+std::string LegacyRunDirs(const VgpuOptions& options) {
+  return (std::filesystem::path(options.host_dir) / "containers").string();
 }
 
 std::string PreloadFile(const VgpuOptions& options) {
@@ -53,8 +67,9 @@ ContainerEdits BuildContainerEdits(const std::vector<RealizedDevice>& devices,
   if (!any_limited) return edits;
   if (same_sm) edits.env.emplace_back("CUDA_DEVICE_SM_LIMIT", StrCat(first_sm));
   edits.env.emplace_back("CUDA_DEVICE_MEMORY_SHARED_CACHE", kVgpuRegionFile);
-  edits.mounts.push_back(MountEdit{ContainerRunDir(options, container.pod_uid, container.container),
-                                   kVgpuContainerRunDir, /*read_only=*/false});
+  // The region file alone, not a directory: the container can create nothing on the host.
+  edits.mounts.push_back(MountEdit{RegionHostFile(options, container.pod_uid, container.container),
+                                   kVgpuRegionFile, /*read_only=*/false});
   if (options.library_host_path.empty() || container.disable_control) return edits;
   edits.mounts.push_back(MountEdit{options.library_host_path, kVgpuContainerLibrary, true});
   if (options.preload == PreloadMode::kMount) {

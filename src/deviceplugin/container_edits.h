@@ -6,11 +6,12 @@
 //     CUDA_DEVICE_MEMORY_LIMIT_<i>=<MiB>m and CUDA_DEVICE_SM_LIMIT_<i>=<percent> per limited
 //     device (i = the device's position in NVIDIA_VISIBLE_DEVICES), CUDA_DEVICE_SM_LIMIT when
 //     all limited devices share one value (HAMi-core reads only that), and
-//     CUDA_DEVICE_MEMORY_SHARED_CACHE in a per-container directory;
+//     CUDA_DEVICE_MEMORY_SHARED_CACHE naming the container's region file, which the agent
+//     creates at its final size and mounts alone (node_files.h);
 //     the library mounted read-only and loaded through /etc/ld.so.preload (or LD_PRELOAD),
 //     unless the container sets CUDA_DISABLE_CONTROL=true or no library is configured.
 //   A device granted whole (all memory, no compute share) gets no limits and no preload.
-// Pure apart from ContainerRunDir's path arithmetic.
+// Pure.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +26,6 @@ namespace prism::deviceplugin {
 
 // Paths inside the container.
 inline constexpr char kVgpuContainerLibrary[] = "/usr/local/prism/lib/libprism-vgpu.so";
-inline constexpr char kVgpuContainerRunDir[] = "/usr/local/prism/run";
 inline constexpr char kVgpuRegionFile[] = "/usr/local/prism/run/vgpu.cache";
 inline constexpr char kLdSoPreload[] = "/etc/ld.so.preload";
 
@@ -38,7 +38,7 @@ struct VgpuOptions {
   // Host path of libprism-vgpu.so; empty: slices get their limits in the env only (the image
   // must bring the library).
   std::string library_host_path;
-  // Host directory for per-container region directories and the ld.so.preload file.
+  // Host directory for the per-container region files (regions/) and the ld.so.preload file.
   std::string host_dir = "/var/lib/prism/vgpu";
   PreloadMode preload = PreloadMode::kMount;
 };
@@ -73,9 +73,20 @@ struct ContainerIdentity {
   bool disable_control = false;  // The container sets CUDA_DISABLE_CONTROL=true.
 };
 
-// <host_dir>/containers/<pod uid>_<container>: the container's region directory on the host.
-std::string ContainerRunDir(const VgpuOptions& options, std::string_view pod_uid,
-                            std::string_view container);
+// <host_dir>/regions: the agent's directory of region files (mode 0700; no container sees it).
+std::string RegionDir(const VgpuOptions& options);
+// "<pod uid>_<container>": a region file's name in RegionDir. Both parts are held to
+// config/names.h before they get here (neither can hold '_' or '/'), so one name is one
+// container's.
+std::string RegionFileName(std::string_view pod_uid, std::string_view container);
+// RegionDir/RegionFileName: the host file mounted at kVgpuRegionFile.
+std::string RegionHostFile(const VgpuOptions& options, std::string_view pod_uid,
+                           std::string_view container);
+// The size every region file has: one libprism-vgpu region of its ABI (intercept/region.h).
+uint64_t RegionFileBytes();
+// <host_dir>/containers: where earlier versions made a world-writable region directory per
+// container (named like RegionFileName), mounted into it whole; only ever removed now.
+std::string LegacyRunDirs(const VgpuOptions& options);
 // <host_dir>/ld.so.preload.
 std::string PreloadFile(const VgpuOptions& options);
 

@@ -55,7 +55,7 @@ TEST(ContainerEditsTest, SlicesGetPerDeviceLimitsRegionAndPreload) {
   EXPECT_EQ(env.count("LD_PRELOAD"), 0u);
   ASSERT_EQ(e.mounts.size(), 3u);
   EXPECT_EQ(e.mounts[0],
-            (MountEdit{"/var/lib/prism/vgpu/containers/uid_main", kVgpuContainerRunDir, false}));
+            (MountEdit{"/var/lib/prism/vgpu/regions/uid_main", kVgpuRegionFile, false}));
   EXPECT_EQ(e.mounts[1], (MountEdit{"/opt/prism/libprism-vgpu.so", kVgpuContainerLibrary, true}));
   EXPECT_EQ(e.mounts[2], (MountEdit{"/var/lib/prism/vgpu/ld.so.preload", kLdSoPreload, true}));
 }
@@ -97,6 +97,14 @@ TEST(ContainerEditsTest, SmPercentRoundsUp) {
   EXPECT_EQ(SmLimitPercent(1), 1);
   EXPECT_EQ(SmLimitPercent(305), 31);
   EXPECT_EQ(SmLimitPercent(1000), 100);
+}
+
+TEST(ContainerEditsTest, RegionFilesLiveInTheAgentsDirectoryAtTheLibrarysSize) {
+  EXPECT_EQ(RegionDir(Options()), "/var/lib/prism/vgpu/regions");
+  EXPECT_EQ(RegionHostFile(Options(), "3f1c-9a52", "main"),
+            "/var/lib/prism/vgpu/regions/3f1c-9a52_main");
+  EXPECT_EQ(LegacyRunDirs(Options()), "/var/lib/prism/vgpu/containers");
+  EXPECT_EQ(RegionFileBytes(), 332992u);  // docs/intercept.md, "The shared region".
 }
 
 }  // namespace

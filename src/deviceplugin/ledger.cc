@@ -12,6 +12,7 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "config/allocation_status.h"
+#include "config/names.h"
 
 namespace prism::deviceplugin {
 namespace {
@@ -36,6 +37,21 @@ json ToJson(const AllocationRecord& r) {
   }
   if (!r.error.empty()) j["error"] = r.error;
   return j;
+}
+
+// The agent joins a record's UID and container into file names it creates and removes
+// (node_files.h): each one present is held to the API server's rules (config/names.h), as the ID
+// is held to the agent's grammar.
+absl::Status CheckNames(const AllocationRecord& r) {
+  if (!r.pod_uid.empty()) RETURN_IF_ERROR(config::ValidatePodUid(r.pod_uid, "pod.uid"));
+  if (!r.pod_namespace.empty()) {
+    RETURN_IF_ERROR(config::ValidateNamespace(r.pod_namespace, "pod.namespace"));
+  }
+  if (!r.pod_name.empty()) RETURN_IF_ERROR(config::ValidatePodName(r.pod_name, "pod.name"));
+  if (!r.container.empty()) {
+    RETURN_IF_ERROR(config::ValidateContainerName(r.container, "pod.container"));
+  }
+  return absl::OkStatus();
 }
 
 // A record file is the plugin's own, but it lives on a host path anyone with node access can
@@ -89,6 +105,7 @@ absl::StatusOr<AllocationRecord> FromJson(const json& j) {
     ASSIGN_OR_RETURN(r.pod_namespace, jf::StringMember(p, "namespace", "pod.namespace", ""));
     ASSIGN_OR_RETURN(r.pod_name, jf::StringMember(p, "name", "pod.name", ""));
     ASSIGN_OR_RETURN(r.container, jf::StringMember(p, "container", "pod.container", ""));
+    RETURN_IF_ERROR(CheckNames(r));
   }
   ASSIGN_OR_RETURN(r.error, jf::StringMember(j, "error", "error", ""));
   return r;
@@ -229,6 +246,7 @@ absl::Status Ledger::Put(const AllocationRecord& record) {
   if (absl::StatusOr<uint64_t> seq = config::AllocationIdSeq(record.id); !seq.ok()) {
     return seq.status();
   }
+  RETURN_IF_ERROR(CheckNames(record));
   {
     absl::MutexLock lock(&mu_);
     records_[record.id] = record;

@@ -96,6 +96,19 @@ TEST(LedgerTest, RefusesIdsThatAreNotTheAgentsOwn) {
   good.id = "forged-7";
   good.seq = 7;
   EXPECT_TRUE(ledger.Put(good).ok());
+  // Nor does a record whose container or pod UID is no name the API server would accept: the
+  // agent joins them into the file names it removes when the pod ends.
+  AllocationRecord hostile = good;
+  hostile.id = "forged-8";
+  hostile.seq = 8;
+  hostile.pod_uid = "uid";
+  hostile.container = "x/l/var/run/cdi";
+  EXPECT_THAT(std::string(ledger.Put(hostile).message()),
+              ::testing::HasSubstr("pod.container: 'x/l/var/run/cdi' is not a DNS-1123 label"));
+  hostile.container = "main";
+  hostile.pod_uid = "..";
+  EXPECT_EQ(ledger.Put(hostile).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(ledger.Get("forged-8").has_value());
 }
 
 // A pod's owner may write any valid ID into the pod's allocation-status, and the agent adopts
@@ -157,6 +170,15 @@ TEST(LedgerTest, ParseAllocationRecordNamesTheFieldAndRoundTrips) {
            {R"({"id":"a-1","seq":2,"deviceIds":[]})", "seq: 2 is not the number in id 'a-1'"},
            {R"({"id":"a-1","seq":1,"deviceIds":[7]})", "deviceIds[0]"},
            {R"({"id":"a-1","seq":1,"deviceIds":[],"pod":{"uid":3}})", "pod.uid"},
+           // Names the agent joins into file names it removes (issue 39).
+           {R"({"id":"a-1","seq":1,"deviceIds":[],)"
+            R"("pod":{"uid":"u","container":"x/l/var/run/cdi"}})",
+            "pod.container: 'x/l/var/run/cdi' is not a DNS-1123 label"},
+           {R"({"id":"a-1","seq":1,"deviceIds":[],"pod":{"uid":"../u","container":"main"}})",
+            "pod.uid: '../u' is not a pod UID"},
+           {R"({"id":"a-1","seq":1,"deviceIds":[],"pod":{"uid":"u","namespace":"A_b"}})",
+            "pod.namespace"},
+           {R"({"id":"a-1","seq":1,"deviceIds":[],"pod":{"uid":"u","name":"p/q"}})", "pod.name"},
        }) {
     SCOPED_TRACE(c.text);
     absl::StatusOr<AllocationRecord> r = ParseAllocationRecord(c.text);

@@ -122,6 +122,9 @@ NodeAgent::NodeAgent(NodeAgentOptions options, nvml::Nvml* nvml, k8s::Client* cl
                     "Allocations that failed, by reason");
   metrics_->Declare("prism_device_plugin_annotation_decode_failures_total", Type::kCounter,
                     "Pod annotations the agent could not read, by annotation");
+  metrics_->Declare("prism_device_plugin_region_resets_total", Type::kCounter,
+                    "Region files put back to their size after a container resized them or "
+                    "allocated blocks past their end");
   metrics_->Declare("prism_device_plugin_mig_instances_created_total", Type::kCounter,
                     "MIG GPU instances created");
   metrics_->Declare("prism_device_plugin_mig_instances_destroyed_total", Type::kCounter,
@@ -158,6 +161,20 @@ absl::Status NodeAgent::Start() {
     std::error_code ec;
     fs::create_directories(options_.vgpu.host_dir, ec);
     std::ofstream(PreloadFile(options_.vgpu)) << kVgpuContainerLibrary << "\n";
+  }
+  // Region files stay at their size whatever their containers write (node_files.h). Started
+  // before Adopt, which creates the files of live containers that lack one.
+  region_guard_ = std::make_unique<RegionGuard>(
+      RegionDir(options_.vgpu), RegionFileBytes(), options_.region_rescan_interval,
+      [this](const std::string& name) {
+        LogWarning(kLog, "region file ", name,
+                   " was resized or had blocks past its end: put back to ", RegionFileBytes(),
+                   " bytes");
+        metrics_->Add("prism_device_plugin_region_resets_total");
+      });
+  if (absl::Status guarded = region_guard_->Start(); !guarded.ok()) {
+    // Slices then fail at Publish, which cannot create their region files either.
+    LogError(kLog, "region files: ", guarded.message());
   }
 
   k8s::InformerOptions informer_options;
@@ -245,6 +262,7 @@ void NodeAgent::Stop() {
   }
   if (patcher_.joinable()) patcher_.join();
   if (events_) events_->Stop();
+  if (region_guard_) region_guard_->Stop();
   periodic_.clear();
 }
 
@@ -894,13 +912,17 @@ void NodeAgent::Publish(PodEntry& pod, const std::string& container) {
       error = std::string(nodes.message());
       edits = BuildFailureEdits(error);
     }
-    if (std::any_of(r.devices.begin(), r.devices.end(),
-                    [](const RealizedDevice& d) { return d.Limited(); })) {
-      const std::string dir = ContainerRunDir(options_.vgpu, pod.uid, container);
-      std::error_code ec;
-      fs::create_directories(dir, ec);
-      // Any container user must be able to create the shared region file.
-      fs::permissions(dir, fs::perms::all, ec);
+    if (error.empty() && std::any_of(r.devices.begin(), r.devices.end(),
+                                     [](const RealizedDevice& d) { return d.Limited(); })) {
+      // The region file the spec mounts, at its final size (node_files.h); without it the
+      // container gets no GPU rather than a mount the runtime cannot make.
+      if (absl::Status made = CreateSizedFile(
+              RegionDir(options_.vgpu), RegionFileName(pod.uid, container), RegionFileBytes());
+          !made.ok()) {
+        LogError(kLog, pod.namespace_name, "/", pod.name, " ", container, ": ", made.message());
+        error = StrCat("cannot create the container's region file: ", made.message());
+        edits = BuildFailureEdits(error);
+      }
     }
   } else {
     edits = BuildFailureEdits(r.error);
@@ -938,9 +960,7 @@ void NodeAgent::TrackUsage(const PodEntry& pod, const std::string& container) {
                                    [](const RealizedDevice& d) { return d.Limited(); });
   const bool controlled = !ControlDisabled(pod.object, container);
   if (limited && controlled && !options_.vgpu.library_host_path.empty()) {
-    target.region_path = (fs::path(ContainerRunDir(options_.vgpu, pod.uid, container)) /
-                          fs::path(kVgpuRegionFile).filename())
-                             .string();
+    target.region_path = RegionHostFile(options_.vgpu, pod.uid, container);
   }
   usage_.SetContainer(std::move(target));
 }

@@ -47,6 +47,7 @@
 #include "deviceplugin/ledger.h"
 #include "deviceplugin/metrics.h"
 #include "deviceplugin/mig_realizer.h"
+#include "deviceplugin/node_files.h"
 #include "deviceplugin/usage.h"
 #include "k8s/client.h"
 #include "kubelet/deviceplugin/v1beta1/api.pb.h"
@@ -115,6 +116,9 @@ struct NodeAgentOptions {
   absl::Duration xid_wait = absl::Milliseconds(500);
   absl::Duration inventory_interval = absl::Seconds(30);
   absl::Duration reconcile_interval = absl::Seconds(30);
+  // How often every region file is checked for its size besides the inotify events that bring
+  // the check at once (node_files.h, RegionGuard).
+  absl::Duration region_rescan_interval = absl::Seconds(10);
   // How often NVML is asked what containers on MIG instances and whole GPUs use (usage.h);
   // software slices are read from their regions at every scrape. Zero: never.
   absl::Duration usage_interval = absl::Seconds(5);
@@ -249,6 +253,9 @@ class NodeAgent {
   // XID events: the watcher is used by xid_thread_ only.
   std::unique_ptr<nvml::XidEventWatcher> xid_watcher_;
   std::thread xid_thread_;
+
+  // Keeps containers' region files at their size (its own thread).
+  std::unique_ptr<RegionGuard> region_guard_;
 
   // Shared with the gRPC threads.
   mutable absl::Mutex mu_;

@@ -9,6 +9,7 @@
 #include "config/allocation_status.h"
 #include "deviceplugin/cdi_spec.h"
 #include "deviceplugin/node_agent.h"
+#include "deviceplugin/node_files.h"
 #include "k8s/informer.h"
 #include "k8s/objects.h"
 
@@ -46,8 +47,15 @@ void NodeAgent::Release(const std::string& pod_uid, const std::string& why) {
     it->second.released = true;
   }
   for (const std::string& c : containers) {
-    std::error_code ec;
-    fs::remove_all(ContainerRunDir(options_.vgpu, pod_uid, c), ec);
+    // Confined to the agent's own directories, never following a link (node_files.h); the
+    // legacy directory is one a container of an earlier version could write into.
+    const std::string name = RegionFileName(pod_uid, c);
+    for (const std::string& base : {RegionDir(options_.vgpu), LegacyRunDirs(options_.vgpu)}) {
+      if (absl::Status removed = RemoveUnder(base, name); !removed.ok()) {
+        LogWarning(kLog, "removing the region of ", who.empty() ? pod_uid : who, " ", c, ": ",
+                   removed.message());
+      }
+    }
   }
   usage_.RemovePod(pod_uid);
   if (absl::Status s = realizer_.ReleasePod(pod_uid); !s.ok()) {

@@ -122,7 +122,7 @@ TEST_F(NodeAgentTest, MigPodGetsExactlyItsDecidedInstance) {
   EXPECT_EQ(status["containers"]["main"]["devices"][0]["profile"], d.profile_name);
 }
 
-TEST_F(NodeAgentTest, SlicePodGetsLimitsLibraryAndRegionDirectory) {
+TEST_F(NodeAgentTest, SlicePodGetsLimitsLibraryAndRegionFile) {
   Start();
   std::string uid;
   kubelet::CreatedContainer c = Run(SlicePod("infer", 6000, 25), &uid);
@@ -137,8 +137,21 @@ TEST_F(NodeAgentTest, SlicePodGetsLimitsLibraryAndRegionDirectory) {
   for (const auto& m : c.mounts) targets.insert(m.container_path);
   EXPECT_TRUE(targets.count(kVgpuContainerLibrary));
   EXPECT_TRUE(targets.count(kLdSoPreload));
-  EXPECT_TRUE(fs::is_directory(fs::path(h_->vgpu_dir()) / "containers" / (uid + "_main")));
+  // The region is one pre-sized file in the agent's private directory, mounted alone.
+  const fs::path region = fs::path(h_->vgpu_dir()) / "regions" / (uid + "_main");
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(region)));
+  EXPECT_EQ(fs::file_size(region), RegionFileBytes());
+  EXPECT_EQ(fs::status(region.parent_path()).permissions(), fs::perms::owner_all);
+  EXPECT_FALSE(fs::exists(fs::path(h_->vgpu_dir()) / "containers"));
+  bool mounted = false;
+  for (const auto& m : c.mounts) {
+    if (m.container_path == kVgpuRegionFile) mounted = m.host_path == region.string();
+  }
+  EXPECT_TRUE(mounted);
   EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), 0u);
+  // The pod ends: its region goes.
+  ASSERT_TRUE(h_->DeletePod(uid).ok());
+  EXPECT_TRUE(testing::Eventually([&] { return !fs::exists(fs::symlink_status(region)); }));
 }
 
 TEST_F(NodeAgentTest, IdenticalPodsAdmittedOutOfOrderEachGetTheirOwnDecision) {
@@ -316,6 +329,59 @@ TEST_F(NodeAgentTest, BadPodsBesideGoodOnesFailAloneWithTheFieldNamed) {
     EXPECT_EQ(status->containers.at("main").devices.size(), 1u);
   }
   Run(SlicePod("after", 1000, 10));
+}
+
+// Issue 39: a container name from an annotation is joined into no path unless it is the API
+// server's kind of name, and the agent's removal never follows a link a container planted.
+TEST_F(NodeAgentTest, AHostileContainerNameNeverReachesTheFileSystem) {
+  Start();
+  const fs::path vgpu = h_->vgpu_dir();
+  // Stands for a host directory (/var/run/cdi); it must survive everything below.
+  const fs::path victim = h_->dir() / "victim";
+  fs::create_directories(victim / "var" / "run" / "cdi");
+  testing::WriteFile(victim / "var" / "run" / "cdi" / "keep", "host");
+  auto intact = [&] { return fs::exists(victim / "var" / "run" / "cdi" / "keep"); };
+
+  // 1. A pod whose status annotation names the container "x/l/var/run/cdi", with the link an
+  //    earlier, writable run directory could have held, present when the agent rebuilds its
+  //    ledger from the pods' annotations.
+  h_->StopAgent();
+  PodSpec pod = SlicePod("hostile", 2000, 10);
+  pod.annotations[kAllocationStatusAnnotation] =
+      StrCat(R"({"node":")", testing::kNode,
+             R"(","containers":{"x/l/var/run/cdi":{"allocations":["zz-1"],)"
+             R"("deviceIds":["GPU-x::0"]}}})");
+  absl::StatusOr<std::string> uid = h_->SubmitPod(pod);
+  ASSERT_TRUE(uid.ok()) << uid.status();
+  for (const char* dir : {"containers", "regions"}) {
+    fs::create_directories(vgpu / dir / (*uid + "_x"));
+    fs::create_directory_symlink(victim, vgpu / dir / (*uid + "_x") / "l");
+  }
+  ASSERT_TRUE(h_->StartAgent().ok());
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  EXPECT_EQ(h_->metrics().Value("prism_device_plugin_annotation_decode_failures_total",
+                                {{"annotation", kAllocationStatusAnnotation}}),
+            1);
+  for (const AllocationRecord& r : h_->agent().Allocations()) {
+    EXPECT_NE(r.container, "x/l/var/run/cdi");
+  }
+  ASSERT_TRUE(h_->DeletePod(*uid).ok());
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  EXPECT_TRUE(intact());
+
+  // 2. A pod of an earlier version whose writable run directory holds links to the host: the
+  //    agent removes the directory and the links, never what they point to.
+  std::string legacy;
+  Run(SlicePod("legacy", 2000, 10), &legacy);
+  const fs::path run_dir = vgpu / "containers" / (legacy + "_main");
+  fs::create_directories(run_dir / "deep");
+  fs::create_directory_symlink(victim, run_dir / "l");
+  fs::create_directory_symlink(victim / "var", run_dir / "deep" / "l2");
+  fs::create_symlink(victim / "var" / "run" / "cdi" / "keep", run_dir / "f");
+  ASSERT_TRUE(h_->DeletePod(legacy).ok());
+  EXPECT_TRUE(testing::Eventually([&] { return !fs::exists(fs::symlink_status(run_dir)); }));
+  EXPECT_FALSE(fs::exists(fs::symlink_status(vgpu / "regions" / (legacy + "_main"))));
+  EXPECT_TRUE(intact());
 }
 
 TEST_F(NodeAgentTest, PodsOfAnotherSchedulerArePlacedByTheAgent) {

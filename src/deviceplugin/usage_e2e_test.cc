@@ -1,9 +1,13 @@
 // Per-container usage end to end: the real node agent between the fake kubelet and the fake API
 // server; a slice pod's container is the probe program under the real libprism-vgpu and the fake
-// CUDA driver, with exactly the env and region directory of the CDI spec the agent wrote; a MIG
+// CUDA driver, with exactly the env and region file of the CDI spec the agent wrote; a MIG
 // pod's process is a simulated NVML process. The agent's /metrics, scraped over HTTP, shows what
 // each container uses next to its grant, passes `promtool check metrics`, and forgets a pod when
 // it ends.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <string>
 
@@ -16,6 +20,7 @@
 #include "deviceplugin/agent_harness.h"
 #include "deviceplugin/container_edits.h"
 #include "deviceplugin/metrics.h"
+#include "deviceplugin/node_files.h"
 #include "deviceplugin/promtool.h"
 #include "deviceplugin/test_util.h"
 #include "deviceplugin/usage.h"
@@ -107,9 +112,8 @@ class UsageEndToEndTest : public ::testing::Test {
       if (k.rfind("CUDA_", 0) == 0) env.Set(k, v);
     }
     for (const auto& m : c.mounts) {
-      if (m.container_path == kVgpuContainerRunDir) {
-        env.Set("CUDA_DEVICE_MEMORY_SHARED_CACHE",
-                (fs::path(m.host_path) / fs::path(kVgpuRegionFile).filename()).string());
+      if (m.container_path == kVgpuRegionFile) {
+        env.Set("CUDA_DEVICE_MEMORY_SHARED_CACHE", m.host_path);
       }
     }
     env.Set("LD_LIBRARY_PATH", PRISM_FAKE_GPU_DIR);
@@ -169,6 +173,65 @@ TEST_F(UsageEndToEndTest, ASlicePodShowsItsUsageAndLimitUntilItEnds) {
   ASSERT_TRUE(h_->DeletePod(uid).ok());
   ASSERT_TRUE(Eventually([&] { return Scrape().find("pod=\"infer\"") == std::string::npos; }))
       << Scrape();
+}
+
+// Issue 39: the region a container sees is one pre-sized file; whatever the container does
+// with its writable descriptor (write past the end, ftruncate, fallocate past the end), the
+// agent puts it back to its size at once, and the container's limits and usage keep working.
+TEST_F(UsageEndToEndTest, AContainerCannotGrowItsRegionBeyondItsFixedSize) {
+  std::string uid;
+  const PodSpec pod{
+      "grow", {ContainerSpec{"main", 1, 6000, 25}}, {{"nvidia.com/vgpu-mode", "hami-core"}}};
+  const kubelet::CreatedContainer c = Run(pod, &uid);
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(10)));
+  std::string region;
+  int region_mounts = 0;
+  for (const auto& m : c.mounts) {
+    if (m.host_path.find("/regions/") != std::string::npos) ++region_mounts;
+    if (m.container_path == kVgpuRegionFile) region = m.host_path;
+  }
+  // The container gets the file alone, writable; nothing else of the agent's directory.
+  ASSERT_EQ(region_mounts, 1);
+  ASSERT_FALSE(region.empty());
+  EXPECT_EQ(fs::file_size(region), RegionFileBytes());
+
+  std::unique_ptr<vgpu::testing::Child> probe = vgpu::testing::Child::Start(
+      {PRISM_VGPU_PROBE, "init", "alloc", "600m", "step", "hold"}, ContainerEnv(c));
+  ASSERT_TRUE(probe->WaitForLine("step hold", 30000));
+
+  auto allocated = [&] {
+    struct stat st = {};
+    ::stat(region.c_str(), &st);
+    return static_cast<uint64_t>(st.st_blocks) * 512;
+  };
+  auto back_to_size = [&] {
+    return fs::file_size(region) == RegionFileBytes() &&
+           allocated() <= RegionFileBytes() + kTrimSlackBytes;
+  };
+  // The container's own descriptor on its mount: the same file.
+  const int fd = ::open(region.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  const std::string chunk(1 << 20, 'x');
+  for (int i = 0; i < 32; ++i) {
+    ASSERT_EQ(::pwrite(fd, chunk.data(), chunk.size(), RegionFileBytes() + i * chunk.size()),
+              static_cast<ssize_t>(chunk.size()));
+  }
+  EXPECT_TRUE(Eventually(back_to_size)) << fs::file_size(region) << " bytes, " << allocated();
+  ASSERT_EQ(::fallocate(fd, FALLOC_FL_KEEP_SIZE, RegionFileBytes(), 64 << 20), 0);
+  EXPECT_TRUE(Eventually(back_to_size)) << allocated() << " bytes allocated";
+  ASSERT_EQ(::ftruncate(fd, int64_t{1} << 40), 0);
+  EXPECT_TRUE(Eventually(back_to_size)) << fs::file_size(region) << " bytes";
+  ::close(fd);
+  EXPECT_GE(h_->metrics().Value("prism_device_plugin_region_resets_total"), 3);
+
+  // What the container holds still shows, and its process finishes cleanly on its region.
+  const std::vector<std::string> who{"pod=\"grow\"", "container=\"main\""};
+  EXPECT_EQ(Sample(Scrape(), kUsedBytesMetric, who), StrCat(int64_t{600} << 20));
+  probe->Send("\n");
+  const vgpu::testing::ExitInfo exit = probe->Wait(30000);
+  EXPECT_EQ(exit.exit_code, 0) << exit.err;
+  ASSERT_TRUE(h_->DeletePod(uid).ok());
+  EXPECT_TRUE(Eventually([&] { return !fs::exists(fs::symlink_status(region)); }));
 }
 
 TEST_F(UsageEndToEndTest, AMigPodShowsWhatItsInstanceProcessesUse) {

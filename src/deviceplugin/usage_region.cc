@@ -92,6 +92,12 @@ absl::StatusOr<RegionUsage> ReadRegionUsage(const std::string& path, int64_t now
     return absl::UnavailableError(
         StrCat(path, ": short read", err != 0 ? StrCat(": ", std::strerror(err)) : ""));
   }
+  // The agent creates the file at its size before the container starts (node_files.h): zeros
+  // until the first CUDA process initializes it, which is "no region yet", not a foreign one.
+  static constexpr char kNoMagic[sizeof(layout->header.magic)] = {};
+  if (std::memcmp(layout->header.magic, kNoMagic, sizeof(kNoMagic)) == 0) {
+    return absl::NotFoundError(StrCat(path, ": no region yet (not initialized)"));
+  }
   if (!vgpu::HeaderIsCompatible(layout->header)) {
     return absl::FailedPreconditionError(StrCat(path, ": not a region of ABI version ",
                                                 vgpu::kRegionAbiVersion,

@@ -42,7 +42,8 @@ struct RegionUsage {
 inline constexpr int64_t kUtilizationFreshNs = int64_t{3} * 1'000'000'000;
 
 // Reads the region at `path`. `now_monotonic_ns` is CLOCK_MONOTONIC now (system-wide, as the
-// library's heartbeats). Errors: NotFound when there is no file yet (no CUDA process has run);
+// library's heartbeats). Errors: NotFound when there is no region yet (no file, or the agent's
+// pre-sized file still all zeros in its header: no CUDA process has run);
 // FailedPrecondition when it is not a regular file or has another layout (size, magic, version:
 // an older library, HAMi-core's cache); DataLoss when a field holds a value no Prism process
 // writes; Unavailable for I/O errors. Each message names the path and what is wrong.

@@ -14,6 +14,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
+#include "deviceplugin/container_edits.h"
+#include "deviceplugin/node_files.h"
 #include "deviceplugin/promtool.h"
 #include "deviceplugin/test_util.h"
 #include "intercept/liveness.h"
@@ -127,6 +129,20 @@ TEST_F(RegionFixture, DamagedOrForeignFilesAreErrorsNamingThePath) {
   // Not there yet.
   EXPECT_EQ(ReadRegionUsage((dir_ / "none").string(), MonotonicNowNs(), false).status().code(),
             absl::StatusCode::kNotFound);
+  // The agent's pre-sized file before the first CUDA process: zeros, "no region yet"; once the
+  // library has opened it, a region like any other.
+  const fs::path regions = dir_ / "regions";
+  ASSERT_TRUE(CreateSizedFile(regions.string(), "u_main", RegionFileBytes()).ok());
+  const std::string fresh = (regions / "u_main").string();
+  absl::StatusOr<RegionUsage> unused = ReadRegionUsage(fresh, MonotonicNowNs(), true);
+  EXPECT_EQ(unused.status().code(), absl::StatusCode::kNotFound) << unused.status();
+  vgpu::Region joined;
+  int err = 0;
+  ASSERT_EQ(joined.OpenFile(fresh.c_str(), &err), vgpu::RegionError::kNone) << err;
+  absl::StatusOr<RegionUsage> initialized = ReadRegionUsage(fresh, MonotonicNowNs(), true);
+  ASSERT_TRUE(initialized.ok()) << initialized.status();
+  EXPECT_TRUE(initialized->devices.empty());
+  EXPECT_EQ(fs::file_size(fresh), RegionFileBytes());  // The library did not resize it.
   // A FIFO in its place must not block the agent; a symlink must not be followed.
   const std::string fifo = (dir_ / "fifo.cache").string();
   ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
