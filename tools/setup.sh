@@ -10,6 +10,7 @@ PACKAGES=(
   prometheus-cpp-dev
   coinor-libclp-dev
   clang libclang-rt-dev
+  mmdebstrap buildah  # the container image from Debian packages (tools/image, docs/image.md)
 )
 missing=()
 for p in "${PACKAGES[@]}"; do
