@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/hash/hash.h"
 #include "absl/time/clock.h"
 
 #include "base/log.h"
@@ -40,6 +41,7 @@ std::string_view BindFailureReason(const absl::Status& status) {
   if (absl::IsInvalidArgument(status)) return "invalid-request";
   if (absl::IsFailedPrecondition(status)) return "precondition";
   if (absl::IsNotFound(status)) return "pod-not-found";
+  if (absl::IsPermissionDenied(status)) return "not-prism";
   if (k8s::IsConflict(status) || absl::IsAlreadyExists(status)) return "conflict";
   return "api-error";
 }
@@ -56,10 +58,86 @@ bool HasController(const Json& pod) {
 
 }  // namespace
 
+// --- FilterMemory -----------------------------------------------------------------------------
+
+uint64_t FilterMemory::Hash(std::string_view node) const {
+  return absl::Hash<std::pair<uint64_t, std::string_view>>{}({seed_, node});
+}
+
+void FilterMemory::Remember(std::string_view uid, const std::vector<std::string_view>& passed,
+                            absl::Time now) {
+  std::vector<uint64_t> hashes;
+  hashes.reserve(passed.size());
+  for (std::string_view n : passed) hashes.push_back(Hash(n));
+  std::sort(hashes.begin(), hashes.end());
+  hashes.erase(std::unique(hashes.begin(), hashes.end()), hashes.end());
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(uid);
+  if (it != entries_.end()) {
+    nodes_ -= it->second.nodes.size();
+    it->second.nodes = std::move(hashes);
+    it->second.at = now;
+  } else {
+    it = entries_.emplace(std::string(uid), Entry{now, std::move(hashes)}).first;
+  }
+  nodes_ += it->second.nodes.size();
+  by_time_.emplace(now, it->first);
+  EvictLocked(now);
+}
+
+bool FilterMemory::Passed(std::string_view uid, std::string_view node, absl::Time now) const {
+  const uint64_t h = Hash(node);
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(uid);
+  if (it == entries_.end() || now - it->second.at > ttl_) return false;
+  return std::binary_search(it->second.nodes.begin(), it->second.nodes.end(), h);
+}
+
+void FilterMemory::Forget(std::string_view uid) {
+  absl::MutexLock lock(&mu_);
+  auto it = entries_.find(uid);
+  if (it == entries_.end()) return;
+  nodes_ -= it->second.nodes.size();
+  entries_.erase(it);  // Its by_time_ entries go when they come up.
+}
+
+size_t FilterMemory::pods() const {
+  absl::MutexLock lock(&mu_);
+  return entries_.size();
+}
+
+void FilterMemory::EvictLocked(absl::Time now) {
+  while (!by_time_.empty()) {
+    auto oldest = by_time_.begin();
+    auto it = entries_.find(oldest->second);
+    // A stale index entry: the pod was forgotten or filtered again since.
+    if (it == entries_.end() || it->second.at != oldest->first) {
+      by_time_.erase(oldest);
+      continue;
+    }
+    const bool over = entries_.size() > max_pods_ || nodes_ > max_nodes_;
+    if (!over && now - it->second.at <= ttl_) break;
+    nodes_ -= it->second.nodes.size();
+    entries_.erase(it);
+    by_time_.erase(oldest);
+  }
+  // Re-filtering one pod over and over leaves one stale index entry per call: bounded too.
+  if (by_time_.size() > 4 * (max_pods_ + 1)) {
+    for (auto i = by_time_.begin(); i != by_time_.end();) {
+      auto e = entries_.find(i->second);
+      i = (e == entries_.end() || e->second.at != i->first) ? by_time_.erase(i) : std::next(i);
+    }
+  }
+}
+
+// --- Scheduler --------------------------------------------------------------------------------
+
 Scheduler::Scheduler(SchedulerOptions options, k8s::Client* client)
     : options_(std::move(options)),
       client_(client),
-      cache_(options_.initial_config, options_.cache) {}
+      cache_(options_.initial_config, options_.cache),
+      filter_memory_(options_.filter_memory_ttl, options_.filter_memory_pods,
+                     options_.filter_memory_nodes) {}
 
 Scheduler::~Scheduler() { Stop(); }
 
@@ -267,6 +345,15 @@ HttpReply Scheduler::Filter(std::string_view body) {
   const bool assume =
       known.has_value() && !manifest->uid.empty() && k8s::Uid(*known) == manifest->uid;
   FilterOutcome outcome = cache_.Filter(*manifest, args->node_names, assume);
+  // What Bind will accept for this pod (the request's own UID: kube-scheduler binds with it).
+  if (!manifest->uid.empty()) {
+    if (outcome.feasible.empty()) {
+      filter_memory_.Forget(manifest->uid);
+    } else {
+      std::vector<std::string_view> passed(outcome.feasible.begin(), outcome.feasible.end());
+      filter_memory_.Remember(manifest->uid, passed, options_.cache.clock->Now());
+    }
+  }
   const bool unschedulable =
       outcome.feasible.empty() && (outcome.wants_gpu || !outcome.request_status.ok());
   const std::string summary = unschedulable ? outcome.Summary(args->node_names.size()) : "";
@@ -302,10 +389,13 @@ HttpReply Scheduler::Filter(std::string_view body) {
         StrAppend(&message, "; ...");
         break;
       }
-      StrAppend(&message, "; ", node, ": ", reason);
+      // Node names come from the request: bounded and escaped.
+      StrAppend(&message, "; ", k8s::EventName(node, 63), ": ", reason);
     }
     LogInfo(kLog, "pod ", manifest->Key(), ": ", message);
-    RecordEvent(args->pod, "Pod", k8s::EventType::kWarning, "FilteringFailed", message);
+    // About the pod the informer has (same UID), never the request's own object: the request
+    // must not choose which pod gets the event.
+    if (assume) RecordEvent(*known, "Pod", k8s::EventType::kWarning, "FilteringFailed", message);
   }
   return done(result_label, HttpReply{200, FilterResultToJson(result)});
 }
@@ -359,9 +449,11 @@ HttpReply Scheduler::Bind(std::string_view body) {
     return done("not-serving", 503, why);
   }
   const std::string key = k8s::ObjectKey(args->pod_namespace, args->pod_name);
+  // Names from the request are bounded and escaped wherever they are written out.
+  const std::string node_text = k8s::EventName(args->node);
   auto fail = [&](const absl::Status& status, const Json* pod) {
     const std::string message =
-        StrCat("binding pod ", key, " to ", args->node, ": ", status.message());
+        StrCat("binding pod ", k8s::EventName(key, 317), " to ", node_text, ": ", status.message());
     LogWarning(kLog, message);
     metrics_.CountBindFailure(BindFailureReason(status));
     if (pod != nullptr) {
@@ -374,19 +466,35 @@ HttpReply Scheduler::Bind(std::string_view body) {
   if (!pod.has_value() || (!args->pod_uid.empty() && k8s::Uid(*pod) != args->pod_uid)) {
     absl::StatusOr<Json> fresh = client_->Get(k8s::kPods, args->pod_namespace, args->pod_name);
     if (absl::IsNotFound(fresh.status())) {
-      return fail(absl::NotFoundError(StrCat("pod ", key, " not found")), nullptr);
+      return fail(absl::NotFoundError("the pod is not found"), nullptr);
     }
     if (!fresh.ok()) return fail(fresh.status(), nullptr);
     pod = std::move(*fresh);
   }
   if (!args->pod_uid.empty() && k8s::Uid(*pod) != args->pod_uid) {
     return fail(
-        absl::NotFoundError(StrCat("pod ", key, " has uid ", k8s::Uid(*pod),
-                                   ", the binding is for uid ", args->pod_uid, " (recreated)")),
+        absl::NotFoundError(StrCat("the pod has uid ", k8s::Uid(*pod), ", the binding is for uid ",
+                                   k8s::EventName(args->pod_uid, 63), " (recreated)")),
         nullptr);
   }
   if (const std::string bound = k8s::PodNodeName(*pod); !bound.empty()) {
     return fail(absl::FailedPreconditionError(StrCat("pod is already bound to ", bound)), &*pod);
+  }
+  // Binds are made with the scheduler's cluster-wide pods/binding right: only Prism's own pods,
+  // and only to a node Prism's Filter passed for this very pod. A refused request gets no event
+  // (the pod may not be Prism's; the call may be forged), only the log and the reply.
+  if (const std::string name = k8s::GetString(*pod, {"spec", "schedulerName"});
+      name != options_.scheduler_name) {
+    return fail(absl::PermissionDeniedError(StrCat("its schedulerName is ",
+                                                   k8s::EventName(name, 63), ", not ",
+                                                   options_.scheduler_name)),
+                nullptr);
+  }
+  if (!filter_memory_.Passed(k8s::Uid(*pod), args->node, options_.cache.clock->Now())) {
+    return fail(absl::PermissionDeniedError(
+                    "the node is not one this scheduler's Filter passed for the pod (filtered by "
+                    "another replica, too long ago, or never)"),
+                nullptr);
   }
   absl::StatusOr<config::PodManifest> manifest = config::PodManifestFromJson(*pod);
   if (!manifest.ok()) return fail(manifest.status(), &*pod);
@@ -396,6 +504,7 @@ HttpReply Scheduler::Bind(std::string_view body) {
                                            args->node, ticket->annotations);
   if (bound.ok()) {
     cache_.FinishBind(*ticket, BindOutcome::kBound);
+    filter_memory_.Forget(k8s::Uid(*pod));
     ObserveBound(*pod, *ticket);
     return done("ok", 200, "");
   }
@@ -409,6 +518,7 @@ HttpReply Scheduler::Bind(std::string_view body) {
     absl::StatusOr<bool> as_decided = BoundAsDecided(ref);
     if (as_decided.ok() && *as_decided) {
       cache_.FinishBind(*ticket, BindOutcome::kBound);
+      filter_memory_.Forget(k8s::Uid(*pod));
       ObserveBound(*pod, *ticket);
       return done("ok", 200, "");
     }
@@ -417,7 +527,8 @@ HttpReply Scheduler::Bind(std::string_view body) {
       metrics_.CountBindFailure("uncertain");
       return done(
           "error", 200,
-          StrCat("binding pod ", key, " to ", args->node, ": outcome unknown (", bound.message(),
+          StrCat("binding pod ", k8s::EventName(key, 317), " to ", node_text, ": outcome unknown (",
+                 bound.message(),
                  "); the decision stays charged "
                  "until the pod shows whether it was bound"));
     }

@@ -7,7 +7,10 @@
 //   Prioritize  0..10 from the engine's scores; the assumed node gets 10.
 //   Bind        charges the decision for the chosen node, then POSTs pods/binding carrying the
 //               decision annotations: the one API write per pod, never behind a node lock, so
-//               binds to one node run concurrently.
+//               binds to one node run concurrently. Only a pod whose spec.schedulerName is
+//               Prism's, to a node this replica's Filter passed for that pod (FilterMemory): the
+//               bind uses the scheduler's cluster-wide pods/binding right, so a caller must not
+//               be able to point it at any pod or node (docs/security.md).
 //   Webhook     webhook.h, with the current device config.
 // Informers keep nodes (GPU inventory annotations), pods (decisions) and the device-config
 // ConfigMap (hot reload) in the cache. With leader election only the leader serves the verbs and
@@ -24,10 +27,12 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <random>
 #include <set>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -68,6 +73,44 @@ struct SchedulerOptions {
   absl::Duration watch_timeout = absl::Minutes(5);
   // Pods per node listed in a FilteringFailed event.
   int event_node_reasons = 8;
+  // How long, and for how many pods and nodes, Bind remembers what Filter passed (FilterMemory).
+  // Longer than kube-scheduler takes from Filter to Bind (Permit plugins may wait).
+  absl::Duration filter_memory_ttl = absl::Minutes(10);
+  size_t filter_memory_pods = 10000;
+  size_t filter_memory_nodes = size_t{4} << 20;  // 32 MiB of hashes.
+};
+
+// The nodes Filter passed, per pod (by UID), for Bind to check. Bounded: entries older than
+// `ttl` go, and past `max_pods` pods or `max_nodes` remembered nodes the oldest go first (a pod
+// forgotten that way is refused at Bind, and kube-scheduler retries it: Filter again). Nodes are
+// kept as 64-bit hashes (8 bytes each; 20,000 nodes are 160 KB) under a per-process random seed.
+// Thread-safe.
+class FilterMemory {
+ public:
+  FilterMemory(absl::Duration ttl, size_t max_pods, size_t max_nodes)
+      : ttl_(ttl), max_pods_(max_pods), max_nodes_(max_nodes) {}
+  // Replaces what was remembered for `uid`.
+  void Remember(std::string_view uid, const std::vector<std::string_view>& passed, absl::Time now);
+  bool Passed(std::string_view uid, std::string_view node, absl::Time now) const;
+  void Forget(std::string_view uid);
+  size_t pods() const;
+
+ private:
+  struct Entry {
+    absl::Time at;
+    std::vector<uint64_t> nodes;  // Sorted hashes.
+  };
+  uint64_t Hash(std::string_view node) const;
+  void EvictLocked(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const absl::Duration ttl_;
+  const size_t max_pods_;
+  const size_t max_nodes_;
+  const uint64_t seed_ = std::random_device{}() * uint64_t{0x9E3779B97F4A7C15} ^ std::random_device{}();
+  mutable absl::Mutex mu_;
+  std::map<std::string, Entry, std::less<>> entries_ ABSL_GUARDED_BY(mu_);
+  std::multimap<absl::Time, std::string> by_time_ ABSL_GUARDED_BY(mu_);
+  size_t nodes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 struct HttpReply {
@@ -107,6 +150,7 @@ class Scheduler {
   std::string NotServingReason() const;
 
   SchedulerCache& cache() { return cache_; }
+  FilterMemory& filter_memory() { return filter_memory_; }
   SchedulerMetrics& metrics() { return metrics_; }
   const SchedulerOptions& options() const { return options_; }
 
@@ -130,6 +174,7 @@ class Scheduler {
   k8s::Client* const client_;
   SchedulerCache cache_;
   SchedulerMetrics metrics_;
+  FilterMemory filter_memory_;
   std::unique_ptr<k8s::Informer> nodes_;
   std::unique_ptr<k8s::Informer> pods_;
   std::unique_ptr<k8s::Informer> config_maps_;

@@ -260,8 +260,78 @@ TEST_F(SchedulerServiceTest, SecondBindOfABoundPodIsRefused) {
   auto s = Start(Options());
   json a = CreatePod(GpuPod("a", 1, 1000));
   ASSERT_EQ(Schedule(*s, a, {"n1"}), "");
+  // Refused at once (the pod's Filter result was used up by the bind, or the informer has the
+  // pod bound already), and after a new Filter (a retry racing the informer) too.
   std::string again = json::parse(s->Bind(BindArgs(a, "n1")).body)["Error"];
+  EXPECT_THAT(again, ::testing::AnyOf(HasSubstr("not one this scheduler's Filter passed"),
+                                      HasSubstr("already")));
+  ASSERT_TRUE(WaitUntil([&] {
+    std::optional<json> seen = s->InformerPod("default", "a");
+    return seen.has_value() && (*seen)["spec"].contains("nodeName");
+  }));
+  s->Filter(Args(a, {"n1"}));
+  again = json::parse(s->Bind(BindArgs(a, "n1")).body)["Error"];
   EXPECT_THAT(again, HasSubstr("already"));
+}
+
+// Issue 39 #1: /bind uses the scheduler's cluster-wide pods/binding right, so it binds only
+// Prism's pods (schedulerName), only to a node Prism's own Filter passed for that pod, and posts no
+// event on a pod it refuses.
+TEST_F(SchedulerServiceTest, BindRefusesForeignPodsAndNodesFilterDidNotPass) {
+  CreateNode(NodeJson("n1", {TestGpu{}}));
+  CreateNode(NodeJson("n2", {TestGpu{}}));
+  auto s = Start(Options());
+  json victim = GpuPod("secret-holder", 0, 0);
+  victim["metadata"]["namespace"] = "victim";
+  victim["metadata"]["uid"] = "uid-victim";
+  victim["spec"]["schedulerName"] = "default-scheduler";
+  victim = CreatePod(victim);
+  std::string error =
+      json::parse(s->Bind(BindArgs(victim, "attacker-node")).body)["Error"].get<std::string>();
+  EXPECT_THAT(error, HasSubstr("schedulerName is default-scheduler"));
+  // Even after a Filter that passed the node (a Filter of a foreign pod changes nothing).
+  s->Filter(Args(victim, {"n1"}));
+  error = json::parse(s->Bind(BindArgs(victim, "n1")).body)["Error"].get<std::string>();
+  EXPECT_THAT(error, HasSubstr("schedulerName"));
+  ASSERT_OK_AND_ASSIGN(json still, api_->Get("pods", "victim", "secret-holder"));
+  EXPECT_FALSE(still["spec"].contains("nodeName"));
+
+  // Prism's own pod: never filtered, then filtered onto n1 only.
+  json pod = CreatePod(GpuPod("p", 1, 1000));
+  error = json::parse(s->Bind(BindArgs(pod, "n1")).body)["Error"].get<std::string>();
+  EXPECT_THAT(error, HasSubstr("not one this scheduler's Filter passed"));
+  json fr = json::parse(s->Filter(Args(pod, {"n1"})).body);
+  ASSERT_EQ(fr["NodeNames"], json({"n1"}));
+  error = json::parse(s->Bind(BindArgs(pod, "n2")).body)["Error"].get<std::string>();
+  EXPECT_THAT(error, HasSubstr("not one this scheduler's Filter passed"));
+  EXPECT_EQ(json::parse(s->Bind(BindArgs(pod, "n1")).body)["Error"], "");
+  // Forgotten once bound.
+  EXPECT_FALSE(s->filter_memory().Passed(pod["metadata"]["uid"].get<std::string>(), "n1",
+                                         absl::Now()));
+  EXPECT_TRUE(Events("BindingFailed").empty());
+}
+
+// Events carry caller-chosen text only as bounded, escaped names, and only about the pod the
+// informer has: a request cannot pick the object or write the text.
+TEST_F(SchedulerServiceTest, FilterEventsNameOnlyKnownPodsAndEscapeNodeNames) {
+  CreateNode(NodeJson("n1", {TestGpu{}}));
+  auto s = Start(Options());
+  json invented = GpuPod("invented", 1, 60000);
+  invented["metadata"]["namespace"] = "victim";
+  s->Filter(Args(invented, {"n1"}));
+  json big = CreatePod(GpuPod("big", 1, 60000));
+  const std::string forged = "n\nWarning: pwned " + std::string(200, 'x');
+  HttpReply fr = s->Filter(Args(big, {"n1", forged}));
+  EXPECT_EQ(json::parse(fr.body)["NodeNames"], json::array()) << fr.body;
+  ASSERT_TRUE(WaitUntil([&] { return !Events("FilteringFailed").empty(); }));
+  absl::SleepFor(absl::Milliseconds(100));
+  std::vector<json> events = Events("FilteringFailed");
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0]["involvedObject"]["name"], "big");
+  const std::string message = events[0]["message"];
+  EXPECT_EQ(message.find('\n'), std::string::npos);
+  EXPECT_THAT(message, HasSubstr("n\\x0aWarning: pwned xxx"));
+  EXPECT_EQ(message.find(std::string(100, 'x')), std::string::npos);
 }
 
 TEST_F(SchedulerServiceTest, RecreatedPodIsNotBoundWithTheOldUid) {

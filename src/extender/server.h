@@ -1,18 +1,27 @@
 // src/extender/server.h: HTTP(S) serving of a Scheduler with cpp-httplib.
 //
-// Routes (all replies JSON unless noted):
-//   POST /filter /prioritize /bind         kube-scheduler extender verbs
-//   POST /mutate (alias /webhook) /validate admission webhook (AdmissionReview v1)
-//   GET  /metrics                           Prometheus text format
-//   GET  /healthz /readyz                   probes (text)
-// With `probes_only`, only /metrics, /healthz and /readyz (a plain-HTTP port for the kubelet and
-// Prometheus next to the TLS port), served by a k8s::ProbeServer: one thread multiplexing every
-// connection, so no number of idle or slow clients starves the probes (the main port's /healthz
-// shares its worker pool with every other connection; point probes at this port). TLS: the
-// certificate chain and key files are read at every handshake, so a rotated Secret (cert-manager)
-// takes effect without a restart; kube-scheduler and the API server keep connections alive, so
-// handshakes are rare. HTTP/1.1 keep-alive; handlers run on a thread pool of `threads` (binds to
-// one node run concurrently). Thread-safe.
+// Routes (all replies JSON unless noted), by what the port serves (ServerOptions):
+//   POST /filter /prioritize /bind          kube-scheduler extender verbs        (extender)
+//   POST /mutate (alias /webhook) /validate  admission webhook (AdmissionReview)  (webhook)
+//   GET  /metrics                            Prometheus text format               (probes, or a
+//                                            port serving both verbs and webhook, as before)
+//   GET  /healthz /readyz                    probes (text)                        (every port)
+// The deployment runs three ports: the extender verbs with mutual TLS (`client_ca_file`: only a
+// client certificate issued by that CA, kube-scheduler's, completes the handshake), the webhook
+// with server-only TLS (the API server sends no client certificate by default), and probes. With
+// `probes_only`, only /metrics, /healthz and /readyz (a plain-HTTP port for the kubelet and
+// Prometheus), served by a k8s::ProbeServer: one thread multiplexing every connection, so no
+// number of idle or slow clients starves the probes. TLS: the certificate chain, key and client
+// CA files are read at every handshake, so a rotated Secret (cert-manager) takes effect without a
+// restart; kube-scheduler and the API server keep connections alive, so handshakes are rare.
+//
+// Hostile clients (docs/security.md): a TLS port counts each client address's open connections
+// (over `max_connections_per_client` the handshake is cut), and a connection that has not
+// delivered a complete request `request_read_timeout_seconds` after it opened or after its last
+// reply (TLS handshake, headers and body trickled, or idle) is closed; request bodies above
+// `max_body_bytes` are refused (413) before they are read, chunked ones as they pass the limit,
+// and all bodies being read at once share `max_buffered_body_bytes`. HTTP/1.1 keep-alive;
+// handlers run on a thread pool of `threads` (binds to one node run concurrently). Thread-safe.
 #pragma once
 
 #include <memory>
@@ -30,6 +39,13 @@ struct ServerOptions {
   int port = 8443;            // 0 picks a free port.
   std::string tls_cert_file;  // Both or neither.
   std::string tls_key_file;
+  // With TLS: a client must present a certificate chaining to a CA in this PEM file (re-read at
+  // every handshake), or the handshake fails. The extender port's kube-scheduler authentication.
+  std::string client_ca_file;
+  // What the port serves. Both (the default): one port for everything, as before the webhook got
+  // its own; it cannot have `client_ca_file` (the API server would be refused).
+  bool serve_extender = true;
+  bool serve_webhook = true;
   // Workers kept ready. Each open connection holds one worker until it closes, so when all are
   // busy another is started, up to `max_threads`: idle or slow connections cannot starve the
   // others (/healthz included) until there are that many of them.
@@ -40,12 +56,23 @@ struct ServerOptions {
   int keep_alive_timeout_seconds = 5;
   // A client that sends nothing (or receives nothing) for this long is disconnected.
   int read_timeout_seconds = 5;
+  // TLS ports: a connection must deliver a whole request (handshake, headers, body) within this
+  // long of opening or of its previous reply, or it is closed (slow-loris). Above
+  // keep_alive_timeout_seconds, so an idle keep-alive connection is closed by that first.
+  int request_read_timeout_seconds = 10;
+  // TLS ports: open connections per client IP address; the next handshake is cut. 0: no limit.
+  int max_connections_per_client = 64;
   bool probes_only = false;  // Plain HTTP only: no TLS files with it.
   // Larger requests are refused (413). kube-scheduler with nodeCacheCapable (our deployment)
-  // sends the pod (the API server stores at most 1.5 MiB) and one name per candidate node;
-  // 20,000 names of 253 bytes are 5 MiB. Without nodeCacheCapable it sends full Node objects:
-  // raise the limit (--max-request-bytes) for that.
-  size_t max_body_bytes = size_t{16} << 20;
+  // sends the pod and one name per candidate node: the API server takes pods of at most 3 MiB of
+  // JSON (its request body limit), and 20,000 node names of at most 253 bytes, quoted and comma
+  // separated, are 5.1 MB: 8 MiB. An AdmissionReview carries the pod (and the old one on UPDATE):
+  // at most 2 x 3 MiB. Without nodeCacheCapable kube-scheduler sends full Node objects: raise the
+  // limit (--max-request-bytes) for that.
+  size_t max_body_bytes = size_t{8} << 20;
+  // Bytes of request bodies buffered at once over all connections; a request that would pass it
+  // is refused (503). Bounds the memory many large-body senders can pin.
+  size_t max_buffered_body_bytes = size_t{64} << 20;
 };
 
 class ExtenderServer {
@@ -65,6 +92,7 @@ class ExtenderServer {
 
  private:
   absl::Status StartProbes();
+  void Watchdog();
 
   class Impl;
   std::unique_ptr<Impl> impl_;
@@ -72,6 +100,7 @@ class ExtenderServer {
   const ServerOptions options_;
   int port_ = 0;
   std::thread thread_;
+  std::thread watchdog_;
 };
 
 }  // namespace prism::extender

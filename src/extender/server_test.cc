@@ -326,4 +326,215 @@ TEST_F(ServerTest, RefusesHalfATlsPair) {
 }
 
 }  // namespace
+// A loopback TCP connection to `port` (nothing sent), or -1.
+int Connect(int port) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether the server closed `fd` within `limit` (a read returns end of file or an error).
+bool ClosedWithin(int fd, absl::Duration limit) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(absl::ToInt64Seconds(limit)) + 1;
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  const absl::Time start = absl::Now();
+  char buf[4096];
+  while (absl::Now() - start < limit) {
+    const ssize_t n = recv(fd, buf, sizeof(buf), 0);
+    if (n <= 0) return n == 0 || errno != EAGAIN;
+  }
+  return false;
+}
+
+class MutualTlsTest : public ServerTest {
+ protected:
+  void SetUp() override {
+    ServerTest::SetUp();
+    auto server_pki = fakeapi::GenerateTestPki({"localhost"}, {"127.0.0.1"}, "unused");
+    auto client_pki = fakeapi::GenerateTestPki({"unused"}, {}, "kube-scheduler");
+    auto other_pki = fakeapi::GenerateTestPki({"unused"}, {}, "kube-scheduler");
+    ASSERT_TRUE(server_pki.ok() && client_pki.ok() && other_pki.ok());
+    WriteFile(dir_ / "tls.crt", server_pki->server_cert_pem);
+    WriteFile(dir_ / "tls.key", server_pki->server_key_pem);
+    WriteFile(dir_ / "ca.crt", server_pki->ca_cert_pem);
+    WriteFile(dir_ / "client-ca.crt", client_pki->ca_cert_pem);
+    WriteFile(dir_ / "client.crt", client_pki->client_cert_pem);
+    WriteFile(dir_ / "client.key", client_pki->client_key_pem);
+    WriteFile(dir_ / "other-ca.crt", other_pki->ca_cert_pem);
+    WriteFile(dir_ / "other.crt", other_pki->client_cert_pem);
+    WriteFile(dir_ / "other.key", other_pki->client_key_pem);
+  }
+
+  ServerOptions ExtenderOnly() {
+    ServerOptions o;
+    o.tls_cert_file = (dir_ / "tls.crt").string();
+    o.tls_key_file = (dir_ / "tls.key").string();
+    o.client_ca_file = (dir_ / "client-ca.crt").string();
+    o.serve_webhook = false;
+    return o;
+  }
+
+  // POST /bind with the given client certificate ("" for none).
+  httplib::Result PostBind(const std::string& cert) {
+    std::unique_ptr<httplib::SSLClient> cli;
+    if (cert.empty()) {
+      cli = std::make_unique<httplib::SSLClient>("127.0.0.1", server_->port());
+    } else {
+      cli = std::make_unique<httplib::SSLClient>("127.0.0.1", server_->port(),
+                                                 (dir_ / (cert + ".crt")).string(),
+                                                 (dir_ / (cert + ".key")).string());
+    }
+    cli->set_ca_cert_path((dir_ / "ca.crt").string().c_str());
+    cli->enable_server_certificate_verification(true);
+    return cli->Post("/bind", R"({"PodName":"x","PodNamespace":"default","Node":"n1"})",
+                     "application/json");
+  }
+};
+
+// Issue 39: the extender verbs answer only a client with a certificate from the client CA
+// (kube-scheduler's); anyone else is refused during the TLS handshake, before any request.
+TEST_F(MutualTlsTest, ExtenderPortRefusesClientsWithoutTheClientCaCertificateAtTls) {
+  Serve(ExtenderOnly());
+  auto res = PostBind("");
+  ASSERT_FALSE(res);
+  EXPECT_NE(res.error(), httplib::Error::Success);
+  res = PostBind("other");  // A client certificate, from another CA.
+  ASSERT_FALSE(res);
+  res = PostBind("client");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+  EXPECT_THAT(res->body, HasSubstr("not found"));  // Served: the pod does not exist.
+  // The extender port serves no webhook.
+  httplib::SSLClient cli("127.0.0.1", server_->port(), (dir_ / "client.crt").string(),
+                         (dir_ / "client.key").string());
+  cli.enable_server_certificate_verification(false);
+  auto mutate = cli.Post("/mutate", "{}", "application/json");
+  ASSERT_TRUE(mutate);
+  EXPECT_EQ(mutate->status, 404);
+}
+
+TEST_F(MutualTlsTest, ARotatedClientCaTakesEffectAtTheNextHandshake) {
+  Serve(ExtenderOnly());
+  ASSERT_TRUE(PostBind("client"));
+  std::filesystem::copy_file(dir_ / "other-ca.crt", dir_ / "client-ca.crt",
+                             std::filesystem::copy_options::overwrite_existing);
+  EXPECT_FALSE(PostBind("client"));
+  auto res = PostBind("other");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+}
+
+TEST_F(MutualTlsTest, WebhookPortNeedsNoClientCertificateAndServesNoVerbs) {
+  ServerOptions o;
+  o.tls_cert_file = (dir_ / "tls.crt").string();
+  o.tls_key_file = (dir_ / "tls.key").string();
+  o.serve_extender = false;
+  Serve(o);
+  httplib::SSLClient cli("127.0.0.1", server_->port());
+  cli.set_ca_cert_path((dir_ / "ca.crt").string().c_str());
+  cli.enable_server_certificate_verification(true);
+  json review{{"apiVersion", "admission.k8s.io/v1"},
+              {"kind", "AdmissionReview"},
+              {"request",
+               {{"uid", "r1"},
+                {"kind", {{"kind", "Pod"}}},
+                {"operation", "CREATE"},
+                {"namespace", "default"},
+                {"object", GpuPod("p", 1, 1000)}}}};
+  auto res = cli.Post("/mutate", review.dump(), "application/json");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+  EXPECT_EQ(json::parse(res->body)["response"]["uid"], "r1");
+  for (const char* verb : {"/filter", "/prioritize", "/bind"}) {
+    res = cli.Post(verb, "{}", "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 404) << verb;
+  }
+}
+
+TEST_F(MutualTlsTest, ClientCertificatesOnTheWebhookPortAreRefusedAtStart) {
+  ServerOptions o = ExtenderOnly();
+  o.serve_webhook = true;
+  o.host = "127.0.0.1";
+  o.port = 0;
+  ExtenderServer server(scheduler_.get(), o);
+  absl::Status s = server.Start();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("webhook"));
+}
+
+// Issue 39 #5: one address cannot hold more than max_connections_per_client connections, and a
+// connection that does not deliver a whole request in time (idle, or trickling bytes) is closed.
+TEST_F(MutualTlsTest, ConnectionsPerClientAreCappedAndSlowOnesClosed) {
+  ServerOptions o = ExtenderOnly();
+  o.max_connections_per_client = 2;
+  o.request_read_timeout_seconds = 1;
+  Serve(o);
+  std::vector<int> held{Connect(server_->port()), Connect(server_->port())};
+  ASSERT_GE(held[0], 0);
+  ASSERT_GE(held[1], 0);
+  absl::SleepFor(absl::Milliseconds(100));  // Both handshakes started.
+  EXPECT_FALSE(PostBind("client"));         // A third from 127.0.0.1 is cut.
+  // One trickles a TLS record header, a byte every 200 ms (each read well inside the 5 s read
+  // timeout): both are closed at the 1 s deadline all the same.
+  const absl::Time start = absl::Now();
+  const char hello[] = "\x16\x03\x01\x02\x00";
+  for (int i = 0; i < 5; ++i) {
+    send(held[1], hello + i, 1, MSG_NOSIGNAL);
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  EXPECT_TRUE(ClosedWithin(held[0], absl::Seconds(3)));
+  EXPECT_TRUE(ClosedWithin(held[1], absl::Seconds(3)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+  for (int fd : held) close(fd);
+  absl::SleepFor(absl::Milliseconds(100));
+  auto res = PostBind("client");  // Room again.
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 200);
+}
+
+TEST_F(MutualTlsTest, ChunkedAndOversizedBodiesAreBounded) {
+  ServerOptions o;
+  o.tls_cert_file = (dir_ / "tls.crt").string();
+  o.tls_key_file = (dir_ / "tls.key").string();
+  o.serve_extender = false;
+  o.max_body_bytes = 1 << 16;
+  Serve(o);
+  httplib::SSLClient cli("127.0.0.1", server_->port());
+  cli.enable_server_certificate_verification(false);
+  cli.set_write_timeout(2, 0);
+  // Chunked (no Content-Length): refused as it passes the limit.
+  size_t sent = 0;
+  auto res = cli.Post(
+      "/mutate",
+      [&](size_t, httplib::DataSink& sink) {
+        if (sent >= (size_t{64} << 20)) {
+          sink.done();
+          return true;
+        }
+        std::string chunk(4096, ' ');
+        sent += chunk.size();
+        return sink.write(chunk.data(), chunk.size());
+      },
+      "application/json");
+  if (res) {
+    EXPECT_EQ(res->status, 413);
+  }
+  // The server stopped reading long before the end (the socket buffers took the rest).
+  EXPECT_LT(sent, size_t{32} << 20);
+  // A declared length far over the limit: refused before it is read.
+  res = cli.Post("/mutate", std::string((size_t{1} << 16) + 1, ' '), "application/json");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 413);
+}
+
 }  // namespace prism::extender
