@@ -39,12 +39,16 @@ struct SchedulerFlags {
   std::string identity;
   std::string bind_address = "0.0.0.0";
   int port = 8443;
+  int webhook_port = 0;
   int probe_port = 0;
   std::string tls_cert_file;
   std::string tls_key_file;
+  std::string client_ca_file;
+  int max_connections_per_client = 64;
+  int request_read_timeout_seconds = 10;
   int threads = 64;
   int max_threads = 256;
-  int64_t max_request_bytes = int64_t{16} << 20;
+  int64_t max_request_bytes = int64_t{8} << 20;
   double kube_qps = 100;
   int kube_burst = 200;
   double assume_ttl_seconds = 30;
@@ -144,9 +148,32 @@ int Run(const SchedulerFlags& f) {
   server_options.port = f.port;
   server_options.tls_cert_file = f.tls_cert_file;
   server_options.tls_key_file = f.tls_key_file;
+  server_options.client_ca_file = f.client_ca_file;
   server_options.threads = f.threads;
   server_options.max_threads = f.max_threads;
   server_options.max_body_bytes = static_cast<size_t>(f.max_request_bytes);
+  server_options.max_connections_per_client = f.max_connections_per_client;
+  server_options.request_read_timeout_seconds = f.request_read_timeout_seconds;
+  // With --webhook-port, --port serves only the extender verbs (kube-scheduler, with a client
+  // certificate under --client-ca-file) and the webhook port only the webhook (the API server):
+  // separate ports, TLS settings and worker pools.
+  std::unique_ptr<extender::ExtenderServer> webhook;
+  if (f.webhook_port > 0) {
+    if (f.webhook_port == f.port) {
+      std::cerr << "prism scheduler: --webhook-port must differ from --port\n";
+      return 2;
+    }
+    extender::ServerOptions w = server_options;
+    w.port = f.webhook_port;
+    w.client_ca_file.clear();
+    w.serve_extender = false;
+    server_options.serve_webhook = false;
+    webhook = std::make_unique<extender::ExtenderServer>(&scheduler, w);
+  } else if (!f.client_ca_file.empty()) {
+    std::cerr << "prism scheduler: --client-ca-file needs --webhook-port (the API server calls "
+                 "the webhook without a client certificate)\n";
+    return 2;
+  }
   extender::ExtenderServer server(&scheduler, server_options);
   std::unique_ptr<extender::ExtenderServer> probes;
   if (f.probe_port > 0) {
@@ -166,6 +193,12 @@ int Run(const SchedulerFlags& f) {
     std::cerr << "prism scheduler: " << s.message() << "\n";
     return 2;
   }
+  if (webhook) {
+    if (absl::Status s = webhook->Start(); !s.ok()) {
+      std::cerr << "prism scheduler: " << s.message() << "\n";
+      return 2;
+    }
+  }
   if (probes) {
     if (absl::Status s = probes->Start(); !s.ok()) {
       std::cerr << "prism scheduler: " << s.message() << "\n";
@@ -178,6 +211,7 @@ int Run(const SchedulerFlags& f) {
   sigwait(&signals, &received);
   LogInfo(kLog, "signal ", received, ": stopping");
   if (probes) probes->Stop();
+  if (webhook) webhook->Stop();
   server.Stop();
   scheduler.Stop();
   return 0;
@@ -213,13 +247,31 @@ void AddSchedulerCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--identity", flags->identity, "leader election identity (default: $POD_NAME)");
   cmd->add_option("--bind-address", flags->bind_address, "address to listen on")
       ->capture_default_str();
-  cmd->add_option("--port", flags->port, "port for the extender, webhook, metrics and probes")
+  cmd->add_option("--port", flags->port,
+                  "port for the extender verbs (and the webhook and /metrics without "
+                  "--webhook-port)")
       ->capture_default_str();
+  cmd->add_option("--webhook-port", flags->webhook_port,
+                  "serve the admission webhook on this port instead of --port (0: on --port)")
+      ->check(CLI::Range(0, 65535));
   cmd->add_option("--probe-port", flags->probe_port,
                   "extra plain-HTTP port for /metrics, /healthz, /readyz (0: none)");
   cmd->add_option("--tls-cert-file", flags->tls_cert_file,
                   "serve HTTPS with this certificate chain (re-read on each TLS handshake)");
   cmd->add_option("--tls-key-file", flags->tls_key_file, "its private key");
+  cmd->add_option("--client-ca-file", flags->client_ca_file,
+                  "--port requires a client certificate issued by a CA in this PEM file "
+                  "(kube-scheduler's; re-read on each TLS handshake); needs --webhook-port");
+  cmd->add_option("--max-connections-per-client", flags->max_connections_per_client,
+                  "TLS ports: open connections per client address; more are cut at the "
+                  "handshake (0: no limit)")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  cmd->add_option("--request-read-timeout", flags->request_read_timeout_seconds,
+                  "TLS ports: seconds a connection has to deliver a whole request after it "
+                  "opens or after its last reply (slow clients are closed)")
+      ->check(CLI::Range(1, 3600))
+      ->capture_default_str();
   cmd->add_option("--threads", flags->threads, "HTTP worker threads (concurrent binds)")
       ->capture_default_str();
   cmd->add_option("--max-threads", flags->max_threads,
