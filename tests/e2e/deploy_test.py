@@ -180,6 +180,44 @@ class Wiring:
                       if a.startswith("--config=")][0]
         self.assertIn(os.path.dirname(config_arg.split("=", 1)[1]), mounts)
 
+    def test_extender_verbs_take_only_kube_schedulers_client_certificate(self):
+        # kube-scheduler's tlsConfig certFile/keyFile -> the Secret its Deployment mounts there ->
+        # the Certificate (client auth) filling it -> a CA Issuer of its own -> the Secret the
+        # scheduler mounts at --client-ca-file (the certificate only, never the CA's key).
+        cfg = yaml.safe_load(find(self.objects, "ConfigMap", "prism-kube-scheduler-config")
+                             ["data"]["kube-scheduler-config.yaml"])
+        tls = cfg["extenders"][0]["tlsConfig"]
+        self.assertEqual(os.path.dirname(tls["certFile"]), os.path.dirname(tls["keyFile"]))
+
+        def mounted_secret(deployment, name, directory):
+            mounts = {m["mountPath"]: m["name"] for m in container(deployment, name)["volumeMounts"]}
+            self.assertIn(directory, mounts)
+            vols = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+            return vols[mounts[directory]]["secret"]
+
+        ks = find(self.objects, "Deployment", "prism-kube-scheduler")
+        client_secret = mounted_secret(ks, "kube-scheduler", os.path.dirname(tls["certFile"]))
+        certs = {c["spec"]["secretName"]: c for c in self.objects if c["kind"] == "Certificate"}
+        client_cert = certs[client_secret["secretName"]]
+        self.assertIn("client auth", client_cert["spec"]["usages"])
+        issuer = find(self.objects, "Issuer", client_cert["spec"]["issuerRef"]["name"])
+        ca_secret = issuer["spec"]["ca"]["secretName"]
+        self.assertNotEqual(ca_secret, "prism-ca", "the client CA must be a root of its own")
+        self.assertTrue(certs[ca_secret]["spec"]["isCA"])
+        sched = find(self.objects, "Deployment", "prism-scheduler")
+        args = container(sched, "scheduler")["args"]
+        (ca_file,) = [a.split("=", 1)[1] for a in args if a.startswith("--client-ca-file=")]
+        ca_mount = mounted_secret(sched, "scheduler", os.path.dirname(ca_file))
+        self.assertEqual(ca_mount["secretName"], ca_secret)
+        self.assertEqual([i["key"] for i in ca_mount["items"]], ["ca.crt"])
+        # The webhook Service reaches the webhook port, the extender Service the verbs' port.
+        ports = {p["name"]: p["containerPort"] for p in container(sched, "scheduler")["ports"]}
+        flag = lambda f: int([a.split("=", 1)[1] for a in args if a.startswith(f + "=")][0])
+        self.assertEqual(ports[find(self.objects, "Service", "prism-webhook")["spec"]["ports"][0]
+                               ["targetPort"]], flag("--webhook-port"))
+        self.assertEqual(ports[find(self.objects, "Service", "prism-scheduler")["spec"]["ports"][0]
+                               ["targetPort"]], flag("--port"))
+
     def test_services_reach_the_scheduler(self):
         dep = find(self.objects, "Deployment", "prism-scheduler")
         labels = dep["spec"]["template"]["metadata"]["labels"]
