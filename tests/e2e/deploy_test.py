@@ -13,7 +13,10 @@
 - the MIG manager (`prism mig-manager`): its DaemonSet lands on MIG-capable GPU nodes only, with
   no more host access than it uses, reads the shipped mig-parted ConfigMap (NVIDIA's default,
   byte for byte) through a name-limited Role, and pauses Prism's device plugin only where the
-  plugin's DaemonSet honours the pause. mig_manager_deploy_test.py runs the rendered DaemonSet.
+  plugin's DaemonSet honours the pause. mig_manager_deploy_test.py runs the rendered DaemonSet;
+- the NetworkPolicies isolate every pod of Prism's for ingress and open each port its pods listen
+  on (containerPorts, probe ports) to its intended callers only, with selectors that match the
+  pods and namespaces as shipped.
 """
 import json
 import os
@@ -119,22 +122,8 @@ def runs_on(workload, node_labels):
     if not required:
         return True
 
-    def term_matches(term):
-        for e in term.get("matchExpressions", []):
-            value, op = node_labels.get(e["key"]), e["operator"]
-            if op == "In" and value not in e["values"]:
-                return False
-            if op == "NotIn" and value in e["values"]:
-                return False
-            if op == "Exists" and value is None:
-                return False
-            if op == "DoesNotExist" and value is not None:
-                return False
-            if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
-                raise AssertionError(f"operator {op} not understood")
-        return True
-
-    return any(term_matches(t) for t in required["nodeSelectorTerms"])
+    return any(selector_matches({"matchExpressions": t.get("matchExpressions", [])}, node_labels)
+               for t in required["nodeSelectorTerms"])
 
 
 def env_of(c):
@@ -143,6 +132,64 @@ def env_of(c):
 
 def flag_values(args, flag):
     return [a.split("=", 1)[1] for a in args if a.startswith(flag + "=")]
+
+
+def selector_matches(selector, labels):
+    """A metav1.LabelSelector against a label map ({} selects everything)."""
+    for k, v in selector.get("matchLabels", {}).items():
+        if labels.get(k) != v:
+            return False
+    for e in selector.get("matchExpressions", []):
+        value, op = labels.get(e["key"]), e["operator"]
+        if op == "In" and value not in e["values"]:
+            return False
+        if op == "NotIn" and value in e["values"]:
+            return False
+        if op == "Exists" and value is None:
+            return False
+        if op == "DoesNotExist" and value is not None:
+            return False
+        if op not in ("In", "NotIn", "Exists", "DoesNotExist"):
+            raise AssertionError(f"operator {op} not understood")
+    return True
+
+
+def listening_ports(workload):
+    """{port number: name or None} a workload's pods listen on: declared containerPorts, and the
+    ports its probes reach (kube-scheduler declares none)."""
+    ports = {}
+    for c in pod_spec(workload)["containers"]:
+        named = {p["name"]: p["containerPort"] for p in c.get("ports", []) if "name" in p}
+        for p in c.get("ports", []):
+            ports[p["containerPort"]] = p.get("name")
+        for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
+            action = c.get(probe, {}).get("httpGet") or c.get(probe, {}).get("tcpSocket")
+            if action:
+                port = named.get(action["port"], action["port"])
+                ports.setdefault(port, action["port"] if isinstance(action["port"], str) else None)
+    return ports
+
+
+def ingress_peers(policies, workload, port, name):
+    """Who the NetworkPolicies of the workload's namespace admit to `port`: None for any source,
+    else the list of peers; and whether any policy isolates the pods for ingress at all."""
+    labels = workload["spec"]["template"]["metadata"]["labels"]
+    ns = workload["metadata"].get("namespace")
+    isolated, peers = False, []
+    for p in policies:
+        if p["metadata"].get("namespace") != ns or not selector_matches(p["spec"]["podSelector"], labels):
+            continue
+        if "Ingress" not in p["spec"].get("policyTypes", ["Ingress"]):
+            continue
+        isolated = True
+        for rule in p["spec"].get("ingress", []):
+            if not any(q.get("protocol", "TCP") == "TCP" and q.get("port") in (port, name)
+                       for q in rule.get("ports", [{"port": port}])):
+                continue
+            if "from" not in rule:
+                return isolated, None
+            peers += rule["from"]
+    return isolated, peers
 
 
 class Wiring:
@@ -459,6 +506,89 @@ class Wiring:
             self.assertTrue(runs_on(ds, {**base, label: "true"}))
 
 
+    def test_network_policies_admit_each_port_from_its_callers_only(self):
+        # Every pod of Prism's is isolated for ingress, and each port it listens on (declared, or
+        # reached by a probe; the flags say which port is which) admits exactly its callers:
+        # extender verbs from Prism's kube-scheduler, the webhook from any source (the API server
+        # is not a pod: deploy/policies/network-policies.yaml), metrics from the metrics
+        # namespaces. The kubelet's probes come from the node, which no policy blocks.
+        policies = [o for o in self.objects if o["kind"] == "NetworkPolicy"]
+        workloads = [o for o in self.objects if o["kind"] in ("Deployment", "DaemonSet", "StatefulSet")]
+        self.assertTrue(policies, "no NetworkPolicy shipped")
+        for p in policies:
+            self.assertEqual(p["metadata"].get("namespace"), NS, p["metadata"]["name"])
+            self.assertNotIn("Egress", p["spec"].get("policyTypes", []), "egress stays open")
+            for rule in p["spec"].get("ingress", []):
+                self.assertIn("ports", rule, f"{p['metadata']['name']}: a rule opening every port")
+        deny = [p for p in policies if p["spec"]["podSelector"] == {} and not p["spec"].get("ingress")]
+        self.assertEqual(len(deny), 1, "one default-deny ingress policy for the namespace")
+
+        metrics_ns = None
+        for p in policies:
+            for rule in p["spec"].get("ingress", []):
+                for peer in rule.get("from", []):
+                    if "namespaceSelector" in peer:
+                        metrics_ns = metrics_ns or peer
+                        self.assertEqual(peer, metrics_ns, "one metrics namespace selector")
+        self.assertIsNotNone(metrics_ns)
+        sched = find(self.objects, "Deployment", "prism-scheduler")
+        ks = find(self.objects, "Deployment", "prism-kube-scheduler")
+        agent = find(self.objects, "DaemonSet", "prism-device-plugin")
+        args = container(sched, "scheduler")["args"]
+        extender_port, webhook_port, probe_port = (
+            int(flag_values(args, f)[0]) for f in ("--port", "--webhook-port", "--probe-port"))
+        agent_port = int(flag_values(container(agent, "device-plugin")["args"],
+                                     "--metrics-address")[0].rsplit(":", 1)[1])
+        want = {
+            ("prism-scheduler", extender_port): ["prism-kube-scheduler's pods"],
+            ("prism-scheduler", webhook_port): None,
+            ("prism-scheduler", probe_port): [metrics_ns],
+            ("prism-kube-scheduler", 10259): [metrics_ns],
+            ("prism-device-plugin", agent_port): [metrics_ns],
+        }
+        got = {}
+        for w in workloads:
+            name = w["metadata"]["name"]
+            for port, pname in listening_ports(w).items():
+                isolated, peers = ingress_peers(policies, w, port, pname)
+                self.assertTrue(isolated, f"{name} is not isolated for ingress")
+                # A pod selector alone (no namespaceSelector: the policy's own namespace) that
+                # picks Prism's kube-scheduler pods and no other pod of the namespace.
+                if peers and list(peers[0]) == ["podSelector"] and [
+                        o for o in workloads if selector_matches(
+                            peers[0]["podSelector"], o["spec"]["template"]["metadata"]["labels"])
+                ] == [ks]:
+                    peers = ["prism-kube-scheduler's pods"] + peers[1:]
+                got[(name, port)] = peers
+            # No pod left open, ports or not (the MIG manager listens on nothing).
+            self.assertTrue(ingress_peers(policies, w, 0, None)[0], f"{name} is not isolated")
+        self.assertEqual(got, want)
+        # Each policy port is one a selected pod listens on (a renamed port would leave the real
+        # one closed and the policy open to nothing).
+        for p in policies:
+            selected = [w for w in workloads if selector_matches(
+                p["spec"]["podSelector"], w["spec"]["template"]["metadata"]["labels"])]
+            self.assertTrue(selected, p["metadata"]["name"])
+            for rule in p["spec"].get("ingress", []):
+                for q in rule["ports"]:
+                    self.assertTrue(any(q["port"] in listening_ports(w) or q["port"] in
+                                        listening_ports(w).values() for w in selected), q)
+        # The metrics selector picks the monitoring namespace, not Prism's, the default one or
+        # kube-system.
+        sel = metrics_ns["namespaceSelector"]
+        self.assertNotIn("podSelector", metrics_ns)
+        self.assertTrue(selector_matches(sel, {"kubernetes.io/metadata.name": "monitoring"}))
+        for other in (NS, "default", "kube-system"):
+            self.assertFalse(selector_matches(sel, {"kubernetes.io/metadata.name": other}), other)
+        # The Services route to covered ports: the extender's to the kube-scheduler-only port,
+        # the webhook's to the webhook port.
+        for svc_name, port in (("prism-scheduler", extender_port), ("prism-webhook", webhook_port)):
+            svc = find(self.objects, "Service", svc_name)
+            named = {p["name"]: p["containerPort"] for p in container(sched, "scheduler")["ports"]}
+            targets = [named.get(p["targetPort"], p["targetPort"]) for p in svc["spec"]["ports"]]
+            self.assertIn(port, targets, svc_name)
+
+
 class KustomizeBaseTest(Wiring, unittest.TestCase):
     @classmethod
     def setUpClass(cls):
@@ -609,6 +739,33 @@ class HelmChartTest(Wiring, unittest.TestCase):
         self.assertEqual(cm["metadata"]["labels"]["grafana_dashboard"], "1")
         with open(os.path.join(CHART, "dashboards", "prism.json")) as f:
             self.assertEqual(json.loads(cm["data"]["prism.json"]), json.load(f))
+
+    def test_network_policy_variants(self):
+        # The default chart ships the base's policies, spec for spec.
+        base, _ = kustomize_objects()
+        for p in (o for o in base if o["kind"] == "NetworkPolicy"):
+            self.assertEqual(find(self.objects, "NetworkPolicy", p["metadata"]["name"])["spec"],
+                             p["spec"], p["metadata"]["name"])
+        objs = helm_render.render_objects(CHART, {"networkPolicy": {"enabled": False}}, namespace=NS)
+        self.assertNotIn("NetworkPolicy", {o["kind"] for o in objs})
+        sel = {"matchLabels": {"prism.io/metrics-scraper": "true"}}
+        cidr = [{"ipBlock": {"cidr": "10.0.0.0/24"}}]
+        objs = helm_render.render_objects(CHART, {"networkPolicy": {
+            "metricsNamespaceSelector": sel, "webhookFrom": cidr}}, namespace="gpu")
+        policies = [o for o in objs if o["kind"] == "NetworkPolicy"]
+        sched = find(objs, "Deployment", "prism-scheduler")
+        self.assertEqual(ingress_peers(policies, sched, 9443, "webhook"), (True, cidr))
+        self.assertEqual(ingress_peers(policies, sched, 9395, "metrics"),
+                         (True, [{"namespaceSelector": sel}]))
+        self.assertEqual(ingress_peers(policies, find(objs, "DaemonSet", "prism-device-plugin"),
+                                       9401, "metrics"), (True, [{"namespaceSelector": sel}]))
+        self.assertEqual({p["metadata"]["namespace"] for p in policies}, {"gpu"})
+        objs = helm_render.render_objects(CHART, {"networkPolicy": {"metricsNamespace": "obs"}},
+                                          namespace=NS)
+        self.assertEqual(ingress_peers([o for o in objs if o["kind"] == "NetworkPolicy"],
+                                       find(objs, "Deployment", "prism-kube-scheduler"), 10259, None),
+                         (True, [{"namespaceSelector": {"matchLabels": {
+                             "kubernetes.io/metadata.name": "obs"}}}]))
 
     def test_renderer_refuses_what_it_does_not_understand(self):
         with self.assertRaises(helm_render.TemplateError):
