@@ -55,15 +55,18 @@ std::string Key(const json& o) {
                 o["metadata"].value("name", ""));
 }
 
-TEST(DeployBundleTest, RendersAsKubectlKustomizeDoes) {
+// Every kustomization the tests run (the base, and the try-it overlay of docs/try-it.md).
+class DeployBundleTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(DeployBundleTest, RendersAsKubectlKustomizeDoes) {
   if (!Output("command -v kubectl >/dev/null 2>&1").has_value()) {
     GTEST_SKIP() << "kubectl is not installed (no Debian package): nothing to compare against";
   }
   const fs::path root = SourceRoot();
-  absl::StatusOr<DeployBundle> mine = DeployBundle::Load(root);
+  absl::StatusOr<DeployBundle> mine = DeployBundle::LoadKustomization(root, GetParam());
   ASSERT_TRUE(mine.ok()) << mine.status();
   const std::optional<std::string> text =
-      Output(StrCat("kubectl kustomize '", (root / "deploy").string(), "' 2>&1"));
+      Output(StrCat("kubectl kustomize '", (root / GetParam()).string(), "' 2>&1"));
   ASSERT_TRUE(text.has_value()) << "kubectl kustomize failed";
   absl::StatusOr<std::vector<Object>> theirs = ParseDocuments(*text, "kubectl kustomize");
   ASSERT_TRUE(theirs.ok()) << theirs.status();
@@ -100,6 +103,13 @@ TEST(DeployBundleTest, RendersAsKubectlKustomizeDoes) {
     EXPECT_TRUE(seen.count(key)) << key << " is rendered by kubectl but not by the tests";
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Shipped, DeployBundleTest,
+                         ::testing::Values("deploy", "examples/try-it/deploy"),
+                         [](const auto& param_info) {
+                           return param_info.param == "deploy" ? std::string("Base")
+                                                         : std::string("TryItOverlay");
+                         });
 
 class DeployBundleFeatureTest : public ::testing::Test {
  protected:
@@ -144,17 +154,72 @@ TEST_F(DeployBundleFeatureTest, AppliesImagesLabelsAndTheNamespace) {
   EXPECT_FALSE(pod.contains("labels")) << "labels without includeTemplates stay on metadata";
 }
 
+// An overlay: the base rendered first (its namespace and images), then the overlay's own
+// objects, RFC 6902 patches by kind and name, labels and namespace.
+TEST_F(DeployBundleFeatureTest, LoadsAnOverlayWithJsonPatches) {
+  ASSERT_TRUE(Load("resources: [ds.yaml]\nnamespace: gpu\n"
+                   "images: [{name: prism, newName: registry.example/prism, newTag: '1.2'}]\n")
+                  .ok());
+  fs::create_directories(root_ / "overlay");
+  deviceplugin::testing::WriteFile(root_ / "overlay" / "cm.yaml",
+                                   "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: extra}\n");
+  deviceplugin::testing::WriteFile(root_ / "overlay" / "p.yaml",
+                                   "- {op: test, path: /spec/template/spec/containers/0/name, "
+                                   "value: main}\n"
+                                   "- {op: add, path: /spec/template/spec/containers/0/args, "
+                                   "value: [--sim]}\n"
+                                   "- {op: remove, path: /spec/template/spec/initContainers}\n");
+  deviceplugin::testing::WriteFile(root_ / "overlay" / "kustomization.yaml",
+                                   "resources: [../deploy, cm.yaml]\n"
+                                   "namespace: gpu\n"
+                                   "labels: [{pairs: {demo: 'yes'}}]\n"
+                                   "patches: [{path: p.yaml, target: {kind: DaemonSet, name: agent}}]\n");
+  absl::StatusOr<DeployBundle> b = DeployBundle::LoadKustomization(root_, "overlay");
+  ASSERT_TRUE(b.ok()) << b.status();
+  const Object* ds = b->Find("DaemonSet", "agent");
+  ASSERT_NE(ds, nullptr);
+  const json& pod = ds->at("spec").at("template").at("spec");
+  EXPECT_EQ(pod["containers"][0]["args"], json::array({"--sim"}));
+  EXPECT_EQ(pod["containers"][0]["image"], "registry.example/prism:1.2");
+  EXPECT_FALSE(pod.contains("initContainers"));
+  EXPECT_EQ(ds->at("metadata").at("labels").at("demo"), "yes");
+  const Object* cm = b->Find("ConfigMap", "extra");
+  ASSERT_NE(cm, nullptr);
+  EXPECT_EQ(cm->at("metadata").at("namespace"), "gpu");
+  EXPECT_EQ(b->namespace_name(), "gpu");
+
+  // A failed `test` stops the load, naming the patch; so does a target that matches nothing.
+  deviceplugin::testing::WriteFile(root_ / "overlay" / "p.yaml",
+                                   "- {op: test, path: /spec/template/spec/containers/0/name, "
+                                   "value: other}\n");
+  b = DeployBundle::LoadKustomization(root_, "overlay");
+  ASSERT_FALSE(b.ok());
+  EXPECT_THAT(std::string(b.status().message()), HasSubstr("p.yaml"));
+  deviceplugin::testing::WriteFile(root_ / "overlay" / "kustomization.yaml",
+                                   "resources: [../deploy]\n"
+                                   "patches: [{path: p.yaml, target: {kind: DaemonSet, name: x}}]\n");
+  b = DeployBundle::LoadKustomization(root_, "overlay");
+  ASSERT_FALSE(b.ok());
+  EXPECT_THAT(std::string(b.status().message()), HasSubstr("matches no object"));
+}
+
 TEST_F(DeployBundleFeatureTest, AFeatureItDoesNotImplementIsRefusedByName) {
+  deviceplugin::testing::WriteFile(root_ / "deploy" / "smp.yaml", "kind: DaemonSet\n");
   for (const char* extra :
-       {"patches: [{path: p.yaml}]\n", "components: [c]\n", "replicas: [{name: agent, count: 2}]\n",
+       {"patches: [{path: p.yaml}]\n", "patches: [{patch: '[]', target: {kind: DaemonSet}}]\n",
+        "patches: [{path: smp.yaml, target: {kind: DaemonSet}}]\n",
+        "patches: [{path: smp.yaml, target: {kind: DaemonSet, labelSelector: a=b}}]\n",
+        "components: [c]\n", "replicas: [{name: agent, count: 2}]\n",
         "labels: [{pairs: {a: b}, includeSelectors: true}]\n",
         "images: [{name: prism, newImage: x}]\n"}) {
     absl::StatusOr<DeployBundle> b = Load(StrCat("resources: [ds.yaml]\n", extra));
     ASSERT_FALSE(b.ok()) << extra;
     EXPECT_EQ(b.status().code(), absl::StatusCode::kUnimplemented) << b.status();
   }
-  absl::StatusOr<DeployBundle> b = Load("resources: [ds.yaml]\npatches: [{path: p.yaml}]\n");
-  EXPECT_THAT(std::string(b.status().message()), HasSubstr("'patches'"));
+  absl::StatusOr<DeployBundle> b = Load("resources: [ds.yaml]\ncomponents: [c]\n");
+  EXPECT_THAT(std::string(b.status().message()), HasSubstr("'components'"));
+  b = Load("resources: [ds.yaml]\npatches: [{path: smp.yaml, target: {kind: DaemonSet}}]\n");
+  EXPECT_THAT(std::string(b.status().message()), HasSubstr("strategic merge"));
 }
 
 }  // namespace

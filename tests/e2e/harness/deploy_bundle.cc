@@ -6,7 +6,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -113,6 +115,47 @@ absl::Status CheckKeys(const json& object, const std::string& where,
   return absl::OkStatus();
 }
 
+// A `patches:` entry: an RFC 6902 patch file (`path`) applied to the objects `target` names by
+// kind and name. Strategic merge patches, inline patches and other selectors are refused by name,
+// and so is a target that matches nothing (kustomize would do nothing, silently).
+absl::Status ApplyPatch(const fs::path& base, const std::string& where, const json& patch,
+                        std::vector<json>* objects) {
+  RETURN_IF_ERROR(CheckKeys(patch, where + ": patches", {"path", "target"}));
+  RETURN_IF_ERROR(CheckKeys(patch.value("target", json::object()), where + ": patches target",
+                            {"kind", "name"}));
+  if (!patch.contains("path") || !patch.contains("target")) {
+    return absl::UnimplementedError(
+        StrCat(where, ": only patches with a path and a target are implemented"));
+  }
+  const std::string file = patch["path"].get<std::string>();
+  absl::StatusOr<std::vector<json>> docs = LoadDocuments(base / file);
+  if (!docs.ok()) return docs.status();
+  if (docs->size() != 1 || !docs->front().is_array()) {
+    return absl::UnimplementedError(
+        StrCat(where, ": patch ", file,
+               " is not a JSON 6902 operation list (strategic merge is not implemented)"));
+  }
+  const json& target = patch["target"];
+  int matched = 0;
+  for (json& o : *objects) {
+    if (target.contains("kind") && o.value("kind", "") != target["kind"]) continue;
+    if (target.contains("name") && o["metadata"].value("name", "") != target["name"]) continue;
+    try {
+      o = o.patch(docs->front());
+    } catch (const json::exception& e) {
+      return absl::InvalidArgumentError(StrCat(where, ": patch ", file, " on ",
+                                               o.value("kind", ""), " ",
+                                               o["metadata"].value("name", ""), ": ", e.what()));
+    }
+    ++matched;
+  }
+  if (matched == 0) {
+    return absl::InvalidArgumentError(
+        StrCat(where, ": patch ", file, " matches no object (target ", target.dump(), ")"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<Object>> ParseDocuments(const std::string& yaml_text,
@@ -130,20 +173,42 @@ absl::StatusOr<std::vector<Object>> ParseDocuments(const std::string& yaml_text,
 }
 
 absl::StatusOr<DeployBundle> DeployBundle::Load(const fs::path& root) {
-  const fs::path base = root / "deploy";
+  return LoadKustomization(root, "deploy");
+}
+
+absl::StatusOr<DeployBundle> DeployBundle::LoadKustomization(const fs::path& root,
+                                                           const fs::path& dir) {
+  DeployBundle bundle;
+  std::vector<fs::path> visiting;
+  RETURN_IF_ERROR(bundle.LoadDirectory(root, dir.lexically_normal(), &visiting));
+  return bundle;
+}
+
+// One kustomization directory: its resources (files, and directories: kustomizations rendered
+// first, as kustomize accumulates a base), its generators, then its transformers over everything
+// it holds, in kustomize's order (patches, namespace, labels, images; then `transformers:`).
+absl::Status DeployBundle::LoadDirectory(const fs::path& root, const fs::path& dir,
+                                         std::vector<fs::path>* visiting) {
+  const fs::path base = root / dir;
+  const std::string where = (dir / "kustomization.yaml").string();
+  for (const fs::path& v : *visiting) {
+    if (v == dir) return absl::InvalidArgumentError(StrCat(where, ": a resource cycle"));
+  }
+  visiting->push_back(dir);
   absl::StatusOr<std::vector<json>> kustomization = LoadDocuments(base / "kustomization.yaml");
   if (!kustomization.ok()) return kustomization.status();
   if (kustomization->size() != 1) {
-    return absl::InvalidArgumentError("deploy/kustomization.yaml: expected one document");
+    return absl::InvalidArgumentError(StrCat(where, ": expected one document"));
   }
   const json& k = kustomization->front();
-  const std::string where = "deploy/kustomization.yaml";
   RETURN_IF_ERROR(CheckKeys(k, where,
                             {"apiVersion", "kind", "namespace", "transformers", "labels",
-                             "resources", "configMapGenerator", "images"}));
-  DeployBundle bundle;
-  // The base sets its namespace with a NamespaceTransformer (unsetOnly) or `namespace:`.
-  if (k.contains("namespace")) bundle.namespace_ = k["namespace"].get<std::string>();
+                             "resources", "configMapGenerator", "images", "patches"}));
+  // What this kustomization holds: its bases' rendered objects, its files, its generated ConfigMaps.
+  std::vector<json> objects;
+  // Its namespace: `namespace:` or a NamespaceTransformer with unsetOnly (the base's way).
+  std::optional<std::string> ns;
+  if (k.contains("namespace")) ns = k["namespace"].get<std::string>();
   for (const json& t : k.value("transformers", json::array())) {
     if (!t.is_string()) {
       return absl::UnimplementedError(StrCat(where, ": only inline transformers are implemented"));
@@ -154,19 +219,24 @@ absl::StatusOr<DeployBundle> DeployBundle::Load(const fs::path& root) {
       return absl::UnimplementedError(
           StrCat(where, ": only a NamespaceTransformer with unsetOnly is implemented"));
     }
-    bundle.namespace_ = transformer["metadata"].value("namespace", bundle.namespace_);
+    ns = transformer["metadata"].value("namespace", ns.value_or("default"));
   }
   for (const json& path : k.at("resources")) {
     const fs::path file = base / path.get<std::string>();
     if (fs::is_directory(file)) {
-      return absl::UnimplementedError(
-          StrCat(where, ": resource ", path.get<std::string>(),
-                 " is a directory (a nested kustomization), which is not implemented"));
+      // A base: rendered on its own (its transformers apply to its objects only), then held here.
+      DeployBundle nested;
+      RETURN_IF_ERROR(nested.LoadDirectory(
+          root, (dir / path.get<std::string>()).lexically_normal(), visiting));
+      for (json& o : nested.objects_) objects.push_back(std::move(o));
+      if (!ns.has_value()) namespace_ = nested.namespace_;
+      continue;
     }
     absl::StatusOr<std::vector<json>> docs = LoadDocuments(file);
     if (!docs.ok()) return docs.status();
-    for (json& d : *docs) bundle.objects_.push_back(std::move(d));
+    for (json& d : *docs) objects.push_back(std::move(d));
   }
+  if (ns.has_value()) namespace_ = *ns;
   for (const json& gen : k.value("configMapGenerator", json::array())) {
     RETURN_IF_ERROR(CheckKeys(gen, where + ": configMapGenerator", {"name", "files", "options"}));
     RETURN_IF_ERROR(CheckKeys(gen.value("options", json::object()),
@@ -184,10 +254,13 @@ absl::StatusOr<DeployBundle> DeployBundle::Load(const fs::path& root) {
     }
     // Without disableNameSuffixHash, kustomize appends a content hash to the name and to every
     // reference; the name is kept here (the kubectl cross-check strips the hash).
-    bundle.objects_.push_back(json{{"apiVersion", "v1"},
-                                   {"kind", "ConfigMap"},
-                                   {"metadata", {{"name", gen.at("name")}}},
-                                   {"data", data}});
+    objects.push_back(json{{"apiVersion", "v1"},
+                           {"kind", "ConfigMap"},
+                           {"metadata", {{"name", gen.at("name")}}},
+                           {"data", data}});
+  }
+  for (const json& patch : k.value("patches", json::array())) {
+    RETURN_IF_ERROR(ApplyPatch(base, where, patch, &objects));
   }
   for (const json& l : k.value("labels", json::array())) {
     RETURN_IF_ERROR(
@@ -196,13 +269,13 @@ absl::StatusOr<DeployBundle> DeployBundle::Load(const fs::path& root) {
       return absl::UnimplementedError(
           StrCat(where, ": labels with includeSelectors or includeTemplates"));
     }
-    for (json& o : bundle.objects_) {
+    for (json& o : objects) {
       for (const auto& [name, value] : l.at("pairs").items()) o["metadata"]["labels"][name] = value;
     }
   }
   for (const json& image : k.value("images", json::array())) {
     RETURN_IF_ERROR(CheckKeys(image, where + ": images", {"name", "newName", "newTag", "digest"}));
-    for (json& o : bundle.objects_) {
+    for (json& o : objects) {
       if (!o.contains("spec") || !o["spec"].contains("template")) continue;
       json& pod = o["spec"]["template"]["spec"];
       for (const char* list : {"initContainers", "containers"}) {
@@ -214,11 +287,13 @@ absl::StatusOr<DeployBundle> DeployBundle::Load(const fs::path& root) {
   static const std::set<std::string> kClusterScoped = {
       "Namespace", "ClusterRole", "ClusterRoleBinding", "MutatingWebhookConfiguration",
       "ValidatingWebhookConfiguration"};
-  for (json& o : bundle.objects_) {
+  for (json& o : objects) {
     if (kClusterScoped.count(o.value("kind", "")) != 0) continue;
-    if (!o["metadata"].contains("namespace")) o["metadata"]["namespace"] = bundle.namespace_;
+    if (!o["metadata"].contains("namespace")) o["metadata"]["namespace"] = namespace_;
   }
-  return bundle;
+  for (json& o : objects) objects_.push_back(std::move(o));
+  visiting->pop_back();
+  return absl::OkStatus();
 }
 
 const Object* DeployBundle::Find(const std::string& kind, const std::string& name) const {
@@ -265,15 +340,20 @@ absl::StatusOr<LocalProcess> LocalProcessFor(const DeployBundle& bundle, const O
       StrCat(workload.value("kind", ""), " ", workload["metadata"].value("name", ""));
   const json* pod = PodSpecOf(workload);
   if (pod == nullptr) return absl::InvalidArgumentError(StrCat(where, ": no pod template"));
-  const json containers = pod->value("containers", json::array());
   const json* spec = nullptr;
-  for (const json& c : containers) {
-    if (c.value("name", "") == container) spec = &c;
+  for (const char* list : {"initContainers", "containers"}) {
+    if (!pod->contains(list)) continue;
+    for (const json& c : (*pod)[list]) {
+      if (c.value("name", "") == container) spec = &c;
+    }
   }
   if (spec == nullptr) {
     return absl::NotFoundError(StrCat(where, ": no container ", container));
   }
   LocalProcess p;
+  for (const json& a : spec->value("command", json::array())) {
+    p.command.push_back(a.is_string() ? a.get<std::string>() : a.dump());
+  }
   for (const json& a : spec->value("args", json::array())) {
     p.args.push_back(a.is_string() ? a.get<std::string>() : a.dump());
   }
@@ -306,6 +386,13 @@ absl::StatusOr<LocalProcess> LocalProcessFor(const DeployBundle& bundle, const O
     std::map<std::string, std::string> files;
     if (volume.contains("hostPath")) {
       p.host_paths.push_back(mount_path);
+      if (options.host_root.has_value()) {
+        const fs::path local =
+            *options.host_root / fs::path(volume["hostPath"].at("path").get<std::string>())
+                                     .relative_path();
+        fs::create_directories(local);
+        p.mounts[mount_path] = local.lexically_normal().string();
+      }
       continue;
     } else if (volume.contains("configMap")) {
       const std::string name = volume["configMap"].at("name");
@@ -334,13 +421,33 @@ absl::StatusOr<LocalProcess> LocalProcessFor(const DeployBundle& bundle, const O
     for (const auto& [key, text] : files) std::ofstream(local / key) << text;
     p.mounts[mount_path] = local.string();
   }
-  // Paths under a mount now live under the test's directory.
-  for (std::string& a : p.args) {
-    for (const auto& [mount_path, local] : p.mounts) {
-      const size_t at = a.find(mount_path + "/");
-      if (at != std::string::npos) a.replace(at, mount_path.size(), local);
+  // Paths under a mount, and the mount path itself (followed by the end of a word: a script's
+  // `dir=/mount`), now live under the test's directory: one pass from left to right, the longest
+  // mount path first at each position, so that a replacement is never rewritten again.
+  std::vector<std::pair<std::string, std::string>> by_length(p.mounts.begin(), p.mounts.end());
+  std::sort(by_length.begin(), by_length.end(),
+            [](const auto& a, const auto& b) { return a.first.size() > b.first.size(); });
+  auto rewrite = [&by_length](const std::string& text) {
+    std::string out;
+    for (size_t i = 0; i < text.size();) {
+      bool replaced = false;
+      for (const auto& [mount_path, local] : by_length) {
+        const size_t end = i + mount_path.size();
+        if (text.compare(i, mount_path.size(), mount_path) == 0 &&
+            (end == text.size() || std::string_view("/ \t\n\"':;").find(text[end]) !=
+                                       std::string_view::npos)) {
+          out += local;
+          i += mount_path.size();
+          replaced = true;
+          break;
+        }
+      }
+      if (!replaced) out += text[i++];
     }
-  }
+    return out;
+  };
+  for (std::string& a : p.command) a = rewrite(a);
+  for (std::string& a : p.args) a = rewrite(a);
   return p;
 }
 

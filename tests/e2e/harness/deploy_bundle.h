@@ -1,13 +1,14 @@
-// tests/e2e/harness/deploy_bundle.h: the shipped kustomize base (deploy/) as a test reads it,
-// and the processes its workloads describe, started on this machine.
+// tests/e2e/harness/deploy_bundle.h: the shipped kustomize base (deploy/) and overlays of it
+// (examples/try-it/deploy/) as a test reads them, and the processes their workloads describe,
+// started on this machine.
 //
-// What `kubectl kustomize deploy/` renders, without kubectl (Debian has no package of it): the
-// `resources` files, the `configMapGenerator` ConfigMaps, the base's namespace, labels and
-// images. A kustomization feature it does not implement is refused by name, never ignored, and
+// What `kubectl kustomize <dir>` renders, without kubectl (Debian has no package of it): the
+// `resources` files and bases (directories), the `configMapGenerator` ConfigMaps, RFC 6902
+// `patches` by kind and name, the namespace, labels and images. A kustomization feature it does not implement is refused by name, never ignored, and
 // where kubectl is installed a test compares the two renderings (deploy_bundle_test.cc). A test
 // then takes a workload's container (args, env, volume mounts) *as written* and runs it as a local
 // process: ConfigMap and Secret mounts become files under the test's directory (their mount path is
-// rewritten in the args), fieldRef env vars get the pod's values, and only the flags a test must
+// rewritten in the command and args; hostPath mounts too, when the test gives a host root), fieldRef env vars get the pod's values, and only the flags a test must
 // change (ports, kubeconfig, host paths) are overridden, each by name. Tests only.
 #pragma once
 
@@ -36,6 +37,9 @@ class DeployBundle {
  public:
   // Reads `<root>/deploy/kustomization.yaml` and what it names. Errors name the file.
   static absl::StatusOr<DeployBundle> Load(const std::filesystem::path& root);
+  // Reads `<root>/<dir>/kustomization.yaml` (e.g. an overlay whose base is deploy/).
+  static absl::StatusOr<DeployBundle> LoadKustomization(const std::filesystem::path& root,
+                                                        const std::filesystem::path& dir);
 
   const std::vector<Object>& objects() const { return objects_; }
   // The object of `kind` named `name`, or nullptr.
@@ -45,16 +49,21 @@ class DeployBundle {
   const std::string& namespace_name() const { return namespace_; }
 
  private:
+  absl::Status LoadDirectory(const std::filesystem::path& root, const std::filesystem::path& dir,
+                             std::vector<std::filesystem::path>* visiting);
+
   std::vector<Object> objects_;
   std::string namespace_ = "default";
 };
 
 // One container of a workload (Deployment / DaemonSet), turned into a local command line.
 struct LocalProcess {
+  std::vector<std::string> command;         // The manifest's `command` after rewriting (may be empty).
   std::vector<std::string> args;            // argv[1..], the manifest's `args` after rewriting.
   std::map<std::string, std::string> env;   // The manifest's env, fieldRefs resolved.
   std::map<std::string, std::string> mounts;  // mountPath -> local directory (ConfigMap, Secret).
-  std::vector<std::string> host_paths;      // mountPaths of hostPath volumes (not rewritten).
+  // mountPaths of hostPath volumes (rewritten only with LocalProcessOptions::host_root).
+  std::vector<std::string> host_paths;
 
   // Replaces `--name=...` / `--name ...` or appends `--name=value`.
   void SetFlag(const std::string& name, const std::string& value);
@@ -67,10 +76,13 @@ struct LocalProcessOptions {
   std::map<std::string, std::string> field_refs;
   // Secret contents the test supplies (name -> key -> value); a mounted Secret must be here.
   std::map<std::string, std::map<std::string, std::string>> secrets;
+  // When set, a hostPath volume's `path` is `host_root / path` here (created), and its mount path
+  // is rewritten like a ConfigMap's: two containers mounting one host directory share it.
+  std::optional<std::filesystem::path> host_root;
 };
 
-// The container `container` of workload `workload` (its pod template). Mounted ConfigMaps come
-// from the bundle; Secrets from `options.secrets`.
+// The container (or init container) `container` of workload `workload` (its pod template).
+// Mounted ConfigMaps come from the bundle; Secrets from `options.secrets`.
 absl::StatusOr<LocalProcess> LocalProcessFor(const DeployBundle& bundle, const Object& workload,
                                              const std::string& container,
                                              const LocalProcessOptions& options);
