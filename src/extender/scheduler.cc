@@ -598,7 +598,7 @@ void Scheduler::ForgetAwaitingDevices(const Json& pod) {
   awaiting_devices_.erase(k8s::Uid(pod));
 }
 
-HttpReply Scheduler::Admission(std::string_view body, bool mutate) {
+HttpReply Scheduler::Admission(std::string_view body, bool mutate, bool enforce_slice_limits) {
   const absl::Time t0 = absl::Now();
   const char* verb = mutate ? "mutate" : "validate";
   Json review = Json::parse(body.begin(), body.end(), nullptr, false);
@@ -606,7 +606,14 @@ HttpReply Scheduler::Admission(std::string_view body, bool mutate) {
     metrics_.ObserveRequest(verb, "bad-request", absl::ToDoubleSeconds(absl::Now() - t0));
     return JsonReply(400, Json{{"error", "AdmissionReview: request body is not a JSON object"}});
   }
-  Json response = HandleAdmissionReview(review, mutate, options_.webhook, cache_.device_config());
+  const WebhookOptions* webhook = &options_.webhook;
+  WebhookOptions enforcing;
+  if (enforce_slice_limits) {
+    enforcing = options_.webhook;
+    enforcing.enforce_slice_limits = true;
+    webhook = &enforcing;
+  }
+  Json response = HandleAdmissionReview(review, mutate, *webhook, cache_.device_config());
   const bool allowed = response["response"].value("allowed", false);
   if (!allowed) {
     LogInfo(kLog, "webhook denied a pod: ",

@@ -136,7 +136,9 @@ class Scheduler {
   HttpReply Filter(std::string_view body);
   HttpReply Prioritize(std::string_view body);
   HttpReply Bind(std::string_view body);
-  HttpReply Admission(std::string_view body, bool mutate);
+  // `enforce_slice_limits`: the review refuses switches that turn slice limits off
+  // (WebhookOptions::enforce_slice_limits; the /validate-slice-limits path).
+  HttpReply Admission(std::string_view body, bool mutate, bool enforce_slice_limits = false);
   HttpReply Metrics();
   HttpReply Healthz();
   HttpReply Readyz();

@@ -577,6 +577,10 @@ absl::Status ExtenderServer::Start() {
       post(path, [sched](std::string_view b) { return sched->Admission(b, /*mutate=*/true); });
     }
     post("/validate", [sched](std::string_view b) { return sched->Admission(b, /*mutate=*/false); });
+    // The webhook entry for namespaces that enforce slice limits (deploy/webhook/webhooks.yaml).
+    post("/validate-slice-limits", [sched](std::string_view b) {
+      return sched->Admission(b, /*mutate=*/false, /*enforce_slice_limits=*/true);
+    });
   }
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;

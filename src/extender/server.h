@@ -3,6 +3,7 @@
 // Routes (all replies JSON unless noted), by what the port serves (ServerOptions):
 //   POST /filter /prioritize /bind          kube-scheduler extender verbs        (extender)
 //   POST /mutate (alias /webhook) /validate  admission webhook (AdmissionReview)  (webhook)
+//   POST /validate-slice-limits              /validate, refusing slice-limit switches (webhook)
 //   GET  /metrics                            Prometheus text format               (probes, or a
 //                                            port serving both verbs and webhook, as before)
 //   GET  /healthz /readyz                    probes (text)                        (every port)

@@ -316,6 +316,28 @@ TEST_F(ServerTest, AdmissionFieldsOfTheWrongTypeGetAReviewNotAnException) {
   }
 }
 
+// The webhook entry for namespaces labelled prism.io/enforce-slice-limits calls its own path:
+// the same review, refusing what turns the slice limits off.
+TEST_F(ServerTest, TheSliceLimitsPathRefusesWhatValidateAdmits) {
+  Serve({});
+  httplib::Client cli("127.0.0.1", server_->port());
+  json pod = GpuPod("p", 1, 1000);
+  pod["spec"]["containers"][0]["env"] =
+      json::array({{{"name", "CUDA_DISABLE_CONTROL"}, {"value", "true"}}});
+  json review{
+      {"apiVersion", "admission.k8s.io/v1"},
+      {"kind", "AdmissionReview"},
+      {"request",
+       {{"uid", "r1"}, {"kind", {{"kind", "Pod"}}}, {"operation", "CREATE"}, {"object", pod}}}};
+  for (const auto& [path, allowed] :
+       {std::pair{"/validate", true}, std::pair{"/validate-slice-limits", false}}) {
+    auto res = cli.Post(path, review.dump(), "application/json");
+    ASSERT_TRUE(res);
+    EXPECT_EQ(res->status, 200) << path;
+    EXPECT_EQ(json::parse(res->body)["response"]["allowed"].get<bool>(), allowed) << path;
+  }
+}
+
 TEST_F(ServerTest, RefusesHalfATlsPair) {
   ServerOptions o;
   o.tls_cert_file = (dir_ / "missing.crt").string();

@@ -156,6 +156,203 @@ std::string TrustedList(const WebhookOptions& options) {
                                        : StrJoin(options.trusted_users, ", ");
 }
 
+std::vector<std::string> GpuResources(const sched::DeviceConfig& config) {
+  return {config.resource_count_name, config.resource_memory_name,
+          config.resource_memory_percentage_name, config.resource_core_name};
+}
+
+// --- Device env (kDeviceEnv, kUngrantedDeviceEnv, kSliceLimitEnv) --------------------------------
+
+template <size_t N>
+bool OneOf(const std::string_view (&names)[N], std::string_view name) {
+  return std::find(std::begin(names), std::end(names), name) != std::end(names);
+}
+
+// One env entry of interest (a name in one of the lists above).
+struct EnvVar {
+  size_t index = 0;
+  std::string name;
+  std::optional<std::string> value;  // Absent: valueFrom (the webhook cannot see the value).
+};
+
+struct ContainerEnv {
+  const char* list = "";  // "initContainers", "containers", "ephemeralContainers".
+  size_t index = 0;
+  std::string name;
+  bool granted = false;  // Names one of Prism's GPU resources: its devices come from Prism.
+  std::vector<EnvVar> env;
+};
+
+bool NamesResource(const json& container, const std::vector<std::string>& resources) {
+  const json* res = FindField(container, "resources");
+  if (res == nullptr || !res->is_object()) return false;
+  for (const char* part : {"limits", "requests"}) {
+    const json* m = FindField(*res, part);
+    if (m == nullptr || !m->is_object()) continue;
+    for (const std::string& r : resources) {
+      auto it = m->find(r);
+      // A quantity of 0 grants nothing: the kubelet calls no device plugin for it.
+      if (it != m->end() && *it != json("0") && *it != json(0)) return true;
+    }
+  }
+  return false;
+}
+
+// The containers of `pod`'s three lists with the env entries the device-env rules look at. The
+// API server sends env as a list of objects with a string name and a string value or a
+// valueFrom; anything else is an error naming the field (a review that cannot tell what a
+// container sets must not let it pass). Linear in the env, which is otherwise not read.
+absl::StatusOr<std::vector<ContainerEnv>> ScanEnv(const json& pod,
+                                                  const std::vector<std::string>& gpu_resources,
+                                                  std::string_view where) {
+  std::vector<ContainerEnv> out;
+  const json* spec = FindField(pod, "spec");
+  if (spec == nullptr || spec->is_null()) return out;
+  if (!spec->is_object()) {
+    return absl::InvalidArgumentError(StrCat(where, ".spec: expected an object"));
+  }
+  for (const char* list : {"initContainers", "containers", "ephemeralContainers"}) {
+    const json* containers = FindField(*spec, list);
+    if (containers == nullptr || containers->is_null()) continue;
+    if (!containers->is_array()) {
+      return absl::InvalidArgumentError(StrCat(where, ".spec.", list, ": expected a list"));
+    }
+    for (size_t i = 0; i < containers->size(); ++i) {
+      const json& c = (*containers)[i];
+      const std::string at = StrCat(where, ".spec.", list, "[", i, "]");
+      if (!c.is_object()) return absl::InvalidArgumentError(StrCat(at, ": expected an object"));
+      ContainerEnv container;
+      container.list = list;
+      container.index = i;
+      absl::StatusOr<std::string> name = StringMember(c, "name", at);
+      if (!name.ok()) return name.status();
+      // Mutating admission runs before the API server validates the name: bounded and escaped.
+      container.name = absl::CHexEscape(name->substr(0, 63));
+      container.granted =
+          std::string_view(list) != "ephemeralContainers" && NamesResource(c, gpu_resources);
+      const json* env = FindField(c, "env");
+      if (env != nullptr && !env->is_null()) {
+        if (!env->is_array())
+          return absl::InvalidArgumentError(StrCat(at, ".env: expected a list"));
+        for (size_t j = 0; j < env->size(); ++j) {
+          const json& e = (*env)[j];
+          const std::string eat = StrCat(at, ".env[", j, "]");
+          if (!e.is_object())
+            return absl::InvalidArgumentError(StrCat(eat, ": expected an object"));
+          const json* n = FindField(e, "name");
+          if (n == nullptr || !n->is_string()) {
+            return absl::InvalidArgumentError(StrCat(eat, ".name: expected a string"));
+          }
+          const std::string& var = n->get_ref<const std::string&>();
+          if (!OneOf(kDeviceEnv, var) && !OneOf(kUngrantedDeviceEnv, var) &&
+              !OneOf(kSliceLimitEnv, var)) {
+            continue;
+          }
+          EnvVar v{j, var, std::nullopt};
+          const json* from = FindField(e, "valueFrom");
+          if (from == nullptr || from->is_null()) {
+            absl::StatusOr<std::string> value = StringMember(e, "value", eat);
+            if (!value.ok()) return value.status();
+            v.value = *std::move(value);
+          }
+          container.env.push_back(std::move(v));
+        }
+      }
+      out.push_back(std::move(container));
+    }
+  }
+  return out;
+}
+
+bool IsVoid(const EnvVar& v) {
+  return v.name == "NVIDIA_VISIBLE_DEVICES" && v.value && StripWhitespace(*v.value) == "void";
+}
+
+// The entries of `c` nobody but Prism may set: kDeviceEnv (NVIDIA_VISIBLE_DEVICES=void aside) and,
+// in a container Prism grants nothing, NVIDIA_DRIVER_CAPABILITIES. CUDA_VERSION: NeedsVoid.
+std::vector<const EnvVar*> DeviceEnvToStrip(const ContainerEnv& c) {
+  std::vector<const EnvVar*> out;
+  for (const EnvVar& v : c.env) {
+    if ((OneOf(kDeviceEnv, v.name) && !IsVoid(v)) ||
+        (!c.granted && v.name == "NVIDIA_DRIVER_CAPABILITIES")) {
+      out.push_back(&v);
+    }
+  }
+  return out;
+}
+
+// A container Prism grants nothing that sets CUDA_VERSION with no NVIDIA_VISIBLE_DEVICES=void:
+// the NVIDIA runtime takes it for a legacy CUDA image and gives it every GPU (unless the image
+// sets NVIDIA_REQUIRE_CUDA, which the webhook cannot see). `stripped`: entries already removed.
+bool NeedsVoid(const ContainerEnv& c, const std::vector<const EnvVar*>& stripped) {
+  if (c.granted) return false;
+  bool legacy = false;
+  bool has_void = false;
+  for (const EnvVar& v : c.env) {
+    if (std::find(stripped.begin(), stripped.end(), &v) != stripped.end()) continue;
+    legacy = legacy || v.name == "CUDA_VERSION";
+    has_void = has_void || IsVoid(v);
+  }
+  return legacy && !has_void;
+}
+
+std::string EnvNames(const std::vector<const EnvVar*>& vars) {
+  std::vector<std::string> names;
+  for (const EnvVar* v : vars) {
+    if (std::find(names.begin(), names.end(), v->name) == names.end()) names.push_back(v->name);
+  }
+  return StrJoin(names, ", ");
+}
+
+std::string ContainerLabel(const ContainerEnv& c) {
+  const std::string_view kind = std::string_view(c.list) == "containers" ? "container"
+                                : std::string_view(c.list) == "initContainers"
+                                    ? "init container"
+                                    : "ephemeral container";
+  return StrCat(kind, " ", c.name.empty() ? "(unnamed)" : c.name);
+}
+
+// Why `c` may not start where the device-env rules apply; empty: it may.
+std::string DeviceEnvProblem(const ContainerEnv& c) {
+  const std::vector<const EnvVar*> strip = DeviceEnvToStrip(c);
+  if (!strip.empty()) {
+    return StrCat(ContainerLabel(c), " sets ", EnvNames(strip),
+                  c.granted ? "; Prism's device plugin sets the devices of a GPU container"
+                            : "; the NVIDIA container runtime would give it GPUs Prism did not "
+                              "grant (ask for nvidia.com/gpu instead)");
+  }
+  if (NeedsVoid(c, strip)) {
+    return StrCat(ContainerLabel(c),
+                  " sets CUDA_VERSION, which makes the NVIDIA container runtime give it every GPU; "
+                  "add NVIDIA_VISIBLE_DEVICES=void or remove it");
+  }
+  return "";
+}
+
+// Why `c` may not start where slice limits are enforced; empty: it may.
+std::string SliceLimitProblem(const ContainerEnv& c) {
+  for (const EnvVar& v : c.env) {
+    if (!OneOf(kSliceLimitEnv, v.name)) continue;
+    if (!v.value) {
+      return StrCat(ContainerLabel(c), " sets ", v.name,
+                    " from valueFrom; slice limits are enforced in this namespace, so it must be "
+                    "a literal value");
+    }
+    const std::string value = AsciiLower(StripWhitespace(*v.value));
+    const bool off = v.name == "CUDA_DISABLE_CONTROL"
+                         ? !(value.empty() || value == "0" || value == "false" || value == "no" ||
+                             value == "off")
+                         : value == "disable";
+    if (off) {
+      return StrCat(ContainerLabel(c), " sets ", v.name, "=", "\"",
+                    absl::CHexEscape(v.value->substr(0, 32)), "\"",
+                    ", which turns the GPU slice limits off; they are enforced in this namespace "
+                    "(label prism.io/enforce-slice-limits)");
+    }
+  }
+  return "";
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<std::string>> ServiceAccountUsers(std::string_view list) {
@@ -313,43 +510,85 @@ PodReview ReviewPod(const json& pod, const std::string& ns, bool mutate,
 PodReview ReviewPodCreate(const json& pod, const std::string& ns, const std::string& user,
                           bool mutate, const WebhookOptions& options,
                           const sched::DeviceConfig& config) {
+  PodReview review;
+  auto deny = [&review](std::string message) {
+    review.allowed = false;
+    review.message = std::move(message);
+    return review;
+  };
   absl::StatusOr<std::map<std::string, std::string, std::less<>>> owned =
       OwnedAnnotations(pod, "AdmissionReview.request.object");
-  PodReview review;
-  if (!owned.ok()) {
-    review.allowed = false;
-    review.message = std::string(owned.status().message());
-    return review;
-  }
-  if (owned->empty() || Contains(options.trusted_users, user)) {
-    return ReviewPod(pod, ns, mutate, options, config);
-  }
+  if (!owned.ok()) return deny(std::string(owned.status().message()));
+  if (Contains(options.trusted_users, user)) return ReviewPod(pod, ns, mutate, options, config);
   const std::string label = PodLabel(pod, ns);
-  std::vector<std::string> keys;
-  for (const auto& [key, value] : *owned) keys.push_back(key);
-  if (!mutate) {
-    review.allowed = false;
-    review.message = StrCat("pod ", label, ": annotation ", StrJoin(keys, ", "),
-                            " is written only by Prism (", TrustedList(options), "), not by ",
-                            user.empty() ? "an unnamed user" : user, "; remove it");
-    return review;
-  }
-  // Stripped, not refused: a pod re-created from `kubectl get -o yaml` of a scheduled one carries
-  // them in good faith. The rest of the review sees the pod as it will be stored.
-  json stripped = pod;
+  const std::string who = user.empty() ? "an unnamed user" : user;
+  // The pod as it will be stored after this webhook's own removals, which the rest of the
+  // review sees, and those removals.
+  json stored = pod;
   json patch = json::array();
-  for (const std::string& key : keys) {
-    stripped["metadata"]["annotations"].erase(key);
-    patch.push_back(
-        json{{"op", "remove"}, {"path", StrCat("/metadata/annotations/", EscapePointer(key))}});
+  std::vector<std::string> warnings;
+  if (!owned->empty()) {
+    std::vector<std::string> keys;
+    for (const auto& [key, value] : *owned) keys.push_back(key);
+    if (!mutate) {
+      return deny(StrCat("pod ", label, ": annotation ", StrJoin(keys, ", "),
+                         " is written only by Prism (", TrustedList(options), "), not by ", who,
+                         "; remove it"));
+    }
+    // Stripped, not refused: a pod re-created from `kubectl get -o yaml` of a scheduled one
+    // carries them in good faith.
+    for (const std::string& key : keys) {
+      stored["metadata"]["annotations"].erase(key);
+      patch.push_back(
+          json{{"op", "remove"}, {"path", StrCat("/metadata/annotations/", EscapePointer(key))}});
+    }
+    warnings.push_back(StrCat("prism: removed annotation ", StrJoin(keys, ", "),
+                              " (written only by Prism when it places the pod)"));
   }
-  review = ReviewPod(stripped, ns, mutate, options, config);
+  absl::StatusOr<std::vector<ContainerEnv>> containers =
+      ScanEnv(pod, GpuResources(config), "AdmissionReview.request.object");
+  if (!containers.ok()) return deny(std::string(containers.status().message()));
+  for (const ContainerEnv& c : *containers) {
+    if (options.enforce_slice_limits) {
+      if (std::string problem = SliceLimitProblem(c); !problem.empty()) {
+        return deny(StrCat("pod ", label, ": ", problem));
+      }
+    }
+    if (!mutate) {
+      if (std::string problem = DeviceEnvProblem(c); !problem.empty()) {
+        return deny(StrCat("pod ", label, ": ", problem, " (", who, ")"));
+      }
+      continue;
+    }
+    // Stripped, not refused, as the annotations: images and manifests written for the NVIDIA
+    // device plugin set them in good faith. Highest index first, so each path stays valid.
+    const std::vector<const EnvVar*> strip = DeviceEnvToStrip(c);
+    const bool add_void = NeedsVoid(c, strip);
+    if (strip.empty() && !add_void) continue;
+    const std::string base = StrCat("/spec/", c.list, "/", c.index, "/env");
+    json& env = stored["spec"][c.list][c.index]["env"];
+    for (auto it = strip.rbegin(); it != strip.rend(); ++it) {
+      env.erase((*it)->index);
+      patch.push_back(json{{"op", "remove"}, {"path", StrCat(base, "/", (*it)->index)}});
+    }
+    if (add_void) {
+      const json entry{{"name", "NVIDIA_VISIBLE_DEVICES"}, {"value", "void"}};
+      env.push_back(entry);
+      patch.push_back(json{{"op", "add"}, {"path", base + "/-"}, {"value", entry}});
+    }
+    std::vector<std::string> what;
+    if (!strip.empty()) what.push_back(StrCat("removed ", EnvNames(strip)));
+    if (add_void) what.push_back("set NVIDIA_VISIBLE_DEVICES=void beside CUDA_VERSION");
+    warnings.push_back(StrCat("prism: ", ContainerLabel(c), ": ", StrJoin(what, ", "),
+                              c.granted ? " (Prism's device plugin sets its devices)"
+                                        : " (the NVIDIA runtime would give it GPUs Prism did "
+                                          "not grant)"));
+  }
+  review = ReviewPod(stored, ns, mutate, options, config);
   if (!review.allowed) return review;
   for (json& op : review.patch) patch.push_back(std::move(op));
   review.patch = std::move(patch);
-  review.warnings.insert(review.warnings.begin(),
-                         StrCat("prism: removed annotation ", StrJoin(keys, ", "),
-                                " (written only by Prism when it places the pod)"));
+  review.warnings.insert(review.warnings.begin(), warnings.begin(), warnings.end());
   return review;
 }
 
@@ -371,23 +610,47 @@ PodReview ReviewPodUpdate(const json& pod, const json* old_pod, const std::strin
   absl::StatusOr<std::map<std::string, std::string, std::less<>>> before =
       OwnedAnnotations(*old_pod, "AdmissionReview.request.oldObject");
   if (!before.ok()) return deny(std::string(before.status().message()));
-  if (*now == *before || Contains(options.trusted_users, user)) return review;
-  std::vector<std::string> changes;
-  for (std::string_view key : config::kPrismOwnedPodAnnotations) {
-    auto a = before->find(key);
-    auto b = now->find(key);
-    if (a == before->end() && b == now->end()) continue;
-    if (a == before->end()) {
-      changes.push_back(StrCat("set ", key));
-    } else if (b == now->end()) {
-      changes.push_back(StrCat("removed ", key));
-    } else if (a->second != b->second) {
-      changes.push_back(StrCat("changed ", key));
+  if (Contains(options.trusted_users, user)) return review;
+  const std::string who = user.empty() ? "an unnamed user" : user;
+  if (*now != *before) {
+    std::vector<std::string> changes;
+    for (std::string_view key : config::kPrismOwnedPodAnnotations) {
+      auto a = before->find(key);
+      auto b = now->find(key);
+      if (a == before->end() && b == now->end()) continue;
+      if (a == before->end()) {
+        changes.push_back(StrCat("set ", key));
+      } else if (b == now->end()) {
+        changes.push_back(StrCat("removed ", key));
+      } else if (a->second != b->second) {
+        changes.push_back(StrCat("changed ", key));
+      }
     }
+    return deny(StrCat("pod ", PodLabel(pod, ns), ": ", who, " ", StrJoin(changes, ", "),
+                       "; these annotations are written only by Prism (", TrustedList(options),
+                       ")"));
   }
-  return deny(StrCat("pod ", PodLabel(pod, ns), ": ", user.empty() ? "an unnamed user" : user, " ",
-                     StrJoin(changes, ", "), "; these annotations are written only by Prism (",
-                     TrustedList(options), ")"));
+  // The one thing of a running pod's env an update can add: ephemeral containers
+  // (pods/ephemeralcontainers). Those already there were judged when they were added.
+  absl::StatusOr<std::vector<ContainerEnv>> added =
+      ScanEnv(pod, {}, "AdmissionReview.request.object");
+  if (!added.ok()) return deny(std::string(added.status().message()));
+  absl::StatusOr<std::vector<ContainerEnv>> had =
+      ScanEnv(*old_pod, {}, "AdmissionReview.request.oldObject");
+  if (!had.ok()) return deny(std::string(had.status().message()));
+  for (const ContainerEnv& c : *added) {
+    if (std::string_view(c.list) != "ephemeralContainers") continue;
+    bool known = false;
+    for (const ContainerEnv& o : *had) {
+      known = known || (std::string_view(o.list) == c.list && o.name == c.name);
+    }
+    if (known) continue;
+    std::string problem = options.enforce_slice_limits ? SliceLimitProblem(c) : "";
+    if (problem.empty()) problem = DeviceEnvProblem(c);
+    if (!problem.empty())
+      return deny(StrCat("pod ", PodLabel(pod, ns), ": ", problem, " (", who, ")"));
+  }
+  return review;
 }
 
 json HandleAdmissionReview(const json& review, bool mutate, const WebhookOptions& options,

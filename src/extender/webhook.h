@@ -17,9 +17,19 @@
 //     the default one: that scheduler is in charge);
 //   - adds `nvidia.com/gpu: <defaultGPUNum>` to containers that ask for GPU memory or cores but
 //     no GPU count, so the kubelet calls the device plugin's Allocate for them.
-// Pods without GPU requests pass unchanged. Mutations are an RFC 6902 JSON patch. The validate
-// variant applies the same checks without mutating (for a ValidatingWebhookConfiguration after
-// other mutating webhooks). Pure; thread-safe.
+// Device env (docs/scheduler.md#device-env): for every pod, GPU or not, a user not in
+// trusted_users may not set the variables the NVIDIA Container Toolkit reads to give a container
+// devices (kDeviceEnv), nor, in a container Prism grants no GPU, NVIDIA_DRIVER_CAPABILITIES or a
+// CUDA_VERSION without NVIDIA_VISIBLE_DEVICES=void (a "legacy CUDA image" gets every GPU). CREATE:
+// the mutating webhook strips them (and adds NVIDIA_VISIBLE_DEVICES=void beside CUDA_VERSION),
+// with a warning per container; the validating webhook refuses what is left. UPDATE: an ephemeral
+// container added with one is refused. `NVIDIA_VISIBLE_DEVICES=void` (no device) is always allowed.
+// With enforce_slice_limits (the namespaces the slice-limits webhook entry selects), a container
+// that switches the slice limiter off (kSliceLimitEnv: CUDA_DISABLE_CONTROL not false,
+// GPU_CORE_UTILIZATION_POLICY=disable, or either from valueFrom) is refused too.
+// Pods without GPU requests pass otherwise unchanged. Mutations are an RFC 6902 JSON patch. The
+// validate variant applies the same checks without mutating (for a ValidatingWebhookConfiguration
+// after other mutating webhooks). Pure; thread-safe.
 #pragma once
 
 #include <string>
@@ -34,6 +44,34 @@
 
 namespace prism::extender {
 
+// What the NVIDIA Container Toolkit reads from a container's env to give it devices
+// (NVIDIA/nvidia-container-toolkit: internal/config/image/envvars.go and cuda_image.go
+// VisibleDevices, ImexChannelRequests; cmd/nvidia-container-runtime-hook/container_config.go
+// getNvidiaConfig for the MIG capabilities, honoured in privileged containers only;
+// internal/modifier/cdi.go gatedDevices for GDS, MOFED, GDRCOPY and NVSWITCH device nodes).
+// Prism's device plugin sets NVIDIA_VISIBLE_DEVICES itself, through the CDI spec, for the
+// containers it grants GPUs; nobody else may set any of them (but NVIDIA_VISIBLE_DEVICES=void).
+// tests/e2e/deploy_test.py checks the webhook matchConditions name exactly these.
+inline constexpr std::string_view kDeviceEnv[] = {"NVIDIA_VISIBLE_DEVICES",
+                                                  "NVIDIA_MIG_CONFIG_DEVICES",
+                                                  "NVIDIA_MIG_MONITOR_DEVICES",
+                                                  "NVIDIA_IMEX_CHANNELS",
+                                                  "NVIDIA_GDS",
+                                                  "NVIDIA_MOFED",
+                                                  "NVIDIA_GDRCOPY",
+                                                  "NVIDIA_NVSWITCH"};
+// Refused only in containers Prism grants no GPU: the driver capabilities choose the libraries
+// for devices already granted (video, graphics) in a GPU container, and mean nothing without
+// one; CUDA_VERSION without NVIDIA_REQUIRE_CUDA marks a legacy image, which gets every GPU when
+// NVIDIA_VISIBLE_DEVICES is unset (cuda_image.go IsLegacy, devicesFromEnvvars), so it is allowed
+// beside NVIDIA_VISIBLE_DEVICES=void.
+inline constexpr std::string_view kUngrantedDeviceEnv[] = {"NVIDIA_DRIVER_CAPABILITIES",
+                                                           "CUDA_VERSION"};
+// The switches that turn libprism-vgpu's limits off (docs/intercept.md), refused where
+// enforce_slice_limits is on.
+inline constexpr std::string_view kSliceLimitEnv[] = {"CUDA_DISABLE_CONTROL",
+                                                      "GPU_CORE_UTILIZATION_POLICY"};
+
 struct WebhookOptions {
   std::string scheduler_name = "prism-scheduler";
   // Replace "default-scheduler" (the API's default) with Prism's scheduler.
@@ -46,6 +84,9 @@ struct WebhookOptions {
   // spec.schedulerName values (absent counts as `default-scheduler`) whose GPU pods may be created
   // with spec.nodeName already set. Empty: none may.
   std::vector<std::string> trusted_schedulers;
+  // Refuse kSliceLimitEnv switches (set per request: the server's /validate-slice-limits path,
+  // which the webhook entry selecting the enforcing namespaces calls).
+  bool enforce_slice_limits = false;
 };
 
 struct PodReview {
@@ -71,9 +112,10 @@ PodReview ReviewPodCreate(const nlohmann::json& pod, const std::string& ns,
                           const std::string& user, bool mutate, const WebhookOptions& options,
                           const sched::DeviceConfig& config);
 
-// UPDATE (of the pod or of pods/status): refused when a user not in options.trusted_users sets,
-// changes or removes one of Prism's own annotations, or when `old_pod` is missing. Nothing else
-// of an update is Prism's to judge.
+// UPDATE (of the pod, pods/status or pods/ephemeralcontainers): refused when a user not in
+// options.trusted_users sets, changes or removes one of Prism's own annotations, adds an
+// ephemeral container with device env (or a slice-limit switch, where enforced), or when
+// `old_pod` is missing. Nothing else of an update is Prism's to judge.
 PodReview ReviewPodUpdate(const nlohmann::json& pod, const nlohmann::json* old_pod,
                           const std::string& ns, const std::string& user,
                           const WebhookOptions& options);

@@ -468,5 +468,233 @@ TEST_F(WebhookTest, PresetNodeNeedsATrustedScheduler) {
   EXPECT_TRUE(out["response"]["allowed"]);
 }
 
+// --- Device env (issue 39 #2, docs/scheduler.md#device-env)
+// ----------------------------------------
+
+json Env(const std::map<std::string, std::string>& vars) {
+  json env = json::array();
+  for (const auto& [k, v] : vars) env.push_back({{"name", k}, {"value", v}});
+  return env;
+}
+
+std::set<std::string> EnvNames(const json& container) {
+  std::set<std::string> names;
+  for (const json& e : container.value("env", json::array())) names.insert(e["name"]);
+  return names;
+}
+
+class DeviceEnvTest : public OwnedAnnotationsTest {
+ protected:
+  json Admit(const json& pod, bool mutate, const std::string& user = kTenant) {
+    return HandleAdmissionReview(ReviewAs(pod, "CREATE", user), mutate, options_,
+                                 config_)["response"];
+  }
+  std::string Message(const json& response) { return response["status"].value("message", ""); }
+};
+
+TEST_F(DeviceEnvTest, APodWithoutGpusCannotAskTheRuntimeForThemByEnv) {
+  json pod = testing::PodJson("team", "plain", {{"main", 0}});
+  pod["spec"]["containers"][0]["env"] = Env({{"A", "1"},
+                                             {"NVIDIA_DRIVER_CAPABILITIES", "all"},
+                                             {"NVIDIA_VISIBLE_DEVICES", "all"},
+                                             {"Z", "2"}});
+  json out = Admit(pod, true);
+  ASSERT_TRUE(out["allowed"]) << out.dump();
+  json patch = Patch(json{{"response", out}});
+  // Highest index first, so that each path names the entry it removes.
+  EXPECT_EQ(patch, json::parse(R"([{"op":"remove","path":"/spec/containers/0/env/2"},
+                                   {"op":"remove","path":"/spec/containers/0/env/1"}])"));
+  EXPECT_EQ(EnvNames(pod.patch(patch)["spec"]["containers"][0]), (std::set<std::string>{"A", "Z"}));
+  ASSERT_EQ(out["warnings"].size(), 1u);
+  EXPECT_THAT(
+      out["warnings"][0].get<std::string>(),
+      HasSubstr("container main: removed NVIDIA_DRIVER_CAPABILITIES, NVIDIA_VISIBLE_DEVICES"));
+  // The validating webhook refuses the pod as sent, naming the container, the variable and who.
+  out = Admit(pod, false);
+  EXPECT_FALSE(out["allowed"]);
+  EXPECT_THAT(Message(out),
+              HasSubstr("pod team/plain: container main sets NVIDIA_DRIVER_CAPABILITIES"));
+  EXPECT_THAT(Message(out), HasSubstr("GPUs Prism did not grant"));
+  EXPECT_THAT(Message(out), HasSubstr(kTenant));
+  // Every variable the toolkit reads to add devices, and from valueFrom too (a ConfigMap's value
+  // is not the webhook's to see).
+  for (std::string_view name : kDeviceEnv) {
+    json one = testing::PodJson("team", "plain", {{"main", 0}});
+    one["spec"]["containers"][0]["env"] = json::array(
+        {{{"name", name}, {"valueFrom", {{"configMapKeyRef", {{"name", "c"}, {"key", "k"}}}}}}});
+    EXPECT_FALSE(Admit(one, false)["allowed"]) << name;
+    EXPECT_EQ(Patch(json{{"response", Admit(one, true)}}).size(), 1u) << name;
+  }
+}
+
+TEST_F(DeviceEnvTest, EveryContainerListIsCoveredAndGpuContainersKeepTheirCapabilities) {
+  json pod = GpuPod("p", 1, 3000);
+  pod["spec"].erase("schedulerName");
+  json& gpu = pod["spec"]["containers"][0];
+  gpu["env"] = Env({{"NVIDIA_VISIBLE_DEVICES", "all"},
+                    {"NVIDIA_DRIVER_CAPABILITIES", "compute,video"},
+                    {"CUDA_VERSION", "12.4.1"}});
+  pod["spec"]["containers"].push_back(
+      {{"name", "sidecar"}, {"image", "cuda"}, {"env", Env({{"NVIDIA_VISIBLE_DEVICES", "all"}})}});
+  pod["spec"]["initContainers"] = json::array(
+      {{{"name", "setup"}, {"image", "cuda"}, {"env", Env({{"NVIDIA_IMEX_CHANNELS", "all"}})}}});
+  json out = Admit(pod, true);
+  ASSERT_TRUE(out["allowed"]) << out.dump();
+  const json patched = pod.patch(Patch(json{{"response", out}}));
+  EXPECT_EQ(patched["spec"]["schedulerName"], "prism-scheduler");  // The GPU review still ran.
+  // The GPU container keeps what chooses libraries for its own devices; its devices are Prism's.
+  EXPECT_EQ(EnvNames(patched["spec"]["containers"][0]),
+            (std::set<std::string>{"CUDA_VERSION", "NVIDIA_DRIVER_CAPABILITIES"}));
+  EXPECT_EQ(EnvNames(patched["spec"]["containers"][1]), std::set<std::string>{});
+  EXPECT_EQ(EnvNames(patched["spec"]["initContainers"][0]), std::set<std::string>{});
+  EXPECT_EQ(out["warnings"].size(), 3u) << out.dump();
+  EXPECT_TRUE(Admit(patched, false)["allowed"]) << Admit(patched, false).dump();
+  for (const char* container : {"container main", "container sidecar", "init container setup"}) {
+    json one = pod;
+    if (std::string_view(container) != "container main") {
+      one["spec"]["containers"][0]["env"] = json::array();
+    }
+    if (std::string_view(container) != "container sidecar") one["spec"]["containers"].erase(1);
+    if (std::string_view(container) != "init container setup") one["spec"].erase("initContainers");
+    EXPECT_THAT(Message(Admit(one, false)), HasSubstr(container));
+  }
+}
+
+TEST_F(DeviceEnvTest, VoidIsAllowedAndALegacyCudaVersionGetsIt) {
+  json pod = testing::PodJson("team", "build", {{"main", 0}});
+  pod["spec"]["containers"][0]["env"] = Env({{"NVIDIA_VISIBLE_DEVICES", " void "}});
+  for (bool mutate : {true, false}) {
+    json out = Admit(pod, mutate);
+    EXPECT_TRUE(out["allowed"]);
+    EXPECT_FALSE(out.contains("patch"));
+  }
+  // CUDA_VERSION without NVIDIA_REQUIRE_CUDA makes the runtime give every GPU: the mutating
+  // webhook sets NVIDIA_VISIBLE_DEVICES=void beside it, the validating one asks for that.
+  pod["spec"]["containers"][0]["env"] =
+      Env({{"CUDA_VERSION", "12.4.1"}, {"NVIDIA_VISIBLE_DEVICES", "all"}});
+  json out = Admit(pod, true);
+  ASSERT_TRUE(out["allowed"]) << out.dump();
+  json patch = Patch(json{{"response", out}});
+  EXPECT_EQ(patch, json::parse(R"([{"op":"remove","path":"/spec/containers/0/env/1"},
+      {"op":"add","path":"/spec/containers/0/env/-",
+       "value":{"name":"NVIDIA_VISIBLE_DEVICES","value":"void"}}])"));
+  EXPECT_THAT(out["warnings"][0].get<std::string>(), HasSubstr("NVIDIA_VISIBLE_DEVICES=void"));
+  const json patched = pod.patch(patch);
+  EXPECT_TRUE(Admit(patched, false)["allowed"]);
+  pod["spec"]["containers"][0]["env"] = Env({{"CUDA_VERSION", "12.4.1"}});
+  EXPECT_THAT(Message(Admit(pod, false)), HasSubstr("add NVIDIA_VISIBLE_DEVICES=void"));
+  // NVIDIA_REQUIRE_* and NVIDIA_DISABLE_REQUIRE only narrow what a container accepts.
+  pod["spec"]["containers"][0]["env"] =
+      Env({{"NVIDIA_REQUIRE_CUDA", "cuda>=12"}, {"NVIDIA_DISABLE_REQUIRE", "true"}});
+  EXPECT_TRUE(Admit(pod, false)["allowed"]);
+  // A container asking for 0 GPUs gets none: it is held to the rules of one without GPUs.
+  json zero = GpuPod("p", 1, 0);
+  zero["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "0";
+  zero["spec"]["containers"][0]["env"] = Env({{"NVIDIA_DRIVER_CAPABILITIES", "all"}});
+  EXPECT_FALSE(Admit(zero, false)["allowed"]);
+}
+
+TEST_F(DeviceEnvTest, TrustedUsersAreExempt) {
+  json pod = testing::PodJson("team", "p", {{"main", 0}});
+  pod["spec"]["containers"][0]["env"] = Env({{"NVIDIA_VISIBLE_DEVICES", "all"}});
+  for (bool mutate : {true, false}) {
+    json out = Admit(pod, mutate, kAgent);
+    EXPECT_TRUE(out["allowed"]);
+    EXPECT_FALSE(out.contains("patch"));
+  }
+}
+
+TEST_F(DeviceEnvTest, AnEphemeralContainerCannotBeAddedWithDeviceEnv) {
+  json old = testing::PodJson("team", "p", {{"main", 0}});
+  json debug{
+      {"name", "debug"}, {"image", "busybox"}, {"env", Env({{"NVIDIA_VISIBLE_DEVICES", "all"}})}};
+  json now = old;
+  now["spec"]["ephemeralContainers"] = json::array({debug});
+  json out =
+      HandleAdmissionReview(ReviewAs(now, "UPDATE", kTenant, &old), false, options_, config_);
+  EXPECT_FALSE(out["response"]["allowed"]);
+  EXPECT_THAT(out["response"]["status"]["message"].get<std::string>(),
+              HasSubstr("ephemeral container debug sets NVIDIA_VISIBLE_DEVICES"));
+  // One already there was judged when it was added; the node agent's account is trusted.
+  out = HandleAdmissionReview(ReviewAs(now, "UPDATE", kTenant, &now), false, options_, config_);
+  EXPECT_TRUE(out["response"]["allowed"]);
+  out = HandleAdmissionReview(ReviewAs(now, "UPDATE", kAgent, &old), false, options_, config_);
+  EXPECT_TRUE(out["response"]["allowed"]);
+  now["spec"]["ephemeralContainers"][0]["env"] = Env({{"NVIDIA_VISIBLE_DEVICES", "void"}});
+  out = HandleAdmissionReview(ReviewAs(now, "UPDATE", kTenant, &old), false, options_, config_);
+  EXPECT_TRUE(out["response"]["allowed"]);
+}
+
+TEST_F(DeviceEnvTest, SliceLimitSwitchesAreRefusedWhereEnforced) {
+  json pod = GpuPod("p", 1, 3000);
+  auto with = [&pod](const json& env) {
+    json out = pod;
+    out["spec"]["containers"][0]["env"] = env;
+    return out;
+  };
+  const json off = with(Env({{"CUDA_DISABLE_CONTROL", "true"}}));
+  EXPECT_TRUE(Admit(off, false)["allowed"]);  // Not enforced: HAMi's debugging switch.
+  options_.enforce_slice_limits = true;
+  for (const char* value : {"true", "1", " YES ", "on", "maybe"}) {
+    json out = Admit(with(Env({{"CUDA_DISABLE_CONTROL", value}})), false);
+    EXPECT_FALSE(out["allowed"]) << value;
+    EXPECT_THAT(Message(out), HasSubstr("container main sets CUDA_DISABLE_CONTROL="));
+  }
+  for (const char* value : {"false", "0", "", "Off"}) {
+    EXPECT_TRUE(Admit(with(Env({{"CUDA_DISABLE_CONTROL", value}})), false)["allowed"]) << value;
+  }
+  EXPECT_FALSE(Admit(with(Env({{"GPU_CORE_UTILIZATION_POLICY", "Disable"}})), false)["allowed"]);
+  EXPECT_TRUE(Admit(with(Env({{"GPU_CORE_UTILIZATION_POLICY", "force"}})), false)["allowed"]);
+  json from =
+      with(json::array({{{"name", "CUDA_DISABLE_CONTROL"},
+                         {"valueFrom", {{"secretKeyRef", {{"name", "s"}, {"key", "k"}}}}}}}));
+  EXPECT_THAT(Message(Admit(from, false)), HasSubstr("valueFrom"));
+  EXPECT_TRUE(Admit(off, false, kAgent)["allowed"]);
+  // An ephemeral container added later is held to the same rule.
+  json old = GpuPod("p", 1, 3000);
+  json now = old;
+  now["spec"]["ephemeralContainers"] = json::array(
+      {{{"name", "debug"}, {"image", "busybox"}, {"env", Env({{"CUDA_DISABLE_CONTROL", "1"}})}}});
+  json out =
+      HandleAdmissionReview(ReviewAs(now, "UPDATE", kTenant, &old), false, options_, config_);
+  EXPECT_FALSE(out["response"]["allowed"]);
+}
+
+TEST_F(DeviceEnvTest, EnvShapesTheApiServerNeverSendsAreRefusedNamingTheField) {
+  json pod = testing::PodJson("team", "p", {{"main", 0}});
+  for (const auto& [env, field] : std::vector<std::pair<json, std::string>>{
+           {json("x"), "spec.containers[0].env: expected a list"},
+           {json::array({7}), "spec.containers[0].env[0]: expected an object"},
+           {json::array({{{"name", 7}}}), "spec.containers[0].env[0].name: expected a string"},
+           {json::array({{{"name", "NVIDIA_VISIBLE_DEVICES"}, {"value", 1}}}),
+            "spec.containers[0].env[0].value: expected a string"}}) {
+    pod["spec"]["containers"][0]["env"] = env;
+    for (bool mutate : {true, false}) {
+      json out = Admit(pod, mutate);
+      EXPECT_FALSE(out["allowed"]) << env.dump();
+      EXPECT_THAT(Message(out), HasSubstr(field));
+    }
+  }
+  // A hostile container name is bounded and escaped in messages.
+  json named = testing::PodJson("team", "p", {{"main", 0}});
+  named["spec"]["containers"][0]["name"] = std::string("x\033[2J") + std::string(500, 'n');
+  named["spec"]["containers"][0]["env"] = Env({{"NVIDIA_VISIBLE_DEVICES", "all"}});
+  const std::string message = Message(Admit(named, false));
+  EXPECT_THAT(message, HasSubstr("container x\\x1b[2J"));
+  EXPECT_LT(message.size(), 600u);
+}
+
+TEST_F(DeviceEnvTest, AGuardedEntryDeepInALongEnvIsFound) {
+  json pod = testing::PodJson("team", "p", {{"main", 0}});
+  json env = json::array();
+  for (int i = 0; i < 10000; ++i) env.push_back({{"name", StrCat("V", i)}, {"value", "x"}});
+  env.push_back({{"name", "NVIDIA_VISIBLE_DEVICES"}, {"value", "all"}});
+  pod["spec"]["containers"][0]["env"] = env;
+  json out = Admit(pod, true);
+  ASSERT_TRUE(out["allowed"]);
+  EXPECT_EQ(Patch(json{{"response", out}}),
+            json::parse(R"([{"op":"remove","path":"/spec/containers/0/env/10000"}])"));
+}
+
 }  // namespace
 }  // namespace prism::extender
