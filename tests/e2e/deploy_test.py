@@ -288,26 +288,74 @@ class Wiring:
             cfg = find(self.objects, kind, "prism-webhook")
             self.assertEqual(cfg["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
                              f"{NS}/prism-scheduler")
-            (hook,) = cfg["webhooks"]
+            hook = cfg["webhooks"][0]  # The slice-limits entry: its own test.
             svc = hook["clientConfig"]["service"]
             self.assertEqual((svc["name"], svc["namespace"], svc["path"]),
                              ("prism-webhook", NS, path))
             self.assertIn(f"prism-webhook.{NS}.svc", cert["spec"]["dnsNames"])
             if kind == "MutatingWebhookConfiguration":
-                # It strips Prism's own annotations from tenants' pods at CREATE.
+                # It strips Prism's own annotations and device env from tenants' pods at CREATE.
                 self.assertEqual(hook["rules"][0]["resources"], ["pods"])
                 self.assertEqual(hook["rules"][0]["operations"], ["CREATE"])
+                self.check_create_conditions(hook, "gpu-or-prism-annotations-or-device-env")
             else:
-                # It also refuses tenants' UPDATEs of them, of the pod or of its status.
-                self.assertEqual(hook["rules"][0]["resources"], ["pods", "pods/status"])
+                # It also refuses tenants' UPDATEs of them, of the pod or of its status, and
+                # ephemeral containers added with device env.
+                self.assertEqual(hook["rules"][0]["resources"],
+                                 ["pods", "pods/status", "pods/ephemeralcontainers"])
                 self.assertEqual(hook["rules"][0]["operations"], ["CREATE", "UPDATE"])
                 self.check_owned_annotation_conditions(hook)
+                self.check_create_conditions(hook, "prism-relevant")
             self.assertEqual(hook["sideEffects"], "None")
             self.assertEqual(hook["failurePolicy"], "Fail")  # An outage must not open the door.
             excluded = [e for e in hook["namespaceSelector"]["matchExpressions"]
                         if e["key"] == "kubernetes.io/metadata.name"][0]["values"]
             self.assertIn(NS, excluded)  # Prism's own pods never wait for Prism's webhook.
         self.assertIn(f"prism-scheduler.{NS}.svc", cert["spec"]["dnsNames"])
+
+    def header_names(self, array):
+        """The quoted names of `array` in src/extender/webhook.h (kDeviceEnv...)."""
+        with open(os.path.join(ROOT, "src", "extender", "webhook.h")) as f:
+            header = f.read()
+        body = header[header.index(f"{array}[] = {{"):]
+        return re.findall(r'"([A-Z_]+)"', body[:body.index("}")])
+
+    def check_create_conditions(self, hook, name):
+        """A CREATE is sent for the env names the webhook acts on (src/extender/webhook.h), for
+        every resource of the device config's (by their nvidia.com/ prefix) and the owned
+        annotations. tests/e2e/node_policy_test.py evaluates the CEL; this checks its lists."""
+        expression = {c["name"]: c["expression"] for c in hook["matchConditions"]}[name]
+        lists = re.findall(r"e\.name in \[([^\]]*)\]", expression)
+        self.assertTrue(lists)
+        want = set(self.header_names("kDeviceEnv") + self.header_names("kUngrantedDeviceEnv"))
+        self.assertEqual(len(want), 10)
+        for names in lists:
+            self.assertEqual(set(re.findall(r"'([A-Z_]+)'", names)), want)
+        (prefix,) = set(re.findall(r"r\.startsWith\('([^']+)'\)", expression))
+        device_cfg = yaml.safe_load(find(self.objects, "ConfigMap", "prism-device-config")
+                                    ["data"]["device-config.yaml"])["nvidia"]
+        for field in ("resourceCountName", "resourceMemoryName", "resourceMemoryPercentageName",
+                      "resourceCoreName"):
+            self.assertTrue(device_cfg[field].startswith(prefix), field)
+
+    def test_the_slice_limits_entry_calls_its_own_path_for_labelled_namespaces(self):
+        cfg = find(self.objects, "ValidatingWebhookConfiguration", "prism-webhook")
+        (hook,) = [w for w in cfg["webhooks"] if w["name"] == "slice-limits.pods.prism.io"]
+        svc = hook["clientConfig"]["service"]
+        self.assertEqual((svc["name"], svc["namespace"], svc["path"]),
+                         ("prism-webhook", NS, "/validate-slice-limits"))
+        self.assertEqual((hook["failurePolicy"], hook["sideEffects"]), ("Fail", "None"))
+        self.assertEqual(hook["namespaceSelector"],
+                         {"matchLabels": {"prism.io/enforce-slice-limits": "true"}})
+        conditions = {c["name"]: c["expression"] for c in hook["matchConditions"]}
+        for names in re.findall(r"e\.name in \[([^\]]*)\]",
+                                conditions["sets-a-slice-limit-switch"]):
+            self.assertEqual(set(re.findall(r"'([A-Z_]+)'", names)),
+                             set(self.header_names("kSliceLimitEnv")))
+        validating = [w for w in cfg["webhooks"] if w["name"] == "validate.pods.prism.io"][0]
+        self.assertEqual(conditions["not-prism-node-agent"],
+                         {c["name"]: c["expression"] for c in validating["matchConditions"]}
+                         ["not-prism-node-agent"])
 
     def check_owned_annotation_conditions(self, hook):
         """The validating webhook's matchConditions name exactly the annotations the code protects
@@ -323,9 +371,9 @@ class Wiring:
         owned = {consts[n] for n in re.findall(r"k\w+", body)}
         self.assertEqual(len(owned), 6)
         conditions = {c["name"]: c["expression"] for c in hook["matchConditions"]}
-        changed = conditions["create-or-prism-annotations-changed"]
-        self.assertEqual(set(re.findall(r"'([a-z.]+/[a-z-]+)'", changed)), owned)
-        self.assertIn("request.operation != 'UPDATE'", changed)
+        changed = conditions["prism-relevant"]
+        self.assertEqual(set(re.findall(r"'([a-z.]+/[a-z-]+)'", changed)) - {"nvidia.com/"}, owned)
+        self.assertIn("request.operation == 'CREATE' ?", changed)
         exempt = re.findall(r"username != '([^']+)'", conditions["not-prism-node-agent"])
         args = container(find(self.objects, "Deployment", "prism-scheduler"), "scheduler")["args"]
         trusted = [a.split("=", 1)[1] for a in args if a.startswith("--trusted-service-accounts=")]

@@ -15,6 +15,13 @@ modelled after the API server's:
     an error -> failurePolicy (Fail: denied). k8s.io/apiserver/pkg/admission/plugin/policy/
     validating/validator.go, validator.Validate.
 
+The admission webhooks' matchConditions (deploy/webhook/webhooks.yaml and the chart's) are
+evaluated the same way, with the webhook dispatcher's semantics: rules, then namespaceSelector,
+then every matchCondition: any false skips the webhook, else any error applies failurePolicy, else
+the webhook is called (k8s.io/apiserver/pkg/admission/plugin/webhook/matchconditions/matcher.go,
+matcher.Match). Variables: object, oldObject (dyn), request, authorizer (plugin/cel/compile.go,
+createEnvForOpts).
+
 What this proves: the expressions as shipped parse, evaluate without error on every request shape
 below and decide each case as intended. What it does not: Kubernetes type-checks the expressions
 against the resources' OpenAPI schemas and estimates their cost when the policy is created; that
@@ -34,6 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.environ.get("PRISM_SOURCE_DIR", os.path.abspath(os.path.join(HERE, "..", "..")))
 sys.path.insert(0, HERE)
 import helm_render  # noqa: E402
+from deploy_test import selector_matches  # noqa: E402
 
 CEL_DIR = os.path.join(HERE, "cel")
 POLICY = "prism-node-scoped-writes"
@@ -446,6 +454,231 @@ class NodeScopedWritesTest(unittest.TestCase):
         policy["spec"]["matchConditions"][0]["expression"] = "false"
         self.assertTrue(Admission(policy, binding).review(
             request(AGENT, "UPDATE", "nodes", "n9", node="n1"), old, old)[0])
+
+
+# --- The admission webhooks' matchConditions ----------------------------------------------------
+
+TENANT = "system:serviceaccount:team-a:ci"
+KUBELET = "system:node:n1"
+OWNED_DECISION = {"prism.io/decision": DECISION}
+
+
+def shipped_webhooks():
+    """{source: {webhook name: webhook}} for deploy/ and the chart (both configurations)."""
+    kinds = ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration")
+    kubectl = shutil.which("kubectl")
+    if kubectl:
+        text = subprocess.run([kubectl, "kustomize", os.path.join(ROOT, "deploy")], check=True,
+                              capture_output=True, text=True).stdout
+        deploy = [d for d in yaml.safe_load_all(text) if d]
+    else:
+        with open(os.path.join(ROOT, "deploy", "webhook", "webhooks.yaml")) as f:
+            deploy = [d for d in yaml.safe_load_all(f) if d]
+    chart = helm_render.render_objects(os.path.join(ROOT, "charts", "prism"), {}, namespace=NS)
+    out = {}
+    for source, objects in (("deploy", deploy), ("chart", chart)):
+        hooks = {}
+        for o in objects:
+            if o["kind"] in kinds and o["metadata"]["name"] == "prism-webhook":
+                for w in o["webhooks"]:
+                    hooks[w["name"]] = w
+        out[source] = hooks
+    return out
+
+
+class WebhookDispatch:
+    """Whether the API server calls one webhook for a request: "call", "skip", or "reject: ..."
+    (a matchCondition error under failurePolicy Fail)."""
+
+    def __init__(self, hook):
+        self.hook = hook
+
+    def decide(self, req, obj, old, namespace_labels):
+        a = req["resource"]
+        if not any(rule_matches(r, a["group"], a["version"], a["resource"],
+                                req.get("subResource", ""), req["operation"])
+                   for r in self.hook["rules"]):
+            return "skip"
+        if not selector_matches(self.hook.get("namespaceSelector", {}), namespace_labels):
+            return "skip"
+        bindings = {"request": req, "object": obj, "oldObject": old, "authorizer": None}
+        conditions = self.hook.get("matchConditions", [])
+        results = evaluate([(c["expression"], bindings) for c in conditions])
+        errors = []
+        for c, (kind, value) in zip(conditions, results):
+            if kind == "value" and value is False:
+                return "skip"
+            if kind == "error":
+                errors.append(f"{c['name']}: {value}")
+            elif value is not True:
+                errors.append(f"{c['name']}: not a bool: {value!r}")
+        if errors:
+            return "skip" if self.hook.get("failurePolicy", "Fail") == "Ignore" else \
+                f"reject: {errors}"
+        return "call"
+
+
+def tenant_pod(name="p", gpu=False, env=None, init_env=None, annotations=None, requests=None):
+    container = {"name": "main", "image": "cuda:12"}
+    if gpu:
+        container["resources"] = {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000"}}
+    if requests:
+        container["resources"] = {"requests": requests}
+    if env is not None:
+        container["env"] = env
+    meta = {"name": name, "namespace": "team-a"}
+    if annotations is not None:
+        meta["annotations"] = annotations
+    spec = {"containers": [container]}
+    if init_env is not None:
+        spec["initContainers"] = [{"name": "setup", "image": "busybox", "env": init_env}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+
+
+def nv(name, value="all"):
+    return [{"name": "PATH", "value": "/bin"}, {"name": name, "value": value}]
+
+
+TEAM = {"kubernetes.io/metadata.name": "team-a"}
+ENFORCING = {**TEAM, "prism.io/enforce-slice-limits": "true"}
+MUTATE, VALIDATE, SLICES = "mutate.pods.prism.io", "validate.pods.prism.io", \
+    "slice-limits.pods.prism.io"
+
+
+@unittest.skipUnless(cel_available() or os.environ.get("CI"),
+                     "node or tests/e2e/cel/node_modules missing (tools/setup.sh installs them)")
+class WebhookMatchConditionsTest(unittest.TestCase):
+    """Which pods reach Prism's webhooks, as shipped (issue 39 #5): those naming GPU resources,
+    Prism's own annotations or device env; UPDATEs only when they touch those."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.sources = shipped_webhooks()
+
+    def check(self, want, req, obj, old=None, labels=TEAM):
+        """want: {webhook name: "call" | "skip"} for every shipped webhook."""
+        for source, hooks in self.sources.items():
+            self.assertEqual(set(hooks), {MUTATE, VALIDATE, SLICES}, source)
+            got = {name: WebhookDispatch(h).decide(req, obj, old, labels)
+                   for name, h in hooks.items()}
+            self.assertEqual(got, want, f"{source}: {req['operation']} "
+                                        f"{req.get('subResource', '')} by "
+                                        f"{req['userInfo']['username']}")
+
+    def create(self, pod, user=TENANT, labels=TEAM):
+        return request(user, "CREATE", "pods", pod["metadata"]["name"], "team-a"), pod
+
+    def test_deploy_and_chart_ship_the_same_webhooks(self):
+        def strip(h):
+            h = copy.deepcopy(h)
+            h["clientConfig"].pop("caBundle", None)
+            return h
+        self.assertEqual({n: strip(h) for n, h in self.sources["deploy"].items()},
+                         {n: strip(h) for n, h in self.sources["chart"].items()})
+
+    def test_a_gpu_pod_reaches_both(self):
+        req, pod = self.create(tenant_pod(gpu=True))
+        self.check({MUTATE: "call", VALIDATE: "call", SLICES: "skip"}, req, pod)
+        # Any nvidia.com/ resource, in requests too (the device config's names are nvidia.com/:
+        # deploy_test.py checks).
+        req, pod = self.create(tenant_pod(requests={"nvidia.com/gpucores": "30"}))
+        self.check({MUTATE: "call", VALIDATE: "call", SLICES: "skip"}, req, pod)
+
+    def test_a_plain_pod_reaches_none(self):
+        req, pod = self.create(tenant_pod(env=[{"name": "PATH", "value": "/bin"}],
+                                          requests={"cpu": "1"}))
+        self.check({MUTATE: "skip", VALIDATE: "skip", SLICES: "skip"}, req, pod)
+        bare = tenant_pod()
+        bare["spec"]["containers"][0].pop("image")
+        req, pod = self.create(bare)
+        self.check({MUTATE: "skip", VALIDATE: "skip", SLICES: "skip"}, req, pod)
+        # No containers at all (the API server refuses it later, in validation): no CEL error.
+        del bare["spec"]["containers"]
+        self.check({MUTATE: "skip", VALIDATE: "skip", SLICES: "skip"}, req, bare)
+
+    def test_a_plain_pod_with_device_env_reaches_both(self):
+        for name in ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES", "CUDA_VERSION",
+                     "NVIDIA_IMEX_CHANNELS", "NVIDIA_MIG_CONFIG_DEVICES"):
+            req, pod = self.create(tenant_pod(env=nv(name)))
+            self.check({MUTATE: "call", VALIDATE: "call", SLICES: "skip"}, req, pod)
+        req, pod = self.create(tenant_pod(init_env=nv("NVIDIA_VISIBLE_DEVICES")))
+        self.check({MUTATE: "call", VALIDATE: "call", SLICES: "skip"}, req, pod)
+        # From a ConfigMap by name: still named in the pod.
+        req, pod = self.create(tenant_pod(env=[{"name": "NVIDIA_VISIBLE_DEVICES", "valueFrom": {
+            "configMapKeyRef": {"name": "c", "key": "k"}}}]))
+        self.check({MUTATE: "call", VALIDATE: "call", SLICES: "skip"}, req, pod)
+
+    def test_prisms_annotations_on_a_plain_pod_reach_both(self):
+        req, pod = self.create(tenant_pod(annotations=OWNED_DECISION))
+        self.check({MUTATE: "call", VALIDATE: "call", SLICES: "skip"}, req, pod)
+        req, pod = self.create(tenant_pod(annotations={"team.io/owner": "a"}))
+        self.check({MUTATE: "skip", VALIDATE: "skip", SLICES: "skip"}, req, pod)
+
+    def test_updates_reach_the_validating_webhook_only_when_they_touch_prisms_annotations(self):
+        old = tenant_pod(gpu=True, annotations=OWNED_DECISION)
+        old["spec"]["nodeName"] = "n1"
+        changed = patched(old, annotations={"prism.io/decision": '{"node":"n2"}'})
+        removed = patched(old, annotations={"prism.io/decision": None})
+        edited = patched(old, annotations={"team.io/owner": "b"})
+        for sub in ("", "status"):
+            for new in (changed, removed):
+                self.check({MUTATE: "skip", VALIDATE: "call", SLICES: "skip"},
+                           request(TENANT, "UPDATE", "pods", "p", "team-a", subresource=sub),
+                           new, old)
+                # The node agent's account writes them: never sent.
+                self.check({MUTATE: "skip", VALIDATE: "skip", SLICES: "skip"},
+                           request(AGENT, "UPDATE", "pods", "p", "team-a", subresource=sub,
+                                   node="n1"), new, old)
+            self.check({MUTATE: "skip", VALIDATE: "skip", SLICES: "skip"},
+                       request(TENANT, "UPDATE", "pods", "p", "team-a", subresource=sub),
+                       edited, old)
+        # The kubelet's status updates never wait for Prism.
+        running = copy.deepcopy(old)
+        running["status"] = {"phase": "Running"}
+        self.check({MUTATE: "skip", VALIDATE: "skip", SLICES: "skip"},
+                   request(KUBELET, "UPDATE", "pods", "p", "team-a", subresource="status"),
+                   running, old)
+
+    def test_the_node_agents_account_never_waits_for_the_validating_webhook(self):
+        req, pod = self.create(tenant_pod(gpu=True, annotations=OWNED_DECISION), user=AGENT)
+        self.check({MUTATE: "call", VALIDATE: "skip", SLICES: "skip"}, req, pod)
+
+    def test_an_ephemeral_container_with_device_env_reaches_the_validating_webhook(self):
+        old = tenant_pod()
+        new = copy.deepcopy(old)
+        new["spec"]["ephemeralContainers"] = [{"name": "debug", "image": "busybox",
+                                               "env": nv("NVIDIA_VISIBLE_DEVICES")}]
+        req = request(TENANT, "UPDATE", "pods", "p", "team-a", subresource="ephemeralcontainers")
+        self.check({MUTATE: "skip", VALIDATE: "call", SLICES: "skip"}, req, new, old)
+        new["spec"]["ephemeralContainers"][0]["env"] = nv("CUDA_DISABLE_CONTROL", "true")
+        self.check({MUTATE: "skip", VALIDATE: "skip", SLICES: "call"}, req, new, old, ENFORCING)
+        del new["spec"]["ephemeralContainers"][0]["env"]
+        self.check({MUTATE: "skip", VALIDATE: "skip", SLICES: "skip"}, req, new, old, ENFORCING)
+
+    def test_slice_limit_switches_reach_the_slice_limits_entry_where_enforced(self):
+        req, pod = self.create(tenant_pod(gpu=True, env=nv("CUDA_DISABLE_CONTROL", "true")))
+        self.check({MUTATE: "call", VALIDATE: "call", SLICES: "call"}, req, pod, labels=ENFORCING)
+        self.check({MUTATE: "call", VALIDATE: "call", SLICES: "skip"}, req, pod, labels=TEAM)
+        req, pod = self.create(tenant_pod(env=nv("GPU_CORE_UTILIZATION_POLICY", "disable")))
+        self.check({MUTATE: "skip", VALIDATE: "skip", SLICES: "call"}, req, pod, labels=ENFORCING)
+        self.check({MUTATE: "skip", VALIDATE: "skip", SLICES: "skip"}, req, pod,
+                   labels={**ENFORCING, "prism.io/enforce-slice-limits": "false"})
+
+    def test_namespaces_the_webhooks_do_not_serve(self):
+        req, pod = self.create(tenant_pod(gpu=True, env=nv("NVIDIA_VISIBLE_DEVICES")))
+        for labels in ({"kubernetes.io/metadata.name": NS},
+                       {"kubernetes.io/metadata.name": "kube-system"},
+                       {"kubernetes.io/metadata.name": "gpu-operator", "prism.io/webhook": "ignore"}):
+            self.check({MUTATE: "skip", VALIDATE: "skip", SLICES: "skip"}, req, pod, labels=labels)
+
+    def test_the_model_notices_a_broken_condition(self):
+        hook = copy.deepcopy(self.sources["deploy"][MUTATE])
+        hook["matchConditions"].append({"name": "broken", "expression": "object.nosuchfield"})
+        req, pod = self.create(tenant_pod(gpu=True))
+        self.assertTrue(WebhookDispatch(hook).decide(req, pod, None, TEAM).startswith("reject"))
+        # A false condition skips even beside an error (matcher.Match).
+        hook["matchConditions"].append({"name": "off", "expression": "false"})
+        self.assertEqual(WebhookDispatch(hook).decide(req, pod, None, TEAM), "skip")
 
 
 if __name__ == "__main__":
