@@ -2,6 +2,8 @@
 
 #include <cctype>
 
+#include "base/terminal_text.h"
+
 namespace prism {
 
 std::vector<std::string_view> StrSplit(std::string_view text, char separator, bool skip_empty) {
@@ -31,6 +33,19 @@ std::string_view StripWhitespace(std::string_view text) {
 std::string AsciiLower(std::string_view text) {
   std::string out(text);
   for (char& ch : out) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  return out;
+}
+
+std::string QuoteBounded(std::string_view text, size_t max_bytes) {
+  const bool cut = text.size() > max_bytes;
+  std::string out = "'";
+  out += TerminalSafe(cut ? text.substr(0, max_bytes) : text);
+  out += "'";
+  if (cut) {
+    out += "... (";
+    StrAppend(&out, text.size());
+    out += " bytes)";
+  }
   return out;
 }
 

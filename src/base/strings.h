@@ -96,6 +96,13 @@ inline bool EqualsIgnoreAsciiCase(std::string_view a, std::string_view b) {
                                 absl::string_view(b.data(), b.size()));
 }
 
+// At most `max_bytes` of `text` from outside (a device ID, a container name, an annotation value)
+// for an error message or a log line: quoted, with every byte a terminal could act on escaped
+// (TerminalSafe), and, when cut, followed by "... (N bytes)" with the full length. Error texts
+// that echo what a client sent stay short whatever it sent (a 64 KiB device ID in a gRPC status).
+inline constexpr size_t kQuotedPrefixBytes = 96;
+std::string QuoteBounded(std::string_view text, size_t max_bytes = kQuotedPrefixBytes);
+
 // Converts an Abseil string view (e.g. absl::Status::message()).
 inline std::string_view ToStd(absl::string_view s) { return std::string_view(s.data(), s.size()); }
 

@@ -71,6 +71,18 @@ absl::Status ResolveMigModel(const json& mig_json, InventoryGpu* g) {
   return absl::OkStatus();
 }
 
+// A fault reason as published: at most kMaxInventoryFaultBytes (reasons quote pod names and
+// NVML messages; the annotation must stay small).
+std::string BoundFault(const std::string& reason) {
+  if (reason.size() <= kMaxInventoryFaultBytes) return reason;
+  std::string out = reason.substr(0, kMaxInventoryFaultBytes);
+  // Cut at a UTF-8 character boundary: the annotation must stay valid JSON text.
+  while (!out.empty() && (static_cast<unsigned char>(out.back()) & 0xC0) == 0x80) out.pop_back();
+  if (!out.empty() && (static_cast<unsigned char>(out.back()) & 0x80) != 0) out.pop_back();
+  StrAppend(&out, "... (", reason.size(), " bytes)");
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<NodeInventory> ReadInventory(nvml::Nvml& nvml, int split_count) {
@@ -93,7 +105,8 @@ std::string EncodeInventory(const NodeInventory& inventory) {
     json gj{{"index", g.index},          {"uuid", g.uuid},
             {"model", g.model},          {"product", g.product},
             {"memoryMiB", g.memory_mib}, {"mode", std::string(sched::GpuModeName(g.mode))},
-            {"healthy", g.healthy}};
+            {"healthy", g.healthy && g.fault.empty()}};
+    if (!g.fault.empty()) gj["fault"] = BoundFault(g.fault);
     if (g.mig_capable) {
       json instances = json::array();
       for (const InventoryInstance& i : g.instances) {
@@ -111,8 +124,10 @@ std::string EncodeInventory(const NodeInventory& inventory) {
     gpus.push_back(std::move(gj));
   }
   json out{{"version", kInventoryVersion}, {"splitCount", inventory.split_count}, {"gpus", gpus}};
-  if (!inventory.fault.empty()) out["fault"] = inventory.fault;
-  return out.dump();  // nlohmann::json objects keep keys sorted: canonical text.
+  if (!inventory.fault.empty()) out["fault"] = BoundFault(inventory.fault);
+  // nlohmann::json objects keep keys sorted: canonical text. Invalid UTF-8 from NVML or a pod
+  // (in a fault reason) is replaced rather than thrown on.
+  return out.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 absl::StatusOr<NodeInventory> DecodeInventory(std::string_view text) {
@@ -177,6 +192,7 @@ absl::StatusOr<NodeInventory> DecodeInventory(std::string_view text) {
           StrCat(kInventoryAnnotation, ": GPU ", g.index, " has unknown mode '", mode, "'"));
     }
     ASSIGN_OR_RETURN(g.healthy, json_fields::BoolMember(gj, "healthy", at + "healthy", true));
+    ASSIGN_OR_RETURN(g.fault, json_fields::StringMember(gj, "fault", at + "fault", ""));
     if (gj.contains("mig") && !gj.at("mig").is_null()) {
       const json& mj = gj.at("mig");
       const std::string mat = at + "mig.";
@@ -247,7 +263,7 @@ std::vector<sched::GpuSpec> ToGpuSpecs(const NodeInventory& inventory) {
     }
     spec.memory_mib = g.memory_mib;
     spec.mode = g.mode;
-    spec.healthy = g.healthy && inventory.fault.empty();
+    spec.healthy = g.healthy && g.fault.empty() && inventory.fault.empty();
     spec.mig_layout_fixed = g.mig_capable && !g.mig_dynamic;
     for (const InventoryInstance& i : g.instances) {
       spec.instances.push_back(sched::MigInstanceSpec{i.profile, i.start, i.in_use});

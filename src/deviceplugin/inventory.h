@@ -30,6 +30,8 @@ inline constexpr int64_t kMaxInventoryGpus = 1024;
 inline constexpr int64_t kMaxInventorySplitCount = 1000;  // HAMi's deviceSplitCount bound.
 inline constexpr int64_t kMaxInventoryInstances = 64;
 inline constexpr int64_t kMaxInventoryMemoryMiB = int64_t{1} << 30;  // 1 PiB per GPU.
+// A fault reason (node or GPU) is encoded with at most this many bytes (cut with its length).
+inline constexpr size_t kMaxInventoryFaultBytes = 1024;
 
 struct InventoryInstance {
   std::string profile;  // e.g. "3g.20gb".
@@ -48,6 +50,10 @@ struct InventoryGpu {
   int64_t memory_mib = 0;
   sched::GpuMode mode = sched::GpuMode::kHamiCore;  // kMig exactly when MIG mode is on.
   bool healthy = true;
+  // Non-empty while the agent refuses allocations on this GPU (fails it closed: an
+  // inconsistency that concerns this GPU alone), with the reason. Encoded with "healthy": false
+  // as well, so that a decoder older than this field keeps off the GPU too.
+  std::string fault;
   bool mig_capable = false;
   bool mig_pending = false;  // The MIG mode after the next reset differs.
   // The node agent owns the MIG layout (prism.io/mig.mode, docs/mig-manager.md); false: static,
@@ -65,7 +71,8 @@ struct InventoryGpu {
 struct NodeInventory {
   std::vector<InventoryGpu> gpus;  // By index.
   int split_count = 10;            // Device IDs advertised per GPU.
-  // Non-empty while the agent refuses allocations (fails closed), with the reason.
+  // Non-empty while the agent refuses every allocation (fails the whole node closed), with the
+  // reason. A fault of one GPU is that GPU's `fault`.
   std::string fault;
   friend bool operator==(const NodeInventory&, const NodeInventory&) = default;
 };
@@ -82,7 +89,8 @@ std::string EncodeInventory(const NodeInventory& inventory);
 // unusable until it is resolved, never silently scheduled on the wrong table).
 absl::StatusOr<NodeInventory> DecodeInventory(std::string_view text);
 
-// The GPUs as the placement engine's input (sched::NodeSpec::gpus). A MIG GPU the catalog does
+// The GPUs as the placement engine's input (sched::NodeSpec::gpus): a GPU is healthy there only
+// if it is healthy, has no fault and the node has no fault. A MIG GPU the catalog does
 // not know is given the model registered from its facts (the node agent's own view, which is
 // not decoded).
 std::vector<sched::GpuSpec> ToGpuSpecs(const NodeInventory& inventory);

@@ -85,9 +85,57 @@ TEST(InventoryTest, GpuSpecsCarryModeHealthAndInstances) {
   ASSERT_EQ(specs[0].instances.size(), 1u);
   EXPECT_TRUE(specs[0].instances[0].in_use);
   EXPECT_FALSE(specs[1].healthy);
+  // A GPU that fails closed is offered no more; the others still are.
+  t4.healthy = true;
+  a100.fault = "pod a/b container main: instance held by pod c/d";
+  inv.gpus = {a100, t4};
+  specs = ToGpuSpecs(inv);
+  EXPECT_FALSE(specs[0].healthy);
+  EXPECT_TRUE(specs[1].healthy);
   // A node that fails closed offers nothing.
   inv.fault = "conflict";
   for (const auto& s : ToGpuSpecs(inv)) EXPECT_FALSE(s.healthy);
+}
+
+// A GPU's fault is published with "healthy": false too: a scheduler that predates the field
+// (and ignores it) keeps off the GPU as well. Reasons are published bounded.
+TEST(InventoryTest, AGpuFaultIsEncodedAsUnhealthyWithItsReason) {
+  NodeInventory inv;
+  InventoryGpu g;
+  g.uuid = "GPU-a";
+  g.model = "Tesla T4";
+  g.memory_mib = 15360;
+  g.fault = "instance held by pod team/x";
+  inv.gpus = {g};
+  const std::string text = EncodeInventory(inv);
+  const nlohmann::json j = nlohmann::json::parse(text);
+  EXPECT_EQ(j["gpus"][0]["healthy"], false);
+  EXPECT_EQ(j["gpus"][0]["fault"], "instance held by pod team/x");
+  EXPECT_FALSE(j.contains("fault"));
+  absl::StatusOr<NodeInventory> decoded = DecodeInventory(text);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_FALSE(decoded->gpus[0].healthy);
+  EXPECT_EQ(decoded->gpus[0].fault, g.fault);
+  EXPECT_FALSE(ToGpuSpecs(*decoded)[0].healthy);
+  EXPECT_EQ(EncodeInventory(*decoded), text);
+  // What an older agent published (no per-GPU fault) still decodes healthy.
+  absl::StatusOr<NodeInventory> old = DecodeInventory(
+      R"({"version":1,"gpus":[{"index":0,"uuid":"u","model":"m","memoryMiB":1,)"
+      R"("mode":"hami-core","healthy":true}]})");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_TRUE(old->gpus[0].fault.empty());
+  EXPECT_TRUE(ToGpuSpecs(*old)[0].healthy);
+  EXPECT_THAT(DecodeInventory(R"({"version":1,"gpus":[{"index":0,"uuid":"u","model":"m",)"
+                              R"("memoryMiB":1,"mode":"hami-core","fault":7}]})")
+                  .status()
+                  .message(),
+              HasSubstr("gpus[0].fault: expected a string"));
+  // A long reason is cut, with its length.
+  inv.gpus[0].fault = std::string(5000, 'r');
+  inv.fault = std::string(5000, 'n');
+  const nlohmann::json cut = nlohmann::json::parse(EncodeInventory(inv));
+  EXPECT_EQ(cut["gpus"][0]["fault"], std::string(kMaxInventoryFaultBytes, 'r') + "... (5000 bytes)");
+  EXPECT_EQ(cut["fault"], std::string(kMaxInventoryFaultBytes, 'n') + "... (5000 bytes)");
 }
 
 TEST(InventoryTest, DecodeNamesWhatIsWrong) {

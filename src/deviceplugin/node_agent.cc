@@ -135,7 +135,12 @@ NodeAgent::NodeAgent(NodeAgentOptions options, nvml::Nvml* nvml, k8s::Client* cl
                     "Allocations in the ledger, by state");
   metrics_->Declare("prism_device_plugin_gpus", Type::kGauge, "GPUs by health");
   metrics_->Declare("prism_device_plugin_fail_closed", Type::kGauge,
-                    "1 while the agent refuses allocations");
+                    "1 while the agent refuses every allocation (the node fails closed)");
+  metrics_->Declare("prism_device_plugin_fail_closed_gpus", Type::kGauge,
+                    "GPUs on which the agent refuses allocations (an inconsistency concerns them)");
+  metrics_->Declare("prism_device_plugin_recoveries_ignored_total", Type::kCounter,
+                    "Allocations named in pods' status annotations that the kubelet's PodResources "
+                    "did not confirm, by reason (never recovered)");
   metrics_->Declare("prism_device_plugin_xid_events_total", Type::kCounter,
                     "Critical XID events NVML reported, by XID (ignored ones included)");
   realizer_.SetOwnerLiveness([this](const std::string& uid) { return PodLive(uid); });
@@ -393,12 +398,24 @@ absl::StatusOr<v1beta1::AllocateResponse> NodeAgent::Allocate(
       if (cr.devices_ids().empty()) {
         return fail(absl::InvalidArgumentError("Allocate with no device IDs"));
       }
+      // The kubelet only sends IDs this agent advertised; anyone else who reaches the socket may
+      // send anything, and an error quotes at most a bounded prefix of it (issue 38).
+      if (static_cast<size_t>(cr.devices_ids_size()) > devices_.size()) {
+        return fail(absl::InvalidArgumentError(
+            StrCat("Allocate with ", cr.devices_ids_size(), " device IDs, more than the ",
+                   devices_.size(), " this node advertises")));
+      }
       for (const std::string& id : cr.devices_ids()) {
+        if (id.size() > config::kMaxDeviceIdBytes) {
+          return fail(absl::InvalidArgumentError(StrCat("device ID ", QuoteBounded(id),
+                                                        " is longer than ",
+                                                        config::kMaxDeviceIdBytes, " bytes")));
+        }
         absl::StatusOr<DeviceToken> token = ParseDeviceId(id);
         if (!token.ok()) return fail(token.status());
         if (known_gpus_.count(token->gpu_uuid) == 0) {
           return fail(absl::InvalidArgumentError(
-              StrCat("device ID ", id, " names a GPU this node does not have")));
+              StrCat("device ID ", QuoteBounded(id), " names a GPU this node does not have")));
         }
       }
     }
@@ -475,29 +492,69 @@ std::string NodeAgent::FailClosedReason() const {
   return fail_closed_;
 }
 
+std::map<std::string, std::string> NodeAgent::GpuFaults() const {
+  absl::MutexLock lock(&mu_);
+  return gpu_faults_;
+}
+
 MigCounters NodeAgent::mig_counters() const {
   absl::MutexLock lock(&mu_);
   return mig_counters_;
 }
 
-void NodeAgent::SetFailClosed(std::string reason) {
+void NodeAgent::SetFailClosed(std::string reason, std::map<std::string, std::string> gpu_reasons) {
+  // Faults of GPUs this node does not have (gone since) are dropped; a fault on every GPU is the
+  // node's: nothing is left to allocate, and /readyz says so.
+  std::map<std::string, std::string> gpus;
+  for (const InventoryGpu& g : inventory_.gpus) {
+    if (auto it = gpu_reasons.find(g.uuid); it != gpu_reasons.end()) gpus.insert(*it);
+  }
+  if (reason.empty() && !gpus.empty() && gpus.size() == inventory_.gpus.size()) {
+    reason = StrCat("every GPU refuses allocations: ",
+                    StrJoin(gpus, "; ", [](std::string* out, const auto& kv) {
+                      StrAppend(out, kv.first, ": ", kv.second);
+                    }));
+  }
+  std::map<std::string, std::string> before;
+  bool node_changed = false;
   {
     absl::MutexLock lock(&mu_);
-    if (fail_closed_ == reason) return;
+    if (fail_closed_ == reason && gpu_faults_ == gpus) return;
+    node_changed = fail_closed_ != reason;
     fail_closed_ = reason;
+    before = std::exchange(gpu_faults_, gpus);
   }
   metrics_->Set("prism_device_plugin_fail_closed", reason.empty() ? 0 : 1);
-  if (reason.empty()) {
+  metrics_->Set("prism_device_plugin_fail_closed_gpus", static_cast<double>(gpus.size()));
+  k8s::ObjectReference node;
+  node.kind = "Node";
+  node.api_version = "v1";
+  node.name = options_.node_name;
+  if (node_changed && reason.empty()) {
     LogInfo(kLog, "inconsistency resolved: allocating again");
-  } else {
+  } else if (node_changed) {
     LogError(kLog, "refusing allocations (fail closed): ", reason);
-    k8s::ObjectReference node;
-    node.kind = "Node";
-    node.api_version = "v1";
-    node.name = options_.node_name;
     if (events_) events_->Record(node, k8s::EventType::kWarning, "PrismFailClosed", reason);
   }
+  bool health_changed = false;
+  for (InventoryGpu& g : inventory_.gpus) {
+    auto now = gpus.find(g.uuid);
+    auto was = before.find(g.uuid);
+    const std::string fault = now == gpus.end() ? "" : now->second;
+    if (fault == g.fault) continue;
+    health_changed = health_changed || fault.empty() != g.fault.empty();
+    g.fault = fault;
+    if (fault.empty()) {
+      LogInfo(kLog, "GPU ", g.index, " (", g.uuid, "): inconsistency resolved: allocating again");
+    } else if (was == before.end() || was->second != fault) {
+      const std::string text = StrCat("GPU ", g.index, " (", g.uuid, "): ", fault);
+      LogError(kLog, "refusing allocations on ", text, " (fail closed: this GPU only)");
+      if (events_) events_->Record(node, k8s::EventType::kWarning, "PrismFailClosed", text);
+    }
+  }
+  if (health_changed) UpdateDevices();
   SchedulePublishInventory();
+  UpdateMetrics();
 }
 
 // --- Pods -------------------------------------------------------------------------------------
@@ -700,6 +757,13 @@ absl::StatusOr<std::vector<RealizedDevice>> NodeAgent::RealizeContainer(
     }
     if (!gpu->healthy)
       return fail(absl::UnavailableError(StrCat("GPU ", gpu->index, " is unhealthy")));
+    // A GPU that fails closed takes no new allocation; the pods it concerns are re-checked
+    // (kAdopt) until the inconsistency is resolved.
+    if (!gpu->fault.empty() && mode == EnsureMode::kAllocate) {
+      return fail(absl::FailedPreconditionError(
+          StrCat("GPU ", gpu->index, " refuses allocations until an inconsistency is resolved: ",
+                 gpu->fault)));
+    }
     RealizedDevice r;
     r.gpu_index = gpu->index;
     r.gpu_uuid = gpu->uuid;

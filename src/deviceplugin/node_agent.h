@@ -13,8 +13,10 @@
 //   - releases what a pod held when it ends (idle MIG instances beyond the pool bound are
 //     destroyed);
 //   - publishes the GPU inventory in a node annotation, patched only when it changes;
-//   - on start, adopts the instances live pods hold (ledger + pod annotations) and cleans idle
-//     ones; any inconsistency makes it refuse allocations (fail closed) until it is resolved.
+//   - on start, adopts the instances live pods hold (its ledger, and pod annotations the
+//     kubelet's PodResources confirms: an annotation alone is never trusted) and cleans idle
+//     ones; an inconsistency makes it refuse allocations (fail closed) on the GPUs it concerns
+//     until it is resolved, on the whole node only when it concerns no GPU in particular.
 // Threads: NVML and all realization run on one worker thread (Nvml is not thread-safe);
 // Allocate and the device list are served from other threads under locks; API writes go
 // through a patch thread so a slow API server never blocks the worker. Thread-safe.
@@ -159,8 +161,12 @@ class NodeAgent {
   bool stopping() const;
 
   // --- Probes and tests ---
-  // Why the agent refuses allocations; empty when it does not.
+  // Why the agent refuses every allocation (the node fails closed: /readyz is 503); empty when
+  // it does not. Set by an inconsistency that concerns no GPU in particular, or one on every GPU.
   std::string FailClosedReason() const;
+  // GPU UUID -> why the agent refuses allocations on that GPU (it fails closed alone: reported
+  // unhealthy to the kubelet and in the inventory); empty when none does.
+  std::map<std::string, std::string> GpuFaults() const;
   // Waits until no allocation is pending and the worker has nothing due. False on timeout.
   bool WaitIdle(absl::Duration timeout);
   std::vector<AllocationRecord> Allocations() const { return ledger_.All(); }
@@ -210,6 +216,14 @@ class NodeAgent {
   void Release(const std::string& pod_uid, const std::string& why);
   void Reconcile();
   void Adopt();
+  // Adds to the ledger the allocations live pods' status annotations name that it lacks, each
+  // only if PodResources shows that pod's container holding exactly its device IDs; the others
+  // are ignored (logged once, counted). Sets recovery_unverified_ when PodResources cannot be
+  // asked.
+  void RecoverFromAnnotations(std::set<std::string>& known_ids);
+  // The GPUs (UUIDs) that `container`'s decision places it on; empty when the decision does not
+  // read or names a GPU this node lacks (a problem with it then concerns no GPU in particular).
+  std::set<std::string> DecisionGpus(const PodEntry& pod, const std::string& container) const;
   void OnPodEvent(const k8s::Json& pod, bool deleted);
   PodEntry* EntryFor(const k8s::Json& pod);
   PodEntry* FindEntryByKey(const std::string& pod_key);
@@ -221,7 +235,8 @@ class NodeAgent {
   void QueueStatusPatch(const PodEntry& pod);
   void RecordFailureEvent(const PodEntry& pod, const std::string& container,
                           const std::string& reason);
-  void SetFailClosed(std::string reason);
+  // The node's fault (empty: none) and each GPU's (by UUID). A fault on every GPU fails the node.
+  void SetFailClosed(std::string reason, std::map<std::string, std::string> gpu_reasons = {});
   void UpdateDevices();
   void UpdateMetrics();
   // Registers a container whose devices are ready with the usage collector.
@@ -249,6 +264,11 @@ class NodeAgent {
   bool inventory_publish_scheduled_ = false;
   std::vector<std::shared_ptr<std::function<void()>>> periodic_;
   std::map<std::string, uint64_t> xid_failed_;  // GPU UUID -> the critical XID it reported.
+  // Annotation claims ("<pod uid>/<allocation ID>") the kubelet did not confirm, logged once.
+  std::set<std::string> ignored_claims_;
+  // Some annotation claims could not be checked (PodResources unavailable): nothing idle is
+  // trimmed and Reconcile checks again.
+  bool recovery_unverified_ = false;
 
   // XID events: the watcher is used by xid_thread_ only.
   std::unique_ptr<nvml::XidEventWatcher> xid_watcher_;
@@ -263,6 +283,7 @@ class NodeAgent {
   uint64_t devices_version_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<std::string> known_gpus_ ABSL_GUARDED_BY(mu_);
   std::string fail_closed_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string> gpu_faults_ ABSL_GUARDED_BY(mu_);  // By GPU UUID.
   MigCounters mig_counters_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
 

@@ -48,6 +48,11 @@ absl::Status NodeAgent::RefreshInventory(bool publish) {
     }
   }
   inv.fault = FailClosedReason();
+  const std::map<std::string, std::string> faults = GpuFaults();
+  for (InventoryGpu& g : inv.gpus) {
+    auto it = faults.find(g.uuid);
+    g.fault = it == faults.end() ? "" : it->second;
+  }
   inventory_ = std::move(inv);
   if (gpus_changed || node_state_ == nullptr) {
     RETURN_IF_ERROR(RebuildNodeState());
@@ -73,7 +78,11 @@ absl::Status NodeAgent::RebuildNodeState() {
   node.cpu_milli = int64_t{1} << 40;
   node.memory_bytes = int64_t{1} << 60;
   NodeInventory bare = inventory_;
-  for (InventoryGpu& g : bare.gpus) g.instances.clear();
+  // Decisions are decoded against the GPUs as they are, faults or not.
+  for (InventoryGpu& g : bare.gpus) {
+    g.instances.clear();
+    g.fault.clear();
+  }
   bare.fault.clear();
   node.gpus = ToGpuSpecs(bare);
   absl::StatusOr<sched::ClusterState> state =
@@ -92,7 +101,8 @@ void NodeAgent::UpdateDevices() {
     for (int k = 0; k < options_.split_count; ++k) {
       v1beta1::Device d;
       d.set_id(FormatDeviceId(g.uuid, k));
-      d.set_health(g.healthy ? kubelet::kHealthy : kubelet::kUnhealthy);
+      // A GPU that fails closed is unhealthy to the kubelet: it admits no pod on its IDs.
+      d.set_health(g.healthy && g.fault.empty() ? kubelet::kHealthy : kubelet::kUnhealthy);
       devices_.push_back(std::move(d));
     }
   }

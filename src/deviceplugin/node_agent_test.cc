@@ -10,12 +10,14 @@
 
 #include "base/strings.h"
 #include "config/allocation_status.h"
+#include "config/annotations.h"
 #include "config/device_config_yaml.h"
 #include "deviceplugin/agent_harness.h"
 #include "deviceplugin/cdi_spec.h"
 #include "deviceplugin/inventory.h"
 #include "deviceplugin/test_util.h"
 #include "k8s/objects.h"
+#include "kubelet/kubelet_client.h"
 #include "nvml/sim/sim_state_file.h"
 
 namespace prism::deviceplugin {
@@ -874,46 +876,168 @@ TEST_F(NodeAgentTest, AfterANodeRebootLivePodsGetTheirInstancesBack) {
   EXPECT_EQ(again->env["NVIDIA_VISIBLE_DEVICES"], recreated);
 }
 
-TEST_F(NodeAgentTest, AnInconsistencyFailsClosedUntilItIsResolved) {
-  Start(kMixedNode, PlacementConfig(),
-        [](NodeAgentOptions& o) { o.reconcile_interval = absl::Milliseconds(50); });
+// A genuine inconsistency fails closed only the GPUs it concerns (issue 38). Two pods the
+// kubelet really admitted both hold GPU 0's instance by their decisions (a buggy scheduler, a
+// copied decision), and the agent lost its ledger: both allocations come back from the pods'
+// annotations (the kubelet confirms each), and adopting them finds the instance held twice.
+TEST_F(NodeAgentTest, AnInconsistencyFailsClosedOnlyItsGpuUntilItIsResolved) {
+  auto fast = [](NodeAgentOptions& o) { o.reconcile_interval = absl::Milliseconds(50); };
+  Start(kMixedNode, PlacementConfig(), fast);
   std::string a;
   kubelet::CreatedContainer c = Run(MigPod("first"), &a);
   ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  const std::string gpu0 = h_->DecisionOf(a)->containers[0].devices[0].uuid;
   h_->StopAgent();
-  // A second pod claims the very same instance (a corrupted annotation, a buggy scheduler).
-  const std::string text = h_->PodAnnotation(a, kAllocationStatusAnnotation).value();
-  const k8s::Json first = h_->Pod(a);
+  // The twin carries the first pod's decision; an agent that cannot reach PodResources answers
+  // its Allocate without attributing it.
   PodSpec twin = MigPod("twin");
-  std::map<std::string, std::string> annotations = k8s::Annotations(first);
-  twin.annotations = annotations;
-  auto status = k8s::Json::parse(text);
-  status["containers"]["main"]["allocations"] = {"forged-1"};
-  twin.annotations[kAllocationStatusAnnotation] = status.dump();
+  for (const auto& [k, v] : k8s::Annotations(h_->Pod(a))) {
+    if (k != kAllocationStatusAnnotation) twin.annotations[k] = v;
+  }
   absl::StatusOr<std::string> b = h_->SubmitPod(twin, /*decide=*/false);
   ASSERT_TRUE(b.ok());
-
-  ASSERT_TRUE(h_->StartAgent([](NodeAgentOptions& o) {
-                  o.reconcile_interval = absl::Milliseconds(50);
+  ASSERT_TRUE(h_->StartAgent([&](NodeAgentOptions& o) {
+                  o.prepare_early = false;
+                  o.pod_resources_socket = (h_->dir() / "nowhere.sock").string();
+                  o.pod_resources_timeout = absl::Milliseconds(50);
                 }).ok());
-  EXPECT_THAT(h_->agent().FailClosedReason(), HasSubstr("held by pod"));
-  absl::StatusOr<std::string> next = h_->SubmitPod(MigPod("next"), /*decide=*/false);
+  ASSERT_TRUE(h_->Admit(*b).ok());
+  h_->StopAgent();
+  // Its status names the allocation with the devices the kubelet gave it; the ledger is lost.
+  k8s::Json status = k8s::Json::parse(h_->PodAnnotation(a, kAllocationStatusAnnotation).value());
+  status["containers"]["main"]["allocations"] = {"twin-1"};
+  status["containers"]["main"]["deviceIds"] = h_->kubelet().AllocatedDevices(*b, "main");
+  status["containers"]["main"].erase("devices");
+  ASSERT_TRUE(h_->client()
+                  .Patch(k8s::kPods, testing::kNamespace, "twin", k8s::PatchType::kMerge,
+                         k8s::Json{{"metadata",
+                                    {{"annotations",
+                                      {{kAllocationStatusAnnotation, status.dump()}}}}}})
+                  .ok());
+  fs::remove_all(h_->state_dir());
+
+  ASSERT_TRUE(h_->StartAgent(fast).ok());
+  // GPU 0 fails closed, alone: the node stays ready and GPU 1 keeps serving.
+  EXPECT_EQ(h_->agent().FailClosedReason(), "");
+  const std::map<std::string, std::string> faults = h_->agent().GpuFaults();
+  ASSERT_EQ(faults.size(), 1u);
+  EXPECT_THAT(faults.begin()->first, gpu0);
+  EXPECT_THAT(faults.begin()->second, HasSubstr("held by pod"));
+  EXPECT_TRUE(h_->kubelet().WaitForHealthyDevices("nvidia.com/gpu", 10, absl::Seconds(5)));
+  for (const v1beta1::Device& d : h_->kubelet().Devices("nvidia.com/gpu")) {
+    EXPECT_EQ(d.health() == kubelet::kHealthy, d.id().rfind(gpu0, 0) != 0) << d.id();
+  }
+  ASSERT_TRUE(Eventually([&] {
+    auto inv = DecodeInventory(h_->NodeAnnotation(kInventoryAnnotation).value_or("{}"));
+    return inv.ok() && inv->fault.empty() && !inv->gpus[0].fault.empty() &&
+           !inv->gpus[0].healthy && inv->gpus[1].healthy && inv->gpus[1].fault.empty();
+  }));
+  EXPECT_EQ(h_->metrics().Value("prism_device_plugin_fail_closed_gpus"), 1);
+  EXPECT_EQ(h_->metrics().Value("prism_device_plugin_fail_closed"), 0);
+  EXPECT_FALSE(h_->Events("PrismFailClosed").empty());
+  // A pod decided onto GPU 0 (by a scheduler that has not seen the fault yet) is refused; a
+  // slice pod on GPU 1 is served.
+  absl::StatusOr<std::string> next = h_->SubmitPod(MigPod("next"));
   ASSERT_TRUE(next.ok());
-  absl::Status refused = h_->Admit(*next);
-  EXPECT_THAT(std::string(refused.message()), HasSubstr("refuses allocations"));
+  ASSERT_EQ(h_->DecisionOf(*next)->containers[0].devices[0].uuid, gpu0);
+  ASSERT_TRUE(h_->Admit(*next).ok());
+  auto refused = h_->CreateContainer(*next, "main");
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_THAT(refused->env[kAllocationErrorEnv], HasSubstr("refuses allocations"));
+  kubelet::CreatedContainer slice = Run(SlicePod("slice"));
+  EXPECT_THAT(slice.env[kAllocationErrorEnv], ::testing::IsEmpty());
+  // The first pod's instance was not touched.
+  const int start = h_->DecisionOf(a)->containers[0].devices[0].start;
+  EXPECT_EQ(MigUuidAt(h_->state_file(), 0, start), c.env["NVIDIA_VISIBLE_DEVICES"]);
+  // Removing the twin resolves it.
+  ASSERT_TRUE(h_->DeletePod(*b).ok());
+  ASSERT_TRUE(Eventually([&] { return h_->agent().GpuFaults().empty(); }));
+  EXPECT_TRUE(h_->kubelet().WaitForHealthyDevices("nvidia.com/gpu", 20, absl::Seconds(5)));
+  EXPECT_EQ(h_->metrics().Value("prism_device_plugin_fail_closed_gpus"), 0);
+  ASSERT_TRUE(h_->DeletePod(*next).ok());
+  Run(MigPod("after"));
+}
+
+// A problem no GPU can be blamed for still fails the whole node closed (the safe direction):
+// the agent's own ledger says a live pod holds an allocation, and the pod's decision no longer
+// reads (a decision that is gone is not one: the agent places such a pod itself).
+TEST_F(NodeAgentTest, AnInconsistencyOfNoGpuInParticularFailsTheNodeClosed) {
+  auto fast = [](NodeAgentOptions& o) { o.reconcile_interval = absl::Milliseconds(50); };
+  Start(kMixedNode, PlacementConfig(), fast);
+  std::string a;
+  Run(MigPod("first"), &a);
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  h_->StopAgent();
+  ASSERT_TRUE(h_->client()
+                  .Patch(k8s::kPods, testing::kNamespace, "first", k8s::PatchType::kMerge,
+                         k8s::Json{{"metadata",
+                                    {{"annotations",
+                                      {{config::kPrismDecisionAnnotation, "{not json"}}}}}})
+                  .ok());
+  ASSERT_TRUE(h_->StartAgent(fast).ok());
+  EXPECT_THAT(h_->agent().FailClosedReason(), HasSubstr("pod team/first"));
+  EXPECT_TRUE(h_->agent().GpuFaults().empty());
+  absl::StatusOr<std::string> next = h_->SubmitPod(SlicePod("next"), /*decide=*/false);
+  ASSERT_TRUE(next.ok());
+  EXPECT_THAT(std::string(h_->Admit(*next).message()), HasSubstr("refuses allocations"));
   ASSERT_TRUE(Eventually([&] {
     auto inv = DecodeInventory(h_->NodeAnnotation(kInventoryAnnotation).value_or("{}"));
     return inv.ok() && !inv->fault.empty();
   }));
-  EXPECT_FALSE(h_->Events("PrismFailClosed").empty());
-  // The first pod's instance was not touched.
-  const int start = h_->DecisionOf(a)->containers[0].devices[0].start;
-  EXPECT_EQ(MigUuidAt(h_->state_file(), 0, start), c.env["NVIDIA_VISIBLE_DEVICES"]);
-  // Removing the impostor resolves it.
-  ASSERT_TRUE(h_->DeletePod(*b).ok());
+  EXPECT_EQ(h_->metrics().Value("prism_device_plugin_fail_closed"), 1);
+  ASSERT_TRUE(h_->DeletePod(a).ok());
   ASSERT_TRUE(Eventually([&] { return h_->agent().FailClosedReason().empty(); }));
   ASSERT_TRUE(h_->DeletePod(*next).ok());
   Run(MigPod("after"));
+}
+
+// Allocations named only in an annotation are recovered only where the kubelet confirms them:
+// pods bound here with a forged status (never admitted, or naming other devices) are ignored,
+// logged once and counted, and fail nothing closed (issue 38).
+TEST_F(NodeAgentTest, AllocationsTheKubeletDoesNotConfirmAreNotRecovered) {
+  auto fast = [](NodeAgentOptions& o) { o.reconcile_interval = absl::Milliseconds(50); };
+  Start(kMixedNode, PlacementConfig(), fast);
+  std::string a;
+  kubelet::CreatedContainer c = Run(MigPod("first"), &a);
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  h_->StopAgent();
+  const std::string text = h_->PodAnnotation(a, kAllocationStatusAnnotation).value();
+  // A twin with the first pod's decision and devices, never admitted.
+  PodSpec twin = MigPod("twin");
+  twin.annotations = k8s::Annotations(h_->Pod(a));
+  k8s::Json status = k8s::Json::parse(text);
+  status["containers"]["main"]["allocations"] = {"forged-1"};
+  twin.annotations[kAllocationStatusAnnotation] = status.dump();
+  ASSERT_TRUE(h_->SubmitPod(twin, /*decide=*/false).ok());
+  // The first pod's own status, naming another allocation for other devices.
+  status["containers"]["main"]["allocations"] = {"forged-2"};
+  status["containers"]["main"]["deviceIds"] = {"GPU-x::0"};
+  PodSpec other = MigPod("other");
+  other.annotations[kAllocationStatusAnnotation] = status.dump();
+  ASSERT_TRUE(h_->SubmitPod(other, /*decide=*/false).ok());
+  fs::remove_all(h_->state_dir());
+
+  ASSERT_TRUE(h_->StartAgent(fast).ok());
+  ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(5)));
+  EXPECT_EQ(h_->agent().FailClosedReason(), "");
+  EXPECT_TRUE(h_->agent().GpuFaults().empty());
+  std::set<std::string> ids;
+  for (const AllocationRecord& r : h_->agent().Allocations()) ids.insert(r.id);
+  EXPECT_EQ(ids.count("forged-1"), 0u);
+  EXPECT_EQ(ids.count("forged-2"), 0u);
+  EXPECT_EQ(ids.size(), 1u);  // The first pod's, which the kubelet confirms.
+  EXPECT_EQ(h_->metrics().Value("prism_device_plugin_recoveries_ignored_total",
+                                {{"reason", "no_pod"}}),
+            2);
+  // Re-checks do not count them again.
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(h_->metrics().Value("prism_device_plugin_recoveries_ignored_total",
+                                {{"reason", "no_pod"}}),
+            2);
+  auto again = h_->CreateContainer(a, "main");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->env["NVIDIA_VISIBLE_DEVICES"], c.env["NVIDIA_VISIBLE_DEVICES"]);
+  Run(MigPod("next"));
 }
 
 }  // namespace

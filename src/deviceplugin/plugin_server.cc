@@ -17,6 +17,7 @@
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "config/allocation_status.h"
 #include "kubelet/deviceplugin/v1beta1/api.grpc.pb.h"
 #include "kubelet/kubelet_client.h"
 
@@ -26,10 +27,33 @@ namespace {
 namespace fs = std::filesystem;
 constexpr char kLog[] = "device-plugin";
 
+// A status message goes back in the call's trailing metadata: gRPC refuses more than 8 KiB of
+// it by default (the client sees "received initial metadata size exceeds limit", not the
+// error). Messages quote outside input bounded (QuoteBounded); this bound is the last resort
+// for lists of it (many device IDs).
+constexpr size_t kMaxStatusMessageBytes = 2048;
+
+std::string BoundedMessage(absl::string_view message) {
+  if (message.size() <= kMaxStatusMessageBytes) return std::string(message);
+  return StrCat(ToStd(message.substr(0, kMaxStatusMessageBytes)), "... (", message.size(),
+                " bytes)");
+}
+
 grpc::Status ToGrpc(const absl::Status& s) {
   if (s.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(static_cast<int>(s.code())),
-                      std::string(s.message()));
+                      BoundedMessage(s.message()));
+}
+
+// The kubelet sends the IDs it was given; anyone else who reaches the socket may send anything.
+absl::Status CheckDeviceIds(const std::vector<std::string>& ids) {
+  for (const std::string& id : ids) {
+    if (id.size() > config::kMaxDeviceIdBytes) {
+      return absl::InvalidArgumentError(StrCat("device ID ", QuoteBounded(id), " is longer than ",
+                                               config::kMaxDeviceIdBytes, " bytes"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -90,10 +114,14 @@ class PluginServer::Service final : public v1beta1::DevicePlugin::Service {
                                  v1beta1::PreStartContainerResponse*) override {
     const std::vector<std::string> ids(request->devices_ids().begin(),
                                        request->devices_ids().end());
-    absl::Status status = agent_->PreStartContainer(
-        ids, [this, context] { return stop_.load() || context->IsCancelled(); });
-    if (!status.ok()) LogWarning(kLog, "PreStartContainer: ", status.message());
-    return ToGrpc(status);
+    absl::Status status = CheckDeviceIds(ids);
+    if (status.ok()) {
+      status = agent_->PreStartContainer(
+          ids, [this, context] { return stop_.load() || context->IsCancelled(); });
+    }
+    const grpc::Status answer = ToGrpc(status);
+    if (!status.ok()) LogWarning(kLog, "PreStartContainer: ", answer.error_message());
+    return answer;
   }
 
  private:
