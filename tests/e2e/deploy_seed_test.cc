@@ -55,6 +55,8 @@ using json = nlohmann::json;
 using ::testing::HasSubstr;
 
 constexpr char kNode[] = "gpu-node-1";
+// A Tesla T4 for software slices (the simulator needs the memory of a model it has no MIG table for).
+constexpr char kT4Gpus[] = "gpus:\n  - model: Tesla T4\n    memory_mib: 15360\n";
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);
@@ -160,6 +162,71 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
                    {"ca.crt", pki->ca_cert_pem}};
     ca_file_ = deviceplugin::testing::WriteFile(dir_ / "extender-ca.crt", pki->ca_cert_pem);
     ReadKubeSchedulerConfig();
+    ASSERT_NO_FATAL_FAILURE(IssueKubeSchedulerClientCertificate());
+  }
+
+  // kube-scheduler's client certificate for the extender's mutual TLS, followed through deploy/
+  // as shipped: the extender's tlsConfig certFile -> the kube-scheduler Deployment's Secret
+  // mounted there -> the Certificate that fills it -> its Issuer's CA Secret, which the scheduler
+  // Deployment must mount at its --client-ca-file. A link missing anywhere fails here.
+  void IssueKubeSchedulerClientCertificate() {
+    const std::string cert_dir = fs::path(client_cert_path_).parent_path().string();
+    ASSERT_EQ(fs::path(client_key_path_).parent_path().string(), cert_dir);
+    const Object* kube_scheduler = bundle_.Find("Deployment", "prism-kube-scheduler");
+    ASSERT_NE(kube_scheduler, nullptr);
+    const std::string client_secret = MountedSecret(*kube_scheduler, cert_dir);
+    ASSERT_FALSE(client_secret.empty()) << "prism-kube-scheduler mounts no Secret at " << cert_dir;
+    std::string issuer, common_name;
+    for (const Object* cert : bundle_.All("Certificate")) {
+      if (cert->at("spec").value("secretName", "") != client_secret) continue;
+      issuer = cert->at("spec").at("issuerRef").value("name", "");
+      common_name = cert->at("spec").value("commonName", "");
+      json usages = cert->at("spec").value("usages", json::array());
+      EXPECT_NE(std::find(usages.begin(), usages.end(), "client auth"), usages.end());
+    }
+    ASSERT_FALSE(issuer.empty()) << "no Certificate fills Secret " << client_secret;
+    std::string client_ca_secret;
+    for (const Object* i : bundle_.All("Issuer")) {
+      if (i->at("metadata").value("name", "") != issuer) continue;
+      client_ca_secret = i->at("spec").at("ca").value("secretName", "");
+    }
+    ASSERT_FALSE(client_ca_secret.empty()) << "Issuer " << issuer << " is no CA issuer";
+    EXPECT_NE(client_ca_secret, "prism-ca") << "the client CA must be a root of its own";
+    const Object* scheduler = bundle_.Find("Deployment", "prism-scheduler");
+    ASSERT_NE(scheduler, nullptr);
+    std::string client_ca_file;
+    for (const json& arg : scheduler->at("spec")["template"]["spec"]["containers"][0]["args"]) {
+      const std::string a = arg;
+      if (a.rfind("--client-ca-file=", 0) == 0) client_ca_file = a.substr(a.find('=') + 1);
+    }
+    ASSERT_FALSE(client_ca_file.empty()) << "prism-scheduler has no --client-ca-file";
+    EXPECT_EQ(MountedSecret(*scheduler, fs::path(client_ca_file).parent_path().string()),
+              client_ca_secret);
+
+    absl::StatusOr<fakeapi::TestPki> client_pki =
+        fakeapi::GenerateTestPki({"unused.invalid"}, {}, common_name);
+    ASSERT_TRUE(client_pki.ok()) << client_pki.status();
+    client_ca_secret_name_ = client_ca_secret;
+    client_ca_secret_ = {{"ca.crt", client_pki->ca_cert_pem}};
+    client_cert_file_ =
+        deviceplugin::testing::WriteFile(dir_ / "kube-scheduler-client.crt", client_pki->client_cert_pem);
+    client_key_file_ =
+        deviceplugin::testing::WriteFile(dir_ / "kube-scheduler-client.key", client_pki->client_key_pem);
+  }
+
+  // The Secret `workload`'s first container mounts at `dir`; empty if none.
+  static std::string MountedSecret(const Object& workload, const std::string& dir) {
+    const json& pod = workload.at("spec").at("template").at("spec");
+    std::string volume;
+    for (const json& m : pod["containers"][0].value("volumeMounts", json::array())) {
+      if (m.value("mountPath", "") == dir) volume = m.value("name", "");
+    }
+    for (const json& v : pod.value("volumes", json::array())) {
+      if (v.value("name", "") == volume && v.contains("secret")) {
+        return v["secret"].value("secretName", "");
+      }
+    }
+    return "";
   }
 
   void TearDown() override {
@@ -185,6 +252,10 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     EXPECT_TRUE(extender["enableHTTPS"].as<bool>());
     weight_ = extender["weight"].as<int64_t>();
     const std::string server_name = extender["tlsConfig"]["serverName"].as<std::string>();
+    ASSERT_TRUE(extender["tlsConfig"]["certFile"] && extender["tlsConfig"]["keyFile"])
+        << "kube-scheduler presents no client certificate to the extender";
+    client_cert_path_ = extender["tlsConfig"]["certFile"].as<std::string>();
+    client_key_path_ = extender["tlsConfig"]["keyFile"].as<std::string>();
     EXPECT_NE(tls_secret_["tls.crt"], "");
     // The name kube-scheduler verifies must be one the certificate carries.
     bool named = false;
@@ -227,16 +298,18 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     LocalProcessOptions o;
     o.dir = dir_;
     o.field_refs = {{"metadata.name", "prism-scheduler-0"}, {"metadata.namespace", ns_}};
-    o.secrets = {{"prism-scheduler-tls", tls_secret_}};
+    o.secrets = {{"prism-scheduler-tls", tls_secret_}, {client_ca_secret_name_, client_ca_secret_}};
     absl::StatusOr<LocalProcess> p = LocalProcessFor(bundle_, *deploy, "scheduler", o);
     ASSERT_TRUE(p.ok()) << p.status();
     if (port_ == 0) {
       port_ = FreeLoopbackPort();
+      webhook_port_ = FreeLoopbackPort();
       probe_port_ = FreeLoopbackPort();
     }
     // What differs from a pod: the API server's address and free ports on this machine.
     p->SetFlag("--kubeconfig", kubeconfig_);
     p->SetFlag("--port", std::to_string(port_));
+    p->SetFlag("--webhook-port", std::to_string(webhook_port_));
     p->SetFlag("--probe-port", std::to_string(probe_port_));
     p->SetFlag("--bind-address", "127.0.0.1");
     scheduler_.log = (dir_ / "scheduler.log").string();
@@ -341,6 +414,8 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     o.scheduler_name = scheduler_name_;
     o.weight = weight_;
     o.ca_file = ca_file_;
+    o.client_cert_file = client_cert_file_;
+    o.client_key_file = client_key_file_;
     const std::string url = StrCat("https://127.0.0.1:", port_);
     o.extender_url = [url] { return url; };
     driver_ = std::make_unique<SchedulerDriver>(client_.get(), o);
@@ -361,7 +436,7 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
                   {"namespace", "default"},
                   {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
                   {"object", pod}}}};
-    httplib::Client https(StrCat("https://127.0.0.1:", port_));
+    httplib::Client https(StrCat("https://127.0.0.1:", webhook_port_));
     https.set_ca_cert_path(ca_file_.c_str());
     auto res = https.Post(path, review.dump(), "application/json");
     EXPECT_TRUE(res) << (res ? "" : httplib::to_string(res.error()));
@@ -513,8 +588,16 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
   std::string ca_file_;
   std::string scheduler_name_;
   int64_t weight_ = 1;
-  int port_ = 0;
+  int port_ = 0;          // Extender verbs (mutual TLS).
+  int webhook_port_ = 0;  // The admission webhook (server TLS).
   int probe_port_ = 0;
+  // kube-scheduler's client certificate: where the shipped config reads it, and this test's copy.
+  std::string client_cert_path_;
+  std::string client_key_path_;
+  std::string client_cert_file_;
+  std::string client_key_file_;
+  std::string client_ca_secret_name_;
+  std::map<std::string, std::string> client_ca_secret_;
   std::string state_file_;
   std::unique_ptr<kubelet::FakeKubelet> kubelet_;
   std::unique_ptr<k8s::Client> client_;
@@ -768,6 +851,209 @@ INSTANTIATE_TEST_SUITE_P(
                  {{"nvidia.com/mig.config", "all-1g.5gb"}},
                  {{19, 0}, {19, 1}, {19, 2}, {19, 3}, {19, 4}, {19, 5}, {19, 6}}}),
     [](const ::testing::TestParamInfo<NodeCase>& case_info) { return case_info.param.name; });
+
+// A slice pod: one GPU with `memory_mib` of its memory.
+json SlicePod(const std::string& name, int memory_mib) {
+  return json{{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata", {{"name", name}, {"namespace", "default"}}},
+              {"spec",
+               {{"containers",
+                 {{{"name", "main"},
+                   {"image", "cuda"},
+                   {"resources",
+                    {{"limits",
+                      {{"nvidia.com/gpu", "1"},
+                       {"nvidia.com/gpumem", std::to_string(memory_mib)}}}}}}}}}}};
+}
+
+// Issue 38, cases 1 and 3, on the shipped configuration (a T4 for slices): a tenant copies a
+// scheduled pod's annotations onto a pod that asks for no GPU and presets its node. Through the
+// shipped webhooks the annotations are stripped (mutating) and refused (validating); with
+// admission bypassed the scheduler charges the forged pod nothing, so the next legitimate pod of
+// the same size still starts; a tenant's later UPDATE of Prism's annotations is refused while the
+// node agent's account may make it.
+class ForgedAnnotationsTest : public DeploySeedTest {
+ protected:
+  // One AdmissionReview to the path the shipped configuration of `kind` names, as `user`.
+  json Admit(const std::string& kind, const std::string& operation, const std::string& user,
+             const json& pod, const json* old_pod = nullptr) {
+    std::string path;
+    for (const Object* w : bundle_.All(kind)) {
+      path = w->at("webhooks")[0]["clientConfig"]["service"].value("path", "");
+    }
+    EXPECT_FALSE(path.empty()) << "no " << kind << " in deploy/";
+    json request{{"uid", "review-forged"},
+                 {"operation", operation},
+                 {"namespace", "default"},
+                 {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
+                 {"userInfo", {{"username", user}, {"groups", {"system:authenticated"}}}},
+                 {"object", pod}};
+    if (old_pod != nullptr) request["oldObject"] = *old_pod;
+    json review{{"apiVersion", "admission.k8s.io/v1"}, {"kind", "AdmissionReview"},
+                {"request", request}};
+    httplib::Client https(StrCat("https://127.0.0.1:", webhook_port_));
+    https.set_ca_cert_path(ca_file_.c_str());
+    auto res = https.Post(path, review.dump(), "application/json");
+    EXPECT_TRUE(res) << (res ? "" : httplib::to_string(res.error()));
+    if (!res) return json::object();
+    EXPECT_EQ(res->status, 200) << res->body;
+    return json::parse(res->body, nullptr, false)["response"];
+  }
+
+  // The account the shipped scheduler trusts with Prism's annotations (its flag, as deployed).
+  std::string TrustedUser() {
+    const Object* deploy = bundle_.Find("Deployment", "prism-scheduler");
+    std::string value;
+    for (const json& arg : deploy->at("spec")["template"]["spec"]["containers"][0]["args"]) {
+      const std::string a = arg;
+      if (a.rfind("--trusted-service-accounts=", 0) == 0) value = a.substr(a.find('=') + 1);
+    }
+    EXPECT_FALSE(value.empty());
+    return "system:serviceaccount:" + value.substr(0, value.find(','));
+  }
+};
+
+TEST_P(ForgedAnnotationsTest, ACopiedDecisionIsStrippedRefusedAndNeverCharged) {
+  ASSERT_NO_FATAL_FAILURE(StartInstall(GetParam()));
+  const std::string tenant = "system:serviceaccount:default:ci";
+
+  // A legitimate 12000 MiB slice runs; its annotations are copied, then it is deleted.
+  json first = SlicePod("first", 12000);
+  const std::string uid = Submit(first);
+  ASSERT_FALSE(uid.empty());
+  absl::StatusOr<kubelet::CreatedContainer> started = Run(first, uid);
+  ASSERT_TRUE(started.ok()) << started.status() << Slurp(agent_.log);
+  json copied = Pod("first")["metadata"]["annotations"];
+  ASSERT_TRUE(copied.contains("prism.io/decision")) << copied.dump();
+  ASSERT_TRUE(api_->Delete("pods", "default", "first").ok());
+  kubelet_->RemovePod(uid);
+
+  // The forged pod: no GPU asked, the node preset, the copied annotations.
+  json evil{{"apiVersion", "v1"},
+            {"kind", "Pod"},
+            {"metadata", {{"name", "evil"}, {"namespace", "default"}, {"annotations", copied}}},
+            {"spec",
+             {{"nodeName", kNode}, {"containers", {{{"name", "main"}, {"image", "cuda"}}}}}}};
+  // 1. Through admission: the mutating webhook strips every Prism annotation (and says so)...
+  json mutated = Admit("MutatingWebhookConfiguration", "CREATE", tenant, evil);
+  ASSERT_TRUE(mutated.value("allowed", false)) << mutated.dump();
+  std::string patch;
+  ASSERT_TRUE(absl::Base64Unescape(mutated.value("patch", ""), &patch));
+  const json stripped = evil.patch(json::parse(patch));
+  for (const char* key : {"prism.io/decision", "prism.io/allocation-status",
+                          "hami.io/vgpu-devices-allocated", "hami.io/vgpu-node"}) {
+    EXPECT_FALSE(stripped["metadata"]["annotations"].contains(key)) << key;
+  }
+  EXPECT_THAT(mutated["warnings"].dump(), HasSubstr("prism.io/decision"));
+  // ...and the validating webhook refuses the pod as it was sent, naming the annotation.
+  json validated = Admit("ValidatingWebhookConfiguration", "CREATE", tenant, evil);
+  EXPECT_FALSE(validated.value("allowed", true));
+  EXPECT_THAT(validated["status"].value("message", ""), HasSubstr("prism.io/decision"));
+
+  // 2. Admission bypassed: the forged pod is stored as it is, and the scheduler charges nothing.
+  ASSERT_TRUE(api_->Create("pods", evil).ok());
+  // The scheduler has seen it (its decision is counted as one that does not decode against the
+  // pod's request) before the next pod asks for the same memory.
+  bool seen = false;
+  for (int i = 0; i < 1000 && !seen; ++i) {
+    httplib::Client probe("127.0.0.1", probe_port_);
+    auto res = probe.Get("/metrics");
+    const std::string text = res ? res->body : "";
+    const std::string name = "\nprism_scheduler_decision_decode_failures ";
+    const size_t at = text.find(name);
+    seen = at != std::string::npos && std::stod(text.substr(at + name.size())) >= 1;
+    if (!seen) absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_TRUE(seen) << Slurp(scheduler_.log);
+  json second = SlicePod("second", 12000);
+  const std::string second_uid = Submit(second);
+  ASSERT_FALSE(second_uid.empty());
+  started = Run(second, second_uid);
+  ASSERT_TRUE(started.ok()) << started.status() << Slurp(scheduler_.log);
+  EXPECT_EQ(started->env.count("PRISM_ALLOCATION_ERROR"), 0u)
+      << started->env["PRISM_ALLOCATION_ERROR"];
+
+  // 3. A tenant's later UPDATE of the running pod's decision is refused; the node agent's
+  //    account (the one the shipped scheduler trusts) may write it.
+  const json running = Pod("second");
+  json edited = running;
+  edited["metadata"]["annotations"]["prism.io/decision"] =
+      copied["prism.io/decision"].get<std::string>() + " ";
+  json refused = Admit("ValidatingWebhookConfiguration", "UPDATE", tenant, edited, &running);
+  EXPECT_FALSE(refused.value("allowed", true));
+  EXPECT_THAT(refused["status"].value("message", ""), HasSubstr("changed prism.io/decision"));
+  json removed = running;
+  removed["metadata"]["annotations"].erase("prism.io/decision");
+  refused = Admit("ValidatingWebhookConfiguration", "UPDATE", tenant, removed, &running);
+  EXPECT_FALSE(refused.value("allowed", true));
+  json allowed = Admit("ValidatingWebhookConfiguration", "UPDATE", TrustedUser(), edited, &running);
+  EXPECT_TRUE(allowed.value("allowed", false)) << allowed.dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(Issue38, ForgedAnnotationsTest,
+                         ::testing::Values(NodeCase{"t4", kT4Gpus, {}, {}}),
+                         [](const ::testing::TestParamInfo<NodeCase>& case_info) {
+                           return case_info.param.name;
+                         });
+
+// Issue 39, finding 1, on the shipped configuration: the extender's verbs answer only
+// kube-scheduler. A caller without its client certificate (or with the scheduler's own serving
+// certificate, which a pod of the scheduler holds) is refused at the TLS handshake; with it,
+// /bind of a pod that is not Prism's (another namespace, the default scheduler, no GPU) is
+// refused and the pod stays unbound.
+class ExtenderCallerTest : public DeploySeedTest {};
+
+TEST_P(ExtenderCallerTest, OnlyKubeSchedulersCertificateReachesTheVerbsAndBindTakesOnlyPrismsPods) {
+  ASSERT_NO_FATAL_FAILURE(StartInstall(GetParam()));
+  json victim{{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata", {{"name", "secret-holder"}, {"namespace", "victim"}}},
+              {"spec",
+               {{"schedulerName", "default-scheduler"},
+                {"containers", {{{"name", "main"}, {"image", "app"}}}}}}};
+  absl::StatusOr<json> created = api_->Create("pods", victim);
+  ASSERT_TRUE(created.ok()) << created.status();
+  const json bind{{"PodName", "secret-holder"},
+                  {"PodNamespace", "victim"},
+                  {"PodUID", k8s::Uid(*created)},
+                  {"Node", kNode}};
+  const std::string url = StrCat("https://127.0.0.1:", port_);
+
+  {  // No client certificate: the handshake fails, no verb runs.
+    httplib::Client anonymous(url);
+    anonymous.set_ca_cert_path(ca_file_.c_str());
+    auto res = anonymous.Post("/bind", bind.dump(), "application/json");
+    EXPECT_FALSE(res) << "answered " << res->status << ": " << res->body;
+  }
+  {  // The serving certificate (another root) is no client certificate here either.
+    const std::string cert = deviceplugin::testing::WriteFile(dir_ / "serving.crt", tls_secret_["tls.crt"]);
+    const std::string key = deviceplugin::testing::WriteFile(dir_ / "serving.key", tls_secret_["tls.key"]);
+    httplib::Client impostor(url, cert, key);
+    impostor.set_ca_cert_path(ca_file_.c_str());
+    auto res = impostor.Post("/bind", bind.dump(), "application/json");
+    EXPECT_FALSE(res) << "answered " << res->status << ": " << res->body;
+  }
+  {  // kube-scheduler's certificate: the verb runs and refuses a pod that is not Prism's.
+    httplib::Client kube_scheduler(url, client_cert_file_, client_key_file_);
+    kube_scheduler.set_ca_cert_path(ca_file_.c_str());
+    auto res = kube_scheduler.Post("/bind", bind.dump(), "application/json");
+    ASSERT_TRUE(res) << httplib::to_string(res.error());
+    const json answer = json::parse(res->body, nullptr, false);
+    EXPECT_FALSE(answer.value("Error", "").empty()) << res->body;
+  }
+  const absl::StatusOr<json> after = api_->Get("pods", "victim", "secret-holder");
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ((*after)["spec"].value("nodeName", ""), "");
+  // The webhook port still takes the API server, which sends no client certificate.
+  EXPECT_FALSE(Submit(SlicePod("after-refusals", 4000)).empty());
+}
+
+INSTANTIATE_TEST_SUITE_P(Issue39, ExtenderCallerTest,
+                         ::testing::Values(NodeCase{"t4", kT4Gpus, {}, {}}),
+                         [](const ::testing::TestParamInfo<NodeCase>& case_info) {
+                           return case_info.param.name;
+                         });
 
 }  // namespace
 }  // namespace prism::e2e

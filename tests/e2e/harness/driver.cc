@@ -20,12 +20,17 @@ constexpr char kLog[] = "e2e-driver";
 // One keep-alive connection per extender URL and thread, as Go's transport keeps them.
 class Connections {
  public:
-  Connections(absl::Duration timeout, std::string ca_file)
-      : timeout_(timeout), ca_file_(std::move(ca_file)) {}
+  explicit Connections(const DriverOptions& options)
+      : timeout_(options.http_timeout),
+        ca_file_(options.ca_file),
+        client_cert_file_(options.client_cert_file),
+        client_key_file_(options.client_key_file) {}
   httplib::Client& For(const std::string& url) {
     auto it = clients_.find(url);
     if (it == clients_.end()) {
-      auto c = std::make_unique<httplib::Client>(url);
+      auto c = client_cert_file_.empty()
+                   ? std::make_unique<httplib::Client>(url)
+                   : std::make_unique<httplib::Client>(url, client_cert_file_, client_key_file_);
       if (!ca_file_.empty()) c->set_ca_cert_path(ca_file_.c_str());
       const auto seconds = static_cast<time_t>(absl::ToInt64Seconds(timeout_));
       c->set_read_timeout(seconds, 0);
@@ -41,6 +46,8 @@ class Connections {
  private:
   absl::Duration timeout_;
   std::string ca_file_;
+  std::string client_cert_file_;
+  std::string client_key_file_;
   std::map<std::string, std::unique_ptr<httplib::Client>> clients_;
 };
 
@@ -186,7 +193,7 @@ void SchedulerDriver::ScheduleLoop() {
 }
 
 void SchedulerDriver::ScheduleOne(const std::string& key) {
-  thread_local Connections conns(options_.http_timeout, options_.ca_file);
+  thread_local Connections conns(options_);
   std::optional<json> pod = pods_->Get(key);
   if (!pod.has_value() || !k8s::PodNodeName(*pod).empty()) {
     absl::MutexLock lock(&mu_);
@@ -269,7 +276,7 @@ void SchedulerDriver::ScheduleOne(const std::string& key) {
 }
 
 void SchedulerDriver::BindLoop() {
-  thread_local Connections conns(options_.http_timeout, options_.ca_file);
+  thread_local Connections conns(options_);
   while (true) {
     std::string key;
     std::string node;

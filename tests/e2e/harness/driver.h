@@ -38,6 +38,10 @@ struct DriverOptions {
   std::function<std::string()> extender_url;
   // HTTPS: the CA that signs the extender's certificate (kube-scheduler's tlsConfig.caFile).
   std::string ca_file;
+  // Mutual TLS: kube-scheduler's client certificate and key (tlsConfig certFile/keyFile); empty:
+  // none is presented.
+  std::string client_cert_file;
+  std::string client_key_file;
   int bind_threads = 16;
   int64_t weight = 10;
   absl::Duration http_timeout = absl::Seconds(30);
