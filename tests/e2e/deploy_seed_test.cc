@@ -875,14 +875,19 @@ json SlicePod(const std::string& name, int memory_mib) {
 // node agent's account may make it.
 class ForgedAnnotationsTest : public DeploySeedTest {
  protected:
-  // One AdmissionReview to the path the shipped configuration of `kind` names, as `user`.
+  // One AdmissionReview to the path the shipped configuration of `kind` names, as `user`; `entry`
+  // picks a webhook of that configuration by name (default: its first).
   json Admit(const std::string& kind, const std::string& operation, const std::string& user,
-             const json& pod, const json* old_pod = nullptr) {
+             const json& pod, const json* old_pod = nullptr, const std::string& entry = "") {
     std::string path;
     for (const Object* w : bundle_.All(kind)) {
-      path = w->at("webhooks")[0]["clientConfig"]["service"].value("path", "");
+      for (const json& hook : w->at("webhooks")) {
+        if (!entry.empty() && hook.value("name", "") != entry) continue;
+        path = hook["clientConfig"]["service"].value("path", "");
+        break;
+      }
     }
-    EXPECT_FALSE(path.empty()) << "no " << kind << " in deploy/";
+    EXPECT_FALSE(path.empty()) << "no " << kind << " " << entry << " in deploy/";
     json request{{"uid", "review-forged"},
                  {"operation", operation},
                  {"namespace", "default"},
@@ -992,6 +997,84 @@ TEST_P(ForgedAnnotationsTest, ACopiedDecisionIsStrippedRefusedAndNeverCharged) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Issue38, ForgedAnnotationsTest,
+                         ::testing::Values(NodeCase{"t4", kT4Gpus, {}, {}}),
+                         [](const ::testing::TestParamInfo<NodeCase>& case_info) {
+                           return case_info.param.name;
+                         });
+
+// Issue 39, finding 2, on the shipped configuration: a pod that asks for no GPU cannot take the
+// node's GPUs by setting the NVIDIA runtime's env. The mutating webhook strips it (saying so), the
+// validating webhook refuses the pod as sent; a GPU pod's own variable is stripped too and its
+// container gets exactly its GPU from the CDI spec. In a namespace the slice-limits entry selects,
+// CUDA_DISABLE_CONTROL=true is refused.
+class DeviceEnvAdmissionTest : public ForgedAnnotationsTest {};
+
+TEST_P(DeviceEnvAdmissionTest, AGpuLessPodCannotTakeGpusByEnv) {
+  ASSERT_NO_FATAL_FAILURE(StartInstall(GetParam()));
+  const std::string tenant = "system:serviceaccount:default:ci";
+  const json nvidia_all{{"name", "NVIDIA_VISIBLE_DEVICES"}, {"value", "all"}};
+  json evil{{"apiVersion", "v1"},
+            {"kind", "Pod"},
+            {"metadata", {{"name", "env-evil"}, {"namespace", "default"}}},
+            {"spec",
+             {{"initContainers",
+               {{{"name", "setup"}, {"image", "cuda"}, {"env", json::array({nvidia_all})}}}},
+              {"containers",
+               {{{"name", "main"},
+                 {"image", "cuda"},
+                 {"env", json::array({{{"name", "HOME"}, {"value", "/root"}},
+                                      nvidia_all,
+                                      {{"name", "NVIDIA_DRIVER_CAPABILITIES"},
+                                       {"value", "all"}}})}}}}}}};
+
+  // 1. Mutating: every NVIDIA variable is removed, the rest kept, one warning per container.
+  json mutated = Admit("MutatingWebhookConfiguration", "CREATE", tenant, evil);
+  ASSERT_TRUE(mutated.value("allowed", false)) << mutated.dump();
+  std::string patch;
+  ASSERT_TRUE(absl::Base64Unescape(mutated.value("patch", ""), &patch));
+  const json stripped = evil.patch(json::parse(patch));
+  EXPECT_EQ(stripped["spec"]["initContainers"][0]["env"], json::array());
+  EXPECT_EQ(stripped["spec"]["containers"][0]["env"],
+            json::array({{{"name", "HOME"}, {"value", "/root"}}}));
+  EXPECT_EQ(mutated["warnings"].size(), 2u) << mutated.dump();
+  EXPECT_THAT(mutated["warnings"].dump(), HasSubstr("NVIDIA_VISIBLE_DEVICES"));
+
+  // 2. Validating: the pod as sent is refused, naming container and variable; as stripped, it
+  //    passes.
+  json validated = Admit("ValidatingWebhookConfiguration", "CREATE", tenant, evil);
+  EXPECT_FALSE(validated.value("allowed", true));
+  EXPECT_THAT(validated["status"].value("message", ""),
+              HasSubstr("init container setup sets NVIDIA_VISIBLE_DEVICES"));
+  validated = Admit("ValidatingWebhookConfiguration", "CREATE", tenant, stripped);
+  EXPECT_TRUE(validated.value("allowed", false)) << validated.dump();
+
+  // 3. A GPU pod through the whole path (Submit applies the mutating patch): its container asked
+  //    the runtime for every GPU and gets exactly its one, from Prism's CDI spec.
+  json sliced = SlicePod("sliced", 12000);
+  sliced["spec"]["containers"][0]["env"] = json::array({nvidia_all});
+  const std::string uid = Submit(sliced);
+  ASSERT_FALSE(uid.empty());
+  EXPECT_EQ(Pod("sliced")["spec"]["containers"][0].value("env", json::array()), json::array());
+  absl::StatusOr<kubelet::CreatedContainer> started = Run(sliced, uid);
+  ASSERT_TRUE(started.ok()) << started.status() << Slurp(agent_.log);
+  const std::string visible = started->env["NVIDIA_VISIBLE_DEVICES"];
+  EXPECT_EQ(visible.rfind("GPU-", 0), 0u) << visible;
+  EXPECT_EQ(visible.find(','), std::string::npos) << visible;
+
+  // 4. The slice-limits entry (namespaces labelled prism.io/enforce-slice-limits=true) refuses
+  //    the switch that turns the limiter off; the main validating entry lets it pass.
+  json off = SlicePod("off", 12000);
+  off["spec"]["containers"][0]["env"] =
+      json::array({{{"name", "CUDA_DISABLE_CONTROL"}, {"value", "true"}}});
+  json enforced = Admit("ValidatingWebhookConfiguration", "CREATE", tenant, off, nullptr,
+                        "slice-limits.pods.prism.io");
+  EXPECT_FALSE(enforced.value("allowed", true)) << enforced.dump();
+  EXPECT_THAT(enforced["status"].value("message", ""), HasSubstr("CUDA_DISABLE_CONTROL"));
+  json plain = Admit("ValidatingWebhookConfiguration", "CREATE", tenant, off);
+  EXPECT_TRUE(plain.value("allowed", false)) << plain.dump();
+}
+
+INSTANTIATE_TEST_SUITE_P(Issue39, DeviceEnvAdmissionTest,
                          ::testing::Values(NodeCase{"t4", kT4Gpus, {}, {}}),
                          [](const ::testing::TestParamInfo<NodeCase>& case_info) {
                            return case_info.param.name;
