@@ -175,7 +175,8 @@ absl::Status Read(const YAML::Node& node, std::string_view key, std::string_view
 }
 
 absl::Status ParseGpu(const YAML::Node& node, int index,
-                      const std::vector<SimModelPtr>& file_models, SimGpu* gpu) {
+                      const std::vector<SimModelPtr>& file_models, const std::string& uuid_seed,
+                      SimGpu* gpu) {
   const std::string where = StrCat("gpus[", index, "]");
   if (auto s = CheckKeys(node, where,
                          {"model", "name", "uuid", "pci_bus_id", "memory_mib", "mig",
@@ -209,7 +210,9 @@ absl::Status ParseGpu(const YAML::Node& node, int index,
   RETURN_IF_ERROR(Read(node, "name", where, &gpu->name));
   RETURN_IF_ERROR(Read(node, "memory_mib", where, &gpu->memory_mib));
   if (gpu->memory_mib <= 0) return Bad(where, "memory_mib must be positive");
-  gpu->uuid = FormatUuid("GPU-", Mix(HashString(gpu->model) + index), Mix(index + 77));
+  const uint64_t node_seed = uuid_seed.empty() ? 0 : HashString(uuid_seed);
+  gpu->uuid =
+      FormatUuid("GPU-", Mix(HashString(gpu->model) + index + node_seed), Mix(index + 77));
   RETURN_IF_ERROR(Read(node, "uuid", where, &gpu->uuid));
   char bus[32];
   std::snprintf(bus, sizeof(bus), "00000000:%02X:00.0", 0x07 + index * 8);
@@ -455,12 +458,14 @@ absl::StatusOr<SimState> ParseSimStateUnguarded(const std::string& yaml_text) {
   }
   if (!root.IsMap()) return Bad("top level", "expected a mapping with a 'gpus' list");
   RETURN_IF_ERROR(CheckKeys(root, "top level",
-                            {"models", "gpus", "faults", "xid_events", "calls", "generation"}));
+                            {"models", "gpus", "faults", "xid_events", "calls", "generation",
+                             "uuid_seed"}));
   const YAML::Node gpus = root["gpus"];
   if (!gpus || !gpus.IsSequence()) {
     return Bad("top level", "missing 'gpus' list (e.g. gpus: [{model: A100-SXM4-40GB}])");
   }
   SimState state;
+  RETURN_IF_ERROR(Read(root, "uuid_seed", "top level", &state.uuid_seed));
   if (const YAML::Node models = root["models"]) {
     if (!models.IsSequence()) return Bad("models", "must be a list");
     for (size_t i = 0; i < models.size(); ++i) {
@@ -475,7 +480,7 @@ absl::StatusOr<SimState> ParseSimStateUnguarded(const std::string& yaml_text) {
   }
   for (size_t i = 0; i < gpus.size(); ++i) {
     SimGpu gpu;
-    RETURN_IF_ERROR(ParseGpu(gpus[i], static_cast<int>(i), state.models, &gpu));
+    RETURN_IF_ERROR(ParseGpu(gpus[i], static_cast<int>(i), state.models, state.uuid_seed, &gpu));
     state.gpus.push_back(std::move(gpu));
   }
   std::set<std::string> uuids;
@@ -579,6 +584,7 @@ absl::StatusOr<SimState> ParseSimState(const std::string& yaml_text) {
 std::string SerializeSimState(const SimState& state) {
   YAML::Emitter out;
   out << YAML::BeginMap;
+  if (!state.uuid_seed.empty()) out << YAML::Key << "uuid_seed" << YAML::Value << state.uuid_seed;
   if (!state.models.empty()) {
     out << YAML::Key << "models" << YAML::Value << YAML::BeginSeq;
     for (const SimModelPtr& m : state.models) EmitModel(out, *m);

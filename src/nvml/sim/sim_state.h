@@ -111,6 +111,9 @@ struct SimState {
   std::vector<SimXidEvent> xid_events;  // Pending, oldest first.
   std::map<std::string, int> calls;     // Mutating calls made, by operation name.
   uint64_t generation = 0;              // Feeds MIG UUIDs: a re-created instance gets a new one.
+  // Mixed into the GPUs' default UUIDs (a node's name), so that the nodes of one cluster seeded
+  // from one file have distinct GPUs; empty: the UUIDs depend on model and index alone.
+  std::string uuid_seed;
   // The `then` of a fault that fired in this operation, for the file layer to act on once the
   // state is written; never serialized.
   std::string then_pending;

@@ -123,6 +123,25 @@ TEST(SimStateTest, XidEventsAreTakenOldestFirstForTheWatchedGpus) {
   EXPECT_EQ(s.xid_events[0].gpu, 1);
 }
 
+// Nodes seeded from one file (the try-it overlay, docs/try-it.md) get distinct GPUs by their
+// uuid_seed; the seed is written back, and UUIDs without one are as before.
+TEST(SimStateTest, AUuidSeedGivesEachNodeItsOwnGpus) {
+  auto uuid = [](const std::string& top) {
+    absl::StatusOr<SimState> s = ParseSimState(top + "gpus: [{model: Tesla T4, memory_mib: 15360}]");
+    EXPECT_TRUE(s.ok()) << s.status();
+    return s.ok() ? s->gpus[0].uuid : "";
+  };
+  EXPECT_NE(uuid("uuid_seed: node-a\n"), uuid("uuid_seed: node-b\n"));
+  EXPECT_EQ(uuid("uuid_seed: node-a\n"), uuid("uuid_seed: node-a\n"));
+  EXPECT_THAT(ParseError("uuid_seed: ''\ngpus: [{model: A30-24GB}]"), HasSubstr("uuid_seed"));
+  absl::StatusOr<SimState> s = ParseSimState("uuid_seed: node-a\ngpus: [{model: A30-24GB}]");
+  ASSERT_TRUE(s.ok()) << s.status();
+  absl::StatusOr<SimState> back = ParseSimState(SerializeSimState(*s));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->uuid_seed, "node-a");
+  EXPECT_EQ(back->gpus[0].uuid, s->gpus[0].uuid);
+}
+
 TEST(SimStateTest, SerializesAndParsesBackTheSameState) {
   SimState s = Parse("gpus:\n  - model: A100-SXM4-40GB\n    mig: {enabled: true}\n");
   int id = -1;

@@ -156,6 +156,36 @@ absl::Status ApplyPatch(const fs::path& base, const std::string& where, const js
   return absl::OkStatus();
 }
 
+// Kubernetes' $(VAR) expansion of env values, command and args (k8s.io/kubernetes
+// third_party/forked/golang/expansion, Expand): `$(NAME)` of a variable defined before becomes its
+// value, `$$` becomes `$`, anything else stays as written.
+std::string ExpandVariables(const std::string& text,
+                            const std::map<std::string, std::string>& env) {
+  std::string out;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '$' || i + 1 == text.size()) {
+      out += text[i];
+      continue;
+    }
+    if (text[i + 1] == '$') {
+      out += '$';
+      ++i;
+      continue;
+    }
+    const size_t close = text.find(')', i + 2);
+    if (text[i + 1] == '(' && close != std::string::npos) {
+      auto v = env.find(text.substr(i + 2, close - i - 2));
+      if (v != env.end()) {
+        out += v->second;
+        i = close;
+        continue;
+      }
+    }
+    out += text[i];
+  }
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<Object>> ParseDocuments(const std::string& yaml_text,
@@ -360,7 +390,8 @@ absl::StatusOr<LocalProcess> LocalProcessFor(const DeployBundle& bundle, const O
   for (const json& e : spec->value("env", json::array())) {
     const std::string name = e.at("name");
     if (e.contains("value")) {
-      p.env[name] = e["value"].is_string() ? e["value"].get<std::string>() : e["value"].dump();
+      p.env[name] = ExpandVariables(
+          e["value"].is_string() ? e["value"].get<std::string>() : e["value"].dump(), p.env);
     } else if (e.contains("valueFrom") && e["valueFrom"].contains("fieldRef")) {
       const std::string field = e["valueFrom"]["fieldRef"].at("fieldPath");
       auto v = options.field_refs.find(field);
@@ -446,8 +477,9 @@ absl::StatusOr<LocalProcess> LocalProcessFor(const DeployBundle& bundle, const O
     }
     return out;
   };
-  for (std::string& a : p.command) a = rewrite(a);
-  for (std::string& a : p.args) a = rewrite(a);
+  for (auto& [name, value] : p.env) value = rewrite(value);
+  for (std::string& a : p.command) a = rewrite(ExpandVariables(a, p.env));
+  for (std::string& a : p.args) a = rewrite(ExpandVariables(a, p.env));
   return p;
 }
 
