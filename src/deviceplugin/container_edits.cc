@@ -42,13 +42,11 @@ std::string PreloadFile(const VgpuOptions& options) {
   return (std::filesystem::path(options.host_dir) / "ld.so.preload").string();
 }
 
-ContainerEdits BuildContainerEdits(const std::vector<RealizedDevice>& devices,
-                                   const ContainerIdentity& container, const VgpuOptions& options) {
-  ContainerEdits edits;
-  std::vector<std::string> visible;
-  for (const RealizedDevice& d : devices) visible.push_back(d.VisibleId());
-  edits.env.emplace_back("NVIDIA_VISIBLE_DEVICES",
-                         visible.empty() ? "void" : StrJoin(visible, ","));
+namespace {
+
+// A slice's limits, region file and library (nothing for devices granted whole).
+void AddSliceLimits(const std::vector<RealizedDevice>& devices, const ContainerIdentity& container,
+                    const VgpuOptions& options, ContainerEdits& edits) {
 
   bool any_limited = false;
   bool same_sm = true;
@@ -64,18 +62,38 @@ ContainerEdits BuildContainerEdits(const std::vector<RealizedDevice>& devices,
     if (first_sm < 0) first_sm = sm;
     same_sm = same_sm && sm == first_sm;
   }
-  if (!any_limited) return edits;
+  if (!any_limited) return;
   if (same_sm) edits.env.emplace_back("CUDA_DEVICE_SM_LIMIT", StrCat(first_sm));
   edits.env.emplace_back("CUDA_DEVICE_MEMORY_SHARED_CACHE", kVgpuRegionFile);
   // The region file alone, not a directory: the container can create nothing on the host.
   edits.mounts.push_back(MountEdit{RegionHostFile(options, container.pod_uid, container.container),
                                    kVgpuRegionFile, /*read_only=*/false});
-  if (options.library_host_path.empty() || container.disable_control) return edits;
+  if (options.library_host_path.empty() || container.disable_control) return;
   edits.mounts.push_back(MountEdit{options.library_host_path, kVgpuContainerLibrary, true});
   if (options.preload == PreloadMode::kMount) {
     edits.mounts.push_back(MountEdit{PreloadFile(options), kLdSoPreload, true});
   } else {
     edits.env.emplace_back("LD_PRELOAD", kVgpuContainerLibrary);
+  }
+}
+
+}  // namespace
+
+ContainerEdits BuildContainerEdits(const std::vector<RealizedDevice>& devices,
+                                   const ContainerIdentity& container, const VgpuOptions& options) {
+  ContainerEdits edits;
+  std::vector<std::string> visible;
+  for (const RealizedDevice& d : devices) visible.push_back(d.VisibleId());
+  edits.env.emplace_back("NVIDIA_VISIBLE_DEVICES",
+                         visible.empty() ? "void" : StrJoin(visible, ","));
+  AddSliceLimits(devices, container, options, edits);
+  // The same devices as the toolkit's volume-mount list: a node that refuses device requests by
+  // env from unprivileged containers (so that no tenant takes GPUs by NVIDIA_VISIBLE_DEVICES)
+  // still injects the driver's libraries for exactly these. Only /dev/null sources count, and a
+  // pod cannot mount the host's /dev/null without a hostPath volume.
+  for (const std::string& id : visible) {
+    edits.mounts.push_back(
+        MountEdit{"/dev/null", StrCat(kDeviceListMountRoot, "/", id), /*read_only=*/true});
   }
   return edits;
 }

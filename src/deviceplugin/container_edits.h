@@ -2,6 +2,10 @@
 //
 // The env and mounts the agent writes into an allocation's CDI spec (docs/device-plugin.md):
 //   NVIDIA_VISIBLE_DEVICES   MIG-<uuid> / GPU-<uuid> list, for the NVIDIA container toolkit;
+//   the same list as mounts of the host's /dev/null at
+//     /var/run/nvidia-container-devices/<id> (the toolkit's volume-mount device list), which it
+//     honours for unprivileged containers where it ignores the env
+//     (accept-nvidia-visible-devices-envvar-when-unprivileged = false, docs/security.md);
 //   software slices (libprism-vgpu, reference/vgpu-interception.md §2):
 //     CUDA_DEVICE_MEMORY_LIMIT_<i>=<MiB>m and CUDA_DEVICE_SM_LIMIT_<i>=<percent> per limited
 //     device (i = the device's position in NVIDIA_VISIBLE_DEVICES), CUDA_DEVICE_SM_LIMIT when
@@ -28,6 +32,10 @@ namespace prism::deviceplugin {
 inline constexpr char kVgpuContainerLibrary[] = "/usr/local/prism/lib/libprism-vgpu.so";
 inline constexpr char kVgpuRegionFile[] = "/usr/local/prism/run/vgpu.cache";
 inline constexpr char kLdSoPreload[] = "/etc/ld.so.preload";
+// The NVIDIA container toolkit's device list as volume mounts: a mount of the host's /dev/null
+// at <root>/<device id> requests that device (nvidia-container-toolkit
+// internal/config/image/cuda_image.go, CUDA.DevicesFromMounts).
+inline constexpr char kDeviceListMountRoot[] = "/var/run/nvidia-container-devices";
 
 enum class PreloadMode {
   kMount,  // Mount <host-dir>/ld.so.preload over /etc/ld.so.preload (catches everything).

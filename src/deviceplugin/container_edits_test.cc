@@ -53,11 +53,15 @@ TEST(ContainerEditsTest, SlicesGetPerDeviceLimitsRegionAndPreload) {
   EXPECT_EQ(env["CUDA_DEVICE_SM_LIMIT"], "30");
   EXPECT_EQ(env["CUDA_DEVICE_MEMORY_SHARED_CACHE"], kVgpuRegionFile);
   EXPECT_EQ(env.count("LD_PRELOAD"), 0u);
-  ASSERT_EQ(e.mounts.size(), 3u);
+  ASSERT_EQ(e.mounts.size(), 5u);
   EXPECT_EQ(e.mounts[0],
             (MountEdit{"/var/lib/prism/vgpu/regions/uid_main", kVgpuRegionFile, false}));
   EXPECT_EQ(e.mounts[1], (MountEdit{"/opt/prism/libprism-vgpu.so", kVgpuContainerLibrary, true}));
   EXPECT_EQ(e.mounts[2], (MountEdit{"/var/lib/prism/vgpu/ld.so.preload", kLdSoPreload, true}));
+  EXPECT_EQ(e.mounts[3],
+            (MountEdit{"/dev/null", "/var/run/nvidia-container-devices/GPU-0", true}));
+  EXPECT_EQ(e.mounts[4],
+            (MountEdit{"/dev/null", "/var/run/nvidia-container-devices/GPU-1", true}));
 }
 
 TEST(ContainerEditsTest, DifferentSmSharesHaveNoGlobalLimit) {
@@ -73,9 +77,9 @@ TEST(ContainerEditsTest, EnvPreloadAndDisabledControl) {
   o.preload = PreloadMode::kEnv;
   auto e = BuildContainerEdits({Slice(0, 1024, 0)}, {"u", "c"}, o);
   EXPECT_EQ(Env(e)["LD_PRELOAD"], kVgpuContainerLibrary);
-  EXPECT_EQ(e.mounts.size(), 2u);
+  EXPECT_EQ(e.mounts.size(), 3u);  // Region, library, the device list.
   e = BuildContainerEdits({Slice(0, 1024, 0)}, {"u", "c", /*disable_control=*/true}, Options());
-  EXPECT_EQ(e.mounts.size(), 1u);  // Only the region directory; no library.
+  EXPECT_EQ(e.mounts.size(), 2u);  // Only the region file and the device list; no library.
   EXPECT_EQ(Env(e)["CUDA_DEVICE_MEMORY_LIMIT_0"], "1024m");
 }
 
@@ -84,7 +88,16 @@ TEST(ContainerEditsTest, WholeGpusAndMigGetNoLimits) {
   auto env = Env(e);
   EXPECT_EQ(env["NVIDIA_VISIBLE_DEVICES"], "GPU-0,MIG-abc");
   EXPECT_EQ(env.size(), 1u);
-  EXPECT_TRUE(e.mounts.empty());
+  // Only the toolkit's volume-mount device list, naming what NVIDIA_VISIBLE_DEVICES names.
+  EXPECT_THAT(e.mounts,
+              ::testing::ElementsAre(
+                  MountEdit{"/dev/null", "/var/run/nvidia-container-devices/GPU-0", true},
+                  MountEdit{"/dev/null", "/var/run/nvidia-container-devices/MIG-abc", true}));
+}
+
+TEST(ContainerEditsTest, NoDeviceNoDeviceListMount) {
+  EXPECT_TRUE(BuildContainerEdits({}, {"u", "c"}, Options()).mounts.empty());
+  EXPECT_TRUE(BuildFailureEdits("no").mounts.empty());
 }
 
 TEST(ContainerEditsTest, FailureHidesEveryGpu) {
