@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Renders a Helm chart with the subset of Go templates Prism's chart uses (Helm itself cannot be
-installed here). Supported: text with {{ }} actions and {{- -}} whitespace trimming; `define`,
+installed here). Supported: text with {{ }} actions and {{- -}} whitespace trimming; comments
+({{/* */}}, {{- /* */ -}}, as Go's text/template lexes them); `define`,
 `include`, `if`/`else`/`end`; values (.Values.a.b, .Release.*, .Chart.*, .Files.Get "path", .);
 string and number literals; the functions default, quote, toYaml, indent, nindent, not, eq.
 Anything else raises an error naming the template and the action, so a chart that strays from
@@ -46,6 +47,9 @@ def _indent(n, text):
 
 
 _ACTION = re.compile(r"\{\{(-?)\s*(.*?)\s*(-?)\}\}", re.S)
+# Go's lexComment: "/*" right after the delimiter (or after "- "), "*/" right before it (or
+# before " -"); a comment with other spacing, or text after "*/", is an error there too.
+_COMMENT = re.compile(r"\{\{(?:- )?/\*.*?\*/(?: -)?\}\}", re.S)
 
 
 def _tokenize(text, where):
@@ -57,16 +61,21 @@ def _tokenize(text, where):
         if m.group(1):
             before = before.rstrip(" \t\r\n")
         parts.append(["text", before])
-        parts.append(["action", m.group(2), m.group(3) == "-"])
+        if m.group(2).startswith("/*") or m.group(2).endswith("*/"):
+            if not _COMMENT.fullmatch(m.group(0)):
+                raise TemplateError(f"{where}: malformed comment {m.group(0)[:40]!r}")
+            parts.append(["comment", "", m.group(3) == "-"])
+        else:
+            parts.append(["action", m.group(2), m.group(3) == "-"])
         pos = m.end()
     parts.append(["text", text[pos:]])
     # Right trims apply to the following text.
     for i, p in enumerate(parts):
-        if p[0] == "action" and p[2] and i + 1 < len(parts):
+        if p[0] != "text" and p[2] and i + 1 < len(parts):
             parts[i + 1][1] = parts[i + 1][1].lstrip(" \t\r\n")
     if "{{" in "".join(p[1] for p in parts if p[0] == "text"):
         raise TemplateError(f"{where}: unbalanced {{{{")
-    return [(p[0], p[1]) for p in parts]
+    return [(p[0], p[1]) for p in parts if p[0] != "comment"]
 
 
 def _parse(tokens, where):
