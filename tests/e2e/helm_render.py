@@ -22,9 +22,13 @@ class TemplateError(Exception):
 
 
 def _merge(base, override):
+    """Helm's coalescing of user values over the chart's (pkg/chartutil/coalesce.go,
+    CoalesceTables): maps merge, anything else replaces, and a null deletes the chart's key."""
     out = copy.deepcopy(base)
     for k, v in override.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
+        if v is None and k in out:
+            del out[k]
+        elif isinstance(v, dict) and isinstance(out.get(k), dict):
             out[k] = _merge(out[k], v)
         else:
             out[k] = v

@@ -12,7 +12,8 @@
 - the simulated DaemonSets run only on nodes labelled prism.io/simulated-gpus=true, reach no
   /dev path and no host path the base does not (but the state directory), and have no more
   privilege than the base's; both see one state file on the host;
-- tests/e2e/helm_render.py's template comments lex as Go's text/template does.
+- tests/e2e/helm_render.py's template comments lex as Go's text/template does, and a null
+  user value deletes the chart's key as Helm's coalescing does (simulation.gpus.default).
 """
 import copy
 import os
@@ -320,6 +321,10 @@ class ChartTest(Simulation, unittest.TestCase):
         self.assertEqual(container(agent, AGENT[1])["args"][-4:],
                          [NVML_FLAG, "--device-nodes=false", "--vgpu-library=none",
                           "--log-level=debug"])
+        # A null drops the default (Helm deletes a key the user sets to null).
+        objs = helm_render.render_objects(CHART, {"simulation": {
+            "enabled": True, "gpus": {"default": None, "kind-worker2": mine}}}, namespace=NS)
+        self.assertEqual(find(objs, "ConfigMap", SIM_CONFIGMAP)["data"], {"kind-worker2": mine})
         # Without the MIG manager, the agent still seeds the state.
         objs = helm_render.render_objects(CHART, {"simulation": {"enabled": True},
                                                   "migManager": {"enabled": False}}, namespace=NS)
