@@ -88,6 +88,7 @@ std::string BoundFault(const std::string& reason) {
 absl::StatusOr<NodeInventory> ReadInventory(nvml::Nvml& nvml, int split_count) {
   NodeInventory inventory;
   inventory.split_count = split_count;
+  inventory.simulated = nvml.simulated();
   ASSIGN_OR_RETURN(std::vector<nvml::GpuInfo> gpus, nvml.ListGpus());
   for (const nvml::GpuInfo& info : gpus) {
     absl::StatusOr<InventoryGpu> gpu = ReadGpu(nvml, info);
@@ -125,6 +126,7 @@ std::string EncodeInventory(const NodeInventory& inventory) {
   }
   json out{{"version", kInventoryVersion}, {"splitCount", inventory.split_count}, {"gpus", gpus}};
   if (!inventory.fault.empty()) out["fault"] = BoundFault(inventory.fault);
+  if (inventory.simulated) out["simulated"] = true;
   // nlohmann::json objects keep keys sorted: canonical text. Invalid UTF-8 from NVML or a pod
   // (in a fault reason) is replaced rather than thrown on.
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -152,6 +154,8 @@ absl::StatusOr<NodeInventory> DecodeInventory(std::string_view text) {
                                           kMaxInventorySplitCount, 10));
   inventory.split_count = static_cast<int>(split);
   ASSIGN_OR_RETURN(inventory.fault, json_fields::StringMember(j, "fault", field("fault"), ""));
+  ASSIGN_OR_RETURN(inventory.simulated,
+                   json_fields::BoolMember(j, "simulated", field("simulated"), false));
   ASSIGN_OR_RETURN(const json* gpus, json_fields::Required(j, "gpus", field("gpus")));
   if (!gpus->is_array()) {
     return absl::InvalidArgumentError(

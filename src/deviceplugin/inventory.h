@@ -74,6 +74,9 @@ struct NodeInventory {
   // Non-empty while the agent refuses every allocation (fails the whole node closed), with the
   // reason. A fault of one GPU is that GPU's `fault`.
   std::string fault;
+  // The GPUs are simulated (the agent runs with --nvml sim:, e.g. the try-it overlay): shown by
+  // `prism status`, so that they are never taken for real ones. Scheduling is unchanged.
+  bool simulated = false;
   friend bool operator==(const NodeInventory&, const NodeInventory&) = default;
 };
 

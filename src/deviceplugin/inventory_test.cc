@@ -12,6 +12,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kMixedNode[] = R"(gpus:
   - model: A100-SXM4-40GB
@@ -60,6 +61,25 @@ TEST(InventoryTest, EncodingIsCanonicalAndRoundTrips) {
   EXPECT_EQ(*decoded, *inv);
   EXPECT_EQ(EncodeInventory(*decoded), text);
   EXPECT_THAT(text, HasSubstr(R"("mode":"mig")"));
+}
+
+// The simulator's GPUs say so in the inventory (try-it overlay: never taken for real ones).
+TEST(InventoryTest, SimulatedGpusAreMarkedSimulated) {
+  const auto dir = testing::TestDir();
+  nvml::SimNvml nvml(testing::WriteFile(dir / "gpus.yaml", kMixedNode));
+  auto inv = ReadInventory(nvml, 10);
+  ASSERT_TRUE(inv.ok());
+  EXPECT_TRUE(inv->simulated);
+  const std::string text = EncodeInventory(*inv);
+  EXPECT_THAT(text, HasSubstr(R"("simulated":true)"));
+  auto decoded = DecodeInventory(text);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_TRUE(decoded->simulated);
+  inv->simulated = false;  // A real NVML's inventory carries no such key.
+  EXPECT_THAT(EncodeInventory(*inv), Not(HasSubstr("simulated")));
+  auto bad = DecodeInventory(R"({"version":1,"splitCount":10,"gpus":[],"simulated":"yes"})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("simulated"));
 }
 
 TEST(InventoryTest, GpuSpecsCarryModeHealthAndInstances) {

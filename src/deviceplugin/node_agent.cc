@@ -243,7 +243,8 @@ absl::Status NodeAgent::Start() {
     every(options_.usage_interval, [this] { usage_.SampleNvml(*nvml_); });
   }
   LogInfo(kLog, "node agent for ", options_.node_name, " started: ", inventory_.gpus.size(),
-          " GPUs, ", ledger_.size(), " allocations in the ledger");
+          inventory_.simulated ? " SIMULATED GPUs (not real hardware)" : " GPUs", ", ",
+          ledger_.size(), " allocations in the ledger");
   return absl::OkStatus();
 }
 

@@ -151,10 +151,15 @@ absl::StatusOr<StatusReport> BuildStatusReport(const CacheSnapshot& snapshot) {
   std::sort(order.begin(), order.end(),
             [&state](int a, int b) { return state.node(a).name < state.node(b).name; });
   std::map<int, std::pair<size_t, size_t>> where;  // GPU id -> (node, GPU) in the report.
+  std::set<std::string, std::less<>> simulated;
+  for (const sched::NodeSpec& spec : snapshot.nodes) {
+    if (spec.simulated) simulated.insert(spec.name);
+  }
   for (int n : order) {
     const sched::NodeInfo& info = state.node(n);
     StatusNode node;
     node.name = info.name;
+    node.simulated = simulated.count(info.name) != 0;
     node.cpu_milli = info.cpu_milli;
     node.cpu_allocated_milli = state.node_usage(n).cpu_used;
     node.memory_bytes = info.memory_bytes;
@@ -347,6 +352,7 @@ json StatusToJson(const StatusReport& report, const std::vector<WhatIfResult>& w
         {"cpuMilli", {{"allocatable", n.cpu_milli}, {"allocated", n.cpu_allocated_milli}}},
         {"memoryBytes", {{"allocatable", n.memory_bytes}, {"allocated", n.memory_allocated_bytes}}},
         {"fragmentationGPUs", n.fragmentation_gpus},
+        {"simulated", n.simulated},
         {"gpus", std::move(gpu_list)}});
   }
   json node_problems = json::array();
@@ -407,10 +413,18 @@ json StatusToJson(const StatusReport& report, const std::vector<WhatIfResult>& w
 std::string StatusToText(const StatusReport& report, const std::vector<WhatIfResult>& what_ifs) {
   std::string out;
   int gpus = 0;
-  for (const StatusNode& n : report.nodes) gpus += static_cast<int>(n.gpus.size());
+  int simulated = 0;
+  for (const StatusNode& n : report.nodes) {
+    gpus += static_cast<int>(n.gpus.size());
+    simulated += n.simulated ? 1 : 0;
+  }
   StrAppend(&out, report.nodes.size(), " GPU nodes, ", gpus, " GPUs, ", report.pods_charged,
             " pods holding GPUs; fragmentation ", Gpus(report.fragmentation_gpus),
             " GPUs under the current workload\n");
+  if (simulated > 0) {
+    StrAppend(&out, "SIMULATED: ", simulated, " of these nodes report simulated GPUs (--nvml sim), "
+              "not real hardware\n");
+  }
   if (report.workload.shapes.empty()) {
     StrAppend(&out, "workload: none yet (no pod holds a GPU): every free GPU counts as usable\n");
   } else {
@@ -423,7 +437,9 @@ std::string StatusToText(const StatusReport& report, const std::vector<WhatIfRes
     StrAppend(&out, "workload: ", StrJoin(shapes, "; "), "\n");
   }
   for (const StatusNode& n : report.nodes) {
-    StrAppend(&out, "\nnode ", TerminalSafe(n.name), ": fragmentation ", Gpus(n.fragmentation_gpus),
+    StrAppend(&out, "\nnode ", TerminalSafe(n.name),
+              n.simulated ? " (SIMULATED GPUs: --nvml sim, not real hardware)" : "",
+              ": fragmentation ", Gpus(n.fragmentation_gpus),
               " GPUs; GPU pods take ", n.cpu_allocated_milli, "m of ", n.cpu_milli, "m CPU\n");
     for (const StatusGpu& g : n.gpus) {
       StrAppend(&out, "  GPU ", g.index, " ", TerminalSafe(g.uuid), " ", TerminalSafe(g.model), " ",

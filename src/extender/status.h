@@ -74,6 +74,8 @@ struct StatusGpu {
 
 struct StatusNode {
   std::string name;
+  // Its node agent reports simulated GPUs (inventory "simulated": true).
+  bool simulated = false;
   // What the node allocates to pods and what Prism's GPU pods take of it (pods without GPUs
   // are kube-scheduler's alone and not counted).
   int64_t cpu_milli = 0;

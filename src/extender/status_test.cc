@@ -13,6 +13,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::IsEmpty;
 using ::testing::Pair;
 using json = nlohmann::json;
@@ -305,6 +306,27 @@ TEST_F(StatusTest, SnapshotAndWhatIfLeaveTheLiveCacheUntouched) {
   EXPECT_EQ(again->nodes, w->nodes);
   const FilterOutcome live = scheduler_.Filter(Manifest(MigPod("w", 5000)), {"n1"}, false);
   EXPECT_THAT(live.feasible, ::testing::ElementsAre("n1")) << live.Summary(1);
+}
+
+TEST_F(StatusTest, NodesWithSimulatedGpusAreMarked) {
+  AddNode(NodeJson("real", {TestGpu{}}));
+  json sim = NodeJson("sim", {TestGpu{}});
+  json inventory =
+      json::parse(sim["metadata"]["annotations"]["prism.io/gpu-inventory"].get<std::string>());
+  inventory["simulated"] = true;
+  sim["metadata"]["annotations"]["prism.io/gpu-inventory"] = inventory.dump();
+  AddNode(sim);
+  const StatusReport r = Report(*Fresh());
+  ASSERT_EQ(r.nodes.size(), 2u);
+  EXPECT_FALSE(r.nodes[0].simulated);  // "real"
+  EXPECT_TRUE(r.nodes[1].simulated);   // "sim"
+  const std::string text = StatusToText(r, {});
+  EXPECT_THAT(text, HasSubstr("SIMULATED: 1 of these nodes"));
+  EXPECT_THAT(text, HasSubstr("node sim (SIMULATED GPUs"));
+  EXPECT_THAT(text, Not(HasSubstr("node real (SIMULATED")));
+  const json j = StatusToJson(r, {});
+  EXPECT_EQ(j["nodes"][1]["simulated"], true);
+  EXPECT_EQ(j["nodes"][0]["simulated"], false);
 }
 
 TEST_F(StatusTest, MalformedInventoryIsANodeProblemAndTheOtherNodesAreListed) {

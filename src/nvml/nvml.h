@@ -130,6 +130,10 @@ class Nvml {
  public:
   virtual ~Nvml() = default;
 
+  // True for a backend whose GPUs are not real (the simulator): the node agent says so in its
+  // inventory and logs, so simulated GPUs are never mistaken for real ones.
+  virtual bool simulated() const { return false; }
+
   // Every GPU NVML sees, in index order.
   virtual absl::StatusOr<std::vector<GpuInfo>> ListGpus() = 0;
 

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 
+#include "base/log.h"
 #include "base/strings.h"
 #include "nvml/dl_nvml.h"
 #include "nvml/sim_nvml.h"
@@ -20,6 +21,10 @@ absl::StatusOr<std::unique_ptr<Nvml>> OpenNvml(std::string_view spec) {
     return std::unique_ptr<Nvml>(std::move(*real));
   }
   if (spec.substr(0, 4) == "sim:" && spec.size() > 4) {
+    // Said once per process, loudly: whatever it reports or creates is not on a real GPU.
+    LogWarning("nvml", "SIMULATED GPUs: every GPU, MIG instance and process this backend reports ",
+               "is simulated (state file ", QuoteBounded(spec.substr(4), 256),
+               "); no real GPU is used");
     return std::unique_ptr<Nvml>(std::make_unique<SimNvml>(std::string(spec.substr(4))));
   }
   return absl::InvalidArgumentError(

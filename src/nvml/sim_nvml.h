@@ -20,6 +20,8 @@ class SimNvml : public Nvml {
   // The file must exist when the first call is made.
   explicit SimNvml(std::string path) : file_(std::move(path)) {}
 
+  bool simulated() const override { return true; }
+
   absl::StatusOr<std::vector<GpuInfo>> ListGpus() override;
   absl::StatusOr<MigModeState> GetMigMode(int gpu) override;
   absl::StatusOr<MigModeState> SetMigMode(int gpu, bool enabled) override;

@@ -572,10 +572,16 @@ TEST_F(TryItTest, TheWalkThroughShowsWhatTheDocSays) {
     EXPECT_EQ(inventory["gpus"][1]["model"], "H100-SXM5-80GB");
     EXPECT_EQ(inventory["gpus"][1]["mode"], "hami-core");
     EXPECT_EQ(inventory["gpus"][2]["model"], "Tesla T4");
+    // Labelled as simulation in the inventory and the agent's log.
+    EXPECT_EQ(inventory.value("simulated", false), true);
+    EXPECT_THAT(Slurp(n.agent.log), HasSubstr("SIMULATED GPUs"));
     EXPECT_THAT(Slurp(n.agent.log), HasSubstr("serving nvidia.com/gpu"));
   }
   std::string status = Status();
-  for (const char* worker : kWorkers) EXPECT_THAT(status, HasSubstr(worker));
+  for (const char* worker : kWorkers) {
+    EXPECT_THAT(status, HasSubstr(StrCat("node ", worker, " (SIMULATED GPUs")));
+  }
+  EXPECT_THAT(status, HasSubstr("SIMULATED: 2 of these nodes"));
   EXPECT_THAT(status, HasSubstr("A100-PCIE-40GB"));
 
   // Step: the seed's pod, from examples/plan/seed-pod.yaml: two 2g.10gb instances made on a

@@ -70,6 +70,9 @@ struct NodeSpec {
   int64_t cpu_milli = 0;
   int64_t memory_bytes = 0;
   std::vector<GpuSpec> gpus;
+  // Descriptive only (the engine ignores it): the node's GPUs are simulated, as its inventory
+  // says; `prism status` marks such nodes.
+  bool simulated = false;
 };
 
 // ---------------------------------------------------------------------------
