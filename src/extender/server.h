@@ -1,4 +1,4 @@
-// src/extender/server.h: HTTP(S) serving of a Scheduler with cpp-httplib.
+// src/extender/server.h: HTTP(S) serving of a Scheduler.
 //
 // Routes (all replies JSON unless noted), by what the port serves (ServerOptions):
 //   POST /filter /prioritize /bind          kube-scheduler extender verbs        (extender)
@@ -16,18 +16,23 @@
 // CA files are read at every handshake, so a rotated Secret (cert-manager) takes effect without a
 // restart; kube-scheduler and the API server keep connections alive, so handshakes are rare.
 //
-// Hostile clients (docs/security.md): a TLS port counts each client address's open connections
-// (over `max_connections_per_client` the handshake is cut), and a connection that has not
-// delivered a complete request `request_read_timeout_seconds` after it opened or after its last
-// reply (TLS handshake, headers and body trickled, or idle) is closed; request bodies above
-// `max_body_bytes` are refused (413) before they are read, chunked ones as they pass the limit,
-// and all bodies being read at once share `max_buffered_body_bytes`. HTTP/1.1 keep-alive;
-// handlers run on a thread pool of `threads` (binds to one node run concurrently). Thread-safe.
+// Hostile clients (docs/security.md): the extender and webhook ports are served by an HttpFront
+// (extender/http_front.h): one thread per port multiplexes every connection (TLS handshake,
+// request headers and body, reply, keep-alive) and hands a worker only a complete request, so no
+// number of idle or slow clients holds a worker or delays another client's request. On TLS ports
+// each client address may hold `max_connections_per_client` connections (one more is closed at
+// accept); a connection that has not delivered a complete request `request_read_timeout_seconds`
+// after it opened or after its last reply (handshake, headers and body trickled) is closed, as is
+// one idle `keep_alive_timeout_seconds` after a reply; request bodies above `max_body_bytes` are
+// refused (413) before they are read (up to as much again is read and dropped first), bodies
+// without a Content-Length (chunked) with 411, and all bodies held at once share
+// `max_buffered_body_bytes` (503 beyond). HTTP/1.1 keep-alive; handlers run on a pool of
+// `threads` workers, grown up to `max_threads` while requests wait (binds to one node run
+// concurrently). Thread-safe.
 #pragma once
 
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/status.h"
 
@@ -47,21 +52,18 @@ struct ServerOptions {
   // its own; it cannot have `client_ca_file` (the API server would be refused).
   bool serve_extender = true;
   bool serve_webhook = true;
-  // Workers kept ready. Each open connection holds one worker until it closes, so when all are
-  // busy another is started, up to `max_threads`: idle or slow connections cannot starve the
-  // others (/healthz included) until there are that many of them.
+  // Workers kept ready for handlers; another is started while a complete request waits and
+  // none is free, up to `max_threads`. Connections hold no worker (only requests in handlers do).
   int threads = 64;
   int max_threads = 256;
-  // Idle keep-alive connections are closed after this long. Stop() waits for open connections,
-  // so this also bounds how long a stop takes.
+  // A keep-alive connection that starts no request this long after a reply is closed. Stop()
+  // lets replies in progress finish for at most this long.
   int keep_alive_timeout_seconds = 5;
-  // A client that sends nothing (or receives nothing) for this long is disconnected.
-  int read_timeout_seconds = 5;
-  // TLS ports: a connection must deliver a whole request (handshake, headers, body) within this
-  // long of opening or of its previous reply, or it is closed (slow-loris). Above
-  // keep_alive_timeout_seconds, so an idle keep-alive connection is closed by that first.
+  // A connection must deliver a whole request (TLS handshake, headers, body) within this long of
+  // opening or of its previous reply, or it is closed (slow-loris); a reply must be taken within
+  // as long.
   int request_read_timeout_seconds = 10;
-  // TLS ports: open connections per client IP address; the next handshake is cut. 0: no limit.
+  // TLS ports: open connections per client IP address; one more is closed at accept. 0: none.
   int max_connections_per_client = 64;
   bool probes_only = false;  // Plain HTTP only: no TLS files with it.
   // Larger requests are refused (413). kube-scheduler with nodeCacheCapable (our deployment)
@@ -93,15 +95,12 @@ class ExtenderServer {
 
  private:
   absl::Status StartProbes();
-  void Watchdog();
 
   class Impl;
   std::unique_ptr<Impl> impl_;
   Scheduler* const scheduler_;
   const ServerOptions options_;
   int port_ = 0;
-  std::thread thread_;
-  std::thread watchdog_;
 };
 
 }  // namespace prism::extender

@@ -420,25 +420,16 @@ class ProbeServer::Loop {
   std::thread worker_;  // Last: started once everything above exists.
 };
 
-ProbeServer::ProbeServer(Options options) : options_(std::move(options)) {}
-
-ProbeServer::~ProbeServer() { Stop(); }
-
-void ProbeServer::Handle(const std::string& path, Handler handler, bool slow) {
-  routes_[path] = Route{std::move(handler), slow};
-}
-
-absl::Status ProbeServer::Start() {
-  if (loop_ != nullptr) return absl::FailedPreconditionError("probe server already started");
-  const std::string where = StrCat(options_.host, ":", options_.port);
+absl::StatusOr<int> ListenTcp(const std::string& host, int port, int* bound_port) {
+  const std::string where = StrCat(host, ":", port);
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* found = nullptr;
-  const std::string port = std::to_string(options_.port);
-  const int gai = ::getaddrinfo(options_.host.empty() ? nullptr : options_.host.c_str(),
-                                port.c_str(), &hints, &found);
+  const std::string service = std::to_string(port);
+  const int gai =
+      ::getaddrinfo(host.empty() ? nullptr : host.c_str(), service.c_str(), &hints, &found);
   if (gai != 0) {
     return absl::UnavailableError(StrCat("cannot listen on ", where, ": ", ::gai_strerror(gai)));
   }
@@ -463,10 +454,26 @@ absl::Status ProbeServer::Start() {
   sockaddr_storage bound{};
   socklen_t len = sizeof(bound);
   if (::getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len) == 0) {
-    port_ = bound.ss_family == AF_INET6
-                ? ntohs(reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port)
-                : ntohs(reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
+    *bound_port = bound.ss_family == AF_INET6
+                      ? ntohs(reinterpret_cast<const sockaddr_in6*>(&bound)->sin6_port)
+                      : ntohs(reinterpret_cast<const sockaddr_in*>(&bound)->sin_port);
   }
+  return fd;
+}
+
+ProbeServer::ProbeServer(Options options) : options_(std::move(options)) {}
+
+ProbeServer::~ProbeServer() { Stop(); }
+
+void ProbeServer::Handle(const std::string& path, Handler handler, bool slow) {
+  routes_[path] = Route{std::move(handler), slow};
+}
+
+absl::Status ProbeServer::Start() {
+  if (loop_ != nullptr) return absl::FailedPreconditionError("probe server already started");
+  absl::StatusOr<int> listening = ListenTcp(options_.host, options_.port, &port_);
+  if (!listening.ok()) return listening.status();
+  const int fd = *listening;
   int wake[2];
   if (::pipe2(wake, O_NONBLOCK | O_CLOEXEC) != 0) {
     ::close(fd);

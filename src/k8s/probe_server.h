@@ -25,9 +25,16 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
 namespace prism::k8s {
+
+// A non-blocking listening TCP socket on `host`:`port` (0 picks a free port; SO_REUSEADDR, a
+// backlog of 1,024, so that a burst of connects does not wait for SYN retransmits), and the port
+// it got in `*bound_port`. Unavailable naming the address if it cannot be bound. Shared with the
+// extender's HttpFront.
+absl::StatusOr<int> ListenTcp(const std::string& host, int port, int* bound_port);
 
 struct ProbeReply {
   int status = 200;
