@@ -561,7 +561,32 @@ void SchedulerCache::RebuildLocked() {
       }
     }
     state = sched::ClusterState::Build(good, config_);
-    if (!state.ok()) state = sched::ClusterState::Build({}, config_);
+    if (!state.ok()) {
+      // Nodes fine alone that clash with each other (two nodes reporting one GPU UUID: a cloned
+      // disk, or simulated GPUs seeded alike): keep them in name order, each only if it adds to
+      // those kept without a clash; the one refused names the node it clashes with.
+      std::sort(good.begin(), good.end(),
+                [](const sched::NodeSpec& a, const sched::NodeSpec& b) { return a.name < b.name; });
+      absl::StatusOr<sched::ClusterState> scratch = sched::ClusterState::Build({}, config_);
+      std::vector<sched::NodeSpec> kept;
+      for (sched::NodeSpec& spec : good) {
+        absl::StatusOr<std::vector<std::string>> added =
+            scratch.ok() ? scratch->UpsertNode(spec, config_) : scratch.status();
+        if (added.ok()) {
+          kept.push_back(std::move(spec));
+          continue;
+        }
+        NodeEntry& node = nodes_[spec.name];
+        node.error = std::string(added.status().message());
+        node.rejected = true;
+        LogWarning(kLog, "ignoring the GPUs of node ", spec.name, ": ", node.error);
+      }
+      state = sched::ClusterState::Build(kept, config_);
+    }
+    if (!state.ok()) {
+      LogError(kLog, "no node's GPUs can be used: ", state.status().message());
+      state = sched::ClusterState::Build({}, config_);
+    }
   }
   engine_ = std::make_unique<sched::Engine>(std::move(*state), config_, options_.engine);
   node_ids_.clear();

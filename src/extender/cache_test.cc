@@ -553,6 +553,27 @@ TEST_F(CacheTest, UnknownGpuModelInMigModeIsRejectedPerNode) {
   EXPECT_THAT(f.Reason("weird"), HasSubstr("unusable GPU inventory"));
 }
 
+// Two nodes fine alone that report one GPU UUID (a cloned disk, simulated GPUs seeded alike):
+// the first in name order keeps its GPUs, the other is unusable with the clash named, and the
+// rest of the cluster is scheduled as before (it used to leave every node without GPUs).
+TEST_F(CacheTest, NodesReportingOneGpuUuidKeepTheFirstAndNameTheClash) {
+  json a = NodeJson("a", {TestGpu{}});
+  json b = NodeJson("b", {TestGpu{}});
+  json other = NodeJson("c", {TestGpu{}});
+  const json a_inventory =
+      json::parse(a["metadata"]["annotations"]["prism.io/gpu-inventory"].get<std::string>());
+  json b_inventory =
+      json::parse(b["metadata"]["annotations"]["prism.io/gpu-inventory"].get<std::string>());
+  b_inventory["gpus"][0]["uuid"] = a_inventory["gpus"][0]["uuid"];
+  b["metadata"]["annotations"]["prism.io/gpu-inventory"] = b_inventory.dump();
+  cache_->UpsertNode(b);
+  cache_->UpsertNode(other);
+  cache_->UpsertNode(a);
+  FilterOutcome f = cache_->Filter(Manifest(GpuPod("p", 1, 1000)), {"a", "b", "c"});
+  EXPECT_THAT(f.feasible, ElementsAre("a", "c"));
+  EXPECT_THAT(f.Reason("b"), HasSubstr("also on node a"));
+}
+
 TEST_F(CacheTest, InventoryChangeIsAppliedInPlaceAndKeepsBoundPods) {
   cache_->UpsertNode(NodeJson("n1", {TestGpu{}, TestGpu{}}));
   cache_->UpsertNode(NodeJson("n2", {TestGpu{}}));
