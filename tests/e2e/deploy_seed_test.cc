@@ -58,27 +58,6 @@ constexpr char kNode[] = "gpu-node-1";
 // A Tesla T4 for software slices (the simulator needs the memory of a model it has no MIG table for).
 constexpr char kT4Gpus[] = "gpus:\n  - model: Tesla T4\n    memory_mib: 15360\n";
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// One child process, killed (SIGKILL) when the test leaves early.
-struct Child {
-  pid_t pid = -1;
-  std::string log;
-  ~Child() { Kill(); }
-  void Kill() {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-      pid = -1;
-    }
-  }
-};
-
 // The seed's pod (HAMi's example), from examples/, as JSON.
 json SeedPod(const fs::path& root) {
   const YAML::Node doc = YAML::LoadFile((root / "examples/plan/seed-pod.yaml").string());
@@ -128,6 +107,9 @@ struct NodeCase {
 };
 
 void PrintTo(const NodeCase& c, std::ostream* os) { *os << c.name; }
+
+// The name gtest gives an instance: the case's.
+std::string CaseName(const ::testing::TestParamInfo<NodeCase>& info) { return info.param.name; }
 
 class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
  protected:
@@ -212,21 +194,6 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
         deviceplugin::testing::WriteFile(dir_ / "kube-scheduler-client.crt", client_pki->client_cert_pem);
     client_key_file_ =
         deviceplugin::testing::WriteFile(dir_ / "kube-scheduler-client.key", client_pki->client_key_pem);
-  }
-
-  // The Secret `workload`'s first container mounts at `dir`; empty if none.
-  static std::string MountedSecret(const Object& workload, const std::string& dir) {
-    const json& pod = workload.at("spec").at("template").at("spec");
-    std::string volume;
-    for (const json& m : pod["containers"][0].value("volumeMounts", json::array())) {
-      if (m.value("mountPath", "") == dir) volume = m.value("name", "");
-    }
-    for (const json& v : pod.value("volumes", json::array())) {
-      if (v.value("name", "") == volume && v.contains("secret")) {
-        return v["secret"].value("secretName", "");
-      }
-    }
-    return "";
   }
 
   void TearDown() override {
@@ -602,8 +569,8 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
   std::unique_ptr<kubelet::FakeKubelet> kubelet_;
   std::unique_ptr<k8s::Client> client_;
   std::unique_ptr<SchedulerDriver> driver_;
-  Child scheduler_;
-  Child agent_;
+  ChildProcess scheduler_;
+  ChildProcess agent_;
 };
 
 std::vector<std::string> Split(const std::string& list) {
@@ -849,8 +816,7 @@ INSTANTIATE_TEST_SUITE_P(
         NodeCase{"static",
                  "gpus:\n  - model: A100-PCIE-40GB\n    mig: {enabled: true}\n",
                  {{"nvidia.com/mig.config", "all-1g.5gb"}},
-                 {{19, 0}, {19, 1}, {19, 2}, {19, 3}, {19, 4}, {19, 5}, {19, 6}}}),
-    [](const ::testing::TestParamInfo<NodeCase>& case_info) { return case_info.param.name; });
+                 {{19, 0}, {19, 1}, {19, 2}, {19, 3}, {19, 4}, {19, 5}, {19, 6}}}), CaseName);
 
 // A slice pod: one GPU with `memory_mib` of its memory.
 json SlicePod(const std::string& name, int memory_mib) {
@@ -997,10 +963,7 @@ TEST_P(ForgedAnnotationsTest, ACopiedDecisionIsStrippedRefusedAndNeverCharged) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Issue38, ForgedAnnotationsTest,
-                         ::testing::Values(NodeCase{"t4", kT4Gpus, {}, {}}),
-                         [](const ::testing::TestParamInfo<NodeCase>& case_info) {
-                           return case_info.param.name;
-                         });
+                         ::testing::Values(NodeCase{"t4", kT4Gpus, {}, {}}), CaseName);
 
 // Issue 39, finding 2, on the shipped configuration: a pod that asks for no GPU cannot take the
 // node's GPUs by setting the NVIDIA runtime's env. The mutating webhook strips it (saying so), the
@@ -1075,10 +1038,7 @@ TEST_P(DeviceEnvAdmissionTest, AGpuLessPodCannotTakeGpusByEnv) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Issue39, DeviceEnvAdmissionTest,
-                         ::testing::Values(NodeCase{"t4", kT4Gpus, {}, {}}),
-                         [](const ::testing::TestParamInfo<NodeCase>& case_info) {
-                           return case_info.param.name;
-                         });
+                         ::testing::Values(NodeCase{"t4", kT4Gpus, {}, {}}), CaseName);
 
 // Issue 39, finding 1, on the shipped configuration: the extender's verbs answer only
 // kube-scheduler. A caller without its client certificate (or with the scheduler's own serving
@@ -1133,10 +1093,7 @@ TEST_P(ExtenderCallerTest, OnlyKubeSchedulersCertificateReachesTheVerbsAndBindTa
 }
 
 INSTANTIATE_TEST_SUITE_P(Issue39, ExtenderCallerTest,
-                         ::testing::Values(NodeCase{"t4", kT4Gpus, {}, {}}),
-                         [](const ::testing::TestParamInfo<NodeCase>& case_info) {
-                           return case_info.param.name;
-                         });
+                         ::testing::Values(NodeCase{"t4", kT4Gpus, {}, {}}), CaseName);
 
 }  // namespace
 }  // namespace prism::e2e

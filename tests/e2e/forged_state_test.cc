@@ -48,13 +48,6 @@ constexpr char kStatus[] = "prism.io/allocation-status";
 // Two whole GPUs (MIG off): software slices.
 constexpr char kGpus[] = "gpus:\n  - model: A100-PCIE-40GB\n  - model: A100-PCIE-40GB\n";
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 // A pod bound to the node by its creator (no scheduler), one container asking for a slice.
 json BoundPod(const std::string& name, const std::map<std::string, std::string>& annotations) {
   json pod{{"apiVersion", "v1"},

@@ -52,26 +52,6 @@ constexpr const char* kWorkers[] = {"prism-try-it-worker", "prism-try-it-worker2
 // The label the walk-through puts on the workers.
 constexpr char kSimulatedLabel[] = "prism.io/simulated-gpus";
 
-std::string Slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-struct Child {
-  pid_t pid = -1;
-  std::string log;
-  ~Child() { Kill(); }
-  void Kill() {
-    if (pid > 0) {
-      kill(pid, SIGKILL);
-      waitpid(pid, nullptr, 0);
-      pid = -1;
-    }
-  }
-};
-
 // Whether a workload's nodeSelector and required node affinity admit a node with `labels`.
 bool RunsOn(const Object& workload, const json& labels) {
   const json& spec = workload.at("spec").at("template").at("spec");
@@ -126,8 +106,8 @@ class TryItTest : public ::testing::Test {
     fs::path dir;   // Sockets and logs.
     fs::path host;  // The node's file system (hostPath volumes).
     std::unique_ptr<kubelet::FakeKubelet> kubelet;
-    Child agent;
-    Child manager;
+    ChildProcess agent;
+    ChildProcess manager;
     bool agent_pod = false;
     std::string state_file() const { return (host / "var/lib/prism/sim/gpus.yaml").string(); }
   };
@@ -162,21 +142,6 @@ class TryItTest : public ::testing::Test {
       n.manager.Kill();
       if (n.kubelet) n.kubelet->Stop();
     }
-  }
-
-  // The Secret `workload`'s first container mounts at `dir`; empty if none.
-  static std::string MountedSecret(const Object& workload, const std::string& dir) {
-    const json& pod = workload.at("spec").at("template").at("spec");
-    std::string volume;
-    for (const json& m : pod["containers"][0].value("volumeMounts", json::array())) {
-      if (m.value("mountPath", "") == dir) volume = m.value("name", "");
-    }
-    for (const json& v : pod.value("volumes", json::array())) {
-      if (v.value("name", "") == volume && v.contains("secret")) {
-        return v["secret"].value("secretName", "");
-      }
-    }
-    return "";
   }
 
   // What cert-manager issues from the overlay's Certificates: the extender's serving certificate
@@ -553,7 +518,7 @@ class TryItTest : public ::testing::Test {
   int64_t weight_ = 1;
   int port_ = 0;
   int webhook_port_ = 0;
-  Child scheduler_;
+  ChildProcess scheduler_;
   std::unique_ptr<k8s::Client> client_;
   std::unique_ptr<SchedulerDriver> driver_;
   Node nodes_[2];

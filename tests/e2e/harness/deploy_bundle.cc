@@ -2,8 +2,10 @@
 
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -521,6 +523,35 @@ pid_t SpawnProcess(const std::string& binary, const LocalProcess& process,
   if (posix_spawn(&pid, binary.c_str(), &actions, nullptr, argv.data(), env.data()) != 0) pid = -1;
   posix_spawn_file_actions_destroy(&actions);
   return pid;
+}
+
+void ChildProcess::Kill() {
+  if (pid > 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    pid = -1;
+  }
+}
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string MountedSecret(const Object& workload, const std::string& dir) {
+  const Object& pod = workload.at("spec").at("template").at("spec");
+  std::string volume;
+  for (const Object& m : pod["containers"][0].value("volumeMounts", Object::array())) {
+    if (m.value("mountPath", "") == dir) volume = m.value("name", "");
+  }
+  for (const Object& v : pod.value("volumes", Object::array())) {
+    if (v.value("name", "") == volume && v.contains("secret")) {
+      return v["secret"].value("secretName", "");
+    }
+  }
+  return "";
 }
 
 }  // namespace prism::e2e

@@ -95,4 +95,22 @@ int FreeLoopbackPort();
 // Starts `binary args...` with exactly `env` plus PATH, stdout and stderr to `log`.
 pid_t SpawnProcess(const std::string& binary, const LocalProcess& process, const std::string& log);
 
+// One started process (SpawnProcess) and its log, killed (SIGKILL) and reaped when the test
+// leaves, early or not.
+struct ChildProcess {
+  pid_t pid = -1;
+  std::string log;
+  ChildProcess() = default;
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+  ~ChildProcess() { Kill(); }
+  void Kill();
+};
+
+// The whole file (a log), or "" when it cannot be read.
+std::string Slurp(const std::string& path);
+
+// The Secret that `workload`'s first container mounts at `dir` (its secretName); "" if none.
+std::string MountedSecret(const Object& workload, const std::string& dir);
+
 }  // namespace prism::e2e
