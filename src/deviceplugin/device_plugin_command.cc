@@ -2,11 +2,14 @@
 //
 // Serves the kubelet device plugin API for one extended resource, realizes the scheduler's
 // decisions on this node's GPUs, publishes the GPU inventory on the Node, and serves Prometheus
-// metrics. Runs until SIGTERM or SIGINT; SIGHUP serves and registers the endpoint again.
+// metrics. With --dra it also serves the kubelet's DRA plugin API as driver gpu.prism.io
+// (docs/dra.md, "Status": whole GPUs only, no ResourceSlices yet). Runs until SIGTERM or SIGINT;
+// SIGHUP serves and registers the device plugin endpoint again.
 #include <signal.h>
 
 #include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <vector>
 
 #include "cli/commands.h"
@@ -16,6 +19,8 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "config/device_config_yaml.h"
+#include "deviceplugin/dra_driver.h"
+#include "deviceplugin/dra_server.h"
 #include "deviceplugin/metrics.h"
 #include "deviceplugin/node_agent.h"
 #include "deviceplugin/plugin_server.h"
@@ -64,6 +69,10 @@ struct Flags {
   double inventory_interval_s = 30;
   double reconcile_interval_s = 30;
   double usage_interval_s = 5;
+  bool dra = false;
+  std::string dra_driver_name = deviceplugin::kDraDriverName;
+  std::string dra_registry_dir = kubelet::kKubeletRegistryDir;
+  std::string dra_plugin_dir;  // Empty: <kubelet plugins dir>/<driver name>.
 };
 
 absl::StatusOr<std::pair<std::string, int>> ParseAddress(const std::string& address) {
@@ -164,9 +173,40 @@ absl::Status Run(const Flags& flags) {
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // The DRA plugin's view of the GPUs, read before the agent's worker owns NVML (NVML is not
+  // thread-safe): a GPU's MIG mode changed later is not seen until a restart (docs/dra.md).
+  std::vector<deviceplugin::DraGpu> dra_gpus;
+  if (flags.dra) {
+    ASSIGN_OR_RETURN(dra_gpus, deviceplugin::ReadDraGpus(nvml.get(), flags.proc_root));
+  }
+
   deviceplugin::MetricsRegistry metrics;
   deviceplugin::NodeAgent agent(options, nvml.get(), client.get(), &metrics);
   RETURN_IF_ERROR(Annotate(agent.Start(), "starting the node agent"));
+  std::unique_ptr<deviceplugin::DraDriver> dra_driver;
+  std::unique_ptr<deviceplugin::DraServer> dra_server;
+  if (flags.dra) {
+    deviceplugin::DraDriverOptions dra_options;
+    dra_options.driver_name = flags.dra_driver_name;
+    dra_options.node_name = flags.node_name;
+    dra_options.cdi_dir = flags.cdi_dir;
+    dra_options.state_dir = flags.state_dir;
+    dra_options.device_nodes = options.device_nodes;
+    dra_options.vgpu = options.vgpu;
+    dra_options.gpus = [dra_gpus]() -> absl::StatusOr<std::vector<deviceplugin::DraGpu>> {
+      return dra_gpus;
+    };
+    dra_driver = std::make_unique<deviceplugin::DraDriver>(dra_options, client.get());
+    RETURN_IF_ERROR(Annotate(dra_driver->Start(), "starting the DRA driver"));
+    deviceplugin::DraServerOptions server_options;
+    server_options.driver_name = flags.dra_driver_name;
+    server_options.registry_dir = flags.dra_registry_dir;
+    server_options.plugin_dir = flags.dra_plugin_dir.empty() ? StrCat(kubelet::kKubeletPluginsDir,
+                                                                      "/", flags.dra_driver_name)
+                                                             : flags.dra_plugin_dir;
+    dra_server = std::make_unique<deviceplugin::DraServer>(dra_driver.get(), server_options);
+    RETURN_IF_ERROR(Annotate(dra_server->Start(), "serving the DRA plugin"));
+  }
   PluginServerOptions plugin_options;
   plugin_options.device_plugin_dir = flags.device_plugin_path;
   plugin_options.socket_name = flags.socket_name;
@@ -175,8 +215,14 @@ absl::Status Run(const Flags& flags) {
   deviceplugin::ReplaceablePluginServer plugin(&agent, plugin_options);
   RETURN_IF_ERROR(plugin.Start());
   deviceplugin::MetricsServer server(
-      &metrics, {address.first, address.second}, nullptr, [&agent, &plugin]() -> std::string {
+      &metrics, {address.first, address.second}, nullptr,
+      [&agent, &plugin, &dra_server]() -> std::string {
         if (!plugin.registered()) return "not registered with the kubelet";
+        if (dra_server != nullptr && !dra_server->registered()) {
+          const std::string error = dra_server->registration_error();
+          return error.empty() ? "DRA driver not registered with the kubelet"
+                               : StrCat("the kubelet refused the DRA driver: ", error);
+        }
         const std::string reason = agent.FailClosedReason();
         return reason.empty() ? "" : StrCat("refusing allocations: ", reason);
       });
@@ -196,6 +242,7 @@ absl::Status Run(const Flags& flags) {
     break;
   }
   server.Stop();
+  if (dra_server != nullptr) dra_server->Stop();
   plugin.Stop();
   agent.Stop();
   return absl::OkStatus();
@@ -306,6 +353,18 @@ void AddDevicePluginCommand(CLI::App& app, int* exit_code) {
                   "use (docs/metrics.md); 0: never")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--dra", flags->dra,
+                  "Also serve the kubelet's DRA plugin API (driver gpu.prism.io): prepares "
+                  "claims allocated whole GPUs; no ResourceSlices yet (docs/dra.md, Status)")
+      ->capture_default_str();
+  cmd->add_option("--dra-driver-name", flags->dra_driver_name, "The DRA driver's name")
+      ->capture_default_str();
+  cmd->add_option("--dra-registry-dir", flags->dra_registry_dir,
+                  "The kubelet's plugin registration directory (plugins_registry)")
+      ->capture_default_str();
+  cmd->add_option("--dra-plugin-dir", flags->dra_plugin_dir,
+                  "Where the DRA plugin's dra.sock is served (default: "
+                  "/var/lib/kubelet/plugins/<driver name>)");
   cmd->callback([flags, exit_code] {
     // libcurl and gRPC write to sockets the peer may have closed.
     signal(SIGPIPE, SIG_IGN);

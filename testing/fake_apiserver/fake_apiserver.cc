@@ -98,6 +98,33 @@ const std::vector<ResourceInfo>& Resources() {
        {"metadata.name", "metadata.namespace", "reason", "type", "regarding.kind", "regarding.name",
         "regarding.namespace", "reportingController"},
        "events.events.k8s.io"},
+      // Dynamic Resource Allocation (k8s.io/api v0.36.0 resource/v1 types.go; slices select on
+      // ResourceSliceSelectorNodeName "spec.nodeName" and ResourceSliceSelectorDriver
+      // "spec.driver").
+      {"/apis/resource.k8s.io/v1",
+       "resource.k8s.io/v1",
+       "resourceclaims",
+       "ResourceClaim",
+       true,
+       true,
+       {"metadata.name", "metadata.namespace"},
+       "resourceclaims"},
+      {"/apis/resource.k8s.io/v1",
+       "resource.k8s.io/v1",
+       "deviceclasses",
+       "DeviceClass",
+       false,
+       false,
+       {"metadata.name"},
+       "deviceclasses"},
+      {"/apis/resource.k8s.io/v1",
+       "resource.k8s.io/v1",
+       "resourceslices",
+       "ResourceSlice",
+       false,
+       false,
+       {"metadata.name", "spec.nodeName", "spec.driver"},
+       "resourceslices"},
   };
   return *resources;
 }

@@ -2,7 +2,9 @@
 //
 // Speaks the real HTTP/JSON API (over HTTP, or HTTPS with a certificate from a throwaway CA) for
 // the resources Prism uses: nodes (+status), pods (+status, +binding), events (core and
-// events.k8s.io), configmaps and coordination.k8s.io leases; namespaced and all-namespace paths.
+// events.k8s.io), configmaps, coordination.k8s.io leases, and resource.k8s.io/v1 resourceclaims
+// (+status), deviceclasses and resourceslices; namespaced and all-namespace paths. (DRA's
+// validation rules, allocation NoModify and finalizers are not modelled yet.)
 // Semantics follow the API server where Prism depends on them:
 //   - a single, monotonically increasing resourceVersion across all objects;
 //   - list with label and field selectors and paging (`limit`/`continue` over a consistent
@@ -116,8 +118,9 @@ class FakeApiServer {
                              std::string_view ns = "default") const;
 
   // Direct state access for setup and assertions. `resource` is a plural ("pods", "nodes",
-  // "events", "configmaps", "leases", "events.events.k8s.io"); the namespace comes from the
-  // object. Writes behave like the HTTP API (versions, watches) but skip faults and the log.
+  // "events", "configmaps", "leases", "events.events.k8s.io", "resourceclaims",
+  // "deviceclasses", "resourceslices"); the namespace comes from the object. Writes behave like
+  // the HTTP API (versions, watches) but skip faults and the log.
   absl::StatusOr<Json> Create(std::string_view resource, const Json& object);
   absl::StatusOr<Json> Get(std::string_view resource, std::string_view ns,
                            std::string_view name) const;

@@ -1,0 +1,125 @@
+// src/deviceplugin/dra_driver.h: what the DRA kubelet plugin does for a claim (docs/dra.md §1.6).
+//
+// Prepare, per claim and independently of the other claims of the kubelet's call:
+//   1. the kubelet's reference is held to the API's name rules (it names files below);
+//   2. a claim already in the checkpoint (dra_checkpoint.h) gets the answer recorded for it, with
+//      no API call: the kubelet asks again after its own restart or a lost answer, and a claim's
+//      UID never names another object;
+//   3. otherwise the claim is read from the API server (resource.k8s.io/v1) and decoded
+//      (dra_claim.h); it must exist with the kubelet's UID and be allocated, and name at least one
+//      device of this driver. Results of other drivers are left alone: the kubelet sends a claim
+//      to every driver its allocation names, each prepares its own. Each result of this driver
+//      must name this node's pool, a device this node has and that no other prepared claim holds;
+//   4. the claim's CDI spec <cdi-dir>/prism.io-claim-<uid>.json (kind prism.io/claim, one device
+//      "<uid>-<device>" per allocated device) is written, then the claim is recorded, then the
+//      answer is given: per device its pool, name, base request name and CDI ID.
+// What is prepared in this slice: whole GPUs, devices "gpu-<minor>" (minor: the driver's device
+// minor, /proc/driver/nvidia/gpus/*/information, else the NVML index; NVIDIA's DRA driver names
+// GPUs the same way). A GPU in MIG mode has no whole-GPU device. MIG partitions
+// ("gpu-<minor>-mig-...") and shares of a GPU (a result with a shareID) are refused with an
+// error naming the device: they come in later slices of issue 31. Errors start with
+// "ResourceClaim <ns>/<name>: " and name the result ("status.allocation.devices.results[i]").
+// Unprepare removes the claim's spec and record; a claim never prepared (or already unprepared)
+// is success, as the kubelet expects. Thread-safe: claims may be prepared concurrently; the
+// local part (checks, spec, record) runs under one lock so that two claims cannot both take a
+// device.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+
+#include "deviceplugin/cdi_spec.h"
+#include "deviceplugin/container_edits.h"
+#include "deviceplugin/device_nodes.h"
+#include "deviceplugin/dra_checkpoint.h"
+#include "deviceplugin/dra_claim.h"
+
+namespace prism::k8s {
+class Client;
+}  // namespace prism::k8s
+namespace prism::nvml {
+class Nvml;
+}  // namespace prism::nvml
+
+namespace prism::deviceplugin {
+
+inline constexpr char kDraDriverName[] = "gpu.prism.io";
+inline constexpr char kDraCdiKind[] = "prism.io/claim";
+
+// A GPU as the DRA plugin sees it.
+struct DraGpu {
+  uint32_t minor = 0;
+  int index = 0;
+  std::string uuid;
+  int64_t memory_mib = 0;
+  bool mig_enabled = false;
+  friend bool operator==(const DraGpu&, const DraGpu&) = default;
+};
+
+// "gpu-<minor>".
+std::string DraGpuDeviceName(uint32_t minor);
+
+// The node's GPUs from NVML (index, UUID, memory, MIG mode) with their device minors from
+// <proc_root>/driver/nvidia/gpus/*/information (the NVML index where that is missing). Not
+// thread-safe (NVML): call it where the caller serializes NVML.
+absl::StatusOr<std::vector<DraGpu>> ReadDraGpus(nvml::Nvml* nvml, const std::string& proc_root);
+
+struct DraDriverOptions {
+  std::string driver_name = kDraDriverName;
+  // The pool: one per node, named after the node.
+  std::string node_name;
+  std::string cdi_dir = "/var/run/cdi";
+  // Prepared claims under <state_dir>/claims; empty: in memory only.
+  std::string state_dir = "/var/lib/prism/device-plugin";
+  DeviceNodeOptions device_nodes;
+  VgpuOptions vgpu;
+  // The node's GPUs, asked at every Prepare that reaches step 3.
+  std::function<absl::StatusOr<std::vector<DraGpu>>()> gpus;
+};
+
+struct DraPrepareResult {
+  std::vector<PreparedDevice> devices;
+  std::string error;  // Non-empty: the claim was not prepared.
+};
+
+// "prism.io/claim=<uid>-<device>".
+std::string DraCdiDeviceId(std::string_view claim_uid, std::string_view device);
+// "<cdi_dir>/prism.io-claim-<uid>.json".
+std::string DraCdiSpecPath(std::string_view cdi_dir, std::string_view claim_uid);
+
+class DraDriver {
+ public:
+  // `client` must outlive the driver.
+  DraDriver(DraDriverOptions options, k8s::Client* client);
+
+  // Loads the checkpoint. Errors: the state directory cannot be created.
+  absl::Status Start();
+
+  DraPrepareResult Prepare(const DraClaimRef& claim);
+  // OK for a claim never prepared; an error only for a malformed reference or a file that
+  // cannot be removed.
+  absl::Status Unprepare(const DraClaimRef& claim);
+
+  std::vector<PreparedClaim> Prepared() const { return checkpoint_.All(); }
+  const DraDriverOptions& options() const { return options_; }
+
+ private:
+  absl::StatusOr<std::vector<PreparedDevice>> PrepareLocked(const DraClaim& claim)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WriteSpec(const std::string& uid, const std::vector<PreparedDevice>& devices,
+                         const std::vector<DraGpu>& gpus) const;
+
+  const DraDriverOptions options_;
+  k8s::Client* const client_;
+  DraCheckpoint checkpoint_;
+  absl::Mutex mu_;
+};
+
+}  // namespace prism::deviceplugin

@@ -1,0 +1,550 @@
+// The DRA kubelet plugin (dra_driver.h, dra_server.h) between the fake DRA kubelet
+// (src/kubelet/fake_dra_kubelet.h) and the fake API server, over the real gRPC and REST paths.
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+
+#include "absl/time/clock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+#include "deviceplugin/dra_checkpoint.h"
+#include "deviceplugin/dra_claim.h"
+#include "deviceplugin/dra_driver.h"
+#include "deviceplugin/dra_server.h"
+#include "deviceplugin/fake_driver_tree.h"
+#include "deviceplugin/test_util.h"
+#include "k8s/client.h"
+#include "kubelet/dra/constants.h"
+#include "kubelet/fake_dra_kubelet.h"
+#include "kubelet/kubelet_client.h"
+#include "kubelet/pluginregistration/v1/api.grpc.pb.h"
+#include "testing/fake_apiserver/fake_apiserver.h"
+
+namespace prism::deviceplugin {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::TestDir;
+
+constexpr char kNode[] = "node-a";
+constexpr char kDriver[] = "gpu.prism.io";
+
+std::string ReadText(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+json Result(const std::string& request, const std::string& device,
+            const std::string& driver = kDriver, const std::string& pool = kNode) {
+  return json{{"request", request}, {"driver", driver}, {"pool", pool}, {"device", device}};
+}
+
+bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (!condition()) {
+    if (absl::Now() > deadline) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
+}
+
+bool HasEnv(const kubelet::CdiEdits& edits, const std::string& entry) {
+  return std::find(edits.env.begin(), edits.env.end(), entry) != edits.env.end();
+}
+
+bool HasMount(const kubelet::CdiEdits& edits, const std::string& host,
+              const std::string& container) {
+  for (const auto& m : edits.mounts) {
+    if (m.host_path == host && m.container_path == container) return true;
+  }
+  return false;
+}
+
+bool HasNode(const kubelet::CdiEdits& edits, const std::string& path) {
+  for (const auto& n : edits.device_nodes) {
+    if (n.path == path) return true;
+  }
+  return false;
+}
+
+class DraTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = TestDir();
+    testing::WriteFakeDriverTree(dir_ / "host", 3);
+    ASSERT_TRUE(api_.Start().ok());
+    k8s::ClusterConfig cluster;
+    cluster.server = api_.url();
+    k8s::ClientOptions client_options;
+    client_options.qps = 0;
+    client_options.max_attempts = 1;
+    auto client = k8s::Client::Create(cluster, client_options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+    gpus_ = {{0, 0, "GPU-aaaa", 40960, false},
+             {1, 1, "GPU-bbbb", 40960, false},
+             {2, 2, "GPU-cccc", 40960, true}};
+  }
+
+  void TearDown() override {
+    if (kubelet_) kubelet_->Stop();
+    StopAgent();
+    client_.reset();
+    api_.Stop();
+  }
+
+  std::string cdi_dir() const { return (dir_ / "cdi").string(); }
+  std::string state_dir() const { return (dir_ / "state").string(); }
+
+  void StartAgent() {
+    DraDriverOptions options;
+    options.node_name = kNode;
+    options.cdi_dir = cdi_dir();
+    options.state_dir = state_dir();
+    options.device_nodes.dev_root = (dir_ / "host").string();
+    options.device_nodes.proc_root = (dir_ / "host" / "proc").string();
+    options.gpus = [this]() -> absl::StatusOr<std::vector<DraGpu>> { return gpus_; };
+    driver_ = std::make_unique<DraDriver>(options, client_.get());
+    ASSERT_TRUE(driver_->Start().ok());
+    DraServerOptions server_options;
+    server_options.registry_dir = (dir_ / "plugins_registry").string();
+    server_options.plugin_dir = (dir_ / "plugins" / kDriver).string();
+    server_options.reregister_backoff = absl::Milliseconds(100);
+    server_ = std::make_unique<DraServer>(driver_.get(), server_options);
+    ASSERT_TRUE(server_->Start().ok());
+  }
+
+  void StopAgent() {
+    if (server_) server_->Stop();
+    server_.reset();
+    driver_.reset();
+  }
+
+  void StartKubelet(bool v1beta1_only = false) {
+    kubelet::FakeDraKubeletOptions options;
+    options.registry_dir = (dir_ / "plugins_registry").string();
+    options.cdi_dir = cdi_dir();
+    options.client = client_.get();
+    options.v1beta1_only = v1beta1_only;
+    auto kubelet = kubelet::FakeDraKubelet::Start(options);
+    ASSERT_TRUE(kubelet.ok()) << kubelet.status();
+    kubelet_ = *std::move(kubelet);
+    ASSERT_TRUE(kubelet_->WaitForPlugin(kDriver, absl::Seconds(10)));
+  }
+
+  // Creates a claim with `results` as its allocation (status written directly, as the
+  // scheduler's /status update would) reserved for `pod_uid`; returns its UID.
+  std::string CreateClaim(const std::string& name, const json& results,
+                          const std::string& pod_uid = "pod-1") {
+    json claim{{"apiVersion", "resource.k8s.io/v1"},
+               {"kind", "ResourceClaim"},
+               {"metadata", {{"name", name}, {"namespace", "default"}}},
+               {"spec", {{"devices", {{"requests", json::array()}}}}},
+               {"status",
+                {{"allocation", {{"devices", {{"results", results}}}}},
+                 {"reservedFor",
+                  json::array({{{"resource", "pods"}, {"name", "p"}, {"uid", pod_uid}}})}}}};
+    auto created = api_.Create("resourceclaims", claim);
+    EXPECT_TRUE(created.ok()) << created.status();
+    return created.ok() ? (*created)["metadata"]["uid"].get<std::string>() : "";
+  }
+
+  kubelet::FakeDraPod Pod(const std::string& claim, const std::string& request = "") {
+    kubelet::FakeDraPod pod;
+    pod.uid = "pod-1";
+    pod.name = "p";
+    pod.claims = {{"gpus", claim}};
+    pod.containers = {{"main", {{"gpus", request}}}};
+    return pod;
+  }
+
+  // One raw NodePrepareResources for one claim: its devices, or its error.
+  ::k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourceResponse PrepareOne(
+      const std::string& name, const std::string& uid) {
+    auto response = kubelet_->NodePrepareResources(kDriver, {{"default", name, uid}});
+    EXPECT_TRUE(response.ok()) << response.status();
+    if (!response.ok()) return {};
+    EXPECT_EQ(response->claims_size(), 1);
+    return response->claims().at(uid);
+  }
+
+  fs::path dir_;
+  fakeapi::FakeApiServer api_;
+  std::unique_ptr<k8s::Client> client_;
+  std::vector<DraGpu> gpus_;
+  std::unique_ptr<DraDriver> driver_;
+  std::unique_ptr<DraServer> server_;
+  std::unique_ptr<kubelet::FakeDraKubelet> kubelet_;
+};
+
+TEST_F(DraTest, RegistersWithTheKubeletAsUpstreamExpects) {
+  StartAgent();
+  StartKubelet();
+  std::optional<kubelet::FakeDraPlugin> plugin = kubelet_->Plugin(kDriver);
+  ASSERT_TRUE(plugin.has_value());
+  EXPECT_EQ(plugin->registration_socket,
+            (dir_ / "plugins_registry" / "gpu.prism.io-reg.sock").string());
+  EXPECT_EQ(plugin->endpoint, server_->endpoint());
+  EXPECT_EQ(plugin->endpoint, (dir_ / "plugins" / kDriver / "dra.sock").string());
+  EXPECT_EQ(plugin->supported_versions,
+            (std::vector<std::string>{kubelet::kDraV1Service, kubelet::kDraV1beta1Service}));
+  EXPECT_EQ(plugin->chosen_service, kubelet::kDraV1Service);
+  EXPECT_TRUE(WaitFor([&] { return server_->registered(); }, absl::Seconds(5)));
+  EXPECT_EQ(server_->notifications(), 1);
+  EXPECT_EQ(kubelet_->registration_failures(), 0);
+}
+
+TEST_F(DraTest, OlderKubeletChoosesV1beta1AndPrepares) {
+  StartAgent();
+  StartKubelet(/*v1beta1_only=*/true);
+  EXPECT_EQ(kubelet_->Plugin(kDriver)->chosen_service, kubelet::kDraV1beta1Service);
+  CreateClaim("c", json::array({Result("gpu", "gpu-0")}));
+  ASSERT_TRUE(kubelet_->PrepareResources(Pod("c")).ok());
+  auto container = kubelet_->CreateContainer(Pod("c"), "main");
+  ASSERT_TRUE(container.ok()) << container.status();
+  EXPECT_TRUE(HasEnv(container->edits, "NVIDIA_VISIBLE_DEVICES=GPU-aaaa"));
+}
+
+TEST_F(DraTest, PreparesWholeGpuIntoACdiSpecTheResponseNames) {
+  StartAgent();
+  StartKubelet();
+  const std::string uid = CreateClaim("c", json::array({Result("gpu", "gpu-1")}));
+  const auto answer = PrepareOne("c", uid);
+  ASSERT_EQ(answer.error(), "");
+  ASSERT_EQ(answer.devices_size(), 1);
+  const auto& device = answer.devices(0);
+  EXPECT_EQ(device.pool_name(), kNode);
+  EXPECT_EQ(device.device_name(), "gpu-1");
+  EXPECT_EQ(std::vector<std::string>(device.request_names().begin(), device.request_names().end()),
+            std::vector<std::string>{"gpu"});
+  ASSERT_EQ(device.cdi_device_ids_size(), 1);
+  EXPECT_EQ(device.cdi_device_ids(0), "prism.io/claim=" + uid + "-gpu-1");
+
+  // The spec the runtime resolves that ID from.
+  const fs::path spec = DraCdiSpecPath(cdi_dir(), uid);
+  ASSERT_TRUE(fs::exists(spec));
+  json parsed = json::parse(ReadText(spec));
+  EXPECT_EQ(parsed["kind"], "prism.io/claim");
+  auto edits = kubelet::ResolveCdiDevices(cdi_dir(), {device.cdi_device_ids(0)});
+  ASSERT_TRUE(edits.ok()) << edits.status();
+  EXPECT_TRUE(HasEnv(*edits, "NVIDIA_VISIBLE_DEVICES=GPU-bbbb"));
+  EXPECT_TRUE(HasMount(*edits, "/dev/null", "/var/run/nvidia-container-devices/GPU-bbbb"));
+  EXPECT_TRUE(HasNode(*edits, "/dev/nvidia1"));
+  EXPECT_TRUE(HasNode(*edits, "/dev/nvidiactl"));
+  EXPECT_TRUE(HasNode(*edits, "/dev/nvidia-uvm"));
+  EXPECT_FALSE(HasNode(*edits, "/dev/nvidia0"));
+  // A whole GPU: no slice limits, no region, no preload.
+  for (const std::string& e : edits->env) EXPECT_EQ(e.find("CUDA_DEVICE_"), std::string::npos);
+}
+
+TEST_F(DraTest, KubeletHandsEachContainerTheDevicesOfItsRequest) {
+  StartAgent();
+  StartKubelet();
+  const std::string uid =
+      CreateClaim("c", json::array({Result("a", "gpu-0"), Result("b/large", "gpu-1")}));
+  kubelet::FakeDraPod pod = Pod("c", "a");
+  pod.containers.push_back({"second", {{"gpus", "b"}}});
+  ASSERT_TRUE(kubelet_->PrepareResources(pod).ok());
+  auto first = kubelet_->CreateContainer(pod, "main");
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->cdi_devices, std::vector<std::string>{"prism.io/claim=" + uid + "-gpu-0"});
+  EXPECT_TRUE(HasNode(first->edits, "/dev/nvidia0"));
+  EXPECT_FALSE(HasNode(first->edits, "/dev/nvidia1"));
+  // "b/large" answers under its base request "b", which the container names.
+  auto second = kubelet_->CreateContainer(pod, "second");
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_EQ(second->cdi_devices, std::vector<std::string>{"prism.io/claim=" + uid + "-gpu-1"});
+  EXPECT_TRUE(HasEnv(second->edits, "NVIDIA_VISIBLE_DEVICES=GPU-bbbb"));
+  // A prepared claim is not sent again.
+  const int calls = kubelet_->prepare_calls();
+  ASSERT_TRUE(kubelet_->PrepareResources(pod).ok());
+  EXPECT_EQ(kubelet_->prepare_calls(), calls);
+}
+
+TEST_F(DraTest, PrepareIsIdempotent) {
+  StartAgent();
+  StartKubelet();
+  const std::string uid = CreateClaim("c", json::array({Result("gpu", "gpu-0")}));
+  const auto first = PrepareOne("c", uid);
+  ASSERT_EQ(first.error(), "");
+  const std::string spec = ReadText(DraCdiSpecPath(cdi_dir(), uid));
+  // Asked again (a kubelet that lost the answer), even once the claim is gone from the API.
+  ASSERT_TRUE(api_.Delete("resourceclaims", "default", "c").ok());
+  const auto second = PrepareOne("c", uid);
+  EXPECT_EQ(second.SerializeAsString(), first.SerializeAsString());
+  EXPECT_EQ(ReadText(DraCdiSpecPath(cdi_dir(), uid)), spec);
+  EXPECT_EQ(driver_->Prepared().size(), 1u);
+}
+
+TEST_F(DraTest, UnprepareRemovesTheSpecAndUnknownClaimsSucceed) {
+  StartAgent();
+  StartKubelet();
+  const std::string uid = CreateClaim("c", json::array({Result("gpu", "gpu-0")}));
+  ASSERT_TRUE(kubelet_->PrepareResources(Pod("c")).ok());
+  ASSERT_TRUE(fs::exists(DraCdiSpecPath(cdi_dir(), uid)));
+  ASSERT_TRUE(fs::exists(fs::path(state_dir()) / "claims" / (uid + ".json")));
+  ASSERT_TRUE(kubelet_->UnprepareResources(Pod("c")).ok());
+  EXPECT_FALSE(fs::exists(DraCdiSpecPath(cdi_dir(), uid)));
+  EXPECT_FALSE(fs::exists(fs::path(state_dir()) / "claims" / (uid + ".json")));
+  EXPECT_TRUE(driver_->Prepared().empty());
+
+  auto unknown = kubelet_->NodeUnprepareResources(
+      kDriver, {{"default", "never", "0b7c1a2e-5d3f-4e6a-9b8c-7d6e5f4a3b2c"}});
+  ASSERT_TRUE(unknown.ok()) << unknown.status();
+  ASSERT_EQ(unknown->claims_size(), 1);
+  EXPECT_EQ(unknown->claims().at("0b7c1a2e-5d3f-4e6a-9b8c-7d6e5f4a3b2c").error(), "");
+  // A UID that could name a file elsewhere is refused, not acted on.
+  auto hostile = kubelet_->NodeUnprepareResources(kDriver, {{"default", "x", "../../etc"}});
+  ASSERT_TRUE(hostile.ok());
+  EXPECT_NE(hostile->claims().at("../../etc").error().find("claim.uid"), std::string::npos);
+}
+
+TEST_F(DraTest, ClaimOfAnotherDriverOrPoolGetsAPerClaimError) {
+  StartAgent();
+  StartKubelet();
+  const std::string nvidia =
+      CreateClaim("nvidia", json::array({Result("gpu", "gpu-0", "gpu.nvidia.com")}));
+  const std::string other_node =
+      CreateClaim("elsewhere", json::array({Result("gpu", "gpu-0", kDriver, "node-b")}));
+  const std::string good = CreateClaim("good", json::array({Result("gpu", "gpu-1")}));
+  auto response = kubelet_->NodePrepareResources(kDriver, {{"default", "nvidia", nvidia},
+                                                           {"default", "elsewhere", other_node},
+                                                           {"default", "good", good}});
+  ASSERT_TRUE(response.ok()) << response.status();
+  ASSERT_EQ(response->claims_size(), 3);
+  const std::string& e1 = response->claims().at(nvidia).error();
+  EXPECT_NE(e1.find("ResourceClaim default/nvidia"), std::string::npos) << e1;
+  EXPECT_NE(e1.find("no device of driver gpu.prism.io"), std::string::npos) << e1;
+  EXPECT_NE(e1.find("gpu.nvidia.com"), std::string::npos) << e1;
+  const std::string& e2 = response->claims().at(other_node).error();
+  EXPECT_NE(e2.find("status.allocation.devices.results[0]: pool 'node-b'"), std::string::npos)
+      << e2;
+  // The others' failures touch nothing of this one.
+  EXPECT_EQ(response->claims().at(good).error(), "");
+  EXPECT_EQ(response->claims().at(good).devices_size(), 1);
+  EXPECT_FALSE(fs::exists(DraCdiSpecPath(cdi_dir(), nvidia)));
+  EXPECT_FALSE(fs::exists(DraCdiSpecPath(cdi_dir(), other_node)));
+  EXPECT_EQ(driver_->Prepared().size(), 1u);
+}
+
+TEST_F(DraTest, MalformedClaimStatusGetsAnErrorNamingTheField) {
+  StartAgent();
+  StartKubelet();
+  json bad_type = Result("gpu", "gpu-0");
+  bad_type["device"] = 42;
+  const std::string uid1 = CreateClaim("number", json::array({bad_type}));
+  EXPECT_NE(PrepareOne("number", uid1)
+                .error()
+                .find("status.allocation.devices.results[0].device: expected a string"),
+            std::string::npos)
+      << PrepareOne("number", uid1).error();
+  const std::string uid2 =
+      CreateClaim("forged", json::array({Result("gpu", "gpu-0"), Result("gpu", "GPU_0/../x")}));
+  const std::string e2 = PrepareOne("forged", uid2).error();
+  EXPECT_NE(e2.find("status.allocation.devices.results[1].device: 'GPU_0/../x' is not a device"),
+            std::string::npos)
+      << e2;
+  const std::string uid3 = CreateClaim("many", json(std::vector<json>(33, Result("gpu", "gpu-0"))));
+  EXPECT_NE(PrepareOne("many", uid3).error().find("33 entries, more than 32"), std::string::npos);
+  EXPECT_TRUE(driver_->Prepared().empty());
+  EXPECT_FALSE(fs::exists(DraCdiSpecPath(cdi_dir(), uid1)));
+  EXPECT_FALSE(fs::exists(DraCdiSpecPath(cdi_dir(), uid2)));
+}
+
+TEST_F(DraTest, RefusesWhatThisSliceDoesNotPrepareNamingTheDevice) {
+  StartAgent();
+  StartKubelet();
+  const std::string mig = CreateClaim("mig", json::array({Result("gpu", "gpu-0-mig-1g5gb-19-0")}));
+  EXPECT_NE(PrepareOne("mig", mig).error().find("device 'gpu-0-mig-1g5gb-19-0' is a MIG partition"),
+            std::string::npos);
+  json share = Result("gpu", "gpu-0");
+  share["shareID"] = "1f2e3d4c-5b6a-4978-8695-a4b3c2d1e0f9";
+  const std::string shared = CreateClaim("shared", json::array({share}));
+  EXPECT_NE(PrepareOne("shared", shared).error().find("is allocated as a share"),
+            std::string::npos);
+  const std::string in_mig = CreateClaim("inmig", json::array({Result("gpu", "gpu-2")}));
+  EXPECT_NE(PrepareOne("inmig", in_mig).error().find("'gpu-2' (GPU-cccc) is in MIG mode"),
+            std::string::npos);
+  const std::string missing = CreateClaim("missing", json::array({Result("gpu", "gpu-7")}));
+  EXPECT_NE(PrepareOne("missing", missing).error().find("no device 'gpu-7' on this node"),
+            std::string::npos);
+  const std::string other = CreateClaim("other", json::array({Result("gpu", "tpu-0")}));
+  EXPECT_NE(PrepareOne("other", other).error().find("no device 'tpu-0' in pool 'node-a'"),
+            std::string::npos);
+  EXPECT_TRUE(driver_->Prepared().empty());
+}
+
+TEST_F(DraTest, ADeviceIsNeverPreparedForTwoClaims) {
+  StartAgent();
+  StartKubelet();
+  const std::string first = CreateClaim("first", json::array({Result("gpu", "gpu-0")}));
+  const std::string second = CreateClaim("second", json::array({Result("gpu", "gpu-0")}));
+  ASSERT_EQ(PrepareOne("first", first).error(), "");
+  const std::string error = PrepareOne("second", second).error();
+  EXPECT_NE(error.find("device 'gpu-0' is already prepared for ResourceClaim default/first (" +
+                       first + ")"),
+            std::string::npos)
+      << error;
+  EXPECT_FALSE(fs::exists(DraCdiSpecPath(cdi_dir(), second)));
+}
+
+TEST_F(DraTest, ClaimNotFoundOrReplaced) {
+  StartAgent();
+  StartKubelet();
+  const std::string uid = "3a9b8c7d-6e5f-4a3b-2c1d-0e9f8a7b6c5d";
+  EXPECT_EQ(PrepareOne("gone", uid).error(), "ResourceClaim default/gone not found");
+  // The kubelet itself stops earlier, at its own GET.
+  absl::Status status = kubelet_->PrepareResources(Pod("gone"));
+  EXPECT_NE(status.message().find("fetch ResourceClaim gone"), std::string::npos) << status;
+  // Same name, another object.
+  CreateClaim("c", json::array({Result("gpu", "gpu-0")}));
+  EXPECT_NE(PrepareOne("c", uid).error().find("(deleted and created again)"), std::string::npos);
+  // Not reserved for the pod: the kubelet refuses before calling the plugin.
+  CreateClaim("theirs", json::array({Result("gpu", "gpu-1")}), "pod-2");
+  status = kubelet_->PrepareResources(Pod("theirs"));
+  EXPECT_NE(status.message().find("is not allowed to use ResourceClaim theirs"), std::string::npos)
+      << status;
+}
+
+TEST_F(DraTest, RestartBetweenPrepareAndUnprepareLosesNothing) {
+  StartAgent();
+  StartKubelet();
+  const std::string uid = CreateClaim("c", json::array({Result("gpu", "gpu-0")}));
+  ASSERT_TRUE(kubelet_->PrepareResources(Pod("c")).ok());
+  const auto before = PrepareOne("c", uid);
+  StopAgent();
+  // The claim is deleted while the agent is down: only the checkpoint knows what was prepared.
+  ASSERT_TRUE(api_.Delete("resourceclaims", "default", "c").ok());
+  StartAgent();
+  ASSERT_TRUE(WaitFor([&] { return server_->registered(); }, absl::Seconds(10)));
+  ASSERT_EQ(driver_->Prepared().size(), 1u);
+  // A second device claim for the same GPU is still refused after the restart.
+  const std::string rival = CreateClaim("rival", json::array({Result("gpu", "gpu-0")}));
+  EXPECT_NE(PrepareOne("rival", rival).error().find("already prepared"), std::string::npos);
+  EXPECT_EQ(PrepareOne("c", uid).SerializeAsString(), before.SerializeAsString());
+  ASSERT_TRUE(kubelet_->UnprepareResources(Pod("c")).ok());
+  EXPECT_FALSE(fs::exists(DraCdiSpecPath(cdi_dir(), uid)));
+  EXPECT_TRUE(driver_->Prepared().empty());
+  EXPECT_EQ(PrepareOne("rival", rival).error(), "");
+}
+
+TEST_F(DraTest, RefusedRegistrationServesTheSocketAgain) {
+  StartAgent();
+  StartKubelet();
+  ASSERT_TRUE(WaitFor([&] { return server_->notifications() == 1; }, absl::Seconds(5)));
+  // A kubelet's refusal (as notifyPlugin sends it): the plugin logs it and offers a new socket,
+  // whose create event brings the kubelet back.
+  {
+    auto channel = grpc::CreateChannel(kubelet::UnixTarget(server_->registration_socket()),
+                                       grpc::InsecureChannelCredentials());
+    auto stub = ::pluginregistration::Registration::NewStub(channel);
+    ::pluginregistration::RegistrationStatus status;
+    status.set_plugin_registered(false);
+    status.set_error("refused for the test");
+    ::pluginregistration::RegistrationStatusResponse response;
+    grpc::ClientContext context;
+    ASSERT_TRUE(stub->NotifyRegistrationStatus(&context, status, &response).ok());
+  }
+  EXPECT_FALSE(server_->registered());
+  EXPECT_EQ(server_->registration_error(), "refused for the test");
+  // Notifications: the first registration, the refusal, the registration on the new socket.
+  EXPECT_TRUE(WaitFor([&] { return server_->registered() && server_->notifications() >= 3; },
+                      absl::Seconds(10)));
+  EXPECT_TRUE(kubelet_->Plugin(kDriver).has_value());
+  // Removing the socket deregisters the plugin in the kubelet.
+  fs::remove(server_->registration_socket());
+  EXPECT_TRUE(WaitFor([&] { return !kubelet_->Plugin(kDriver).has_value(); }, absl::Seconds(5)));
+}
+
+// --- Decoding and the checkpoint, without servers ----------------------------------------------
+
+TEST(DraClaimTest, DecodesResultsAndNamesBadFields) {
+  json claim{
+      {"metadata", {{"name", "c"}, {"namespace", "ns"}, {"uid", "u-1"}}},
+      {"status",
+       {{"allocation", {{"devices", {{"results", json::array({Result("r/s", "gpu-0")})}}}}}}}};
+  auto parsed = ParseResourceClaim(claim);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->allocated);
+  ASSERT_EQ(parsed->results.size(), 1u);
+  EXPECT_EQ(parsed->results[0].request, "r/s");
+  EXPECT_EQ(BaseRequestName(parsed->results[0].request), "r");
+
+  json unallocated = claim;
+  unallocated["status"].erase("allocation");
+  EXPECT_FALSE(ParseResourceClaim(unallocated)->allocated);
+
+  json bad = claim;
+  bad["status"]["allocation"]["devices"]["results"][0]["pool"] = "a//b";
+  EXPECT_NE(
+      ParseResourceClaim(bad).status().message().find("status.allocation.devices.results[0].pool"),
+      std::string::npos);
+  bad = claim;
+  bad["status"]["allocation"]["devices"]["results"][0]["driver"] = std::string(64, 'a');
+  EXPECT_NE(ParseResourceClaim(bad).status().message().find(".driver"), std::string::npos);
+  bad = claim;
+  bad["status"]["allocation"]["devices"]["results"][0].erase("request");
+  EXPECT_NE(ParseResourceClaim(bad).status().message().find(".request"), std::string::npos);
+  bad = claim;
+  bad["status"]["allocation"] = "x";
+  EXPECT_NE(
+      ParseResourceClaim(bad).status().message().find("status.allocation: expected an object"),
+      std::string::npos);
+  EXPECT_TRUE(IsPoolName("node-a"));
+  EXPECT_TRUE(IsPoolName("a.b/c"));
+  EXPECT_FALSE(IsPoolName("a/"));
+  EXPECT_FALSE(IsPoolName(std::string(254, 'a')));
+}
+
+TEST(DraCheckpointTest, RoundTripsAndSkipsHostileRecords) {
+  const fs::path dir = TestDir();
+  PreparedClaim claim{"0b7c1a2e-5d3f-4e6a-9b8c-7d6e5f4a3b2c",
+                      "default",
+                      "c",
+                      1234,
+                      {{"gpu", "node-a", "gpu-0", "GPU-a", {"prism.io/claim=x-gpu-0"}}}};
+  auto parsed = ParsePreparedClaim(PreparedClaimToJson(claim));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(*parsed, claim);
+
+  {
+    DraCheckpoint checkpoint(dir.string());
+    ASSERT_TRUE(checkpoint.Load().ok());
+    ASSERT_TRUE(checkpoint.Put(claim).ok());
+  }
+  const fs::path claims = dir / "claims";
+  // Hostile and damaged files beside the good one.
+  testing::WriteFile(claims / "other-uid.json", PreparedClaimToJson(claim));  // Wrong name.
+  json escape = json::parse(PreparedClaimToJson(claim));
+  escape["uid"] = "../x";
+  testing::WriteFile(claims / "..x.json", escape.dump());
+  testing::WriteFile(claims / "junk.json", "{oops");
+  json bad_device = json::parse(PreparedClaimToJson(claim));
+  bad_device["devices"][0]["device"] = "../../etc";
+  testing::WriteFile(claims / "dev.json", bad_device.dump());
+  testing::WriteFile(claims / "big.json", std::string(300 << 10, ' '));
+  DraCheckpoint reloaded(dir.string());
+  ASSERT_TRUE(reloaded.Load().ok());
+  ASSERT_EQ(reloaded.All().size(), 1u);
+  EXPECT_EQ(reloaded.All()[0], claim);
+
+  EXPECT_NE(ParsePreparedClaim(escape.dump()).status().message().find("claim.uid"),
+            std::string::npos);
+  EXPECT_NE(ParsePreparedClaim(bad_device.dump()).status().message().find("devices[0].device"),
+            std::string::npos);
+  EXPECT_FALSE(reloaded.Remove("../x").ok());
+  ASSERT_TRUE(reloaded.Remove(claim.uid).ok());
+  EXPECT_FALSE(fs::exists(claims / (claim.uid + ".json")));
+  EXPECT_TRUE(reloaded.Remove(claim.uid).ok());
+}
+
+}  // namespace
+}  // namespace prism::deviceplugin
