@@ -15,7 +15,8 @@
 //     the first of the plugin's services the kubelet knows among [v1.DRAPlugin,
 //     v1beta1.DRAPlugin]; `v1beta1_only` makes it a 1.32/1.33 kubelet), then
 //     NotifyRegistrationStatus {true} or {false, error}. A refused plugin is tried again at its
-//     socket's next create event (the real kubelet's reconciler also retries periodically).
+//     socket's next create event only (the real kubelet's reconciler, reconciler.go reconcile,
+//     also retries under exponential back-off).
 //   - PrepareResources, pkg/kubelet/cm/dra/manager.go (prepareResources): for each of the pod's
 //     claims, GET the ResourceClaim ("fetch ResourceClaim <name>: ..."), require the pod in
 //     status.reservedFor (resourceclaim.IsReservedForPod: "pod <name> (<uid>) is not allowed to
