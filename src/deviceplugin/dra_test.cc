@@ -23,6 +23,8 @@
 #include "kubelet/fake_dra_kubelet.h"
 #include "kubelet/kubelet_client.h"
 #include "kubelet/pluginregistration/v1/api.grpc.pb.h"
+#include "nvml/nvml.h"
+#include "nvml/open_nvml.h"
 #include "testing/fake_apiserver/fake_apiserver.h"
 
 namespace prism::deviceplugin {
@@ -464,7 +466,44 @@ TEST_F(DraTest, RefusedRegistrationServesTheSocketAgain) {
   EXPECT_TRUE(WaitFor([&] { return !kubelet_->Plugin(kDriver).has_value(); }, absl::Seconds(5)));
 }
 
-// --- Decoding and the checkpoint, without servers ----------------------------------------------
+// --- The node's GPUs, decoding and the checkpoint, without servers ----------------------------
+
+TEST(DraGpusTest, MinorsFromTheDriverAndMigModeFromNvml) {
+  const fs::path dir = TestDir();
+  const std::string gpus = testing::WriteFile(dir / "gpus.yaml", R"(gpus:
+  - model: A100-SXM4-40GB
+    mig: {enabled: true, pending: true}
+  - model: A100-SXM4-40GB
+  - model: Tesla T4
+    memory_mib: 15360
+)");
+  auto nvml = nvml::OpenNvml("sim:" + gpus);
+  ASSERT_TRUE(nvml.ok()) << nvml.status();
+  auto infos = (*nvml)->ListGpus();
+  ASSERT_TRUE(infos.ok()) << infos.status();
+  ASSERT_EQ(infos->size(), 3u);
+  // The driver numbers GPU 1 as minor 4; GPU 2 has no information file (minor = its index).
+  const fs::path proc = dir / "proc";
+  fs::create_directories(proc / "driver/nvidia/gpus/0000:07:00.0");
+  fs::create_directories(proc / "driver/nvidia/gpus/0000:0a:00.0");
+  testing::WriteFile(proc / "driver/nvidia/gpus/0000:07:00.0/information",
+                     "Model: \t A100\nGPU UUID: \t " + (*infos)[0].uuid + "\nDevice Minor: \t 0\n");
+  testing::WriteFile(proc / "driver/nvidia/gpus/0000:0a:00.0/information",
+                     "Model: \t A100\nGPU UUID: \t " + (*infos)[1].uuid + "\nDevice Minor: \t 4\n");
+  auto read = ReadDraGpus(nvml->get(), proc.string());
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), 3u);
+  EXPECT_EQ((*read)[0].minor, 0u);
+  EXPECT_TRUE((*read)[0].mig_enabled);
+  EXPECT_EQ((*read)[1].minor, 4u);
+  EXPECT_EQ((*read)[1].index, 1);
+  EXPECT_FALSE((*read)[1].mig_enabled);
+  EXPECT_EQ((*read)[1].uuid, (*infos)[1].uuid);
+  EXPECT_EQ((*read)[2].minor, 2u);
+  EXPECT_FALSE((*read)[2].mig_enabled);
+  EXPECT_EQ((*read)[2].memory_mib, 15360);
+  EXPECT_EQ(DraGpuDeviceName((*read)[1].minor), "gpu-4");
+}
 
 TEST(DraClaimTest, DecodesResultsAndNamesBadFields) {
   json claim{
