@@ -3,7 +3,7 @@
 // Serves the kubelet device plugin API for one extended resource, realizes the scheduler's
 // decisions on this node's GPUs, publishes the GPU inventory on the Node, and serves Prometheus
 // metrics. With --dra it also serves the kubelet's DRA plugin API as driver gpu.prism.io
-// (docs/dra.md, "Status": whole GPUs only, no ResourceSlices yet). Runs until SIGTERM or SIGINT;
+// (docs/dra.md, "Status": whole GPUs only so far). Runs until SIGTERM or SIGINT;
 // SIGHUP serves and registers the device plugin endpoint again.
 #include <signal.h>
 
@@ -21,6 +21,7 @@
 #include "config/device_config_yaml.h"
 #include "deviceplugin/dra_driver.h"
 #include "deviceplugin/dra_server.h"
+#include "deviceplugin/dra_slices.h"
 #include "deviceplugin/metrics.h"
 #include "deviceplugin/node_agent.h"
 #include "deviceplugin/plugin_server.h"
@@ -184,6 +185,7 @@ absl::Status Run(const Flags& flags) {
   deviceplugin::NodeAgent agent(options, nvml.get(), client.get(), &metrics);
   RETURN_IF_ERROR(Annotate(agent.Start(), "starting the node agent"));
   std::unique_ptr<deviceplugin::DraDriver> dra_driver;
+  std::unique_ptr<deviceplugin::DraSlicePublisher> dra_slices;
   std::unique_ptr<deviceplugin::DraServer> dra_server;
   if (flags.dra) {
     deviceplugin::DraDriverOptions dra_options;
@@ -204,6 +206,11 @@ absl::Status Run(const Flags& flags) {
     server_options.plugin_dir = flags.dra_plugin_dir.empty() ? StrCat(kubelet::kKubeletPluginsDir,
                                                                       "/", flags.dra_driver_name)
                                                              : flags.dra_plugin_dir;
+    dra_slices = std::make_unique<deviceplugin::DraSlicePublisher>(flags.dra_driver_name,
+                                                                   flags.node_name, client.get());
+    server_options.on_registered = [&dra_slices, dra_gpus]() {
+      return dra_slices->Publish(dra_gpus).status();
+    };
     dra_server = std::make_unique<deviceplugin::DraServer>(dra_driver.get(), server_options);
     RETURN_IF_ERROR(Annotate(dra_server->Start(), "serving the DRA plugin"));
   }
@@ -354,8 +361,8 @@ void AddDevicePluginCommand(CLI::App& app, int* exit_code) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--dra", flags->dra,
-                  "Also serve the kubelet's DRA plugin API (driver gpu.prism.io): prepares "
-                  "claims allocated whole GPUs; no ResourceSlices yet (docs/dra.md, Status)")
+                  "Also serve the kubelet's DRA plugin API (driver gpu.prism.io): publishes "
+                  "and prepares whole GPUs only so far (docs/dra.md, Status)")
       ->capture_default_str();
   cmd->add_option("--dra-driver-name", flags->dra_driver_name, "The DRA driver's name")
       ->capture_default_str();

@@ -86,6 +86,7 @@ absl::StatusOr<std::vector<DraGpu>> ReadDraGpus(nvml::Nvml* nvml, const std::str
     gpu.index = info.index;
     gpu.uuid = info.uuid;
     gpu.memory_mib = info.memory_total_mib;
+    gpu.product_name = info.name;
     auto minor = minors.find(info.uuid);
     gpu.minor = minor != minors.end() ? minor->second : static_cast<uint32_t>(info.index);
     if (info.mig_capable) {

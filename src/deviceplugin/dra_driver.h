@@ -60,6 +60,7 @@ struct DraGpu {
   std::string uuid;
   int64_t memory_mib = 0;
   bool mig_enabled = false;
+  std::string product_name;  // nvmlDeviceGetName.
   friend bool operator==(const DraGpu&, const DraGpu&) = default;
 };
 

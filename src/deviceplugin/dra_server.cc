@@ -184,7 +184,7 @@ absl::Status DraServer::Start() {
     Stop();
     return s;
   }
-  reregister_thread_ = std::thread([this] { ReregisterLoop(); });
+  background_ = std::thread([this] { BackgroundLoop(); });
   LogInfo(kLog, "DRA driver ", options_.driver_name, " serving ", endpoint(), ", registration on ",
           registration_socket());
   return absl::OkStatus();
@@ -224,6 +224,7 @@ void DraServer::OnNotify(bool registered, const std::string& error) {
   registration_error_ = registered ? "" : error;
   if (registered) {
     LogInfo(kLog, "the kubelet registered DRA driver ", options_.driver_name);
+    registered_hook_due_ = true;
     return;
   }
   LogError(kLog, "the kubelet refused DRA driver ", options_.driver_name, ": ",
@@ -232,21 +233,39 @@ void DraServer::OnNotify(bool registered, const std::string& error) {
   reregister_due_ = true;
 }
 
-void DraServer::ReregisterLoop() {
+void DraServer::BackgroundLoop() {
   for (;;) {
+    bool reregister = false;
     {
       absl::MutexLock lock(&mu_);
-      auto woken = [this]()
-                       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_ || reregister_due_; };
+      auto woken = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || reregister_due_ || registered_hook_due_;
+      };
       mu_.Await(absl::Condition(&woken));
       if (stopping_) return;
-      // The back-off: a Stop during it ends the loop at once.
+      if (registered_hook_due_) {
+        registered_hook_due_ = false;
+      } else {
+        // The back-off: a Stop during it ends the loop at once.
+        auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+        if (mu_.AwaitWithTimeout(absl::Condition(&stopped), options_.reregister_backoff)) return;
+        reregister_due_ = false;
+        reregister = true;
+      }
+    }
+    if (!reregister) {
+      if (!options_.on_registered) continue;
+      absl::Status status = options_.on_registered();
+      if (status.ok()) continue;
+      LogError(kLog, "after registration: ", status.message(), "; trying again in ",
+               absl::FormatDuration(options_.reregister_backoff));
+      absl::MutexLock lock(&mu_);
       auto stopped = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
       if (mu_.AwaitWithTimeout(absl::Condition(&stopped), options_.reregister_backoff)) return;
-      reregister_due_ = false;
+      if (registered_) registered_hook_due_ = true;
+      continue;
     }
-    // Called from a gRPC handler's notification, never from its thread: a server cannot wait
-    // for its own handlers.
+    // Here, not in the notification's handler: a server cannot wait for its own handlers.
     if (absl::Status s = ServeRegistration(); !s.ok()) LogError(kLog, s.message());
   }
 }
@@ -256,7 +275,7 @@ void DraServer::Stop() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
   }
-  if (reregister_thread_.joinable()) reregister_thread_.join();
+  if (background_.joinable()) background_.join();
   std::unique_ptr<grpc::Server> registration;
   {
     absl::MutexLock lock(&mu_);

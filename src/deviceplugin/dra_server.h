@@ -8,7 +8,7 @@
 //     take the first they know); NotifyRegistrationStatus is recorded and logged. A refusal
 //     (plugin_registered false) makes the server serve the registration socket afresh after
 //     `reregister_backoff`: the kubelet tries again only on a new socket (its watcher reacts to
-//     create events).
+//     create events). A registration runs `on_registered` (the slices' publication).
 //   - DRAPlugin v1 and v1beta1 (/k8s.io.kubelet.pkg.apis.dra.{v1,v1beta1}.DRAPlugin) on
 //     <plugin_dir>/dra.sock: NodePrepareResources / NodeUnprepareResources, each claim of the
 //     request answered under its UID (every claim, as the kubelet requires), errors per claim.
@@ -16,6 +16,7 @@
 // plugin whose endpoint is not there yet. Thread-safe.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -41,6 +42,11 @@ struct DraServerOptions {
   absl::Duration reregister_backoff = absl::Seconds(5);
   // Claims one call may carry (a pod's claims; the API allows far fewer per pod).
   int max_claims_per_call = 256;
+  // Run (on the server's own thread, never a gRPC handler's) after each successful registration:
+  // the kubelet deletes the node's ResourceSlices at its start and after a deregistration, so
+  // they are published again (dra_slices.h). An error is logged and the call repeated after
+  // `reregister_backoff` while the driver stays registered.
+  std::function<absl::Status()> on_registered;
 };
 
 class DraServer {
@@ -69,7 +75,7 @@ class DraServer {
  private:
   absl::Status ServeRegistration();
   void OnNotify(bool registered, const std::string& error);
-  void ReregisterLoop();
+  void BackgroundLoop();
 
   DraDriver* const driver_;
   const DraServerOptions options_;
@@ -82,8 +88,9 @@ class DraServer {
   std::string registration_error_ ABSL_GUARDED_BY(mu_);
   int notifications_ ABSL_GUARDED_BY(mu_) = 0;
   bool reregister_due_ ABSL_GUARDED_BY(mu_) = false;
+  bool registered_hook_due_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread reregister_thread_;
+  std::thread background_;
 };
 
 }  // namespace prism::deviceplugin

@@ -4,7 +4,9 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 
 #include "absl/time/clock.h"
@@ -16,6 +18,7 @@
 #include "deviceplugin/dra_claim.h"
 #include "deviceplugin/dra_driver.h"
 #include "deviceplugin/dra_server.h"
+#include "deviceplugin/dra_slices.h"
 #include "deviceplugin/fake_driver_tree.h"
 #include "deviceplugin/test_util.h"
 #include "k8s/client.h"
@@ -91,9 +94,9 @@ class DraTest : public ::testing::Test {
     auto client = k8s::Client::Create(cluster, client_options);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
-    gpus_ = {{0, 0, "GPU-aaaa", 40960, false},
-             {1, 1, "GPU-bbbb", 40960, false},
-             {2, 2, "GPU-cccc", 40960, true}};
+    gpus_ = {{0, 0, "GPU-aaaa", 40960, false, "NVIDIA A100-SXM4-40GB"},
+             {1, 1, "GPU-bbbb", 40960, false, "NVIDIA A100-SXM4-40GB"},
+             {2, 2, "GPU-cccc", 40960, true, "NVIDIA A100-SXM4-40GB"}};
   }
 
   void TearDown() override {
@@ -120,6 +123,8 @@ class DraTest : public ::testing::Test {
     server_options.registry_dir = (dir_ / "plugins_registry").string();
     server_options.plugin_dir = (dir_ / "plugins" / kDriver).string();
     server_options.reregister_backoff = absl::Milliseconds(100);
+    publisher_ = std::make_unique<DraSlicePublisher>(kDriver, kNode, client_.get());
+    server_options.on_registered = [this]() { return publisher_->Publish(gpus_).status(); };
     server_ = std::make_unique<DraServer>(driver_.get(), server_options);
     ASSERT_TRUE(server_->Start().ok());
   }
@@ -127,6 +132,7 @@ class DraTest : public ::testing::Test {
   void StopAgent() {
     if (server_) server_->Stop();
     server_.reset();
+    publisher_.reset();
     driver_.reset();
   }
 
@@ -183,6 +189,7 @@ class DraTest : public ::testing::Test {
   std::unique_ptr<k8s::Client> client_;
   std::vector<DraGpu> gpus_;
   std::unique_ptr<DraDriver> driver_;
+  std::unique_ptr<DraSlicePublisher> publisher_;
   std::unique_ptr<DraServer> server_;
   std::unique_ptr<kubelet::FakeDraKubelet> kubelet_;
 };
@@ -202,6 +209,112 @@ TEST_F(DraTest, RegistersWithTheKubeletAsUpstreamExpects) {
   EXPECT_TRUE(WaitFor([&] { return server_->registered(); }, absl::Seconds(5)));
   EXPECT_EQ(server_->notifications(), 1);
   EXPECT_EQ(kubelet_->registration_failures(), 0);
+}
+
+std::vector<json> Slices(const fakeapi::FakeApiServer& api) { return api.List("resourceslices"); }
+
+TEST_F(DraTest, PublishesWholeGpusAfterRegistration) {
+  StartAgent();
+  StartKubelet();
+  ASSERT_TRUE(WaitFor([&] { return Slices(api_).size() == 2; }, absl::Seconds(5)));
+  std::vector<json> slices = Slices(api_);
+  EXPECT_TRUE(ValidatePoolSlices(slices).ok()) << ValidatePoolSlices(slices);
+  std::map<std::string, json> devices;
+  for (const json& s : slices) {
+    EXPECT_EQ(s["spec"]["driver"], kDriver);
+    EXPECT_EQ(s["spec"]["nodeName"], kNode);
+    EXPECT_EQ(s["spec"]["pool"]["name"], kNode);
+    EXPECT_EQ(s["spec"]["pool"]["generation"], 1);
+    EXPECT_EQ(s["spec"]["pool"]["resourceSliceCount"], 2);
+    ASSERT_EQ(s["spec"]["devices"].size(), 1u);
+    devices[s["spec"]["devices"][0]["name"]] = s["spec"]["devices"][0];
+  }
+  // GPU 2 is in MIG mode: not published as a whole GPU.
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_EQ(devices["gpu-0"]["attributes"]["uuid"]["string"], "GPU-aaaa");
+  EXPECT_EQ(devices["gpu-0"]["attributes"]["type"]["string"], "gpu");
+  EXPECT_EQ(devices["gpu-1"]["attributes"]["uuid"]["string"], "GPU-bbbb");
+  EXPECT_EQ(devices["gpu-1"]["capacity"]["memory"]["value"], "40960Mi");
+  // The kubelet wipes the node's slices (its start, a deregistration): a new registration
+  // publishes them again.
+  for (const json& s : slices) {
+    ASSERT_TRUE(api_.Delete("resourceslices", "", s["metadata"]["name"].get<std::string>()).ok());
+  }
+  fs::remove(server_->registration_socket());
+  StopAgent();
+  StartAgent();
+  EXPECT_TRUE(WaitFor([&] { return Slices(api_).size() == 2; }, absl::Seconds(10)));
+}
+
+TEST_F(DraTest, RepublishingBumpsTheGenerationOnlyWhenSomethingChanged) {
+  DraSlicePublisher publisher(kDriver, kNode, client_.get());
+  ASSERT_EQ(publisher.Publish(gpus_).value_or(-1), 1);
+  const std::string version = Slices(api_)[0]["metadata"]["resourceVersion"];
+  ASSERT_EQ(publisher.Publish(gpus_).value_or(-1), 1);
+  EXPECT_EQ(Slices(api_)[0]["metadata"]["resourceVersion"], version);  // Nothing written.
+  // GPU 1 lost, GPU 2 out of MIG mode: every slice of the pool at generation 2.
+  std::vector<DraGpu> changed = {gpus_[0], gpus_[2]};
+  changed[1].mig_enabled = false;
+  ASSERT_EQ(publisher.Publish(changed).value_or(-1), 2);
+  std::vector<json> slices = Slices(api_);
+  ASSERT_EQ(slices.size(), 2u);
+  EXPECT_TRUE(ValidatePoolSlices(slices).ok()) << ValidatePoolSlices(slices);
+  std::set<std::string> names;
+  for (const json& s : slices) names.insert(s["spec"]["devices"][0]["name"]);
+  EXPECT_EQ(names, (std::set<std::string>{"gpu-0", "gpu-2"}));
+  // A slice of another driver or node is not ours to touch.
+  json other = slices[0];
+  other["metadata"] = {{"name", "other"}};
+  other["spec"]["driver"] = "gpu.nvidia.com";
+  ASSERT_TRUE(api_.Create("resourceslices", other).ok());
+  ASSERT_EQ(publisher.Publish({}).value_or(-1), 3);
+  ASSERT_EQ(Slices(api_).size(), 1u);
+  EXPECT_EQ(Slices(api_)[0]["metadata"]["name"], "other");
+}
+
+TEST(DraSlicesTest, ValidationNamesWhatMakesAPoolUnusable) {
+  std::vector<DraGpu> gpus = {{0, 0, "GPU-a", 100, false, "A"}, {1, 1, "GPU-b", 100, false, "B"}};
+  std::vector<json> slices = BuildWholeGpuSlices(kDriver, kNode, gpus, 3);
+  ASSERT_TRUE(ValidatePoolSlices(slices).ok());
+  auto broken = [&](const std::function<void(std::vector<json>&)>& edit) {
+    std::vector<json> copy = slices;
+    edit(copy);
+    return std::string(ValidatePoolSlices(copy).message());
+  };
+  EXPECT_NE(broken([](auto& s) {
+              s[1]["spec"]["devices"][0]["name"] = "gpu-0";
+            }).find("device 'gpu-0' is already in the pool"),
+            std::string::npos);
+  EXPECT_NE(broken([](auto& s) {
+              s[1]["spec"]["pool"]["generation"] = 4;
+            }).find("spec.pool.generation: 4, another slice of the pool has 3"),
+            std::string::npos);
+  EXPECT_NE(broken([](auto& s) {
+              s.pop_back();
+            }).find("spec.pool.resourceSliceCount: 2, but the pool has 1 slices"),
+            std::string::npos);
+  EXPECT_NE(broken([](auto& s) {
+              json many = json::array();
+              for (int i = 0; i < 129; ++i) many.push_back({{"name", "d" + std::to_string(i)}});
+              s[0]["spec"]["devices"] = many;
+            }).find("129 devices, more than 128"),
+            std::string::npos);
+  EXPECT_NE(broken([](auto& s) {
+              for (int i = 0; i < 33; ++i) {
+                s[0]["spec"]["devices"][0]["attributes"]["a" + std::to_string(i)] = {{"int", i}};
+              }
+            }).find("attributes and capacities, more than 32"),
+            std::string::npos);
+  EXPECT_NE(broken([](auto& s) {
+              s[0]["spec"]["devices"][0]["name"] = "GPU_0";
+            }).find("spec.devices[0].name: not a DNS label"),
+            std::string::npos);
+  // Names stay valid for the longest node names.
+  const std::string node = std::string(60, 'n') + "." + std::string(60, 'o') + "." +
+                           std::string(60, 'd') + "." + std::string(60, 'e');
+  std::vector<json> long_names = BuildWholeGpuSlices(kDriver, node, gpus, 1);
+  EXPECT_TRUE(ValidatePoolSlices(long_names).ok()) << ValidatePoolSlices(long_names);
+  EXPECT_NE(long_names[0]["metadata"]["name"], long_names[1]["metadata"]["name"]);
 }
 
 TEST_F(DraTest, OlderKubeletChoosesV1beta1AndPrepares) {

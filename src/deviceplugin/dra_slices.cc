@@ -1,0 +1,225 @@
+#include "deviceplugin/dra_slices.h"
+
+#include <algorithm>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "base/json_fields.h"
+#include "base/log.h"
+#include "base/status_macros.h"
+#include "base/strings.h"
+#include "config/names.h"
+#include "deviceplugin/dra_claim.h"
+#include "k8s/client.h"
+
+namespace prism::deviceplugin {
+namespace {
+
+using nlohmann::json;
+namespace jf = json_fields;
+constexpr char kLog[] = "dra";
+
+std::string SliceName(const std::string& driver, const std::string& node, uint32_t minor) {
+  const std::string suffix = StrCat("-", driver, "-", minor);
+  std::string name = node + suffix;
+  if (name.size() <= config::kMaxDnsSubdomainBytes) return name;
+  // Cut the node part and add a hash of the whole node name so that two long names stay apart.
+  char hash[17];
+  snprintf(hash, sizeof(hash), "%016zx", std::hash<std::string>()(node));
+  std::string head = node.substr(0, config::kMaxDnsSubdomainBytes - suffix.size() - 17);
+  while (!head.empty() && (head.back() == '.' || head.back() == '-')) head.pop_back();
+  return StrCat(head, "-", hash, suffix);
+}
+
+// A slice's spec without its generation: what decides whether a publication changes anything.
+json Comparable(const json& slice) {
+  json spec = slice.contains("spec") ? slice["spec"] : json::object();
+  if (spec.is_object() && spec.contains("pool") && spec["pool"].is_object()) {
+    spec["pool"].erase("generation");
+  }
+  return spec;
+}
+
+const json* Member(const json& object, const char* key) {
+  if (!object.is_object()) return nullptr;
+  auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+}  // namespace
+
+std::vector<json> BuildWholeGpuSlices(const std::string& driver, const std::string& node,
+                                      const std::vector<DraGpu>& gpus, int64_t generation) {
+  std::vector<DraGpu> whole;
+  for (const DraGpu& g : gpus) {
+    if (!g.mig_enabled) whole.push_back(g);
+  }
+  std::sort(whole.begin(), whole.end(),
+            [](const DraGpu& a, const DraGpu& b) { return a.minor < b.minor; });
+  std::vector<json> slices;
+  for (const DraGpu& g : whole) {
+    json attributes{{"type", {{"string", "gpu"}}}, {"uuid", {{"string", g.uuid}}}};
+    if (!g.product_name.empty()) attributes["productName"] = {{"string", g.product_name}};
+    json device{{"name", DraGpuDeviceName(g.minor)},
+                {"attributes", attributes},
+                {"capacity", {{"memory", {{"value", StrCat(g.memory_mib, "Mi")}}}}}};
+    slices.push_back(json{{"apiVersion", kResourceSlices.api_version},
+                          {"kind", kResourceSlices.kind},
+                          {"metadata", {{"name", SliceName(driver, node, g.minor)}}},
+                          {"spec",
+                           {{"driver", driver},
+                            {"nodeName", node},
+                            {"pool",
+                             {{"name", node},
+                              {"generation", generation},
+                              {"resourceSliceCount", static_cast<int64_t>(whole.size())}}},
+                            {"devices", json::array({device})}}}});
+  }
+  return slices;
+}
+
+absl::Status ValidatePoolSlices(const std::vector<json>& slices) {
+  std::set<std::string> devices;
+  std::optional<int64_t> generation;
+  for (const json& slice : slices) {
+    const json* meta = Member(slice, "metadata");
+    const std::string name =
+        meta != nullptr && Member(*meta, "name") != nullptr && (*meta)["name"].is_string()
+            ? (*meta)["name"].get<std::string>()
+            : "";
+    if (!config::IsDnsSubdomain(name)) {
+      return absl::InvalidArgumentError(
+          StrCat("metadata.name: ", config::QuoteBounded(name), " is not a DNS subdomain"));
+    }
+    const std::string where = StrCat("ResourceSlice ", name, ": ");
+    const json* spec = Member(slice, "spec");
+    if (spec == nullptr || !spec->is_object()) {
+      return absl::InvalidArgumentError(StrCat(where, "spec: missing"));
+    }
+    auto field = [&](std::string_view f, const absl::Status& s) {
+      return absl::InvalidArgumentError(StrCat(where, f, ": ", s.message()));
+    };
+    ASSIGN_OR_RETURN(const std::string driver,
+                     jf::StringMember(*spec, "driver", "spec.driver", ""));
+    if (driver.size() > kMaxDriverNameBytes || !config::IsDnsSubdomain(driver)) {
+      return absl::InvalidArgumentError(StrCat(where, "spec.driver: not a driver name"));
+    }
+    ASSIGN_OR_RETURN(const std::string node,
+                     jf::StringMember(*spec, "nodeName", "spec.nodeName", ""));
+    if (absl::Status s = config::ValidateNodeName(node, "spec.nodeName"); !s.ok()) {
+      return field("spec.nodeName", s);
+    }
+    const json* pool = Member(*spec, "pool");
+    if (pool == nullptr || !pool->is_object()) {
+      return absl::InvalidArgumentError(StrCat(where, "spec.pool: missing"));
+    }
+    ASSIGN_OR_RETURN(const std::string pool_name,
+                     jf::StringMember(*pool, "name", "spec.pool.name", ""));
+    if (!IsPoolName(pool_name)) {
+      return absl::InvalidArgumentError(StrCat(where, "spec.pool.name: not a pool name"));
+    }
+    ASSIGN_OR_RETURN(const int64_t gen,
+                     jf::IntMember(*pool, "generation", "spec.pool.generation", 0, INT64_MAX, -1));
+    if (generation && *generation != gen) {
+      return absl::InvalidArgumentError(StrCat(where, "spec.pool.generation: ", gen,
+                                               ", another slice of the pool has ", *generation));
+    }
+    generation = gen;
+    ASSIGN_OR_RETURN(const int64_t count,
+                     jf::IntMember(*pool, "resourceSliceCount", "spec.pool.resourceSliceCount", 1,
+                                   INT64_MAX, 0));
+    if (count != static_cast<int64_t>(slices.size())) {
+      return absl::InvalidArgumentError(StrCat(where, "spec.pool.resourceSliceCount: ", count,
+                                               ", but the pool has ", slices.size(), " slices"));
+    }
+    const json* list = Member(*spec, "devices");
+    if (list == nullptr || !list->is_array()) {
+      return absl::InvalidArgumentError(StrCat(where, "spec.devices: expected an array"));
+    }
+    if (list->size() > kMaxDevicesPerSlice) {
+      return absl::InvalidArgumentError(StrCat(where, "spec.devices: ", list->size(),
+                                               " devices, more than ", kMaxDevicesPerSlice));
+    }
+    for (size_t i = 0; i < list->size(); ++i) {
+      const json& d = (*list)[i];
+      const std::string f = StrCat("spec.devices[", i, "]");
+      ASSIGN_OR_RETURN(const std::string device, jf::StringMember(d, "name", f + ".name", ""));
+      if (device.empty() || !config::IsDnsLabel(device)) {
+        return absl::InvalidArgumentError(StrCat(where, f, ".name: not a DNS label"));
+      }
+      if (!devices.insert(device).second) {
+        return absl::InvalidArgumentError(
+            StrCat(where, f, ".name: device '", device, "' is already in the pool"));
+      }
+      size_t entries = 0;
+      for (const char* key : {"attributes", "capacity"}) {
+        if (const json* m = Member(d, key); m != nullptr && m->is_object()) entries += m->size();
+      }
+      if (entries > kMaxAttributesAndCapacities) {
+        return absl::InvalidArgumentError(StrCat(where, f, ": ", entries,
+                                                 " attributes and capacities, more than ",
+                                                 kMaxAttributesAndCapacities));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+DraSlicePublisher::DraSlicePublisher(std::string driver, std::string node, k8s::Client* client)
+    : driver_(std::move(driver)), node_(std::move(node)), client_(client) {}
+
+absl::StatusOr<int64_t> DraSlicePublisher::Publish(const std::vector<DraGpu>& gpus) {
+  absl::MutexLock lock(&mu_);
+  k8s::ListOptions list_options;
+  list_options.field_selector = StrCat("spec.nodeName=", node_, ",spec.driver=", driver_);
+  ASSIGN_OR_RETURN(k8s::ListResult listed, client_->ListAll(kResourceSlices, "", list_options));
+  std::map<std::string, json> existing;
+  int64_t generation = 0;
+  for (json& slice : listed.items) {
+    const json* meta = Member(slice, "metadata");
+    if (meta == nullptr || Member(*meta, "name") == nullptr || !(*meta)["name"].is_string()) {
+      continue;
+    }
+    const json* spec = Member(slice, "spec");
+    const json* pool = spec != nullptr ? Member(*spec, "pool") : nullptr;
+    if (pool != nullptr) {
+      absl::StatusOr<int64_t> gen =
+          jf::IntMember(*pool, "generation", "spec.pool.generation", 0, INT64_MAX - 1, 0);
+      if (gen.ok()) generation = std::max(generation, *gen);
+    }
+    const std::string name = (*meta)["name"].get<std::string>();
+    existing[name] = std::move(slice);
+  }
+  std::vector<json> desired = BuildWholeGpuSlices(driver_, node_, gpus, generation);
+  bool same = desired.size() == existing.size();
+  for (const json& slice : desired) {
+    auto it = existing.find(slice["metadata"]["name"].get<std::string>());
+    same = same && it != existing.end() && Comparable(it->second) == Comparable(slice);
+  }
+  if (same) return generation;
+  desired = BuildWholeGpuSlices(driver_, node_, gpus, generation + 1);
+  RETURN_IF_ERROR(ValidatePoolSlices(desired));
+  for (json& slice : desired) {
+    const std::string name = slice["metadata"]["name"].get<std::string>();
+    auto it = existing.find(name);
+    if (it == existing.end()) {
+      RETURN_IF_ERROR(
+          Annotate(client_->Create(kResourceSlices, "", slice).status(), "creating " + name));
+      continue;
+    }
+    slice["metadata"]["resourceVersion"] = it->second["metadata"].value("resourceVersion", "");
+    RETURN_IF_ERROR(
+        Annotate(client_->Update(kResourceSlices, "", slice).status(), "updating " + name));
+    existing.erase(it);
+  }
+  for (const auto& [name, slice] : existing) {
+    absl::Status deleted = client_->Delete(kResourceSlices, "", name);
+    if (!deleted.ok() && !absl::IsNotFound(deleted)) return Annotate(deleted, "deleting " + name);
+  }
+  LogInfo(kLog, "published ", desired.size(), " ResourceSlices of pool ", node_, " (driver ",
+          driver_, ", generation ", generation + 1, ")");
+  return generation + 1;
+}
+
+}  // namespace prism::deviceplugin

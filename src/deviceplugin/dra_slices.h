@@ -1,0 +1,72 @@
+// src/deviceplugin/dra_slices.h: the ResourceSlices the DRA plugin publishes (docs/dra.md §1.3,
+// §1.4), whole GPUs only so far.
+//
+// One pool per node, named after the node, with spec.nodeName set; one slice per GPU that is not
+// in MIG mode, holding its device "gpu-<minor>" with attributes type "gpu", uuid, productName
+// (NVIDIA's DRA driver's names for the same facts) and capacity memory (the GPU's, in Mi). GPUs
+// in MIG mode are not published yet (their partitions come in a later slice of issue 31).
+// Slices are named "<node>-gpu.prism.io-<minor>" (the node part cut, and a hash added, when that
+// would exceed 253 bytes).
+//
+// Publish lists the driver's slices of the node (field selectors spec.nodeName and spec.driver,
+// as the kubelet's wipe does), and when anything differs from what the node has now, writes every
+// slice of the pool with generation + 1 and the new slice count, then deletes the slices it no
+// longer needs: consumers use only the highest generation, complete once they hold
+// resourceSliceCount slices of it (GatherPools), so a half-written pool is never used. The
+// kubelet deletes a node's slices at its start and 30 s after the driver deregisters, so the
+// plugin publishes again after every registration. Thread-safe (one publication at a time).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "nlohmann/json.hpp"
+
+#include "deviceplugin/dra_driver.h"
+#include "k8s/resource.h"
+
+namespace prism::k8s {
+class Client;
+}  // namespace prism::k8s
+
+namespace prism::deviceplugin {
+
+inline constexpr k8s::Resource kResourceSlices{"/apis/resource.k8s.io/v1", "resourceslices",
+                                               "ResourceSlice", "resource.k8s.io/v1", false};
+// resource/v1 types.go: ResourceSliceMaxDevices, ResourceSliceMaxAttributesAndCapacitiesPerDevice.
+inline constexpr size_t kMaxDevicesPerSlice = 128;
+inline constexpr size_t kMaxAttributesAndCapacities = 32;
+
+// The slices (objects without resourceVersion) the node has now, at `generation`.
+std::vector<nlohmann::json> BuildWholeGpuSlices(const std::string& driver, const std::string& node,
+                                                const std::vector<DraGpu>& gpus,
+                                                int64_t generation);
+
+// The API's rules that, broken, make a pool unusable or a write fail (§1.3): driver and pool
+// names, nodeName, one generation and resourceSliceCount across the slices, that count equal
+// to the number of slices, device names DNS labels unique in the pool, at most 128 devices per
+// slice and 32 attributes and capacities per device. InvalidArgument naming the slice and field.
+absl::Status ValidatePoolSlices(const std::vector<nlohmann::json>& slices);
+
+class DraSlicePublisher {
+ public:
+  // `client` must outlive the publisher.
+  DraSlicePublisher(std::string driver, std::string node, k8s::Client* client);
+
+  // Makes the node's published slices those of `gpus` (see above). Returns the generation the
+  // pool has afterwards.
+  absl::StatusOr<int64_t> Publish(const std::vector<DraGpu>& gpus);
+
+ private:
+  const std::string driver_;
+  const std::string node_;
+  k8s::Client* const client_;
+  absl::Mutex mu_;
+};
+
+}  // namespace prism::deviceplugin
