@@ -22,7 +22,9 @@
 #include "deviceplugin/fake_driver_tree.h"
 #include "deviceplugin/inventory.h"
 #include "deviceplugin/test_util.h"
+#include "k8s/client.h"
 #include "k8s/objects.h"
+#include "kubelet/fake_dra_kubelet.h"
 #include "kubelet/fake_kubelet.h"
 #include "testing/fake_apiserver/fake_apiserver.h"
 
@@ -205,6 +207,80 @@ TEST(DevicePluginCommandTest, ServesAllocatesReportsAndStopsOnSigterm) {
   guard.waited = true;
   EXPECT_EQ(WaitExit(pid), 0) << Slurp(log);
   EXPECT_FALSE(fs::exists(dir / "dp" / "prism-gpu.sock"));
+  kubelet->Stop();
+}
+
+// --dra: the agent also registers as DRA driver gpu.prism.io, publishes its whole GPU as a
+// ResourceSlice, and prepares a claim allocated that GPU (docs/dra.md, Status); /readyz waits for
+// the DRA registration; SIGTERM removes the DRA sockets.
+TEST(DevicePluginCommandTest, DraServesRegistersPublishesAndPrepares) {
+  const fs::path dir = testing::TestDir();
+  fakeapi::FakeApiServer api;
+  std::unique_ptr<kubelet::FakeKubelet> kubelet;
+  std::vector<std::string> args;
+  ASSERT_NO_FATAL_FAILURE(StartT4Node(dir, api, &kubelet, &args));
+  const std::string log = (dir / "agent.log").string();
+  const pid_t pid = Spawn(With(args, {"--dra=true", "--dra-registry-dir=" + (dir / "reg").string(),
+                                      "--dra-plugin-dir=" + (dir / "plugins").string()}),
+                          log);
+  KillOnExit guard{pid};
+  ASSERT_TRUE(kubelet->WaitForPlugin("nvidia.com/gpu", absl::Seconds(30))) << Slurp(log);
+
+  k8s::ClusterConfig cluster;
+  cluster.server = api.url();
+  auto client = k8s::Client::Create(cluster);
+  ASSERT_TRUE(client.ok());
+  kubelet::FakeDraKubeletOptions options;
+  options.registry_dir = (dir / "reg").string();
+  options.cdi_dir = (dir / "cdi").string();
+  options.client = client->get();
+  auto dra = kubelet::FakeDraKubelet::Start(options);
+  ASSERT_TRUE(dra.ok()) << dra.status();
+  ASSERT_TRUE((*dra)->WaitForPlugin("gpu.prism.io", absl::Seconds(30))) << Slurp(log);
+  EXPECT_EQ((*dra)->Plugin("gpu.prism.io")->endpoint, (dir / "plugins" / "dra.sock").string());
+
+  std::vector<Json> slices;
+  for (int i = 0; i < 1000 && slices.empty(); ++i) {
+    slices = api.List("resourceslices");
+    if (slices.empty()) absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(slices.size(), 1u) << Slurp(log);
+  const Json& device = slices[0]["spec"]["devices"][0];
+  EXPECT_EQ(device["name"], "gpu-0");
+  EXPECT_EQ(slices[0]["spec"]["pool"]["name"], "n1");
+  const std::string uuid = device["attributes"]["uuid"]["string"];
+
+  Json claim{
+      {"metadata", {{"name", "c"}, {"namespace", "ns"}}},
+      {"status",
+       {{"allocation",
+         {{"devices",
+           {{"results", Json::array({{{"request", "gpu"},
+                                      {"driver", "gpu.prism.io"},
+                                      {"pool", "n1"},
+                                      {"device", "gpu-0"}}})}}}}},
+        {"reservedFor", Json::array({{{"resource", "pods"}, {"name", "p"}, {"uid", "pod-1"}}})}}}};
+  ASSERT_TRUE(api.Create("resourceclaims", claim).ok());
+  kubelet::FakeDraPod pod{"pod-1", "ns", "p", {{"gpus", "c"}}, {{"main", {{"gpus", ""}}}}};
+  ASSERT_TRUE((*dra)->PrepareResources(pod).ok()) << Slurp(log);
+  auto container = (*dra)->CreateContainer(pod, "main");
+  ASSERT_TRUE(container.ok()) << container.status();
+  EXPECT_THAT(container->edits.env, ::testing::Contains("NVIDIA_VISIBLE_DEVICES=" + uuid));
+  EXPECT_TRUE(fs::exists(dir / "state" / "claims"));
+
+  const std::string text = Slurp(log);
+  const size_t at = text.find("metrics on 127.0.0.1:");
+  ASSERT_NE(at, std::string::npos) << text;
+  httplib::Client http("127.0.0.1",
+                       std::stoi(text.substr(at + std::string("metrics on 127.0.0.1:").size())));
+  EXPECT_EQ(http.Get("/readyz")->status, 200);
+
+  kill(pid, SIGTERM);
+  guard.waited = true;
+  EXPECT_EQ(WaitExit(pid), 0) << Slurp(log);
+  EXPECT_FALSE(fs::exists(dir / "reg" / "gpu.prism.io-reg.sock"));
+  EXPECT_FALSE(fs::exists(dir / "plugins" / "dra.sock"));
+  (*dra)->Stop();
   kubelet->Stop();
 }
 
