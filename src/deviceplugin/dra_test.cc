@@ -8,6 +8,7 @@
 #include <memory>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "absl/time/clock.h"
 #include "grpcpp/grpcpp.h"
@@ -509,6 +510,48 @@ TEST_F(DraTest, ADeviceIsNeverPreparedForTwoClaims) {
             std::string::npos)
       << error;
   EXPECT_FALSE(fs::exists(DraCdiSpecPath(cdi_dir(), second)));
+}
+
+TEST_F(DraTest, TheSameClaimPreparedConcurrentlyGetsOneAnswer) {
+  StartAgent();
+  StartKubelet();
+  const std::string uid = CreateClaim("c", json::array({Result("gpu", "gpu-1")}));
+  const std::string rival = CreateClaim("rival", json::array({Result("gpu", "gpu-1")}));
+  constexpr int kCalls = 8;
+  // Even calls ask for the claim, odd ones for a rival claim of the same device.
+  std::vector<::k8s::io::kubelet::pkg::apis::dra::v1::NodePrepareResourceResponse> answers(kCalls);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kCalls; ++i) {
+    threads.emplace_back([&, i] {
+      const std::string& claim_uid = i % 2 == 0 ? uid : rival;
+      auto response = kubelet_->NodePrepareResources(
+          kDriver, {{"default", i % 2 == 0 ? "c" : "rival", claim_uid}});
+      if (response.ok() && response->claims().count(claim_uid) > 0) {
+        answers[i] = response->claims().at(claim_uid);
+      } else {
+        answers[i].set_error("call failed");
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  // One claim holds the device: every call for it got the same answer, every call for the other
+  // an error naming the holder, and one spec exists.
+  ASSERT_EQ(driver_->Prepared().size(), 1u);
+  const int winner = driver_->Prepared()[0].uid == uid ? 0 : 1;
+  for (int i = 0; i < kCalls; ++i) {
+    if (i % 2 == winner) {
+      EXPECT_EQ(answers[i].error(), "");
+      EXPECT_EQ(answers[i].SerializeAsString(), answers[winner].SerializeAsString());
+    } else {
+      EXPECT_NE(answers[i].error().find("is already prepared for ResourceClaim"), std::string::npos)
+          << answers[i].error();
+    }
+  }
+  int specs = 0;
+  for (const auto& entry : fs::directory_iterator(cdi_dir())) {
+    if (entry.path().extension() == ".json") ++specs;
+  }
+  EXPECT_EQ(specs, 1);
 }
 
 TEST_F(DraTest, ClaimNotFoundOrReplaced) {
