@@ -18,6 +18,13 @@
 // connection step is bounded, and TLS handshakes (the one CPU-heavy step, about a millisecond)
 // run on it one at a time.
 //
+// The front parses requests itself rather than relaying plaintext to an internal cpp-httplib
+// server: the handlers need only the method, the path and the body; a relay would still have to
+// parse each request to know when it is whole, and a relayed keep-alive connection would hold a
+// cpp-httplib worker again. The parser takes only what kube-scheduler and the API server send and
+// refuses the rest (no chunked bodies, obsolete line folding, absolute-form targets or
+// conflicting lengths), so no request can be read two ways.
+//
 // Bounds, per connection: a whole request (handshake, headers, body) within `request_timeout`
 // of the connection's opening or of its previous reply, the first byte of the next request within
 // `idle_timeout` of a reply, the reply taken within `request_timeout`; past any, the connection
