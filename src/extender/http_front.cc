@@ -393,7 +393,7 @@ class HttpFront::Loop {
 
   void Close(ConnMap::iterator it) {
     Conn& c = it->second;
-    release(c.reserved);
+    Release(c.reserved);
     if (auto n = per_client_.find(c.client); n != per_client_.end() && --n->second <= 0) {
       per_client_.erase(n);
     }
@@ -404,7 +404,7 @@ class HttpFront::Loop {
   void Close(uint64_t key) {
     if (auto it = conns_.find(key); it != conns_.end()) Close(it);
   }
-  void release(size_t n) { buffered_ -= std::min(buffered_, n); }
+  void Release(size_t n) { buffered_ -= std::min(buffered_, n); }
 
   void Accept(absl::Time now);
   void Sweep(absl::Time now);
@@ -656,7 +656,7 @@ void HttpFront::Loop::Deliver() {
     done.swap(done_);
   }
   for (Done& d : done) {
-    release(d.reserved);
+    Release(d.reserved);
     auto it = conns_.find(d.key);
     if (it == conns_.end() || it->second.state != State::kHandling) continue;  // It left.
     Reply(it->second, d.reply, it->second.close_after);
