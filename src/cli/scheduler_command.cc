@@ -263,19 +263,21 @@ void AddSchedulerCommand(CLI::App& app, int* exit_code) {
                   "--port requires a client certificate issued by a CA in this PEM file "
                   "(kube-scheduler's; re-read on each TLS handshake); needs --webhook-port");
   cmd->add_option("--max-connections-per-client", flags->max_connections_per_client,
-                  "TLS ports: open connections per client address; more are cut at the "
-                  "handshake (0: no limit)")
+                  "TLS ports: open connections per client address; one more is closed at "
+                  "accept, before its handshake (0: no limit)")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
   cmd->add_option("--request-read-timeout", flags->request_read_timeout_seconds,
-                  "TLS ports: seconds a connection has to deliver a whole request after it "
-                  "opens or after its last reply (slow clients are closed)")
+                  "seconds a connection has to deliver a whole request (handshake, headers, "
+                  "body) after it opens or after its last reply, and to take a reply (slow "
+                  "clients are closed)")
       ->check(CLI::Range(1, 3600))
       ->capture_default_str();
   cmd->add_option("--threads", flags->threads, "HTTP worker threads (concurrent binds)")
       ->capture_default_str();
   cmd->add_option("--max-threads", flags->max_threads,
-                  "HTTP workers at most (one per open connection; more wait)")
+                  "HTTP workers at most (started while complete requests wait; connections "
+                  "hold none)")
       ->check(CLI::Range(1, 65536))
       ->capture_default_str();
   cmd->add_option("--max-request-bytes", flags->max_request_bytes,
