@@ -1,5 +1,7 @@
 #!/usr/bin/env python3
-"""Evaluates the shipped ValidatingAdmissionPolicy prism-node-scoped-writes (docs/rbac.md).
+"""Evaluates the shipped ValidatingAdmissionPolicy prism-node-scoped-writes (docs/rbac.md), and
+the DRA opt-in's prism-node-scoped-resourceslices (examples/dra/ through deploy/dra/, and the chart
+with dra.enabled).
 
 The policy is taken as shipped twice: from deploy/ (`kubectl kustomize`, or the file itself where
 kubectl is missing) and from the chart (tests/e2e/helm_render.py). Its CEL is evaluated by a real
@@ -77,26 +79,30 @@ def evaluate(jobs):
             for r in json.loads(line)["results"]]
 
 
-def shipped_policies():
-    """{source: (policy, binding)} for deploy/ and the chart."""
+def shipped_policies(name=POLICY, kustomization="deploy",
+                     raw_file=os.path.join("deploy", "policies", "node-scoped-writes.yaml"),
+                     values=None):
+    """{source: (policy, binding)} for policy `name` as `kubectl kustomize <kustomization>`
+    renders it (`raw_file` as written where kubectl is missing) and as the chart renders it with
+    `values`."""
     out = {}
     kubectl = shutil.which("kubectl")
     if kubectl:
-        text = subprocess.run([kubectl, "kustomize", os.path.join(ROOT, "deploy")], check=True,
-                              capture_output=True, text=True).stdout
+        text = subprocess.run([kubectl, "kustomize", os.path.join(ROOT, kustomization)],
+                              check=True, capture_output=True, text=True).stdout
         objects = [d for d in yaml.safe_load_all(text) if d]
     else:
-        with open(os.path.join(ROOT, "deploy", "policies", "node-scoped-writes.yaml")) as f:
+        with open(os.path.join(ROOT, raw_file)) as f:
             objects = [d for d in yaml.safe_load_all(f) if d]
     out["deploy"] = objects
-    out["chart"] = helm_render.render_objects(os.path.join(ROOT, "charts", "prism"), {},
-                                              namespace=NS)
+    out["chart"] = helm_render.render_objects(os.path.join(ROOT, "charts", "prism"),
+                                              values or {}, namespace=NS)
     result = {}
     for source, objects in out.items():
         pol = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicy"
-               and o["metadata"]["name"] == POLICY]
+               and o["metadata"]["name"] == name]
         bind = [o for o in objects if o["kind"] == "ValidatingAdmissionPolicyBinding"
-                and o["spec"]["policyName"] == POLICY]
+                and o["spec"]["policyName"] == name]
         assert len(pol) == 1 and len(bind) == 1, f"{source}: one policy and one binding"
         result[source] = (pol[0], bind[0])
     return result
@@ -248,12 +254,18 @@ GPU_LABELS = {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB", "nvidia.com/gpu
               "kubernetes.io/hostname": "n1", "node-role.kubernetes.io/gpu": ""}
 
 
-@unittest.skipUnless(cel_available() or os.environ.get("CI"),
-                     "node or tests/e2e/cel/node_modules missing (tools/setup.sh installs them)")
-class NodeScopedWritesTest(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls):
-        cls.sources = shipped_policies()
+class PolicyCheck:
+    """Verdicts of one policy as shipped by every source (self.sources)."""
+
+    sources = {}
+
+    def assert_sources_agree(self):
+        (p1, b1), (p2, b2) = self.sources["deploy"], self.sources["chart"]
+        self.assertEqual(p1["spec"], p2["spec"])
+        self.assertEqual(b1["spec"], b2["spec"])
+        self.assertEqual(p1["spec"]["failurePolicy"], "Fail")
+        self.assertEqual(b1["spec"]["validationActions"], ["Deny"])
+        self.assertNotIn("matchResources", b1["spec"])  # Every namespace, every node.
 
     def check(self, want_allowed, req, obj, old, want_message=None):
         for source, (policy, binding) in self.sources.items():
@@ -267,13 +279,16 @@ class NodeScopedWritesTest(unittest.TestCase):
             if want_message:
                 self.assertTrue(any(want_message in m for m in messages), f"{source}: {messages}")
 
+
+@unittest.skipUnless(cel_available() or os.environ.get("CI"),
+                     "node or tests/e2e/cel/node_modules missing (tools/setup.sh installs them)")
+class NodeScopedWritesTest(PolicyCheck, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.sources = shipped_policies()
+
     def test_chart_and_deploy_ship_the_same_policy(self):
-        (p1, b1), (p2, b2) = self.sources["deploy"], self.sources["chart"]
-        self.assertEqual(p1["spec"], p2["spec"])
-        self.assertEqual(b1["spec"], b2["spec"])
-        self.assertEqual(p1["spec"]["failurePolicy"], "Fail")
-        self.assertEqual(b1["spec"]["validationActions"], ["Deny"])
-        self.assertNotIn("matchResources", b1["spec"])  # Every namespace, every node.
+        self.assert_sources_agree()
         objs = helm_render.render_objects(os.path.join(ROOT, "charts", "prism"),
                                           {"nodePolicy": {"enabled": False}}, namespace=NS)
         self.assertFalse([o for o in objs if o["kind"].startswith("ValidatingAdmissionPolicy")])
@@ -454,6 +469,125 @@ class NodeScopedWritesTest(unittest.TestCase):
         policy["spec"]["matchConditions"][0]["expression"] = "false"
         self.assertTrue(Admission(policy, binding).review(
             request(AGENT, "UPDATE", "nodes", "n9", node="n1"), old, old)[0])
+
+
+# --- The DRA opt-in's policy on ResourceSlices ---------------------------------------------------
+
+SLICE_POLICY = "prism-node-scoped-resourceslices"
+DRIVER = "gpu.prism.io"
+
+
+def slice_request(user, operation, name, node=None, extra=None, resource="resourceslices"):
+    """request() for a cluster-scoped resource.k8s.io/v1 object."""
+    r = request(user, operation, "nodes", name, node=node, extra=extra)
+    kind = {"resourceslices": "ResourceSlice", "resourceclaims": "ResourceClaim"}[resource]
+    for field in ("kind", "requestKind"):
+        r[field] = {"group": "resource.k8s.io", "version": "v1", "kind": kind}
+    for field in ("resource", "requestResource"):
+        r[field] = {"group": "resource.k8s.io", "version": "v1", "resource": resource}
+    return r
+
+
+def slice_object(node, driver=DRIVER, pool=None, minor=0, generation=1):
+    """A ResourceSlice as DraSlicePublisher writes it (src/deviceplugin/dra_slices.cc)."""
+    spec = {"driver": driver, "pool": {"name": pool if pool is not None else node,
+                                       "generation": generation, "resourceSliceCount": 1},
+            "devices": [{"name": f"gpu-{minor}", "attributes": {
+                "type": {"string": "gpu"}, "uuid": {"string": f"GPU-{node}-{minor}"}},
+                "capacity": {"memory": {"value": "40960Mi"}}}]}
+    if node is not None:
+        spec["nodeName"] = node
+    return {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice",
+            "metadata": {"name": f"{node}-{driver}-{minor}", "uid": f"uid-{node}-{minor}",
+                         "resourceVersion": "3"},
+            "spec": spec}
+
+
+@unittest.skipUnless(cel_available() or os.environ.get("CI"),
+                     "node or tests/e2e/cel/node_modules missing (tools/setup.sh installs them)")
+class NodeScopedResourceSlicesTest(PolicyCheck, unittest.TestCase):
+    """prism-node-scoped-resourceslices (docs/rbac.md#node-scoped-writes): the node agent's
+    DRA driver writes only its node's slices of its driver and pool."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.sources = shipped_policies(
+            SLICE_POLICY, os.path.join("examples", "dra"),
+            os.path.join("deploy", "dra", "node-scoped-resourceslices.yaml"),
+            {"dra": {"enabled": True}})
+
+    def test_chart_and_deploy_ship_the_same_policy(self):
+        self.assert_sources_agree()
+
+    def test_agent_writes_its_own_nodes_slices(self):
+        own = slice_object("n1")
+        self.check(True, slice_request(AGENT, "CREATE", own["metadata"]["name"], node="n1"), own,
+                   None)
+        newer = slice_object("n1", generation=2)
+        self.check(True, slice_request(AGENT, "UPDATE", own["metadata"]["name"], node="n1"),
+                   newer, own)
+        self.check(True, slice_request(AGENT, "DELETE", own["metadata"]["name"], node="n1"),
+                   None, own)
+
+    def test_agent_cannot_write_another_nodes_slices(self):
+        other = slice_object("n2")
+        self.check(False, slice_request(AGENT, "CREATE", "", node="n1"), other, None,
+                   "of the node its pod runs on")
+        self.check(False, slice_request(AGENT, "UPDATE", other["metadata"]["name"], node="n1"),
+                   slice_object("n2", generation=2), other, "of the node its pod runs on")
+        self.check(False, slice_request(AGENT, "DELETE", other["metadata"]["name"], node="n1"),
+                   None, other, "of the node its pod runs on")
+        # Its own node, but another node's pool: it would break that node's pool (mixed
+        # generations, a wrong slice count).
+        self.check(False, slice_request(AGENT, "CREATE", "", node="n1"),
+                   slice_object("n1", pool="n2"), None, "spec.pool.name")
+        # A slice for no node or all nodes.
+        self.check(False, slice_request(AGENT, "CREATE", "", node="n1"),
+                   slice_object(None, pool="n1"), None, "of the node its pod runs on")
+        every = slice_object("n1")
+        del every["spec"]["nodeName"]
+        every["spec"]["allNodes"] = True
+        self.check(False, slice_request(AGENT, "CREATE", "", node="n1"), every, None)
+
+    def test_an_update_cannot_move_a_slice_between_nodes(self):
+        own, other = slice_object("n1"), slice_object("n2")
+        moved = copy.deepcopy(own)
+        moved["spec"]["nodeName"] = moved["spec"]["pool"]["name"] = "n2"
+        self.check(False, slice_request(AGENT, "UPDATE", own["metadata"]["name"], node="n1"),
+                   moved, own, "of the node its pod runs on")
+        taken = copy.deepcopy(other)  # Another node's slice taken over.
+        taken["spec"]["nodeName"] = taken["spec"]["pool"]["name"] = "n1"
+        self.check(False, slice_request(AGENT, "UPDATE", other["metadata"]["name"], node="n1"),
+                   taken, other, "of the node its pod runs on")
+
+    def test_agent_cannot_write_another_drivers_slices(self):
+        nvidia = slice_object("n1", driver="gpu.nvidia.com")
+        self.check(False, slice_request(AGENT, "CREATE", "", node="n1"), nvidia, None,
+                   "of its driver")
+        self.check(False, slice_request(AGENT, "DELETE", nvidia["metadata"]["name"], node="n1"),
+                   None, nvidia, "of its driver")
+        ours = copy.deepcopy(nvidia)
+        ours["spec"]["driver"] = DRIVER
+        self.check(False, slice_request(AGENT, "UPDATE", nvidia["metadata"]["name"], node="n1"),
+                   ours, nvidia, "of its driver")
+
+    def test_a_token_without_a_node_is_refused(self):
+        for extra in (None, {NODE_KEY: []}, {NODE_KEY: ["n1", "n2"]},
+                      {"authentication.kubernetes.io/pod-name": ["agent-x"]}):
+            self.check(False, slice_request(AGENT, "CREATE", "", extra=extra),
+                       slice_object("n1"), None, "bound to its pod")
+
+    def test_other_users_and_resources_are_not_this_policys_business(self):
+        other = slice_object("n2", driver="gpu.nvidia.com")
+        for user in ("system:node:n1", "system:serviceaccount:nvidia-dra:gpu-kubelet-plugin",
+                     MANAGER, "kubernetes-admin"):
+            self.check(True, slice_request(user, "CREATE", "", node="n1"), other, None)
+        self.check(False, slice_request("system:serviceaccount:gpu-ops:prism-device-plugin",
+                                        "CREATE", "", node="n1"), other, None)
+        claim = {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim",
+                 "metadata": {"name": "c", "namespace": "team-a"}, "spec": {}}
+        self.check(True, slice_request(AGENT, "UPDATE", "c", node="n1",
+                                       resource="resourceclaims"), claim, claim)
 
 
 # --- The admission webhooks' matchConditions ----------------------------------------------------
