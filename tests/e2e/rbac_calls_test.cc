@@ -11,6 +11,11 @@
 // (ClusterRoleBindings, RoleBindings in their namespaces, resourceNames). Then the other way: every
 // verb the RBAC grants must have been used, except the few listed with the reason they are not
 // reached here. deploy_test.py checks the chart grants the same rules.
+//
+// With --dra the node agent is also a DRA driver (docs/dra.md): its DraDriver, DraSlicePublisher
+// and DraServer run beside it on the same API client, between the fake DRA kubelet and the fake API
+// server, and its requests are checked against the DRA overlay (examples/dra/: deploy/ plus
+// deploy/dra/) as shipped.
 #include <filesystem>
 #include <map>
 #include <set>
@@ -25,8 +30,12 @@
 #include "absl/strings/string_view.h"
 #include "config/device_config_yaml.h"
 #include "deviceplugin/agent_harness.h"
+#include "deviceplugin/dra_driver.h"
+#include "deviceplugin/dra_server.h"
+#include "deviceplugin/dra_slices.h"
 #include "deviceplugin/test_util.h"
 #include "k8s/client.h"
+#include "kubelet/fake_dra_kubelet.h"
 #include "migmanager/manager_test_fixture.h"
 #include "tests/e2e/harness/deploy_bundle.h"
 
@@ -120,7 +129,7 @@ std::set<std::string> Strings(const Json& list) {
   return out;
 }
 
-// The rules service account `sa` of the base's namespace is bound to in `bundle`.
+// The rules service account `sa` of the bundle's namespace is bound to in `bundle`.
 std::vector<Rule> RulesOf(const DeployBundle& bundle, const std::string& sa) {
   const std::string& home = bundle.namespace_name();
   std::vector<Rule> out;
@@ -174,11 +183,13 @@ std::string Describe(const Attributes& a) {
                       a.ns.empty() ? "" : " in " + a.ns, a.name.empty() ? "" : " named " + a.name);
 }
 
-// Every request is allowed by `sa`'s shipped rules, and every (group, resource, verb) the rules
-// grant was used, except those in `not_exercised` ("resource verb": why).
+// Every request is allowed by `sa`'s rules as the kustomization `dir` ships them, and every
+// (group, resource, verb) the rules grant was used, except those in `not_exercised`
+// ("resource verb": why).
 void ExpectRbacMatches(const std::vector<fakeapi::RequestRecord>& requests, const std::string& sa,
-                       const std::map<std::string, std::string>& not_exercised) {
-  absl::StatusOr<DeployBundle> bundle = DeployBundle::Load(PRISM_SOURCE_DIR);
+                       const std::map<std::string, std::string>& not_exercised,
+                       const std::string& dir = "deploy") {
+  absl::StatusOr<DeployBundle> bundle = DeployBundle::LoadKustomization(PRISM_SOURCE_DIR, dir);
   ASSERT_TRUE(bundle.ok()) << bundle.status();
   const std::vector<Rule> rules = RulesOf(*bundle, sa);
   ASSERT_FALSE(rules.empty()) << sa;
@@ -217,22 +228,35 @@ constexpr char kNode[] = R"(gpus:
   - model: A100-SXM4-40GB
 )";
 
-TEST(RbacCallsTest, NodeAgentUsesExactlyItsShippedRights) {
+// The node agent in its harness (simulated GPUs, a fake kubelet), through its own traffic: a pod
+// Prism scheduled (allocation status), one it places itself (its own decision), and one whose
+// decision is unreadable (a failure Event).
+class RbacCallsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    sched::DeviceConfig config = config::DefaultDeviceConfig();
+    config.mig_strategy = sched::MigStrategy::kPlacement;
+    h_ = std::make_unique<deviceplugin::testing::AgentHarness>(
+        deviceplugin::testing::TestDir("-rbac"), kNode, config);
+    ASSERT_TRUE(h_->StartCluster().ok());
+    ASSERT_TRUE(h_->StartAgent().ok());
+    ASSERT_TRUE(h_->InitScheduler().ok());
+    ASSERT_NO_FATAL_FAILURE(RunAgentPods(*h_));
+  }
+
+  static void RunAgentPods(deviceplugin::testing::AgentHarness& h);
+
+  std::unique_ptr<deviceplugin::testing::AgentHarness> h_;
+};
+
+void RbacCallsTest::RunAgentPods(deviceplugin::testing::AgentHarness& h) {
   namespace dp = deviceplugin::testing;
-  sched::DeviceConfig config = config::DefaultDeviceConfig();
-  config.mig_strategy = sched::MigStrategy::kPlacement;
-  dp::AgentHarness h(dp::TestDir("-rbac"), kNode, config);
-  ASSERT_TRUE(h.StartCluster().ok());
-  ASSERT_TRUE(h.StartAgent().ok());
-  ASSERT_TRUE(h.InitScheduler().ok());
   auto run = [&h](const dp::PodSpec& pod, bool decide) {
     absl::StatusOr<std::string> uid = h.SubmitPod(pod, decide);
     ASSERT_TRUE(uid.ok()) << uid.status();
     ASSERT_TRUE(h.Admit(*uid).ok());
     ASSERT_TRUE(h.CreateContainer(*uid, "main").ok());
   };
-  // Scheduled by Prism (allocation status), placed by the agent (its own decision), and one whose
-  // decision is unreadable (a failure Event).
   run({"decided", {{"main", 1, 4000}}, {{"nvidia.com/vgpu-mode", "mig"}}}, true);
   run({"undecided", {{"main", 1, 4000, 30}}, {{"nvidia.com/vgpu-mode", "hami-core"}}}, false);
   run({"broken",
@@ -241,10 +265,120 @@ TEST(RbacCallsTest, NodeAgentUsesExactlyItsShippedRights) {
       false);
   ASSERT_TRUE(dp::Eventually([&] { return !h.Events("PrismAllocationFailed").empty(); }));
   ASSERT_TRUE(h.agent().WaitIdle(absl::Seconds(10)));
-  ExpectRbacMatches(h.api().Requests(), "prism-device-plugin",
-                    {{"pods get", "reads a pod its informer has not delivered yet "
-                                  "(NodeAgent::LookupPod): a race not staged here"},
-                     {"events patch", "repeats of one Event (event_recorder_test.cc)"}});
+}
+
+// The node agent's rights these tests do not reach, and why.
+std::map<std::string, std::string> AgentNotExercised() {
+  return {{"pods get", "reads a pod its informer has not delivered yet (NodeAgent::LookupPod): a "
+                       "race not staged here"},
+          {"events patch", "repeats of one Event (event_recorder_test.cc)"}};
+}
+
+TEST_F(RbacCallsTest, NodeAgentUsesExactlyItsShippedRights) {
+  ExpectRbacMatches(h_->api().Requests(), "prism-device-plugin", AgentNotExercised());
+}
+
+// The DRA half of `prism device-plugin --dra=true` (device_plugin_command.cc wires the same three
+// objects), on the agent's API client.
+class DraAgent {
+ public:
+  DraAgent(const std::filesystem::path& dir, k8s::Client* client,
+           std::vector<deviceplugin::DraGpu> gpus)
+      : gpus_(std::move(gpus)) {
+    deviceplugin::DraDriverOptions options;
+    options.node_name = deviceplugin::testing::kNode;
+    options.cdi_dir = (dir / "cdi").string();
+    options.state_dir = (dir / "state").string();
+    options.device_nodes.enabled = false;
+    options.gpus = [this]() -> absl::StatusOr<std::vector<deviceplugin::DraGpu>> {
+      return gpus_;
+    };
+    driver_ = std::make_unique<deviceplugin::DraDriver>(options, client);
+    publisher_ = std::make_unique<deviceplugin::DraSlicePublisher>(
+        deviceplugin::kDraDriverName, deviceplugin::testing::kNode, client);
+    deviceplugin::DraServerOptions server_options;
+    server_options.registry_dir = (dir / "plugins_registry").string();
+    server_options.plugin_dir = (dir / "plugins" / deviceplugin::kDraDriverName).string();
+    server_options.on_registered = [this]() { return publisher_->Publish(gpus_).status(); };
+    server_ = std::make_unique<deviceplugin::DraServer>(driver_.get(), server_options);
+  }
+  ~DraAgent() { server_->Stop(); }
+
+  absl::Status Start() {
+    if (absl::Status s = driver_->Start(); !s.ok()) return s;
+    return server_->Start();
+  }
+
+ private:
+  const std::vector<deviceplugin::DraGpu> gpus_;
+  std::unique_ptr<deviceplugin::DraDriver> driver_;
+  std::unique_ptr<deviceplugin::DraSlicePublisher> publisher_;
+  std::unique_ptr<deviceplugin::DraServer> server_;
+};
+
+deviceplugin::DraGpu WholeGpu(uint32_t minor) {
+  deviceplugin::DraGpu gpu;
+  gpu.minor = minor;
+  gpu.index = static_cast<int>(minor);
+  gpu.uuid = absl::StrCat("GPU-dra-", minor);
+  gpu.memory_mib = 40960;
+  gpu.product_name = "NVIDIA A100-SXM4-40GB";
+  return gpu;
+}
+
+TEST_F(RbacCallsTest, NodeAgentWithDraUsesExactlyTheDraOverlaysRights) {
+  namespace dp = deviceplugin::testing;
+  dp::AgentHarness& h = *h_;
+
+  const std::filesystem::path dir = h.dir() / "dra";
+  auto slices = [&h] { return h.api().List("resourceslices").size(); };
+  auto dra = std::make_unique<DraAgent>(dir, &h.client(),
+                                        std::vector<deviceplugin::DraGpu>{WholeGpu(0), WholeGpu(1)});
+  ASSERT_TRUE(dra->Start().ok());
+  // The kubelet reads no claim here (no API client): every recorded request is the agent's.
+  kubelet::FakeDraKubeletOptions kubelet_options;
+  kubelet_options.registry_dir = (dir / "plugins_registry").string();
+  kubelet_options.cdi_dir = (dir / "cdi").string();
+  auto kubelet = kubelet::FakeDraKubelet::Start(kubelet_options);
+  ASSERT_TRUE(kubelet.ok()) << kubelet.status();
+  ASSERT_TRUE((*kubelet)->WaitForPlugin(deviceplugin::kDraDriverName, absl::Seconds(10)));
+  // Registered: the node's two GPUs published (list, create).
+  ASSERT_TRUE(dp::Eventually([&] { return slices() == 2; }));
+
+  // A claim allocated GPU 0, prepared and unprepared (get).
+  Json claim{{"apiVersion", "resource.k8s.io/v1"},
+             {"kind", "ResourceClaim"},
+             {"metadata", {{"name", "c"}, {"namespace", "default"}}},
+             {"spec", {{"devices", {{"requests", Json::array()}}}}},
+             {"status",
+              {{"allocation",
+                {{"devices",
+                  {{"results", Json::array({{{"request", "gpu"},
+                                             {"driver", deviceplugin::kDraDriverName},
+                                             {"pool", dp::kNode},
+                                             {"device", "gpu-0"}}})}}}}},
+               {"reservedFor",
+                Json::array({{{"resource", "pods"}, {"name", "p"}, {"uid", "pod-1"}}})}}}};
+  absl::StatusOr<Json> created = h.api().Create("resourceclaims", claim);
+  ASSERT_TRUE(created.ok()) << created.status();
+  const kubelet::FakeDraClaim ref{"default", "c", (*created)["metadata"]["uid"]};
+  auto prepared = (*kubelet)->NodePrepareResources(deviceplugin::kDraDriverName, {ref});
+  ASSERT_TRUE(prepared.ok()) << prepared.status();
+  ASSERT_EQ(prepared->claims().at(ref.uid).error(), "");
+  auto unprepared = (*kubelet)->NodeUnprepareResources(deviceplugin::kDraDriverName, {ref});
+  ASSERT_TRUE(unprepared.ok()) << unprepared.status();
+
+  // The agent restarts after GPU 1 left (or went into MIG mode): it registers again and
+  // republishes the pool, GPU 0's slice updated, GPU 1's deleted.
+  dra.reset();
+  dra = std::make_unique<DraAgent>(dir, &h.client(),
+                                   std::vector<deviceplugin::DraGpu>{WholeGpu(0)});
+  ASSERT_TRUE(dra->Start().ok());
+  ASSERT_TRUE(dp::Eventually([&] { return slices() == 1; }));
+  dra.reset();
+  (*kubelet)->Stop();
+  ExpectRbacMatches(h.api().Requests(), "prism-device-plugin", AgentNotExercised(),
+                    "examples/dra");
 }
 
 // --- the MIG manager -------------------------------------------------------------------------
