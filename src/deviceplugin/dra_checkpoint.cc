@@ -68,6 +68,25 @@ absl::StatusOr<PreparedDevice> DeviceFromJson(const json& j, const std::string& 
     }
     d.cdi_device_ids.push_back(std::move(id));
   }
+  ASSIGN_OR_RETURN(d.mig_profile,
+                   jf::StringMember(j, "migProfile", StrCat(field, ".migProfile"), ""));
+  ASSIGN_OR_RETURN(d.mig_uuid, jf::StringMember(j, "migUuid", StrCat(field, ".migUuid"), ""));
+  if (d.mig_profile.size() > 64 || d.mig_uuid.size() > kMaxStringBytes) {
+    return absl::InvalidArgumentError(StrCat(field, ": migProfile or migUuid too long"));
+  }
+  ASSIGN_OR_RETURN(const int64_t start,
+                   jf::IntMember(j, "migStart", StrCat(field, ".migStart"), -1, 63, -1));
+  ASSIGN_OR_RETURN(const int64_t gi, jf::IntMember(j, "gpuInstanceId",
+                                                   StrCat(field, ".gpuInstanceId"), -1, 1023, -1));
+  ASSIGN_OR_RETURN(const int64_t ci,
+                   jf::IntMember(j, "computeInstanceId", StrCat(field, ".computeInstanceId"), -1,
+                                 1023, -1));
+  d.mig_start = static_cast<int>(start);
+  d.gpu_instance_id = static_cast<int>(gi);
+  d.compute_instance_id = static_cast<int>(ci);
+  if (d.IsMig() && d.mig_start < 0) {
+    return absl::InvalidArgumentError(StrCat(field, ".migStart: required with migProfile"));
+  }
   return d;
 }
 
@@ -81,6 +100,7 @@ absl::StatusOr<PreparedClaim> FromJson(const json& j) {
   // request from the kubelet.
   RETURN_IF_ERROR(ValidateClaimRef({c.namespace_name, c.name, c.uid}));
   ASSIGN_OR_RETURN(c.prepared_ms, jf::IntMember(j, "preparedMs", "preparedMs", 0, INT64_MAX, 0));
+  ASSIGN_OR_RETURN(c.preparing, jf::BoolMember(j, "preparing", "preparing", false));
   ASSIGN_OR_RETURN(const json* devices, jf::Required(j, "devices", "devices"));
   if (!devices->is_array()) return absl::InvalidArgumentError("devices: expected an array");
   if (devices->size() > kMaxAllocationResults) {
@@ -97,17 +117,27 @@ absl::StatusOr<PreparedClaim> FromJson(const json& j) {
 json ToJson(const PreparedClaim& c) {
   json devices = json::array();
   for (const PreparedDevice& d : c.devices) {
-    devices.push_back(json{{"request", d.request},
-                           {"pool", d.pool},
-                           {"device", d.device},
-                           {"gpuUuid", d.gpu_uuid},
-                           {"cdiDeviceIds", d.cdi_device_ids}});
+    json entry{{"request", d.request},
+               {"pool", d.pool},
+               {"device", d.device},
+               {"gpuUuid", d.gpu_uuid},
+               {"cdiDeviceIds", d.cdi_device_ids}};
+    if (d.IsMig()) {
+      entry["migProfile"] = d.mig_profile;
+      entry["migStart"] = d.mig_start;
+      entry["gpuInstanceId"] = d.gpu_instance_id;
+      entry["computeInstanceId"] = d.compute_instance_id;
+      entry["migUuid"] = d.mig_uuid;
+    }
+    devices.push_back(std::move(entry));
   }
-  return json{{"uid", c.uid},
-              {"namespace", c.namespace_name},
-              {"name", c.name},
-              {"preparedMs", c.prepared_ms},
-              {"devices", devices}};
+  json out{{"uid", c.uid},
+           {"namespace", c.namespace_name},
+           {"name", c.name},
+           {"preparedMs", c.prepared_ms},
+           {"devices", devices}};
+  if (c.preparing) out["preparing"] = true;
+  return out;
 }
 
 }  // namespace

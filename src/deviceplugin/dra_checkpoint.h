@@ -29,6 +29,14 @@ struct PreparedDevice {
   std::string device;
   std::string gpu_uuid;
   std::vector<std::string> cdi_device_ids;
+  // A MIG partition: the instance, profile@start on the GPU (recorded before it is created, so
+  // that a restart knows what to adopt or release); its IDs and UUID once it exists.
+  std::string mig_profile;
+  int mig_start = -1;
+  int gpu_instance_id = -1;
+  int compute_instance_id = -1;
+  std::string mig_uuid;
+  bool IsMig() const { return !mig_profile.empty(); }
   friend bool operator==(const PreparedDevice&, const PreparedDevice&) = default;
 };
 
@@ -37,6 +45,8 @@ struct PreparedClaim {
   std::string namespace_name;
   std::string name;
   int64_t prepared_ms = 0;  // Unix time.
+  // Recorded before NVML work and not answered yet: a restart completes or releases it.
+  bool preparing = false;
   std::vector<PreparedDevice> devices;
   friend bool operator==(const PreparedClaim&, const PreparedClaim&) = default;
 };

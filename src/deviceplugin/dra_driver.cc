@@ -15,7 +15,9 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "config/names.h"
+#include "deviceplugin/dra_mig.h"
 #include "k8s/client.h"
+#include "nvml/gpu_state.h"
 #include "nvml/nvml.h"
 
 namespace prism::deviceplugin {
@@ -46,9 +48,15 @@ std::optional<uint32_t> ParseGpuDeviceName(std::string_view device) {
   return minor;
 }
 
-bool IsMigDeviceName(std::string_view device) {
+// "gpu-<minor>-mig-..." -> minor.
+std::optional<uint32_t> MigDeviceMinor(std::string_view device) {
   const size_t mig = device.find("-mig-");
-  return mig != std::string_view::npos && ParseGpuDeviceName(device.substr(0, mig)).has_value();
+  if (mig == std::string_view::npos) return std::nullopt;
+  return ParseGpuDeviceName(device.substr(0, mig));
+}
+
+std::string DraOwner(std::string_view claim_uid) {
+  return StrCat(kDraInstanceOwnerPrefix, claim_uid);
 }
 
 // A device's containerEdits as the device-plugin path encodes them (cdi_spec.h): one encoder of
@@ -69,7 +77,8 @@ std::string DraCdiSpecPath(std::string_view cdi_dir, std::string_view claim_uid)
   return (fs::path(std::string(cdi_dir)) / StrCat(kSpecPrefix, claim_uid, ".json")).string();
 }
 
-absl::StatusOr<std::vector<DraGpu>> ReadDraGpus(nvml::Nvml* nvml, const std::string& proc_root) {
+absl::StatusOr<std::vector<DraGpu>> ReadDraGpus(nvml::Nvml* nvml, const std::string& proc_root,
+                                                const std::function<bool(int)>& dynamic) {
   ASSIGN_OR_RETURN(std::vector<nvml::GpuInfo> infos, nvml->ListGpus());
   std::map<std::string, uint32_t> minors;
   std::error_code ec;
@@ -93,10 +102,47 @@ absl::StatusOr<std::vector<DraGpu>> ReadDraGpus(nvml::Nvml* nvml, const std::str
       absl::StatusOr<nvml::MigModeState> mode = nvml->GetMigMode(info.index);
       // A GPU whose mode cannot be read is not offered whole: it might be partitioned.
       gpu.mig_enabled = !mode.ok() || mode->current || mode->pending;
+      if (mode.ok() && mode->current) {
+        absl::StatusOr<mig::GpuModel> model = nvml::ModelForGpu(*nvml, info);
+        absl::StatusOr<std::vector<nvml::GpuInstanceInfo>> instances =
+            nvml->ListGpuInstances(info.index);
+        // A GPU whose model or instances cannot be read publishes no partition.
+        if (model.ok() && instances.ok()) {
+          gpu.mig_model = std::make_shared<const mig::GpuModel>(*std::move(model));
+          gpu.mig_dynamic = !dynamic || dynamic(info.index);
+          for (const nvml::GpuInstanceInfo& gi : *instances) {
+            DraMigInstance inst{gi.profile_id, gi.start, ""};
+            if (!gi.compute_instances.empty()) inst.uuid = gi.compute_instances.front().uuid;
+            gpu.mig_instances.push_back(std::move(inst));
+          }
+        }
+      }
     }
     gpus.push_back(std::move(gpu));
   }
   return gpus;
+}
+
+std::vector<DraMigDevice> DraMigDevices(const DraGpu& gpu) {
+  std::vector<DraMigDevice> out;
+  if (!gpu.mig_enabled || gpu.mig_model == nullptr) return out;
+  const mig::GpuModel& model = *gpu.mig_model;
+  if (gpu.mig_dynamic) {
+    for (DraMigPartition& p : BuildMigCounters(model, gpu.minor).partitions) {
+      out.push_back(DraMigDevice{p.device, p.profile, p.start, false, "", std::move(p.consumes)});
+    }
+    return out;
+  }
+  for (const DraMigInstance& inst : gpu.mig_instances) {
+    const int profile = model.FindProfileById(inst.profile_id);
+    // An instance without a compute instance (or of a profile the model lacks) is not usable.
+    if (profile < 0 || inst.uuid.empty()) continue;
+    out.push_back(DraMigDevice{DraMigDeviceName(gpu.minor, model.profiles[profile], inst.start),
+                               profile, inst.start, true, inst.uuid, {}});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const DraMigDevice& a, const DraMigDevice& b) { return a.device < b.device; });
+  return out;
 }
 
 DraDriver::DraDriver(DraDriverOptions options, k8s::Client* client)
@@ -126,7 +172,10 @@ DraPrepareResult DraDriver::Prepare(const DraClaimRef& ref) {
     }
     return result;
   };
-  if (std::optional<PreparedClaim> c = checkpoint_.Get(ref.uid)) return recorded(*c);
+  // A claim recorded as preparing (the agent stopped in the middle) is prepared again.
+  if (std::optional<PreparedClaim> c = checkpoint_.Get(ref.uid); c && !c->preparing) {
+    return recorded(*c);
+  }
 
   absl::StatusOr<k8s::Json> object = client_->Get(kResourceClaims, ref.namespace_name, ref.name);
   if (!object.ok()) {
@@ -157,7 +206,9 @@ DraPrepareResult DraDriver::Prepare(const DraClaimRef& ref) {
   }
   absl::MutexLock lock(&mu_);
   // A concurrent call for the same claim may have finished first: same answer.
-  if (std::optional<PreparedClaim> c = checkpoint_.Get(ref.uid)) return recorded(*c);
+  if (std::optional<PreparedClaim> c = checkpoint_.Get(ref.uid); c && !c->preparing) {
+    return recorded(*c);
+  }
   absl::StatusOr<std::vector<PreparedDevice>> devices = PrepareLocked(*claim);
   if (!devices.ok()) {
     result.error = StrCat("ResourceClaim ", key, ": ", devices.status().message());
@@ -178,11 +229,24 @@ absl::StatusOr<std::vector<PreparedDevice>> DraDriver::PrepareLocked(const DraCl
   bool gpus_read = false;
   // Devices other prepared claims hold.
   std::map<std::string, std::string> held;
+  const std::optional<PreparedClaim> earlier = checkpoint_.Get(claim.uid);  // Preparing.
   for (const PreparedClaim& c : checkpoint_.All()) {
+    if (c.uid == claim.uid) continue;
     for (const PreparedDevice& d : c.devices) {
       held[d.device] = StrCat(ClaimKey(c.namespace_name, c.name), " (", c.uid, ")");
     }
   }
+  auto read_gpus = [&]() -> absl::Status {
+    if (gpus_read) return absl::OkStatus();
+    if (!options_.gpus) return absl::InternalError("no GPU source configured");
+    absl::StatusOr<std::vector<DraGpu>> listed = options_.gpus();
+    if (!listed.ok()) {
+      return absl::UnavailableError(StrCat("cannot list GPUs: ", listed.status().message()));
+    }
+    gpus = *std::move(listed);
+    gpus_read = true;
+    return absl::OkStatus();
+  };
   for (size_t i = 0; i < claim.results.size(); ++i) {
     const DraAllocationResult& r = claim.results[i];
     if (r.driver != options_.driver_name) {
@@ -195,15 +259,26 @@ absl::StatusOr<std::vector<PreparedDevice>> DraDriver::PrepareLocked(const DraCl
                                                   " is not this node's pool '", options_.node_name,
                                                   "'"));
     }
-    if (IsMigDeviceName(r.device)) {
-      return absl::UnimplementedError(
-          StrCat(field, ": device '", r.device,
-                 "' is a MIG partition; this agent prepares whole GPUs only so far"));
-    }
     if (r.share_id) {
       return absl::UnimplementedError(StrCat(field, ": device '", r.device,
                                              "' is allocated as a share (shareID ", *r.share_id,
                                              "); this agent prepares whole GPUs only so far"));
+    }
+    if (std::optional<uint32_t> mig_minor = MigDeviceMinor(r.device)) {
+      if (!seen.insert(r.device).second) {
+        return absl::InvalidArgumentError(
+            StrCat(field, ": device '", r.device, "' is allocated twice in this claim"));
+      }
+      if (auto it = held.find(r.device); it != held.end()) {
+        return absl::FailedPreconditionError(StrCat(field, ": device '", r.device,
+                                                    "' is already prepared for ResourceClaim ",
+                                                    it->second));
+      }
+      RETURN_IF_ERROR(read_gpus());
+      ASSIGN_OR_RETURN(PreparedDevice device, CheckMigDevice(claim.uid, field, r, *mig_minor, gpus, devices));
+      device.cdi_device_ids = {DraCdiDeviceId(claim.uid, r.device)};
+      devices.push_back(std::move(device));
+      continue;
     }
     const std::optional<uint32_t> minor = ParseGpuDeviceName(r.device);
     if (!minor) {
@@ -218,15 +293,7 @@ absl::StatusOr<std::vector<PreparedDevice>> DraDriver::PrepareLocked(const DraCl
       return absl::FailedPreconditionError(StrCat(
           field, ": device '", r.device, "' is already prepared for ResourceClaim ", it->second));
     }
-    if (!gpus_read) {
-      if (!options_.gpus) return absl::InternalError("no GPU source configured");
-      absl::StatusOr<std::vector<DraGpu>> listed = options_.gpus();
-      if (!listed.ok()) {
-        return absl::UnavailableError(StrCat("cannot list GPUs: ", listed.status().message()));
-      }
-      gpus = *std::move(listed);
-      gpus_read = true;
-    }
+    RETURN_IF_ERROR(read_gpus());
     const DraGpu* gpu = nullptr;
     for (const DraGpu& g : gpus) {
       if (g.minor == *minor) gpu = &g;
@@ -238,8 +305,13 @@ absl::StatusOr<std::vector<PreparedDevice>> DraDriver::PrepareLocked(const DraCl
       return absl::FailedPreconditionError(StrCat(field, ": device '", r.device, "' (", gpu->uuid,
                                                   ") is in MIG mode and cannot be prepared whole"));
     }
-    devices.push_back(PreparedDevice{
-        r.request, r.pool, r.device, gpu->uuid, {DraCdiDeviceId(claim.uid, r.device)}});
+    PreparedDevice whole;
+    whole.request = r.request;
+    whole.pool = r.pool;
+    whole.device = r.device;
+    whole.gpu_uuid = gpu->uuid;
+    whole.cdi_device_ids = {DraCdiDeviceId(claim.uid, r.device)};
+    devices.push_back(std::move(whole));
   }
   if (devices.empty()) {
     return absl::FailedPreconditionError(
@@ -248,12 +320,33 @@ absl::StatusOr<std::vector<PreparedDevice>> DraDriver::PrepareLocked(const DraCl
                                      : StrCat("drivers ", StrJoin(other_drivers, ", ")),
                ")"));
   }
-  RETURN_IF_ERROR(WriteSpec(claim.uid, devices, gpus));
-  PreparedClaim record{claim.uid, claim.namespace_name, claim.name, absl::ToUnixMillis(absl::Now()),
-                       devices};
-  if (absl::Status put = checkpoint_.Put(record); !put.ok()) {
+  PreparedClaim record{claim.uid,   claim.namespace_name, claim.name,
+                       absl::ToUnixMillis(absl::Now()), /*preparing=*/true, devices};
+  const bool mig = std::any_of(devices.begin(), devices.end(),
+                               [](const PreparedDevice& d) { return d.IsMig(); });
+  if (mig) {
+    // Recorded before any NVML call: a restart then knows what to adopt or release.
+    RETURN_IF_ERROR(checkpoint_.Put(record));
+    const EnsureMode mode = earlier ? EnsureMode::kAdopt : EnsureMode::kAllocate;
+    if (absl::Status realized = RealizeMig(claim.uid, devices, gpus, mode); !realized.ok()) {
+      (void)checkpoint_.Remove(claim.uid);
+      return realized;
+    }
+  }
+  auto undo = [&] {
     std::error_code ec;
     fs::remove(DraCdiSpecPath(options_.cdi_dir, claim.uid), ec);
+    if (mig) (void)ReleaseMig(claim.uid);
+    (void)checkpoint_.Remove(claim.uid);
+  };
+  if (absl::Status written = WriteSpec(claim.uid, devices, gpus); !written.ok()) {
+    undo();
+    return written;
+  }
+  record.preparing = false;
+  record.devices = devices;
+  if (absl::Status put = checkpoint_.Put(record); !put.ok()) {
+    undo();
     return put;
   }
   return devices;
@@ -280,9 +373,20 @@ absl::Status DraDriver::WriteSpec(const std::string& uid,
     realized.gpu_index = gpu->index;
     realized.gpu_uuid = gpu->uuid;
     realized.gpu_memory_mib = gpu->memory_mib;
-    // Whole GPU: no limits, no region, no preload; NVIDIA_VISIBLE_DEVICES and the toolkit's
-    // device-list mount.
+    if (d.IsMig()) {
+      realized.mode = sched::GpuMode::kMig;
+      realized.profile = d.mig_profile;
+      realized.start = d.mig_start;
+      realized.gpu_instance_id = d.gpu_instance_id;
+      realized.compute_instance_id = d.compute_instance_id;
+      realized.mig_uuid = d.mig_uuid;
+    }
+    // Whole GPU or MIG instance: no limits, no region, no preload; the toolkit's device-list
+    // mount, which composes when a container gets several devices. Not NVIDIA_VISIBLE_DEVICES:
+    // each CDI device setting it, the runtime would keep only the last device's (the spec sets
+    // it to "void" once, below).
     ContainerEdits edits = BuildContainerEdits({realized}, ContainerIdentity{}, options_.vgpu);
+    std::erase_if(edits.env, [](const auto& e) { return e.first == "NVIDIA_VISIBLE_DEVICES"; });
     if (options_.device_nodes.enabled) {
       ASSIGN_OR_RETURN(std::vector<DeviceNodeEdit> nodes,
                        NvidiaDeviceNodes({realized}, options_.device_nodes));
@@ -294,13 +398,13 @@ absl::Status DraDriver::WriteSpec(const std::string& uid,
         json{{"name", StrCat(uid, "-", d.device)}, {"containerEdits", EditsJson(edits)}});
   }
   json spec{{"cdiVersion", kCdiVersion}, {"kind", kDraCdiKind}, {"devices", list}};
-  if (!control.empty()) {
-    ContainerEdits common;
-    common.device_nodes = control;
-    json edits = EditsJson(common);
-    edits.erase("env");
-    spec["containerEdits"] = edits;
-  }
+  // Once for the spec, as the NVIDIA container toolkit's CDI specs do (nvcdi wrapper.go,
+  // GetCommonEdits): the toolkit's legacy hook then takes the devices from the mounts only,
+  // never the image's own NVIDIA_VISIBLE_DEVICES (e.g. "all").
+  ContainerEdits common;
+  common.device_nodes = control;
+  common.env.emplace_back("NVIDIA_VISIBLE_DEVICES", "void");
+  spec["containerEdits"] = EditsJson(common);
   std::error_code ec;
   fs::create_directories(options_.cdi_dir, ec);
   // The dot-file is neither *.json nor *.yaml: CDI caches ignore it until the rename.
@@ -315,13 +419,166 @@ absl::Status DraDriver::Unprepare(const DraClaimRef& ref) {
   const std::string path = DraCdiSpecPath(options_.cdi_dir, ref.uid);
   fs::remove(path, ec);
   if (ec) return absl::InternalError(StrCat("cannot remove ", path, ": ", ec.message()));
-  const bool known = checkpoint_.Get(ref.uid).has_value();
+  const std::optional<PreparedClaim> record = checkpoint_.Get(ref.uid);
+  const bool known = record.has_value();
+  if (record && std::any_of(record->devices.begin(), record->devices.end(),
+                            [](const PreparedDevice& d) { return d.IsMig(); })) {
+    // The record stays until the instances are released: a failure is retried by the kubelet.
+    RETURN_IF_ERROR(ReleaseMig(ref.uid));
+  }
   RETURN_IF_ERROR(checkpoint_.Remove(ref.uid));
   if (known) {
     LogInfo(kLog, "unprepared ResourceClaim ", ClaimKey(ref.namespace_name, ref.name), " (",
             ref.uid, ")");
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<PreparedDevice> DraDriver::CheckMigDevice(
+    const std::string& claim_uid, const std::string& field, const DraAllocationResult& r, uint32_t minor,
+    const std::vector<DraGpu>& gpus, const std::vector<PreparedDevice>& in_claim) const {
+  const DraGpu* gpu = nullptr;
+  for (const DraGpu& g : gpus) {
+    if (g.minor == minor) gpu = &g;
+  }
+  const std::vector<DraMigDevice> published =
+      gpu != nullptr ? DraMigDevices(*gpu) : std::vector<DraMigDevice>{};
+  const DraMigDevice* device = nullptr;
+  for (const DraMigDevice& d : published) {
+    if (d.device == r.device) device = &d;
+  }
+  if (device == nullptr) {
+    return absl::NotFoundError(StrCat(field, ": no device '", r.device, "' on this node",
+                                      gpu == nullptr ? "" : StrCat(" (GPU ", gpu->uuid, ")")));
+  }
+  if (!options_.mig_worker) {
+    return absl::UnimplementedError(
+        StrCat(field, ": device '", r.device, "' is a MIG partition and this agent has no MIG "
+                                              "realizer configured"));
+  }
+  if (!device->fixed) {
+    // Two partitions of prepared claims (or of this claim) must fit the GPU's counters together,
+    // as they did for the allocator: overlapping ones never both exist.
+    std::map<std::string, const DraMigDevice*> by_name;
+    for (const DraMigDevice& d : published) by_name[d.device] = &d;
+    const DraMigCounters counters = BuildMigCounters(*gpu->mig_model, gpu->minor);
+    std::map<std::string, int64_t> used = device->consumes;
+    auto add = [&](const std::string& name, const std::string& who) -> absl::Status {
+      auto it = by_name.find(name);
+      if (it == by_name.end()) return absl::OkStatus();
+      for (const auto& [counter, amount] : it->second->consumes) {
+        auto limit = counters.counters.find(counter);
+        if (limit == counters.counters.end()) continue;
+        if (device->consumes.count(counter) != 0 &&
+            device->consumes.at(counter) + amount > limit->second) {
+          return absl::FailedPreconditionError(StrCat(field, ": device '", r.device,
+                                                      "' overlaps device '", name, "' ", who));
+        }
+        used[counter] += amount;
+      }
+      return absl::OkStatus();
+    };
+    for (const PreparedDevice& d : in_claim) RETURN_IF_ERROR(add(d.device, "of this claim"));
+    for (const PreparedClaim& c : checkpoint_.All()) {
+      if (c.uid == claim_uid) continue;
+      for (const PreparedDevice& d : c.devices) {
+        if (d.gpu_uuid != gpu->uuid || !d.IsMig()) continue;
+        RETURN_IF_ERROR(add(d.device, StrCat("prepared for ResourceClaim ",
+                                             ClaimKey(c.namespace_name, c.name), " (", c.uid,
+                                             ")")));
+      }
+    }
+    for (const auto& [counter, amount] : used) {
+      auto limit = counters.counters.find(counter);
+      if (limit != counters.counters.end() && amount > limit->second) {
+        return absl::FailedPreconditionError(
+            StrCat(field, ": device '", r.device, "' does not fit GPU ", gpu->uuid,
+                   " next to the partitions already prepared (counter ", counter, ")"));
+      }
+    }
+  }
+  PreparedDevice out;
+  out.request = r.request;
+  out.pool = r.pool;
+  out.device = r.device;
+  out.gpu_uuid = gpu->uuid;
+  out.mig_profile = gpu->mig_model->profiles[device->profile].Name();
+  out.mig_start = device->start;
+  out.mig_uuid = device->mig_uuid;
+  return out;
+}
+
+absl::Status DraDriver::RealizeMig(const std::string& uid, std::vector<PreparedDevice>& devices,
+                                   const std::vector<DraGpu>& gpus, EnsureMode mode) {
+  absl::Status status;
+  RETURN_IF_ERROR(options_.mig_worker([&](nvml::Nvml&, MigRealizer& realizer) {
+    for (PreparedDevice& d : devices) {
+      if (!d.IsMig()) continue;
+      const DraGpu* gpu = nullptr;
+      for (const DraGpu& g : gpus) {
+        if (g.uuid == d.gpu_uuid) gpu = &g;
+      }
+      if (gpu == nullptr) {
+        status = absl::NotFoundError(StrCat("GPU ", d.gpu_uuid, " is gone"));
+        break;
+      }
+      absl::StatusOr<MigInstanceRef> ref = realizer.Ensure(
+          gpu->index, d.mig_profile, d.mig_start, InstanceOwner{DraOwner(uid), d.device}, mode);
+      if (!ref.ok()) {
+        status = absl::Status(ref.status().code(), StrCat("device '", d.device, "': ",
+                                                          ref.status().message()));
+        break;
+      }
+      d.gpu_instance_id = ref->gpu_instance_id;
+      d.compute_instance_id = ref->compute_instance_id;
+      d.mig_uuid = ref->mig_uuid;
+    }
+    // What this claim took is given back (created instances destroyed unless kept idle).
+    if (!status.ok()) (void)realizer.ReleasePod(DraOwner(uid));
+  }));
+  return status;
+}
+
+absl::Status DraDriver::ReleaseMig(const std::string& uid) {
+  if (!options_.mig_worker) return absl::OkStatus();
+  absl::Status status;
+  RETURN_IF_ERROR(options_.mig_worker(
+      [&](nvml::Nvml&, MigRealizer& realizer) { status = realizer.ReleasePod(DraOwner(uid)); }));
+  if (!status.ok()) {
+    // The hold is dropped either way; what could not be trimmed is trimmed later.
+    LogWarning(kLog, "releasing the MIG instances of ResourceClaim ", uid, ": ", status.message());
+  }
+  return absl::OkStatus();
+}
+
+void DraDriver::AdoptMig(nvml::Nvml& nvml, MigRealizer& realizer) {
+  absl::StatusOr<std::vector<nvml::GpuInfo>> infos = nvml.ListGpus();
+  if (!infos.ok()) {
+    LogError(kLog, "adopting the MIG instances of prepared claims: ", infos.status().message());
+    return;
+  }
+  for (const PreparedClaim& c : checkpoint_.All()) {
+    for (const PreparedDevice& d : c.devices) {
+      if (!d.IsMig()) continue;
+      int index = -1;
+      for (const nvml::GpuInfo& info : *infos) {
+        if (info.uuid == d.gpu_uuid) index = info.index;
+      }
+      absl::StatusOr<MigInstanceRef> ref =
+          index < 0 ? absl::NotFoundError(StrCat("GPU ", d.gpu_uuid, " is gone"))
+                    : realizer.Ensure(index, d.mig_profile, d.mig_start,
+                                      InstanceOwner{DraOwner(c.uid), d.device}, EnsureMode::kAdopt);
+      if (!ref.ok()) {
+        LogError(kLog, "ResourceClaim ", ClaimKey(c.namespace_name, c.name), " (", c.uid,
+                 ") device ", d.device, ": cannot adopt its MIG instance: ",
+                 ref.status().message());
+      } else if (!c.preparing && ref->mig_uuid != d.mig_uuid) {
+        LogWarning(kLog, "ResourceClaim ", ClaimKey(c.namespace_name, c.name), " device ",
+                   d.device, ": its MIG instance was re-created (", d.mig_uuid, " -> ",
+                   ref->mig_uuid, "): containers started before see none");
+      }
+    }
+  }
 }
 
 }  // namespace prism::deviceplugin

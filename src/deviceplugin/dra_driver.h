@@ -13,13 +13,19 @@
 //   4. the claim's CDI spec <cdi-dir>/prism.io-claim-<uid>.json (kind prism.io/claim, one device
 //      "<uid>-<device>" per allocated device) is written, then the claim is recorded, then the
 //      answer is given: per device its pool, name, base request name and CDI ID.
-// What is prepared in this slice: whole GPUs, devices "gpu-<minor>" (minor: the driver's device
-// minor, /proc/driver/nvidia/gpus/*/information, else the NVML index; NVIDIA's DRA driver names
-// GPUs the same way). A GPU in MIG mode has no whole-GPU device. MIG partitions
-// ("gpu-<minor>-mig-...") and shares of a GPU (a result with a shareID) are refused with an
-// error naming the device: they come in later slices of issue 31. Errors start with
+// What is prepared: whole GPUs, devices "gpu-<minor>" (minor: the driver's device minor,
+// /proc/driver/nvidia/gpus/*/information, else the NVML index; NVIDIA's DRA driver names GPUs the
+// same way), and MIG partitions "gpu-<minor>-mig-<profile>-<profileID>-<start>" of GPUs in MIG
+// mode (DraMigDevices): the claim is recorded as preparing before any NVML call, the instance is
+// made profile@start by the node agent's MIG realizer (the device-plugin path's own, so neither
+// path takes what the other holds), and the record completed with its UUID. A GPU in MIG mode
+// has no whole-GPU device. Shares of a GPU (a result with a shareID) are refused with an error
+// naming the device. The CDI devices carry device nodes and the toolkit's device-list mounts,
+// which compose when a container gets several; NVIDIA_VISIBLE_DEVICES is "void" once for the
+// spec, as the NVIDIA container toolkit's CDI specs have it (nvcdi wrapper.go, GetCommonEdits). Errors start with
 // "ResourceClaim <ns>/<name>: " and name the result ("status.allocation.devices.results[i]").
-// Unprepare removes the claim's spec and record; a claim never prepared (or already unprepared)
+// Unprepare releases the claim's MIG instances (destroyed unless processes run on them or the
+// agent keeps them idle for reuse, --max-idle-instances), then removes its spec and record; a claim never prepared (or already unprepared)
 // is success, as the kubelet expects. Thread-safe: claims may be prepared concurrently; the
 // local part (checks, spec, record) runs under one lock so that two claims cannot both take a
 // device.
@@ -27,6 +33,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,11 +43,13 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 
+#include "core/mig/gpu_model.h"
 #include "deviceplugin/cdi_spec.h"
 #include "deviceplugin/container_edits.h"
 #include "deviceplugin/device_nodes.h"
 #include "deviceplugin/dra_checkpoint.h"
 #include "deviceplugin/dra_claim.h"
+#include "deviceplugin/mig_realizer.h"
 
 namespace prism::k8s {
 class Client;
@@ -53,6 +63,14 @@ namespace prism::deviceplugin {
 inline constexpr char kDraDriverName[] = "gpu.prism.io";
 inline constexpr char kDraCdiKind[] = "prism.io/claim";
 
+// A MIG instance that exists on a GPU.
+struct DraMigInstance {
+  int profile_id = 0;
+  int start = 0;
+  std::string uuid;  // "MIG-...": its (first) compute instance's.
+  friend bool operator==(const DraMigInstance&, const DraMigInstance&) = default;
+};
+
 // A GPU as the DRA plugin sees it.
 struct DraGpu {
   uint32_t minor = 0;
@@ -61,8 +79,27 @@ struct DraGpu {
   int64_t memory_mib = 0;
   bool mig_enabled = false;
   std::string product_name;  // nvmlDeviceGetName.
+  // In MIG mode (current, not only pending): the model (nvml::ModelForGpu), whether the agent
+  // owns the layout (docs/mig-manager.md) and the instances that exist.
+  std::shared_ptr<const mig::GpuModel> mig_model;
+  bool mig_dynamic = false;
+  std::vector<DraMigInstance> mig_instances;
   friend bool operator==(const DraGpu&, const DraGpu&) = default;
 };
+
+// A device of a GPU in MIG mode: on a dynamic GPU every profile x legal start, consuming
+// counters of the GPU's counter set (dra_mig.h); on a static GPU each existing instance, fixed
+// (no counters, its UUID known).
+struct DraMigDevice {
+  std::string device;  // gpu-<minor>-mig-<profile>-<profileID>-<start>
+  int profile = -1;    // Index into the model's profiles.
+  int start = 0;
+  bool fixed = false;
+  std::string mig_uuid;                     // Fixed devices.
+  std::map<std::string, int64_t> consumes;  // Partitions.
+};
+// Empty when the GPU is not in MIG mode or its model is unknown.
+std::vector<DraMigDevice> DraMigDevices(const DraGpu& gpu);
 
 // "gpu-<minor>".
 std::string DraGpuDeviceName(uint32_t minor);
@@ -70,7 +107,9 @@ std::string DraGpuDeviceName(uint32_t minor);
 // The node's GPUs from NVML (index, UUID, memory, MIG mode) with their device minors from
 // <proc_root>/driver/nvidia/gpus/*/information (the NVML index where that is missing). Not
 // thread-safe (NVML): call it where the caller serializes NVML.
-absl::StatusOr<std::vector<DraGpu>> ReadDraGpus(nvml::Nvml* nvml, const std::string& proc_root);
+// `dynamic` says whether the agent owns a GPU's MIG layout (by NVML index); unset: every GPU.
+absl::StatusOr<std::vector<DraGpu>> ReadDraGpus(nvml::Nvml* nvml, const std::string& proc_root,
+                                                const std::function<bool(int)>& dynamic = {});
 
 struct DraDriverOptions {
   std::string driver_name = kDraDriverName;
@@ -83,6 +122,10 @@ struct DraDriverOptions {
   VgpuOptions vgpu;
   // The node's GPUs, asked at every Prepare that reaches step 3.
   std::function<absl::StatusOr<std::vector<DraGpu>>()> gpus;
+  // Runs MIG work where NVML and the MIG realizer live (NodeAgent::RunOnWorker); unset: MIG
+  // partitions are refused. The realizer is the device-plugin path's own, so the two paths see
+  // each other's instances: neither takes nor destroys one the other holds.
+  std::function<absl::Status(const std::function<void(nvml::Nvml&, MigRealizer&)>&)> mig_worker;
 };
 
 struct DraPrepareResult {
@@ -108,6 +151,11 @@ class DraDriver {
   // cannot be removed.
   absl::Status Unprepare(const DraClaimRef& claim);
 
+  // Takes back, on the realizer, the instances of every checkpointed claim (EnsureMode::kAdopt:
+  // processes of the claim's pods may run on them; a missing one is created again). Run on the
+  // agent's worker before it trims idle instances (NodeAgentOptions::before_adopt).
+  void AdoptMig(nvml::Nvml& nvml, MigRealizer& realizer);
+
   std::vector<PreparedClaim> Prepared() const { return checkpoint_.All(); }
   const DraDriverOptions& options() const { return options_; }
 
@@ -116,6 +164,18 @@ class DraDriver {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status WriteSpec(const std::string& uid, const std::vector<PreparedDevice>& devices,
                          const std::vector<DraGpu>& gpus) const;
+  // Creates (or takes) the MIG instances of `devices` through the realizer, filling in their
+  // IDs and UUIDs; on failure releases what it took.
+  absl::Status RealizeMig(const std::string& uid, std::vector<PreparedDevice>& devices,
+                          const std::vector<DraGpu>& gpus, EnsureMode mode);
+  absl::Status ReleaseMig(const std::string& uid);
+  // A MIG device of result `r`: published on GPU `minor`, not overlapping a partition this
+  // claim or another prepared one holds. Returns the device to prepare (no instance yet).
+  absl::StatusOr<PreparedDevice> CheckMigDevice(const std::string& claim_uid,
+                                                const std::string& field,
+                                                const DraAllocationResult& r, uint32_t minor,
+                                                const std::vector<DraGpu>& gpus,
+                                                const std::vector<PreparedDevice>& in_claim) const;
 
   const DraDriverOptions options_;
   k8s::Client* const client_;

@@ -11,6 +11,7 @@
 #include "base/strings.h"
 #include "config/names.h"
 #include "deviceplugin/dra_claim.h"
+#include "deviceplugin/dra_mig.h"
 #include "k8s/client.h"
 
 namespace prism::deviceplugin {
@@ -20,8 +21,8 @@ using nlohmann::json;
 namespace jf = json_fields;
 constexpr char kLog[] = "dra";
 
-std::string SliceName(const std::string& driver, const std::string& node, uint32_t minor) {
-  const std::string suffix = StrCat("-", driver, "-", minor);
+std::string SliceName(const std::string& driver, const std::string& node, const std::string& part) {
+  const std::string suffix = StrCat("-", driver, "-", part);
   std::string name = node + suffix;
   if (name.size() <= config::kMaxDnsSubdomainBytes) return name;
   // Cut the node part and add a hash of the whole node name so that two long names stay apart.
@@ -47,40 +48,100 @@ const json* Member(const json& object, const char* key) {
   return it == object.end() ? nullptr : &*it;
 }
 
+json CounterMap(const std::map<std::string, int64_t>& counters) {
+  json out = json::object();
+  for (const auto& [name, value] : counters) out[name] = {{"value", std::to_string(value)}};
+  return out;
+}
+
 }  // namespace
 
 std::vector<json> BuildWholeGpuSlices(const std::string& driver, const std::string& node,
                                       const std::vector<DraGpu>& gpus, int64_t generation) {
-  std::vector<DraGpu> whole;
-  for (const DraGpu& g : gpus) {
-    if (!g.mig_enabled) whole.push_back(g);
-  }
-  std::sort(whole.begin(), whole.end(),
+  std::vector<DraGpu> sorted = gpus;
+  std::sort(sorted.begin(), sorted.end(),
             [](const DraGpu& a, const DraGpu& b) { return a.minor < b.minor; });
+  // (slice name, spec without pool): filled in below, the pool's count known at the end.
+  std::vector<std::pair<std::string, json>> parts;
+  json counter_sets = json::array();
+  for (const DraGpu& g : sorted) {
+    json devices = json::array();
+    if (!g.mig_enabled) {
+      json attributes{{"type", {{"string", "gpu"}}}, {"uuid", {{"string", g.uuid}}}};
+      if (!g.product_name.empty()) attributes["productName"] = {{"string", g.product_name}};
+      devices.push_back(json{{"name", DraGpuDeviceName(g.minor)},
+                             {"attributes", attributes},
+                             {"capacity", {{"memory", {{"value", StrCat(g.memory_mib, "Mi")}}}}}});
+    } else {
+      const std::vector<DraMigDevice> mig = DraMigDevices(g);
+      if (mig.empty()) continue;
+      const mig::GpuModel& model = *g.mig_model;
+      if (!mig.front().fixed) {
+        const DraMigCounters counters = BuildMigCounters(model, g.minor);
+        counter_sets.push_back(
+            json{{"name", counters.counter_set}, {"counters", CounterMap(counters.counters)}});
+      }
+      for (const DraMigDevice& d : mig) {
+        const mig::GpuInstanceProfile& p = model.profiles[d.profile];
+        json attributes{{"type", {{"string", "mig"}}},
+                        {"parentUUID", {{"string", g.uuid}}},
+                        {"profile", {{"string", p.Name()}}},
+                        {"placementStart", {{"int", d.start}}},
+                        {"placementSize", {{"int", p.memory_slices}}},
+                        {"migMode", {{"string", d.fixed ? "static" : "dynamic"}}}};
+        if (d.fixed) attributes["uuid"] = {{"string", d.mig_uuid}};
+        if (!g.product_name.empty()) attributes["productName"] = {{"string", g.product_name}};
+        json device{{"name", d.device},
+                    {"attributes", attributes},
+                    {"capacity",
+                     {{"memory", {{"value", StrCat(p.memory_mib, "Mi")}}},
+                      {"multiprocessors", {{"value", std::to_string(p.multiprocessors)}}}}}};
+        if (!d.fixed) {
+          device["consumesCounters"] = json::array(
+              {{{"counterSet", DraCounterSetName(g.minor)}, {"counters", CounterMap(d.consumes)}}});
+        }
+        devices.push_back(std::move(device));
+      }
+    }
+    parts.emplace_back(SliceName(driver, node, std::to_string(g.minor)),
+                       json{{"devices", std::move(devices)}});
+  }
+  // resource.k8s.io/v1 in 1.35+: a slice holds devices or sharedCounters, not both
+  // (validateResourceSliceSpec), at most 8 counter sets each (ResourceSliceMaxCounterSets).
+  for (size_t i = 0; i < counter_sets.size(); i += kMaxCounterSetsPerSlice) {
+    json sets = json::array();
+    for (size_t k = i; k < std::min(counter_sets.size(), i + kMaxCounterSetsPerSlice); ++k) {
+      sets.push_back(counter_sets[k]);
+    }
+    parts.emplace_back(SliceName(driver, node, StrCat("counters-", i / kMaxCounterSetsPerSlice)),
+                       json{{"sharedCounters", std::move(sets)}});
+  }
   std::vector<json> slices;
-  for (const DraGpu& g : whole) {
-    json attributes{{"type", {{"string", "gpu"}}}, {"uuid", {{"string", g.uuid}}}};
-    if (!g.product_name.empty()) attributes["productName"] = {{"string", g.product_name}};
-    json device{{"name", DraGpuDeviceName(g.minor)},
-                {"attributes", attributes},
-                {"capacity", {{"memory", {{"value", StrCat(g.memory_mib, "Mi")}}}}}};
+  for (auto& [name, body] : parts) {
+    json spec{{"driver", driver},
+              {"nodeName", node},
+              {"pool",
+               {{"name", node},
+                {"generation", generation},
+                {"resourceSliceCount", static_cast<int64_t>(parts.size())}}}};
+    for (auto& [key, value] : body.items()) spec[key] = value;
     slices.push_back(json{{"apiVersion", kResourceSlices.api_version},
                           {"kind", kResourceSlices.kind},
-                          {"metadata", {{"name", SliceName(driver, node, g.minor)}}},
-                          {"spec",
-                           {{"driver", driver},
-                            {"nodeName", node},
-                            {"pool",
-                             {{"name", node},
-                              {"generation", generation},
-                              {"resourceSliceCount", static_cast<int64_t>(whole.size())}}},
-                            {"devices", json::array({device})}}}});
+                          {"metadata", {{"name", name}}},
+                          {"spec", std::move(spec)}});
   }
   return slices;
 }
 
 absl::Status ValidatePoolSlices(const std::vector<json>& slices) {
   std::set<std::string> devices;
+  std::map<std::string, std::set<std::string>> counter_sets;  // Set -> its counters.
+  struct Consumed {
+    std::string where;
+    std::string set;
+    std::string counter;
+  };
+  std::vector<Consumed> consumed;
   std::optional<int64_t> generation;
   for (const json& slice : slices) {
     const json* meta = Member(slice, "metadata");
@@ -134,12 +195,56 @@ absl::Status ValidatePoolSlices(const std::vector<json>& slices) {
                                                ", but the pool has ", slices.size(), " slices"));
     }
     const json* list = Member(*spec, "devices");
+    const json* shared = Member(*spec, "sharedCounters");
+    // validateResourceSliceSpec: "only one of `sharedCounters` or `devices` is allowed".
+    if (list != nullptr && shared != nullptr) {
+      return absl::InvalidArgumentError(
+          StrCat(where, "spec: only one of sharedCounters or devices is allowed"));
+    }
+    if (shared != nullptr) {
+      if (!shared->is_array() || shared->size() > kMaxCounterSetsPerSlice) {
+        return absl::InvalidArgumentError(StrCat(where, "spec.sharedCounters: expected at most ",
+                                                 kMaxCounterSetsPerSlice, " counter sets"));
+      }
+      for (size_t i = 0; i < shared->size(); ++i) {
+        const std::string f = StrCat("spec.sharedCounters[", i, "]");
+        ASSIGN_OR_RETURN(const std::string set,
+                         jf::StringMember((*shared)[i], "name", f + ".name", ""));
+        if (!config::IsDnsLabel(set)) {
+          return absl::InvalidArgumentError(StrCat(where, f, ".name: not a DNS label"));
+        }
+        const json* counters = Member((*shared)[i], "counters");
+        if (counters == nullptr || !counters->is_object() || counters->empty() ||
+            counters->size() > kMaxCountersPerSet) {
+          return absl::InvalidArgumentError(
+              StrCat(where, f, ".counters: expected 1..", kMaxCountersPerSet, " counters"));
+        }
+        auto& known = counter_sets[set];
+        if (!known.empty()) {
+          return absl::InvalidArgumentError(
+              StrCat(where, f, ".name: counter set '", set, "' is already in the pool"));
+        }
+        for (const auto& [counter, value] : counters->items()) {
+          if (!config::IsDnsLabel(counter)) {
+            return absl::InvalidArgumentError(
+                StrCat(where, f, ".counters: ", config::QuoteBounded(counter),
+                       " is not a DNS label"));
+          }
+          known.insert(counter);
+        }
+      }
+      continue;
+    }
     if (list == nullptr || !list->is_array()) {
       return absl::InvalidArgumentError(StrCat(where, "spec.devices: expected an array"));
     }
-    if (list->size() > kMaxDevicesPerSlice) {
+    bool counters_used = false;
+    for (const json& d : *list) counters_used = counters_used || Member(d, "consumesCounters");
+    // ResourceSliceMaxDevicesWithTaintsOrConsumesCounters.
+    const size_t max_devices = counters_used ? kMaxDevicesPerSliceWithCounters : kMaxDevicesPerSlice;
+    if (list->size() > max_devices) {
       return absl::InvalidArgumentError(StrCat(where, "spec.devices: ", list->size(),
-                                               " devices, more than ", kMaxDevicesPerSlice));
+                                               " devices, more than ", max_devices));
     }
     for (size_t i = 0; i < list->size(); ++i) {
       const json& d = (*list)[i];
@@ -161,6 +266,39 @@ absl::Status ValidatePoolSlices(const std::vector<json>& slices) {
                                                  " attributes and capacities, more than ",
                                                  kMaxAttributesAndCapacities));
       }
+      if (const json* consumes = Member(d, "consumesCounters")) {
+        if (!consumes->is_array() || consumes->size() > kMaxCounterConsumptionsPerDevice) {
+          return absl::InvalidArgumentError(StrCat(where, f, ".consumesCounters: at most ",
+                                                   kMaxCounterConsumptionsPerDevice, " entries"));
+        }
+        for (size_t k = 0; k < consumes->size(); ++k) {
+          const std::string fk = StrCat(f, ".consumesCounters[", k, "]");
+          ASSIGN_OR_RETURN(const std::string set,
+                           jf::StringMember((*consumes)[k], "counterSet", fk + ".counterSet", ""));
+          const json* counters = Member((*consumes)[k], "counters");
+          if (counters == nullptr || !counters->is_object() || counters->empty() ||
+              counters->size() > kMaxCountersPerSet) {
+            return absl::InvalidArgumentError(
+                StrCat(where, fk, ".counters: expected 1..", kMaxCountersPerSet, " counters"));
+          }
+          for (const auto& [counter, value] : counters->items()) {
+            consumed.push_back({StrCat(where, fk), set, counter});
+          }
+        }
+      }
+    }
+  }
+  // buildPool / validateDeviceCounterConsumption: every consumed counter set and counter exists
+  // in the pool, else the whole pool is unusable to the allocator.
+  for (const auto& [where, set, counter] : consumed) {
+    auto it = counter_sets.find(set);
+    if (it == counter_sets.end()) {
+      return absl::InvalidArgumentError(
+          StrCat(where, ".counterSet: no counter set '", set, "' in the pool"));
+    }
+    if (it->second.count(counter) == 0) {
+      return absl::InvalidArgumentError(
+          StrCat(where, ".counters: counter set '", set, "' has no counter '", counter, "'"));
     }
   }
   return absl::OkStatus();

@@ -1,12 +1,19 @@
 // src/deviceplugin/dra_slices.h: the ResourceSlices the DRA plugin publishes (docs/dra.md §1.3,
 // §1.4), whole GPUs only so far.
 //
-// One pool per node, named after the node, with spec.nodeName set; one slice per GPU that is not
-// in MIG mode, holding its device "gpu-<minor>" with attributes type "gpu", uuid, productName
-// (NVIDIA's DRA driver's names for the same facts) and capacity memory (the GPU's, in Mi). GPUs
-// in MIG mode are not published yet (their partitions come in a later slice of issue 31).
-// Slices are named "<node>-gpu.prism.io-<minor>" (the node part cut, and a hash added, when that
-// would exceed 253 bytes).
+// One pool per node, named after the node, with spec.nodeName set; one slice per GPU:
+//   - not in MIG mode: its device "gpu-<minor>" with attributes type "gpu", uuid, productName
+//     (NVIDIA's DRA driver's names for the same facts) and capacity memory (the GPU's, in Mi);
+//   - in MIG mode, layout owned by the agent (dynamic): every partition (DraMigDevices, dra_mig.h),
+//     type "mig", parentUUID, profile, placementStart, placementSize, migMode, capacities memory
+//     and multiprocessors, each consuming counters of the GPU's counter set;
+//   - in MIG mode, layout owned by the MIG manager (static): its existing instances, fixed
+//     devices (with their uuid) that consume no counters.
+// The counter sets go into slices of their own, "<node>-gpu.prism.io-counters-<k>" (at most 8
+// sets each): resource.k8s.io/v1 from 1.35 allows a slice devices or sharedCounters, not both
+// (pkg/apis/resource/validation/validation.go, validateResourceSliceSpec). Kubernetes 1.34's
+// layout (counters beside the devices) is not produced. Slices of GPUs are named
+// "<node>-gpu.prism.io-<minor>" (the node part cut, and a hash added, past 253 bytes).
 //
 // Publish lists the driver's slices of the node (field selectors spec.nodeName and spec.driver,
 // as the kubelet's wipe does), and when anything differs from what the node has now, writes every
@@ -41,6 +48,13 @@ inline constexpr k8s::Resource kResourceSlices{"/apis/resource.k8s.io/v1", "reso
 // resource/v1 types.go: ResourceSliceMaxDevices, ResourceSliceMaxAttributesAndCapacitiesPerDevice.
 inline constexpr size_t kMaxDevicesPerSlice = 128;
 inline constexpr size_t kMaxAttributesAndCapacities = 32;
+// ResourceSliceMaxDevicesWithTaintsOrConsumesCounters, ResourceSliceMaxCounterSets,
+// ResourceSliceMaxCountersPerCounterSet (= ...PerDeviceCounterConsumption),
+// ResourceSliceMaxDeviceCounterConsumptionsPerDevice.
+inline constexpr size_t kMaxDevicesPerSliceWithCounters = 64;
+inline constexpr size_t kMaxCounterSetsPerSlice = 8;
+inline constexpr size_t kMaxCountersPerSet = 32;
+inline constexpr size_t kMaxCounterConsumptionsPerDevice = 2;
 
 // The slices (objects without resourceVersion) the node has now, at `generation`.
 std::vector<nlohmann::json> BuildWholeGpuSlices(const std::string& driver, const std::string& node,
@@ -50,7 +64,12 @@ std::vector<nlohmann::json> BuildWholeGpuSlices(const std::string& driver, const
 // The API's rules that, broken, make a pool unusable or a write fail (§1.3): driver and pool
 // names, nodeName, one generation and resourceSliceCount across the slices, that count equal
 // to the number of slices, device names DNS labels unique in the pool, at most 128 devices per
-// slice and 32 attributes and capacities per device. InvalidArgument naming the slice and field.
+// slice (64 when a device consumes counters) and 32 attributes and capacities per device; devices
+// or sharedCounters in a slice, not both; at most 8 counter sets per slice, 1..32 counters per
+// set, set names unique in the pool; at most 2 consumesCounters per device, each naming a set and
+// counters the pool has (validation.go validateResourceSliceSpec, validateCounterSet,
+// validateDeviceCounterConsumption; the allocator's buildPool). InvalidArgument naming the slice
+// and field.
 absl::Status ValidatePoolSlices(const std::vector<nlohmann::json>& slices);
 
 class DraSlicePublisher {

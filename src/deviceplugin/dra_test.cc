@@ -21,6 +21,7 @@
 #include "deviceplugin/dra_server.h"
 #include "deviceplugin/dra_slices.h"
 #include "deviceplugin/fake_driver_tree.h"
+#include "deviceplugin/mig_realizer.h"
 #include "deviceplugin/test_util.h"
 #include "k8s/client.h"
 #include "kubelet/dra/constants.h"
@@ -51,6 +52,18 @@ std::string ReadText(const fs::path& path) {
 json Result(const std::string& request, const std::string& device,
             const std::string& driver = kDriver, const std::string& pool = kNode) {
   return json{{"request", request}, {"driver", driver}, {"pool", pool}, {"device", device}};
+}
+
+DraGpu Gpu(uint32_t minor, int index, std::string uuid, int64_t memory_mib, bool mig,
+           std::string product) {
+  DraGpu g;
+  g.minor = minor;
+  g.index = index;
+  g.uuid = std::move(uuid);
+  g.memory_mib = memory_mib;
+  g.mig_enabled = mig;
+  g.product_name = std::move(product);
+  return g;
 }
 
 bool WaitFor(const std::function<bool()>& condition, absl::Duration timeout) {
@@ -95,9 +108,9 @@ class DraTest : public ::testing::Test {
     auto client = k8s::Client::Create(cluster, client_options);
     ASSERT_TRUE(client.ok()) << client.status();
     client_ = *std::move(client);
-    gpus_ = {{0, 0, "GPU-aaaa", 40960, false, "NVIDIA A100-SXM4-40GB"},
-             {1, 1, "GPU-bbbb", 40960, false, "NVIDIA A100-SXM4-40GB"},
-             {2, 2, "GPU-cccc", 40960, true, "NVIDIA A100-SXM4-40GB"}};
+    gpus_ = {Gpu(0, 0, "GPU-aaaa", 40960, false, "NVIDIA A100-SXM4-40GB"),
+             Gpu(1, 1, "GPU-bbbb", 40960, false, "NVIDIA A100-SXM4-40GB"),
+             Gpu(2, 2, "GPU-cccc", 40960, true, "NVIDIA A100-SXM4-40GB")};
   }
 
   void TearDown() override {
@@ -110,7 +123,9 @@ class DraTest : public ::testing::Test {
   std::string cdi_dir() const { return (dir_ / "cdi").string(); }
   std::string state_dir() const { return (dir_ / "state").string(); }
 
-  void StartAgent() {
+  void StartAgent() { StartAgentWith({}); }
+
+  void StartAgentWith(const std::function<void(DraDriverOptions&)>& customize) {
     DraDriverOptions options;
     options.node_name = kNode;
     options.cdi_dir = cdi_dir();
@@ -118,6 +133,7 @@ class DraTest : public ::testing::Test {
     options.device_nodes.dev_root = (dir_ / "host").string();
     options.device_nodes.proc_root = (dir_ / "host" / "proc").string();
     options.gpus = [this]() -> absl::StatusOr<std::vector<DraGpu>> { return gpus_; };
+    if (customize) customize(options);
     driver_ = std::make_unique<DraDriver>(options, client_.get());
     ASSERT_TRUE(driver_->Start().ok());
     DraServerOptions server_options;
@@ -274,7 +290,8 @@ TEST_F(DraTest, RepublishingBumpsTheGenerationOnlyWhenSomethingChanged) {
 }
 
 TEST(DraSlicesTest, ValidationNamesWhatMakesAPoolUnusable) {
-  std::vector<DraGpu> gpus = {{0, 0, "GPU-a", 100, false, "A"}, {1, 1, "GPU-b", 100, false, "B"}};
+  std::vector<DraGpu> gpus = {Gpu(0, 0, "GPU-a", 100, false, "A"),
+                              Gpu(1, 1, "GPU-b", 100, false, "B")};
   std::vector<json> slices = BuildWholeGpuSlices(kDriver, kNode, gpus, 3);
   ASSERT_TRUE(ValidatePoolSlices(slices).ok());
   auto broken = [&](const std::function<void(std::vector<json>&)>& edit) {
@@ -326,7 +343,7 @@ TEST_F(DraTest, OlderKubeletChoosesV1beta1AndPrepares) {
   ASSERT_TRUE(kubelet_->PrepareResources(Pod("c")).ok());
   auto container = kubelet_->CreateContainer(Pod("c"), "main");
   ASSERT_TRUE(container.ok()) << container.status();
-  EXPECT_TRUE(HasEnv(container->edits, "NVIDIA_VISIBLE_DEVICES=GPU-aaaa"));
+  EXPECT_TRUE(HasMount(container->edits, "/dev/null", "/var/run/nvidia-container-devices/GPU-aaaa"));
 }
 
 TEST_F(DraTest, PreparesWholeGpuIntoACdiSpecTheResponseNames) {
@@ -351,8 +368,12 @@ TEST_F(DraTest, PreparesWholeGpuIntoACdiSpecTheResponseNames) {
   EXPECT_EQ(parsed["kind"], "prism.io/claim");
   auto edits = kubelet::ResolveCdiDevices(cdi_dir(), {device.cdi_device_ids(0)});
   ASSERT_TRUE(edits.ok()) << edits.status();
-  EXPECT_TRUE(HasEnv(*edits, "NVIDIA_VISIBLE_DEVICES=GPU-bbbb"));
+  // Devices are named by the toolkit's device-list mounts, which compose; the env only says
+  // "void", once, for the spec (as the toolkit's own CDI specs: nvcdi GetCommonEdits).
+  EXPECT_TRUE(HasEnv(*edits, "NVIDIA_VISIBLE_DEVICES=void"));
   EXPECT_TRUE(HasMount(*edits, "/dev/null", "/var/run/nvidia-container-devices/GPU-bbbb"));
+  EXPECT_EQ(parsed["containerEdits"]["env"], json::array({"NVIDIA_VISIBLE_DEVICES=void"}));
+  EXPECT_TRUE(parsed["devices"][0]["containerEdits"].value("env", json::array()).empty());
   EXPECT_TRUE(HasNode(*edits, "/dev/nvidia1"));
   EXPECT_TRUE(HasNode(*edits, "/dev/nvidiactl"));
   EXPECT_TRUE(HasNode(*edits, "/dev/nvidia-uvm"));
@@ -378,7 +399,7 @@ TEST_F(DraTest, KubeletHandsEachContainerTheDevicesOfItsRequest) {
   auto second = kubelet_->CreateContainer(pod, "second");
   ASSERT_TRUE(second.ok()) << second.status();
   EXPECT_EQ(second->cdi_devices, std::vector<std::string>{"prism.io/claim=" + uid + "-gpu-1"});
-  EXPECT_TRUE(HasEnv(second->edits, "NVIDIA_VISIBLE_DEVICES=GPU-bbbb"));
+  EXPECT_TRUE(HasMount(second->edits, "/dev/null", "/var/run/nvidia-container-devices/GPU-bbbb"));
   // A prepared claim is not sent again.
   const int calls = kubelet_->prepare_calls();
   ASSERT_TRUE(kubelet_->PrepareResources(pod).ok());
@@ -479,7 +500,8 @@ TEST_F(DraTest, RefusesWhatThisSliceDoesNotPrepareNamingTheDevice) {
   StartAgent();
   StartKubelet();
   const std::string mig = CreateClaim("mig", json::array({Result("gpu", "gpu-0-mig-1g5gb-19-0")}));
-  EXPECT_NE(PrepareOne("mig", mig).error().find("device 'gpu-0-mig-1g5gb-19-0' is a MIG partition"),
+  // GPU 0 is not in MIG mode: it has no partitions.
+  EXPECT_NE(PrepareOne("mig", mig).error().find("no device 'gpu-0-mig-1g5gb-19-0' on this node"),
             std::string::npos);
   json share = Result("gpu", "gpu-0");
   share["shareID"] = "1f2e3d4c-5b6a-4978-8695-a4b3c2d1e0f9";
@@ -705,7 +727,11 @@ TEST(DraCheckpointTest, RoundTripsAndSkipsHostileRecords) {
                       "default",
                       "c",
                       1234,
-                      {{"gpu", "node-a", "gpu-0", "GPU-a", {"prism.io/claim=x-gpu-0"}}}};
+                      false,
+                      {{"gpu", "node-a", "gpu-0", "GPU-a", {"prism.io/claim=x-gpu-0"}, "", -1, -1, -1,
+                        ""},
+                       {"mig", "node-a", "gpu-1-mig-3g20gb-9-4", "GPU-b",
+                        {"prism.io/claim=x-gpu-1-mig-3g20gb-9-4"}, "3g.20gb", 4, 2, 0, "MIG-x"}}};
   auto parsed = ParsePreparedClaim(PreparedClaimToJson(claim));
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(*parsed, claim);
@@ -739,6 +765,221 @@ TEST(DraCheckpointTest, RoundTripsAndSkipsHostileRecords) {
   ASSERT_TRUE(reloaded.Remove(claim.uid).ok());
   EXPECT_FALSE(fs::exists(claims / (claim.uid + ".json")));
   EXPECT_TRUE(reloaded.Remove(claim.uid).ok());
+}
+
+}  // namespace
+}  // namespace prism::deviceplugin
+
+namespace prism::deviceplugin {
+namespace {
+
+// MIG partitions end to end: simulated A100s (GPU 0 dynamic, GPU 1 static with one instance the
+// MIG manager made), the realizer the node agent would own, the fake DRA kubelet.
+class DraMigPrepareTest : public DraTest {
+ protected:
+  void SetUp() override {
+    DraTest::SetUp();
+    sim_file_ = testing::WriteFile(dir_ / "gpus.yaml", R"(gpus:
+  - model: A100-SXM4-40GB
+    mig: {enabled: true}
+  - model: A100-SXM4-40GB
+    mig: {enabled: true}
+)");
+    auto nvml = nvml::OpenNvml("sim:" + sim_file_);
+    ASSERT_TRUE(nvml.ok()) << nvml.status();
+    nvml_ = *std::move(nvml);
+    // The MIG manager's instance on the static GPU.
+    auto gi = nvml_->CreateGpuInstance(1, 9, 0);
+    ASSERT_TRUE(gi.ok()) << gi.status();
+    ASSERT_TRUE(nvml_->CreateComputeInstance(1, gi->id, 3).ok());
+    NewRealizer();
+    gpu_source_ = [this]() -> absl::StatusOr<std::vector<DraGpu>> {
+      absl::MutexLock lock(&nvml_mu_);
+      return ReadDraGpus(nvml_.get(), (dir_ / "host" / "proc").string(),
+                         [this](int i) { return realizer_->IsDynamic(i); });
+    };
+    mig_worker_ = [this](const std::function<void(nvml::Nvml&, MigRealizer&)>& task) {
+      absl::MutexLock lock(&nvml_mu_);
+      task(*nvml_, *realizer_);
+      return absl::OkStatus();
+    };
+  }
+
+  // A fresh realizer, as after an agent restart (holds in memory are lost).
+  void NewRealizer() {
+    absl::MutexLock lock(&nvml_mu_);
+    realizer_ = std::make_unique<MigRealizer>(nvml_.get(), MigRealizerOptions{0});
+    realizer_->SetDynamicGpus(std::set<int>{0});
+  }
+
+  void StartMigAgent() {
+    auto gpus = gpu_source_();
+    ASSERT_TRUE(gpus.ok()) << gpus.status();
+    gpus_ = *gpus;
+    StartAgentWith([this](DraDriverOptions& o) {
+      o.gpus = gpu_source_;
+      o.mig_worker = mig_worker_;
+    });
+    // What NodeAgent::Start does through before_adopt.
+    absl::MutexLock lock(&nvml_mu_);
+    driver_->AdoptMig(*nvml_, *realizer_);
+  }
+
+  // (profile ID, start) of every GPU instance on `gpu`.
+  std::set<std::pair<int, int>> Instances(int gpu) {
+    absl::MutexLock lock(&nvml_mu_);
+    auto list = nvml_->ListGpuInstances(gpu);
+    EXPECT_TRUE(list.ok()) << list.status();
+    std::set<std::pair<int, int>> out;
+    if (list.ok()) {
+      for (const auto& gi : *list) out.insert({gi.profile_id, gi.start});
+    }
+    return out;
+  }
+
+  std::string sim_file_;
+  absl::Mutex nvml_mu_;
+  std::unique_ptr<nvml::Nvml> nvml_;
+  std::unique_ptr<MigRealizer> realizer_;
+  std::function<absl::StatusOr<std::vector<DraGpu>>()> gpu_source_;
+  std::function<absl::Status(const std::function<void(nvml::Nvml&, MigRealizer&)>&)> mig_worker_;
+};
+
+TEST_F(DraMigPrepareTest, PublishesPartitionsWithCountersAndStaticInstancesAsTheyAre) {
+  StartMigAgent();
+  StartKubelet();
+  ASSERT_TRUE(WaitFor([&] { return api_.List("resourceslices").size() == 3; }, absl::Seconds(10)));
+  std::vector<json> slices = api_.List("resourceslices");
+  EXPECT_TRUE(ValidatePoolSlices(slices).ok()) << ValidatePoolSlices(slices);
+  std::map<std::string, json> by_name;
+  for (const json& s : slices) by_name[s["metadata"]["name"]] = s["spec"];
+  const json& counters = by_name[std::string(kNode) + "-gpu.prism.io-counters-0"];
+  ASSERT_EQ(counters["sharedCounters"].size(), 1u);  // The static GPU has none.
+  EXPECT_EQ(counters["sharedCounters"][0]["name"], "gpu-0-counter-set");
+  EXPECT_FALSE(counters.contains("devices"));
+  const json& dynamic = by_name[std::string(kNode) + "-gpu.prism.io-0"];
+  ASSERT_EQ(dynamic["devices"].size(), 25u);
+  bool found = false;
+  for (const json& d : dynamic["devices"]) {
+    if (d["name"] != "gpu-0-mig-3g20gb-9-4") continue;
+    found = true;
+    EXPECT_EQ(d["attributes"]["type"]["string"], "mig");
+    EXPECT_EQ(d["attributes"]["placementStart"]["int"], 4);
+    const json& c = d["consumesCounters"][0];
+    EXPECT_EQ(c["counterSet"], "gpu-0-counter-set");
+    EXPECT_EQ(c["counters"]["memory-slice-4"]["value"], "1");
+    EXPECT_EQ(c["counters"]["memory-slice-7"]["value"], "1");
+    EXPECT_FALSE(c["counters"].contains("memory-slice-3"));
+    EXPECT_EQ(c["counters"]["compute-slices"]["value"], "3");
+  }
+  EXPECT_TRUE(found);
+  const json& fixed = by_name[std::string(kNode) + "-gpu.prism.io-1"];
+  ASSERT_EQ(fixed["devices"].size(), 1u);
+  EXPECT_EQ(fixed["devices"][0]["name"], "gpu-1-mig-3g20gb-9-0");
+  EXPECT_FALSE(fixed["devices"][0].contains("consumesCounters"));
+  EXPECT_EQ(fixed["devices"][0]["attributes"]["migMode"]["string"], "static");
+  // The validator refuses what the API server refuses.
+  std::vector<json> both = slices;
+  for (json& s : both) {
+    if (s["spec"].contains("sharedCounters")) s["spec"]["devices"] = json::array();
+  }
+  EXPECT_NE(std::string(ValidatePoolSlices(both).message()).find("only one of"),
+            std::string::npos);
+  std::vector<json> dangling;
+  for (const json& s : slices) {
+    if (!s["spec"].contains("sharedCounters")) dangling.push_back(s);
+  }
+  for (json& s : dangling) s["spec"]["pool"]["resourceSliceCount"] = dangling.size();
+  EXPECT_NE(std::string(ValidatePoolSlices(dangling).message()).find("no counter set"),
+            std::string::npos);
+}
+
+TEST_F(DraMigPrepareTest, PreparesTheExactPartitionAndUnprepareDestroysIt) {
+  StartMigAgent();
+  StartKubelet();
+  const std::string uid = CreateClaim("c", json::array({Result("gpu", "gpu-0-mig-3g20gb-9-4")}));
+  ASSERT_TRUE(kubelet_->PrepareResources(Pod("c")).ok());
+  EXPECT_EQ(Instances(0), (std::set<std::pair<int, int>>{{9, 4}}));
+  ASSERT_EQ(driver_->Prepared().size(), 1u);
+  const PreparedDevice d = driver_->Prepared()[0].devices[0];
+  EXPECT_EQ(d.mig_profile, "3g.20gb");
+  EXPECT_EQ(d.mig_start, 4);
+  ASSERT_EQ(d.mig_uuid.rfind("MIG-", 0), 0u) << d.mig_uuid;
+  auto container = kubelet_->CreateContainer(Pod("c"), "main");
+  ASSERT_TRUE(container.ok()) << container.status();
+  EXPECT_TRUE(HasMount(container->edits, "/dev/null",
+                       "/var/run/nvidia-container-devices/" + d.mig_uuid));
+  EXPECT_TRUE(HasEnv(container->edits, "NVIDIA_VISIBLE_DEVICES=void"));
+  EXPECT_TRUE(HasNode(container->edits, "/dev/nvidia0"));
+  bool caps = false;
+  for (const auto& n : container->edits.device_nodes) {
+    caps = caps || n.path.rfind("/dev/nvidia-caps/nvidia-cap", 0) == 0;
+  }
+  EXPECT_TRUE(caps) << "no MIG capability nodes";
+  // An overlapping partition (memory slices 4-5) is refused, naming both devices.
+  const std::string rival =
+      CreateClaim("rival", json::array({Result("gpu", "gpu-0-mig-2g10gb-14-4")}), "pod-2");
+  const std::string error = PrepareOne("rival", rival).error();
+  EXPECT_NE(error.find("overlaps device 'gpu-0-mig-3g20gb-9-4'"), std::string::npos) << error;
+  EXPECT_EQ(Instances(0), (std::set<std::pair<int, int>>{{9, 4}}));
+  // One that fits beside it is created.
+  const std::string beside =
+      CreateClaim("beside", json::array({Result("gpu", "gpu-0-mig-3g20gb-9-0")}), "pod-3");
+  EXPECT_EQ(PrepareOne("beside", beside).error(), "");
+  EXPECT_EQ(Instances(0), (std::set<std::pair<int, int>>{{9, 0}, {9, 4}}));
+  // Unprepare destroys it (no idle instances kept here) and removes the spec.
+  ASSERT_TRUE(kubelet_->UnprepareResources(Pod("c")).ok());
+  EXPECT_EQ(Instances(0), (std::set<std::pair<int, int>>{{9, 0}}));
+  EXPECT_FALSE(fs::exists(DraCdiSpecPath(cdi_dir(), uid)));
+}
+
+TEST_F(DraMigPrepareTest, DevicePluginPathAndDraPathNeverShareAnInstance) {
+  StartMigAgent();
+  StartKubelet();
+  // A device-plugin pod holds 4g.20gb@0 (slices 0-3).
+  {
+    absl::MutexLock lock(&nvml_mu_);
+    ASSERT_TRUE(realizer_->Ensure(0, "4g.20gb", 0, InstanceOwner{"pod-dp", "main"}).ok());
+  }
+  const std::string uid = CreateClaim("c", json::array({Result("gpu", "gpu-0-mig-3g20gb-9-0")}));
+  const std::string error = PrepareOne("c", uid).error();
+  EXPECT_NE(error.find("held by pod pod-dp"), std::string::npos) << error;
+  EXPECT_TRUE(driver_->Prepared().empty());
+  EXPECT_FALSE(fs::exists(DraCdiSpecPath(cdi_dir(), uid)));
+  // The other way: a claim's instance is never taken or destroyed by the device-plugin path.
+  const std::string mine = CreateClaim("mine", json::array({Result("gpu", "gpu-0-mig-3g20gb-9-4")}));
+  ASSERT_EQ(PrepareOne("mine", mine).error(), "");
+  absl::MutexLock lock(&nvml_mu_);
+  auto taken = realizer_->Ensure(0, "2g.10gb", 4, InstanceOwner{"pod-dp2", "main"});
+  ASSERT_FALSE(taken.ok());
+  EXPECT_NE(std::string(taken.status().message()).find("held by ResourceClaim " + mine),
+            std::string::npos)
+      << taken.status();
+}
+
+TEST_F(DraMigPrepareTest, RestartBetweenPrepareAndUnprepareAndAStaticInstance) {
+  StartMigAgent();
+  StartKubelet();
+  const std::string uid = CreateClaim(
+      "c", json::array({Result("gpu", "gpu-0-mig-3g20gb-9-4"), Result("st", "gpu-1-mig-3g20gb-9-0")}));
+  const auto before = PrepareOne("c", uid);
+  ASSERT_EQ(before.error(), "");
+  ASSERT_EQ(before.devices_size(), 2);
+  StopAgent();
+  NewRealizer();  // The agent's memory is gone; the checkpoint and NVML remain.
+  StartMigAgent();
+  ASSERT_TRUE(WaitFor([&] { return server_->registered(); }, absl::Seconds(10)));
+  EXPECT_EQ(PrepareOne("c", uid).SerializeAsString(), before.SerializeAsString());
+  {
+    // Adopted: the device-plugin path cannot take it.
+    absl::MutexLock lock(&nvml_mu_);
+    EXPECT_FALSE(realizer_->Ensure(0, "3g.20gb", 4, InstanceOwner{"pod-dp", "main"}).ok());
+  }
+  ASSERT_TRUE(api_.Delete("resourceclaims", "default", "c").ok());
+  ASSERT_TRUE(driver_->Unprepare({"default", "c", uid}).ok());
+  EXPECT_TRUE(Instances(0).empty());
+  // The static GPU's instance is the MIG manager's: taken as it is and left there.
+  EXPECT_EQ(Instances(1), (std::set<std::pair<int, int>>{{9, 0}}));
 }
 
 }  // namespace

@@ -85,7 +85,16 @@ absl::Status MigRealizer::CheckFree(const GpuContext& gpu, const nvml::GpuInstan
   auto holder = holders_.find({gpu.info.index, gi.start});
   if (holder != holders_.end() &&
       (owner == nullptr || holder->second.owner.pod_uid != owner->pod_uid)) {
-    if (owner_live_(holder->second.owner.pod_uid)) {
+    // A DRA claim's hold lasts until its Unprepare releases it, whatever the pods do.
+    const std::string& uid = holder->second.owner.pod_uid;
+    const bool claim = uid.rfind(kDraInstanceOwnerPrefix, 0) == 0;
+    if (claim) {
+      return absl::AbortedError(StrCat("MIG instance ", Describe(gpu, gi),
+                                       " is held by ResourceClaim ",
+                                       uid.substr(sizeof(kDraInstanceOwnerPrefix) - 1), " (device ",
+                                       holder->second.owner.container, ")"));
+    }
+    if (owner_live_(uid)) {
       return absl::AbortedError(StrCat("MIG instance ", Describe(gpu, gi), " is held by pod ",
                                        holder->second.owner.pod_uid, " container ",
                                        holder->second.owner.container));

@@ -39,6 +39,11 @@
 
 namespace prism::deviceplugin {
 
+// The holder of an instance a prepared DRA ResourceClaim holds (dra_driver.h) is
+// {"dra:<claim uid>", device}: live until the claim's Unprepare calls ReleasePod("dra:<uid>"), so
+// the device-plugin path never takes or destroys it, and the DRA path never takes one a pod holds.
+inline constexpr char kDraInstanceOwnerPrefix[] = "dra:";
+
 struct InstanceOwner {
   std::string pod_uid;
   std::string container;

@@ -155,6 +155,7 @@ absl::Status NodeAgent::Start() {
   RETURN_IF_ERROR(ledger_.Load());
   RETURN_IF_ERROR(RefreshInventory(/*publish=*/false));
   RefreshOwnership();
+  if (options_.before_adopt) options_.before_adopt(*nvml_, realizer_);
   {
     std::set<int> template_gpus;
     for (int g = 0; g < node_state_->gpu_count(); ++g) {
@@ -278,6 +279,37 @@ bool NodeAgent::stopping() const {
 }
 
 // --- Worker and patch queues ----------------------------------------------------------------
+
+absl::Status NodeAgent::RunOnWorker(const std::function<void(nvml::Nvml&, MigRealizer&)>& task,
+                                    absl::Duration timeout) {
+  struct State {
+    absl::Mutex mu;
+    bool started = false;
+    bool done = false;
+    bool abandoned = false;
+  };
+  auto state = std::make_shared<State>();
+  // `task` is referenced only while the caller waits: an abandoned task is never run.
+  Post([this, state, &task] {
+    {
+      absl::MutexLock lock(&state->mu);
+      if (state->abandoned) return;
+      state->started = true;
+    }
+    task(*nvml_, realizer_);
+    absl::MutexLock lock(&state->mu);
+    state->done = true;
+  });
+  absl::MutexLock lock(&state->mu);
+  state->mu.AwaitWithTimeout(absl::Condition(&state->started), timeout);
+  if (!state->started) {
+    state->abandoned = true;
+    return absl::UnavailableError(StrCat("the node agent's worker did not take the task within ",
+                                         absl::FormatDuration(timeout)));
+  }
+  state->mu.Await(absl::Condition(&state->done));
+  return absl::OkStatus();
+}
 
 void NodeAgent::Post(std::function<void()> task, absl::Duration delay) {
   absl::MutexLock lock(&queue_mu_);

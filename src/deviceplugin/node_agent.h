@@ -126,6 +126,10 @@ struct NodeAgentOptions {
   absl::Duration usage_interval = absl::Seconds(5);
   absl::Duration informer_sync_timeout = absl::Seconds(60);
   absl::Duration pod_resources_timeout = absl::Seconds(5);
+  // Run at Start once the GPUs and who owns their layouts are known, before any idle instance is
+  // trimmed: the DRA plugin takes back the instances its prepared claims hold
+  // (DraDriver::AdoptMig), so that the agent's restart never destroys or hands them out.
+  std::function<void(nvml::Nvml&, MigRealizer&)> before_adopt;
 };
 
 class NodeAgent {
@@ -159,6 +163,13 @@ class NodeAgent {
   // Makes waiters re-check their condition (a stream that is being shut down).
   void WakeDeviceWatchers() const;
   bool stopping() const;
+
+  // Runs `task` on the worker thread, which owns NVML and the MIG realizer, and waits for it:
+  // the DRA plugin's NVML and MIG work (dra_driver.h), so that it never races the agent's.
+  // Unavailable when the task has not started within `timeout` (it then never runs); once
+  // started it is waited for.
+  absl::Status RunOnWorker(const std::function<void(nvml::Nvml&, MigRealizer&)>& task,
+                           absl::Duration timeout);
 
   // --- Probes and tests ---
   // Why the agent refuses every allocation (the node fails closed: /readyz is 503); empty when
