@@ -174,19 +174,27 @@ absl::Status Run(const Flags& flags) {
   sigaddset(&signals, SIGHUP);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  // The DRA plugin's view of the GPUs, read before the agent's worker owns NVML (NVML is not
-  // thread-safe): a GPU's MIG mode changed later is not seen until a restart (docs/dra.md).
-  std::vector<deviceplugin::DraGpu> dra_gpus;
-  if (flags.dra) {
-    ASSIGN_OR_RETURN(dra_gpus, deviceplugin::ReadDraGpus(nvml.get(), flags.proc_root));
-  }
-
   deviceplugin::MetricsRegistry metrics;
-  deviceplugin::NodeAgent agent(options, nvml.get(), client.get(), &metrics);
-  RETURN_IF_ERROR(Annotate(agent.Start(), "starting the node agent"));
   std::unique_ptr<deviceplugin::DraDriver> dra_driver;
   std::unique_ptr<deviceplugin::DraSlicePublisher> dra_slices;
   std::unique_ptr<deviceplugin::DraServer> dra_server;
+  // The DRA plugin's NVML and MIG work runs on the agent's worker (NVML is not thread-safe; the
+  // MIG realizer is the device-plugin path's own, so neither path takes the other's instances).
+  deviceplugin::NodeAgent* agent_ptr = nullptr;
+  auto on_worker =
+      [&agent_ptr](const std::function<void(nvml::Nvml&, deviceplugin::MigRealizer&)>& task) {
+        return agent_ptr->RunOnWorker(task, absl::Seconds(30));
+      };
+  auto dra_gpus = [&on_worker, proc_root = flags.proc_root]()
+      -> absl::StatusOr<std::vector<deviceplugin::DraGpu>> {
+    absl::StatusOr<std::vector<deviceplugin::DraGpu>> gpus =
+        absl::UnavailableError("not read");
+    RETURN_IF_ERROR(on_worker([&](nvml::Nvml& n, deviceplugin::MigRealizer& realizer) {
+      gpus = deviceplugin::ReadDraGpus(&n, proc_root,
+                                       [&realizer](int i) { return realizer.IsDynamic(i); });
+    }));
+    return gpus;
+  };
   if (flags.dra) {
     deviceplugin::DraDriverOptions dra_options;
     dra_options.driver_name = flags.dra_driver_name;
@@ -195,11 +203,19 @@ absl::Status Run(const Flags& flags) {
     dra_options.state_dir = flags.state_dir;
     dra_options.device_nodes = options.device_nodes;
     dra_options.vgpu = options.vgpu;
-    dra_options.gpus = [dra_gpus]() -> absl::StatusOr<std::vector<deviceplugin::DraGpu>> {
-      return dra_gpus;
-    };
+    dra_options.gpus = dra_gpus;
+    dra_options.mig_worker = on_worker;
     dra_driver = std::make_unique<deviceplugin::DraDriver>(dra_options, client.get());
     RETURN_IF_ERROR(Annotate(dra_driver->Start(), "starting the DRA driver"));
+    // The claims' instances are taken back before the agent trims idle ones.
+    options.before_adopt = [&dra_driver](nvml::Nvml& n, deviceplugin::MigRealizer& realizer) {
+      dra_driver->AdoptMig(n, realizer);
+    };
+  }
+  deviceplugin::NodeAgent agent(options, nvml.get(), client.get(), &metrics);
+  agent_ptr = &agent;
+  RETURN_IF_ERROR(Annotate(agent.Start(), "starting the node agent"));
+  if (flags.dra) {
     deviceplugin::DraServerOptions server_options;
     server_options.driver_name = flags.dra_driver_name;
     server_options.registry_dir = flags.dra_registry_dir;
@@ -209,7 +225,8 @@ absl::Status Run(const Flags& flags) {
     dra_slices = std::make_unique<deviceplugin::DraSlicePublisher>(flags.dra_driver_name,
                                                                    flags.node_name, client.get());
     server_options.on_registered = [&dra_slices, dra_gpus]() {
-      return dra_slices->Publish(dra_gpus).status();
+      ASSIGN_OR_RETURN(std::vector<deviceplugin::DraGpu> gpus, dra_gpus());
+      return dra_slices->Publish(gpus).status();
     };
     dra_server = std::make_unique<deviceplugin::DraServer>(dra_driver.get(), server_options);
     RETURN_IF_ERROR(Annotate(dra_server->Start(), "serving the DRA plugin"));

@@ -265,7 +265,13 @@ TEST(DevicePluginCommandTest, DraServesRegistersPublishesAndPrepares) {
   ASSERT_TRUE((*dra)->PrepareResources(pod).ok()) << Slurp(log);
   auto container = (*dra)->CreateContainer(pod, "main");
   ASSERT_TRUE(container.ok()) << container.status();
-  EXPECT_THAT(container->edits.env, ::testing::Contains("NVIDIA_VISIBLE_DEVICES=" + uuid));
+  // The GPU by the toolkit's device-list mount (composes across devices); the env says "void".
+  EXPECT_THAT(container->edits.env, ::testing::Contains("NVIDIA_VISIBLE_DEVICES=void"));
+  bool listed = false;
+  for (const auto& m : container->edits.mounts) {
+    listed = listed || m.container_path == "/var/run/nvidia-container-devices/" + uuid;
+  }
+  EXPECT_TRUE(listed);
   EXPECT_TRUE(fs::exists(dir / "state" / "claims"));
 
   const std::string text = Slurp(log);
