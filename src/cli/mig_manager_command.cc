@@ -192,6 +192,9 @@ int RunMigManager(const MigManagerFlags& flags) {
   if (!client.ok()) return Fail(client.status());
   auto backend = flags.nvml.empty() ? nvml::OpenNvmlFromEnv() : nvml::OpenNvml(flags.nvml);
   if (!backend.ok()) return Fail(backend.status());
+  if (std::string warning = nvml::SimulatedGpusWarning(**backend); !warning.empty()) {
+    LogWarning(kLog, warning);
+  }
 
   migmanager::SystemctlHostServices host_services(HostCommand(flags, flags.systemctl, "systemctl"),
                                                   *host_timeout);

@@ -125,6 +125,9 @@ absl::Status Run(const Flags& flags) {
   ASSIGN_OR_RETURN(sched::DeviceConfig device_config, LoadDeviceConfig(flags.device_config));
   ASSIGN_OR_RETURN(std::unique_ptr<nvml::Nvml> nvml,
                    flags.nvml.empty() ? nvml::OpenNvmlFromEnv() : nvml::OpenNvml(flags.nvml));
+  if (std::string warning = nvml::SimulatedGpusWarning(*nvml); !warning.empty()) {
+    LogWarning(kLog, warning);
+  }
   absl::StatusOr<k8s::ClusterConfig> cluster =
       k8s::LoadDefaultConfig(flags.kubeconfig, flags.context);
   if (!cluster.ok()) return Annotate(cluster.status(), "Kubernetes API configuration");

@@ -130,8 +130,9 @@ class Nvml {
  public:
   virtual ~Nvml() = default;
 
-  // True for a backend whose GPUs are not real (the simulator): the node agent says so in its
-  // inventory and logs, so simulated GPUs are never mistaken for real ones.
+  // True for a backend whose GPUs are not real (the simulator): the node agent and the MIG
+  // manager say so in their logs (SimulatedGpusWarning) and the agent in its inventory, so
+  // simulated GPUs are never mistaken for real ones.
   virtual bool simulated() const { return false; }
 
   // Every GPU NVML sees, in index order.

@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 
-#include "base/log.h"
 #include "base/strings.h"
 #include "nvml/dl_nvml.h"
 #include "nvml/sim_nvml.h"
@@ -21,10 +20,6 @@ absl::StatusOr<std::unique_ptr<Nvml>> OpenNvml(std::string_view spec) {
     return std::unique_ptr<Nvml>(std::move(*real));
   }
   if (spec.substr(0, 4) == "sim:" && spec.size() > 4) {
-    // Said once per process, loudly: whatever it reports or creates is not on a real GPU.
-    LogWarning("nvml", "SIMULATED GPUs: every GPU, MIG instance and process this backend reports ",
-               "is simulated (state file ", QuoteBounded(spec.substr(4), 256),
-               "); no real GPU is used");
     return std::unique_ptr<Nvml>(std::make_unique<SimNvml>(std::string(spec.substr(4))));
   }
   return absl::InvalidArgumentError(
@@ -34,6 +29,12 @@ absl::StatusOr<std::unique_ptr<Nvml>> OpenNvml(std::string_view spec) {
 absl::StatusOr<std::unique_ptr<Nvml>> OpenNvmlFromEnv() {
   const char* spec = std::getenv("PRISM_NVML");
   return OpenNvml(spec == nullptr ? "" : spec);
+}
+
+std::string SimulatedGpusWarning(const Nvml& nvml) {
+  if (!nvml.simulated()) return "";
+  return "SIMULATED GPUs (--nvml sim:): every GPU, MIG instance and process reported here is "
+         "simulated; no real GPU is used";
 }
 
 }  // namespace prism::nvml

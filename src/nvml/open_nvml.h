@@ -2,6 +2,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "absl/status/statusor.h"
@@ -19,5 +20,9 @@ absl::StatusOr<std::unique_ptr<Nvml>> OpenNvml(std::string_view spec);
 
 // OpenNvml($PRISM_NVML).
 absl::StatusOr<std::unique_ptr<Nvml>> OpenNvmlFromEnv();
+
+// The line a long-running component logs at start when `nvml` is simulated ("" when it is not):
+// whatever it reports or creates is not on a real GPU.
+std::string SimulatedGpusWarning(const Nvml& nvml);
 
 }  // namespace prism::nvml

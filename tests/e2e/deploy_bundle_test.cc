@@ -105,10 +105,12 @@ TEST_P(DeployBundleTest, RendersAsKubectlKustomizeDoes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shipped, DeployBundleTest,
-                         ::testing::Values("deploy", "examples/try-it/deploy"),
+                         ::testing::Values("deploy", "examples/try-it/deploy", "examples/dra"),
                          [](const auto& param_info) {
-                           return param_info.param == "deploy" ? std::string("Base")
-                                                         : std::string("TryItOverlay");
+                           const std::string dir = param_info.param;
+                           if (dir == "deploy") return std::string("Base");
+                           return dir == "examples/dra" ? std::string("DraOverlay")
+                                                        : std::string("TryItOverlay");
                          });
 
 class DeployBundleFeatureTest : public ::testing::Test {

@@ -539,7 +539,8 @@ TEST_F(TryItTest, TheWalkThroughShowsWhatTheDocSays) {
     EXPECT_EQ(inventory["gpus"][2]["model"], "Tesla T4");
     // Labelled as simulation in the inventory and the agent's log.
     EXPECT_EQ(inventory.value("simulated", false), true);
-    EXPECT_THAT(Slurp(n.agent.log), HasSubstr("SIMULATED GPUs"));
+    EXPECT_THAT(Slurp(n.agent.log), HasSubstr("SIMULATED GPUs (--nvml sim:)"));
+    EXPECT_THAT(Slurp(n.manager.log), HasSubstr("SIMULATED GPUs (--nvml sim:)"));
     EXPECT_THAT(Slurp(n.agent.log), HasSubstr("serving nvidia.com/gpu"));
   }
   std::string status = Status();
