@@ -67,8 +67,6 @@ json EditsJson(const ContainerEdits& edits) {
 
 }  // namespace
 
-std::string DraGpuDeviceName(uint32_t minor) { return StrCat("gpu-", minor); }
-
 std::string DraCdiDeviceId(std::string_view claim_uid, std::string_view device) {
   return StrCat(kDraCdiKind, "=", claim_uid, "-", device);
 }

@@ -43,6 +43,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 
+#include "config/dra_names.h"
 #include "core/mig/gpu_model.h"
 #include "deviceplugin/cdi_spec.h"
 #include "deviceplugin/container_edits.h"
@@ -60,7 +61,7 @@ class Nvml;
 
 namespace prism::deviceplugin {
 
-inline constexpr char kDraDriverName[] = "gpu.prism.io";
+using config::kDraDriverName;
 inline constexpr char kDraCdiKind[] = "prism.io/claim";
 
 // A MIG instance that exists on a GPU.
@@ -101,8 +102,8 @@ struct DraMigDevice {
 // Empty when the GPU is not in MIG mode or its model is unknown.
 std::vector<DraMigDevice> DraMigDevices(const DraGpu& gpu);
 
-// "gpu-<minor>".
-std::string DraGpuDeviceName(uint32_t minor);
+// "gpu-<minor>" (config/dra_names.h, shared with the scheduler side).
+using config::DraGpuDeviceName;
 
 // The node's GPUs from NVML (index, UUID, memory, MIG mode) with their device minors from
 // <proc_root>/driver/nvidia/gpus/*/information (the NVML index where that is missing). Not

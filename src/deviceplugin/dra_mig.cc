@@ -29,22 +29,6 @@ int MaxBySlices(const mig::GpuModel& model, int profile) {
 
 }  // namespace
 
-std::string DraCanonicalProfileName(std::string_view profile) {
-  std::string out;
-  for (char c : profile) {
-    if (c == '.') continue;
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
-    out.push_back(ok ? c : '-');
-  }
-  return out;
-}
-
-std::string DraMigDeviceName(uint32_t minor, const mig::GpuInstanceProfile& profile, int start) {
-  return StrCat("gpu-", minor, "-mig-", DraCanonicalProfileName(profile.Name()), "-", profile.id,
-                "-", start);
-}
-
 std::string DraCounterSetName(uint32_t minor) { return StrCat("gpu-", minor, "-counter-set"); }
 
 DraMigCounters BuildMigCounters(const mig::GpuModel& model, uint32_t minor) {

@@ -27,14 +27,14 @@
 #include <string_view>
 #include <vector>
 
+#include "config/dra_names.h"
 #include "core/mig/gpu_model.h"
 
 namespace prism::deviceplugin {
 
-// "1g.10gb+me" -> "1g10gb-me": lower case, '.' removed, anything outside [a-z0-9-] -> '-'.
-std::string DraCanonicalProfileName(std::string_view profile);
-// "gpu-<minor>-mig-<profile>-<profileID>-<start>".
-std::string DraMigDeviceName(uint32_t minor, const mig::GpuInstanceProfile& profile, int start);
+// The device names (config/dra_names.h), shared with the scheduler side that allocates them.
+using config::DraCanonicalProfileName;
+using config::DraMigDeviceName;
 // "gpu-<minor>-counter-set".
 std::string DraCounterSetName(uint32_t minor);
 

@@ -1,0 +1,143 @@
+// src/config/dra_allocation.h: Prism's engine chooses the devices of a pod's DRA claims
+// (docs/dra.md §2.4, issue 32): a ResourceClaim's spec decoded into what Prism supports, the
+// pod's claims turned into the engine's PodRequest, and the engine's Decision turned back into
+// each claim's status.allocation.
+//
+// Claim spec (resource.k8s.io/v1, staging/src/k8s.io/api/resource/v1/types.go: ResourceClaimSpec,
+// DeviceClaim, DeviceRequest, ExactDeviceRequest, DeviceSelector, CELDeviceSelector), decoded
+// typed and bounded with upstream's limits, each error naming the field
+// ("spec.devices.requests[1].exactly.count: ..."):
+//   requests[]            at most DeviceRequestsMaxSize = 32; `name` a DNS label, unique
+//   exactly               deviceClassName one of Prism's classes (gpu.prism.io: whole GPU;
+//                         mig.gpu.prism.io: MIG partition); allocationMode "" or ExactCount;
+//                         count 1..32, and at most AllocationResultsMaxSize = 32 devices in
+//                         the claim (one result each); selectors at most 32, each a CEL
+//                         expression of at most CELSelectorExpressionMaxLength = 10 KiB in one
+//                         of the forms below
+//   selectors (CEL)       only these forms (whitespace free, quotes ' or "):
+//                           device.attributes["gpu.prism.io"].profile == "<profile>"
+//                             MIG class only: exactly this MIG profile (a plain catalog
+//                             profile such as "2g.10gb": the attribute dra_slices publishes)
+//                           device.capacity["gpu.prism.io"].memory.compareTo(quantity("<q>")) >= 0
+//                             a device with at least that much memory (the published capacity
+//                             `memory`; upstream's own spelling of a capacity minimum, see
+//                             CapacityRequirements in types.go)
+//                         anything else is InvalidArgument quoting the expression (bounded)
+// Refused with Unimplemented naming the field (valid Kubernetes that Prism does not allocate
+// yet): firstAvailable, allocationMode All, adminAccess, capacity, derivedAttributes, class
+// slice.gpu.prism.io, constraints, and config for driver gpu.prism.io (Prism defines no claim
+// parameters). Ignored: tolerations (Prism's devices carry no taints yet) and config of other
+// drivers (a claim Prism allocates holds only Prism's devices, so no other driver sees it).
+// A claim none of whose requests names a class of Prism's (gpu.prism.io or *.gpu.prism.io) is
+// not Prism's: decoded as `prism = false`, nothing else read. A claim mixing Prism's and other
+// classes is refused (a claim is allocated whole, by one allocator).
+//
+// Pure: no I/O, threads or clocks. Thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
+
+#include "core/sched/cluster.h"
+#include "core/sched/decision.h"
+#include "core/sched/request.h"
+
+namespace prism::config {
+
+// resource/v1 types.go: DeviceRequestsMaxSize (= AllocationResultsMaxSize), DeviceSelectorsMaxSize,
+// CELSelectorExpressionMaxLength, AllocationResultsMaxSize.
+inline constexpr size_t kMaxDraRequests = 32;
+inline constexpr size_t kMaxDraSelectors = 32;
+inline constexpr size_t kMaxDraCelBytes = 10 * 1024;
+inline constexpr int64_t kMaxDraResults = 32;
+// Prism's own bound on the claims of one pod it allocates for.
+inline constexpr size_t kMaxDraClaimsPerPod = 32;
+// The marker in status.allocation.devices.config (docs/dra.md §2.4).
+inline constexpr char kDraMarkerApiVersion[] = "gpu.prism.io/v1alpha1";
+inline constexpr char kDraMarkerKind[] = "PrismAllocation";
+
+enum class DraDeviceKind : uint8_t { kWholeGpu, kMigPartition };
+
+struct DraDeviceRequest {
+  std::string name;  // requests[].name
+  std::string device_class;
+  DraDeviceKind kind = DraDeviceKind::kWholeGpu;
+  int32_t count = 1;
+  std::string mig_profile;     // MIG: exactly this profile ("2g.10gb"); empty: any.
+  int64_t min_memory_mib = 0;  // The memory selector, rounded up to MiB; 0: none.
+  friend bool operator==(const DraDeviceRequest&, const DraDeviceRequest&) = default;
+};
+
+struct DraClaimSpec {
+  std::string namespace_name;
+  std::string name;
+  std::string uid;
+  bool prism = false;  // Some request names a class of Prism's.
+  std::vector<DraDeviceRequest> requests;
+};
+
+// Decodes a ResourceClaim object (metadata and spec; status is not read). See above.
+absl::StatusOr<DraClaimSpec> ParseDraClaim(const nlohmann::json& claim);
+// The same for a spec alone (a ResourceClaimTemplate's spec.spec), errors named under `field`.
+absl::StatusOr<DraClaimSpec> ParseDraClaimSpec(const nlohmann::json& spec, std::string_view field);
+
+// Which engine container stands for which claim request.
+struct DraRequestSlot {
+  size_t claim = 0;        // Index into the claims given.
+  size_t request = 0;      // Index into that claim's requests.
+  int32_t container = -1;  // Index into PodRequest::containers.
+};
+
+struct DraPodRequest {
+  sched::PodRequest request;
+  std::vector<DraRequestSlot> slots;
+};
+
+// `base` (the pod's own containers, config::BuildPodRequest) plus one container without CPU or
+// memory per request of Prism's claims, named "claim:<claim>/<request>", asking for:
+//   whole GPU: count GPUs, cores 1000/1000 (exclusive), memory the selector's or 1000/1000;
+//   MIG:       count instances of memory max(the profile's smallest memory over the catalog
+//              models that have it, the selector's, 1 MiB) and, with a profile, its compute share.
+// The engine takes the smallest plain profile that covers a MIG request, so a profile selector
+// gets that profile wherever it can be placed on a model that has it; BuildDraAllocations
+// checks the profile and refuses a decision that placed another. The pod's mode (PodRequest::
+// modes) is one for all its GPUs, so a pod asks either for whole GPUs or for MIG partitions,
+// and not besides extended-resource GPUs (InvalidArgument naming the claim and request); the
+// mode must be one `base.modes` (nvidia.com/vgpu-mode) allows. Claims with `prism = false`
+// are skipped.
+absl::StatusOr<DraPodRequest> BuildDraPodRequest(sched::PodRequest base,
+                                                 const std::vector<DraClaimSpec>& claims);
+
+// A GPU's device minor (what its published names carry, DraGpu::minor in the node agent) by
+// GPU UUID, for the decided node.
+using DraGpuMinors = std::map<std::string, uint32_t, std::less<>>;
+
+// status.allocation for each claim in `claims` (empty JSON for claims with `prism = false`), from
+// `decision` for `pod` (BuildDraPodRequest's result, decided on `cluster`):
+//   devices.results[]  {request, driver gpu.prism.io, pool <node>, device <published name>} per
+//                      device, in request order (config/dra_names.h, the node agent's names)
+//   devices.config[]   Prism's marker: {source FromClass, opaque {driver gpu.prism.io,
+//                      parameters {apiVersion gpu.prism.io/v1alpha1, kind PrismAllocation,
+//                      pod <uid>, node <node>}}} (docs/dra.md §2.4)
+//   nodeSelector       {nodeSelectorTerms: [{matchFields: [{key metadata.name, operator In,
+//                      values [<node>]}]}]}, as upstream's allocator writes it for devices of a
+//                      node-local slice (structured/internal/*/allocator_*.go, createNodeSelector)
+// FailedPrecondition naming the claim and request when the decision does not give a request
+// what it asked (a MIG instance for a whole GPU or the reverse, another profile, too little
+// memory, a different device count) or names a GPU missing from `minors`; InvalidArgument for
+// a decision that does not match `pod`.
+absl::StatusOr<std::vector<nlohmann::json>> BuildDraAllocations(
+    const DraPodRequest& pod, const std::vector<DraClaimSpec>& claims,
+    const sched::Decision& decision, const sched::ClusterState& cluster,
+    const DraGpuMinors& minors);
+
+}  // namespace prism::config

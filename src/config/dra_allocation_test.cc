@@ -1,0 +1,184 @@
+#include "config/dra_allocation.h"
+
+#include <string>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace prism::config {
+namespace {
+
+using nlohmann::json;
+using ::testing::HasSubstr;
+
+json Claim(json requests, json extra_devices = json::object()) {
+  json devices{{"requests", std::move(requests)}};
+  for (auto& [k, v] : extra_devices.items()) devices[k] = v;
+  return json{{"apiVersion", "resource.k8s.io/v1"},
+              {"kind", "ResourceClaim"},
+              {"metadata", {{"name", "c"}, {"namespace", "ns"}, {"uid", "0b0d7a52-1d59-4a44-9a53-9b0f0f7a9b10"}}},
+              {"spec", {{"devices", std::move(devices)}}}};
+}
+
+json Request(std::string name, json exactly) {
+  return json{{"name", std::move(name)}, {"exactly", std::move(exactly)}};
+}
+
+json Cel(std::string expression) { return json{{"cel", {{"expression", std::move(expression)}}}}; }
+
+void ExpectError(const json& claim, absl::StatusCode code, std::string_view field) {
+  absl::StatusOr<DraClaimSpec> spec = ParseDraClaim(claim);
+  ASSERT_FALSE(spec.ok()) << claim.dump();
+  EXPECT_EQ(spec.status().code(), code) << spec.status();
+  EXPECT_THAT(std::string(spec.status().message()), HasSubstr(field)) << spec.status();
+}
+
+TEST(DraClaimTest, WholeGpuDefaults) {
+  absl::StatusOr<DraClaimSpec> spec =
+      ParseDraClaim(Claim({Request("gpu", {{"deviceClassName", "gpu.prism.io"}})}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->prism);
+  EXPECT_EQ(spec->name, "c");
+  ASSERT_EQ(spec->requests.size(), 1u);
+  EXPECT_EQ(spec->requests[0].kind, DraDeviceKind::kWholeGpu);
+  EXPECT_EQ(spec->requests[0].count, 1);
+}
+
+TEST(DraClaimTest, MigSelectors) {
+  absl::StatusOr<DraClaimSpec> spec = ParseDraClaim(Claim({Request(
+      "mig", {{"deviceClassName", "mig.gpu.prism.io"},
+              {"allocationMode", "ExactCount"},
+              {"count", 2},
+              {"selectors",
+               {Cel("device.attributes['gpu.prism.io'].profile == '2g.10gb'"),
+                Cel(" device.capacity[\"gpu.prism.io\"].memory.compareTo(quantity(\"9Gi\")) >= 0 ")}}})}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  const DraDeviceRequest& r = spec->requests[0];
+  EXPECT_EQ(r.kind, DraDeviceKind::kMigPartition);
+  EXPECT_EQ(r.count, 2);
+  EXPECT_EQ(r.mig_profile, "2g.10gb");
+  EXPECT_EQ(r.min_memory_mib, 9 * 1024);
+}
+
+TEST(DraClaimTest, OtherDriversClaimIsNotPrisms) {
+  absl::StatusOr<DraClaimSpec> spec = ParseDraClaim(Claim(
+      {Request("nic", {{"deviceClassName", "nic.example.com"},
+                       {"allocationMode", "All"},
+                       {"selectors", {Cel("anything at all")}}})}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->prism);
+  EXPECT_TRUE(spec->requests.empty());
+}
+
+TEST(DraClaimTest, BadInputNamesTheField) {
+  const json whole{{"deviceClassName", "gpu.prism.io"}};
+  // A claim mixing Prism's class with another.
+  ExpectError(Claim({Request("a", whole), Request("b", {{"deviceClassName", "nic.example.com"}})}),
+              absl::StatusCode::kInvalidArgument, "spec.devices.requests[1].exactly.deviceClassName");
+  // An unknown class in Prism's domain.
+  ExpectError(Claim({Request("a", {{"deviceClassName", "foo.gpu.prism.io"}})}),
+              absl::StatusCode::kInvalidArgument, "requests[0].exactly.deviceClassName");
+  ExpectError(Claim({Request("a", {{"deviceClassName", "slice.gpu.prism.io"}})}),
+              absl::StatusCode::kUnimplemented, "requests[0].exactly.deviceClassName");
+  // Counts: 0, negative, past the 32 results, floats; and 32 split over two requests + 1.
+  for (json count : {json(0), json(-1), json(33), json(1.5), json("2")}) {
+    ExpectError(Claim({Request("a", {{"deviceClassName", "gpu.prism.io"}, {"count", count}})}),
+                absl::StatusCode::kInvalidArgument, "requests[0].exactly.count");
+  }
+  ExpectError(Claim({Request("a", {{"deviceClassName", "gpu.prism.io"}, {"count", 32}}),
+                     Request("b", whole)}),
+              absl::StatusCode::kInvalidArgument, "requests[1].exactly.count");
+  ExpectError(Claim({Request("a", {{"deviceClassName", "gpu.prism.io"}, {"allocationMode", "All"}})}),
+              absl::StatusCode::kUnimplemented, "requests[0].exactly.allocationMode");
+  ExpectError(Claim({Request("a", {{"deviceClassName", "gpu.prism.io"}, {"allocationMode", "Some"}})}),
+              absl::StatusCode::kInvalidArgument, "requests[0].exactly.allocationMode");
+  ExpectError(Claim({Request("a", {{"deviceClassName", "gpu.prism.io"}, {"adminAccess", true}})}),
+              absl::StatusCode::kUnimplemented, "requests[0].exactly.adminAccess");
+  ExpectError(Claim({Request("a", {{"deviceClassName", "gpu.prism.io"},
+                                   {"capacity", {{"requests", {{"memory", "1Gi"}}}}}})}),
+              absl::StatusCode::kUnimplemented, "requests[0].exactly.capacity");
+  // Selectors Prism does not support, or not on this class.
+  for (std::string expr :
+       {"device.attributes['gpu.prism.io'].profile != '2g.10gb'",
+        "device.attributes['gpu.prism.io'].profile == '2g.10gb' || true",
+        "device.attributes['gpu.nvidia.com'].profile == '2g.10gb'",
+        "device.attributes['gpu.prism.io'].profile == '5g.99gb'",
+        "device.attributes['gpu.prism.io'].profile == '1g.5gb+me'",
+        "device.capacity['gpu.prism.io'].memory.compareTo(quantity('lots')) >= 0",
+        "device.capacity['gpu.prism.io'].memory.compareTo(quantity('1Gi')) >= 1", "\"unclosed"}) {
+    ExpectError(Claim({Request("a", {{"deviceClassName", "mig.gpu.prism.io"},
+                                     {"selectors", {Cel(expr)}}})}),
+                absl::StatusCode::kInvalidArgument, "requests[0].exactly.selectors[0].cel.expression");
+  }
+  ExpectError(Claim({Request("a", {{"deviceClassName", "gpu.prism.io"},
+                                   {"selectors", {Cel("device.attributes['gpu.prism.io'].profile "
+                                                      "== '2g.10gb'")}}})}),
+              absl::StatusCode::kInvalidArgument, "selectors[0].cel.expression");
+  ExpectError(Claim({Request("a", {{"deviceClassName", "mig.gpu.prism.io"},
+                                   {"selectors", {Cel(std::string(10 * 1024 + 1, ' '))}}})}),
+              absl::StatusCode::kInvalidArgument, "selectors[0].cel.expression");
+  json many = json::array();
+  for (int i = 0; i < 33; ++i) many.push_back(Cel("x"));
+  ExpectError(Claim({Request("a", {{"deviceClassName", "mig.gpu.prism.io"}, {"selectors", many}})}),
+              absl::StatusCode::kInvalidArgument, "requests[0].exactly.selectors");
+  // Too many requests, names, firstAvailable, constraints, Prism's config.
+  json requests = json::array();
+  for (int i = 0; i < 33; ++i) requests.push_back(Request("r" + std::to_string(i), whole));
+  ExpectError(Claim(requests), absl::StatusCode::kInvalidArgument, "spec.devices.requests");
+  ExpectError(Claim({Request("a", whole), Request("a", whole)}), absl::StatusCode::kInvalidArgument,
+              "requests[1].name");
+  ExpectError(Claim({Request("Not_A_Label", whole)}), absl::StatusCode::kInvalidArgument,
+              "requests[0].name");
+  ExpectError(Claim({json{{"name", "a"},
+                          {"firstAvailable", {{{"name", "x"}, {"deviceClassName", "gpu.prism.io"}}}}}}),
+              absl::StatusCode::kUnimplemented, "requests[0].firstAvailable");
+  ExpectError(Claim({Request("a", whole)}, {{"constraints", {{{"matchAttribute", "gpu.prism.io/uuid"}}}}}),
+              absl::StatusCode::kUnimplemented, "spec.devices.constraints");
+  ExpectError(Claim({Request("a", whole)},
+                    {{"config", {{{"opaque", {{"driver", "gpu.prism.io"}, {"parameters", json::object()}}}}}}}),
+              absl::StatusCode::kUnimplemented, "spec.devices.config[0].opaque");
+  ExpectError(json{{"metadata", {{"name", "BAD NAME"}}}}, absl::StatusCode::kInvalidArgument,
+              "metadata.name");
+}
+
+TEST(DraPodRequestTest, OneContainerPerRequest) {
+  DraClaimSpec a{"ns", "a", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 2, "", 0}}};
+  DraClaimSpec foreign{"ns", "nic", "", false, {}};
+  DraClaimSpec b{"ns", "b", "", true, {{"more", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 40000}}};
+  sched::PodRequest base;
+  base.name = "p";
+  base.containers.push_back({"main", false, 1000, 1 << 30, {}});
+  absl::StatusOr<DraPodRequest> pod = BuildDraPodRequest(base, {a, foreign, b});
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  ASSERT_EQ(pod->request.containers.size(), 3u);
+  EXPECT_EQ(pod->request.modes, sched::kModeHamiCore);
+  EXPECT_EQ(pod->request.EffectiveCpuMilli(), 1000);
+  const sched::ContainerRequest& c1 = pod->request.containers[1];
+  EXPECT_EQ(c1.name, "claim:a/gpu");
+  EXPECT_EQ(c1.gpu.count, 2);
+  EXPECT_EQ(c1.gpu.cores_permille, 1000);
+  EXPECT_EQ(c1.gpu.memory_permille, 1000);
+  EXPECT_EQ(pod->request.containers[2].gpu.memory_mib, 40000);
+  ASSERT_EQ(pod->slots.size(), 2u);
+  EXPECT_EQ(pod->slots[1].claim, 2u);
+  EXPECT_EQ(pod->slots[1].container, 2);
+}
+
+TEST(DraPodRequestTest, RefusesMixedKindsAndExtendedResources) {
+  DraClaimSpec whole{"ns", "a", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 0}}};
+  DraClaimSpec mig{"ns", "b", "", true, {{"mig", "mig.gpu.prism.io", DraDeviceKind::kMigPartition, 1, "", 0}}};
+  absl::StatusOr<DraPodRequest> pod = BuildDraPodRequest({}, {whole, mig});
+  ASSERT_FALSE(pod.ok());
+  EXPECT_THAT(std::string(pod.status().message()), HasSubstr("ResourceClaim b request mig"));
+  sched::PodRequest hami;
+  hami.containers.push_back({"main", false, 0, 0, {1, 1000, 0, 300}});
+  pod = BuildDraPodRequest(hami, {mig});
+  ASSERT_FALSE(pod.ok());
+  EXPECT_THAT(std::string(pod.status().message()), HasSubstr("container main"));
+  sched::PodRequest mig_only;
+  mig_only.modes = sched::kModeMig;
+  EXPECT_FALSE(BuildDraPodRequest(mig_only, {whole}).ok());
+}
+
+}  // namespace
+}  // namespace prism::config
