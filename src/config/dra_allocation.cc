@@ -33,7 +33,8 @@ absl::StatusOr<const json*> Member(const json& parent, std::string_view key, std
   auto it = parent.find(std::string(key));
   if (it == parent.end() || it->is_null()) return nullptr;
   if (it->type() != type) {
-    return Invalid(field, type == json::value_t::object ? "expected an object" : "expected an array");
+    return Invalid(field,
+                   type == json::value_t::object ? "expected an object" : "expected an array");
   }
   return &*it;
 }
@@ -150,12 +151,12 @@ absl::Status ApplySelector(std::string_view expression, std::string_view field,
   const std::string quoted = QuoteBounded(expression);
   const std::optional<std::vector<Token>> tokens = Tokenize(expression);
   std::string value;
-  if (tokens && Match(*tokens, {"device", ".", "attributes", "[", "@", "]", ".", "profile", "==",
-                                "$"},
-                      &value)) {
+  if (tokens &&
+      Match(*tokens, {"device", ".", "attributes", "[", "@", "]", ".", "profile", "==", "$"},
+            &value)) {
     if (req->kind != DraDeviceKind::kMigPartition) {
-      return Invalid(field, StrCat(quoted, " selects a MIG profile, which only class ",
-                                   kDraMigClass, " has"));
+      return Invalid(
+          field, StrCat(quoted, " selects a MIG profile, which only class ", kDraMigClass, " has"));
     }
     if (!req->mig_profile.empty() && req->mig_profile != value) {
       return Invalid(field, StrCat(quoted, " contradicts another selector's profile '",
@@ -169,8 +170,9 @@ absl::Status ApplySelector(std::string_view expression, std::string_view field,
     req->mig_profile = value;
     return absl::OkStatus();
   }
-  if (tokens && Match(*tokens, {"device", ".", "capacity", "[", "@", "]", ".", "memory", ".",
-                                "compareTo", "(", "quantity", "(", "$", ")", ")", ">=", "#0"},
+  if (tokens && Match(*tokens,
+                      {"device", ".", "capacity", "[", "@", "]", ".", "memory", ".", "compareTo",
+                       "(", "quantity", "(", "$", ")", ")", ">=", "#0"},
                       &value)) {
     absl::StatusOr<int64_t> bytes = ParseQuantity(value);
     if (!bytes.ok()) {
@@ -187,9 +189,8 @@ absl::StatusOr<DraDeviceRequest> ParseExactly(const json& exactly, const std::st
                                               const std::string& field) {
   DraDeviceRequest req;
   req.name = name;
-  ASSIGN_OR_RETURN(req.device_class,
-                   jf::StringMember(exactly, "deviceClassName", StrCat(field, ".deviceClassName"),
-                                    ""));
+  ASSIGN_OR_RETURN(req.device_class, jf::StringMember(exactly, "deviceClassName",
+                                                      StrCat(field, ".deviceClassName"), ""));
   if (req.device_class == kDraWholeGpuClass) {
     req.kind = DraDeviceKind::kWholeGpu;
   } else if (req.device_class == kDraMigClass) {
@@ -200,11 +201,13 @@ absl::StatusOr<DraDeviceRequest> ParseExactly(const json& exactly, const std::st
   } else {
     return Invalid(StrCat(field, ".deviceClassName"),
                    StrCat(QuoteBounded(req.device_class), " is not one of Prism's DeviceClasses (",
-                          kDraWholeGpuClass, ", ", kDraMigClass, "); a claim is allocated whole, "
+                          kDraWholeGpuClass, ", ", kDraMigClass,
+                          "); a claim is allocated whole, "
                           "so it cannot mix Prism's and other classes"));
   }
   const std::string mode_field = StrCat(field, ".allocationMode");
-  ASSIGN_OR_RETURN(const std::string mode, jf::StringMember(exactly, "allocationMode", mode_field, ""));
+  ASSIGN_OR_RETURN(const std::string mode,
+                   jf::StringMember(exactly, "allocationMode", mode_field, ""));
   if (mode == "All") {
     return NotYet(mode_field, "allocationMode All is not supported yet (use ExactCount)");
   }
@@ -232,10 +235,12 @@ absl::StatusOr<DraDeviceRequest> ParseExactly(const json& exactly, const std::st
     }
   }
   const std::string sel_field = StrCat(field, ".selectors");
-  ASSIGN_OR_RETURN(const json* selectors, Member(exactly, "selectors", sel_field, json::value_t::array));
+  ASSIGN_OR_RETURN(const json* selectors,
+                   Member(exactly, "selectors", sel_field, json::value_t::array));
   if (selectors != nullptr) {
     if (selectors->size() > kMaxDraSelectors) {
-      return Invalid(sel_field, StrCat(selectors->size(), " entries, more than ", kMaxDraSelectors));
+      return Invalid(sel_field,
+                     StrCat(selectors->size(), " entries, more than ", kMaxDraSelectors));
     }
     for (size_t i = 0; i < selectors->size(); ++i) {
       const std::string f = StrCat(sel_field, "[", i, "]");
@@ -261,7 +266,8 @@ absl::StatusOr<DraClaimSpec> ParseDraClaimSpec(const json& spec, std::string_vie
   if (!spec.is_object()) return Invalid(field, "expected an object");
   DraClaimSpec out;
   const std::string devices_field = StrCat(field, ".devices");
-  ASSIGN_OR_RETURN(const json* devices, Member(spec, "devices", devices_field, json::value_t::object));
+  ASSIGN_OR_RETURN(const json* devices,
+                   Member(spec, "devices", devices_field, json::value_t::object));
   if (devices == nullptr) return out;
   const std::string req_field = StrCat(devices_field, ".requests");
   ASSIGN_OR_RETURN(const json* requests,
@@ -274,16 +280,16 @@ absl::StatusOr<DraClaimSpec> ParseDraClaimSpec(const json& spec, std::string_vie
   for (const json& r : *requests) {
     if (!r.is_object()) continue;
     if (auto ex = r.find("exactly"); ex != r.end() && ex->is_object()) {
-      if (auto c = ex->find("deviceClassName"); c != ex->end() && c->is_string() &&
-                                                IsPrismClass(c->get<std::string>())) {
+      if (auto c = ex->find("deviceClassName");
+          c != ex->end() && c->is_string() && IsPrismClass(c->get<std::string>())) {
         out.prism = true;
       }
     }
     if (auto fa = r.find("firstAvailable"); fa != r.end() && fa->is_array()) {
       for (const json& sub : *fa) {
         if (!sub.is_object()) continue;
-        if (auto c = sub.find("deviceClassName"); c != sub.end() && c->is_string() &&
-                                                  IsPrismClass(c->get<std::string>())) {
+        if (auto c = sub.find("deviceClassName");
+            c != sub.end() && c->is_string() && IsPrismClass(c->get<std::string>())) {
           out.prism = true;
         }
       }
@@ -322,7 +328,8 @@ absl::StatusOr<DraClaimSpec> ParseDraClaimSpec(const json& spec, std::string_vie
     return NotYet(StrCat(devices_field, ".constraints"), "constraints are not supported yet");
   }
   const std::string config_field = StrCat(devices_field, ".config");
-  ASSIGN_OR_RETURN(const json* config, Member(*devices, "config", config_field, json::value_t::array));
+  ASSIGN_OR_RETURN(const json* config,
+                   Member(*devices, "config", config_field, json::value_t::array));
   if (config != nullptr) {
     for (size_t i = 0; i < config->size(); ++i) {
       const json& c = (*config)[i];
@@ -365,7 +372,8 @@ absl::StatusOr<DraClaimSpec> ParseDraClaim(const json& claim) {
 absl::StatusOr<DraPodRequest> BuildDraPodRequest(sched::PodRequest base,
                                                  const std::vector<DraClaimSpec>& claims) {
   if (claims.size() > kMaxDraClaimsPerPod) {
-    return Invalid("pod", StrCat(claims.size(), " ResourceClaims, more than ", kMaxDraClaimsPerPod));
+    return Invalid("pod",
+                   StrCat(claims.size(), " ResourceClaims, more than ", kMaxDraClaimsPerPod));
   }
   DraPodRequest out;
   std::optional<DraDeviceKind> pod_kind;
@@ -380,10 +388,11 @@ absl::StatusOr<DraPodRequest> BuildDraPodRequest(sched::PodRequest base,
       const DraDeviceRequest& r = claim.requests[ri];
       const std::string who = StrCat("ResourceClaim ", claim.name, " request ", r.name);
       if (!first.empty() && (!pod_kind || *pod_kind != r.kind)) {
-        return Invalid(who, StrCat("asks for ",
-                                   r.kind == DraDeviceKind::kWholeGpu ? "whole GPUs" : "MIG partitions",
-                                   " besides ", first,
-                                   ": a pod's GPUs are all whole GPUs or all MIG partitions"));
+        return Invalid(
+            who,
+            StrCat("asks for ",
+                   r.kind == DraDeviceKind::kWholeGpu ? "whole GPUs" : "MIG partitions",
+                   " besides ", first, ": a pod's GPUs are all whole GPUs or all MIG partitions"));
       }
       const sched::ModeMask mode =
           r.kind == DraDeviceKind::kWholeGpu ? sched::kModeHamiCore : sched::kModeMig;
@@ -416,8 +425,8 @@ absl::StatusOr<DraPodRequest> BuildDraPodRequest(sched::PodRequest base,
       base.containers.push_back(std::move(c));
     }
   }
-  if (pod_kind) base.modes = *pod_kind == DraDeviceKind::kWholeGpu ? sched::kModeHamiCore
-                                                                   : sched::kModeMig;
+  if (pod_kind)
+    base.modes = *pod_kind == DraDeviceKind::kWholeGpu ? sched::kModeHamiCore : sched::kModeMig;
   out.request = std::move(base);
   return out;
 }
@@ -437,8 +446,7 @@ absl::StatusOr<std::vector<json>> BuildDraAllocations(const DraPodRequest& pod,
   std::vector<json> results(claims.size(), json::array());
   for (const DraRequestSlot& slot : pod.slots) {
     if (slot.claim >= claims.size() || slot.request >= claims[slot.claim].requests.size() ||
-        slot.container < 0 ||
-        static_cast<size_t>(slot.container) >= decision.containers.size()) {
+        slot.container < 0 || static_cast<size_t>(slot.container) >= decision.containers.size()) {
       return Invalid("decision", "does not match the pod's claims");
     }
     const DraClaimSpec& claim = claims[slot.claim];
@@ -459,9 +467,8 @@ absl::StatusOr<std::vector<json>> BuildDraAllocations(const DraPodRequest& pod,
       std::string device;
       if (r.kind == DraDeviceKind::kWholeGpu) {
         if (d.IsMig() || d.cores_permille < sched::kPermille) {
-          return absl::FailedPreconditionError(
-              StrCat(who, ": the decision gives a share or MIG instance of ", gpu,
-                     ", not the whole GPU"));
+          return absl::FailedPreconditionError(StrCat(
+              who, ": the decision gives a share or MIG instance of ", gpu, ", not the whole GPU"));
         }
         device = DraGpuDeviceName(minor->second);
       } else {
@@ -476,19 +483,19 @@ absl::StatusOr<std::vector<json>> BuildDraAllocations(const DraPodRequest& pod,
         }
         const mig::GpuInstanceProfile& prof = model.profiles[d.profile];
         if (!r.mig_profile.empty() && prof.Name() != r.mig_profile) {
-          return absl::FailedPreconditionError(
-              StrCat(who, ": the decision gives a ", prof.Name(), " instance of ", gpu,
-                     ", the claim asks for ", r.mig_profile));
+          return absl::FailedPreconditionError(StrCat(who, ": the decision gives a ", prof.Name(),
+                                                      " instance of ", gpu, ", the claim asks for ",
+                                                      r.mig_profile));
         }
         if (prof.memory_mib < r.min_memory_mib) {
           return absl::FailedPreconditionError(
-              StrCat(who, ": the decision gives ", prof.Name(), " (", prof.memory_mib,
-                     " MiB) of ", gpu, ", the claim asks for ", r.min_memory_mib, " MiB"));
+              StrCat(who, ": the decision gives ", prof.Name(), " (", prof.memory_mib, " MiB) of ",
+                     gpu, ", the claim asks for ", r.min_memory_mib, " MiB"));
         }
         device = DraMigDeviceName(minor->second, prof, d.start);
       }
-      results[slot.claim].push_back(
-          json{{"request", r.name}, {"driver", kDraDriverName}, {"pool", node}, {"device", device}});
+      results[slot.claim].push_back(json{
+          {"request", r.name}, {"driver", kDraDriverName}, {"pool", node}, {"device", device}});
     }
   }
   for (size_t ci = 0; ci < claims.size(); ++ci) {

@@ -159,8 +159,8 @@ TEST(DraAllocationRoundTripTest, WholeGpus) {
   EXPECT_EQ(marker["opaque"]["parameters"]["pod"], kPodUid);
 
   // Both GPUs are taken now: a third whole GPU does not fit anywhere.
-  DraClaimSpec more{"default", "more", "", true,
-                    {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 0}}};
+  DraClaimSpec more{
+      "default", "more", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 0}}};
   absl::StatusOr<DraPodRequest> pod = BuildDraPodRequest({}, {more});
   ASSERT_TRUE(pod.ok());
   EXPECT_FALSE(engine.Schedule(pod->request).scheduled);
@@ -175,14 +175,16 @@ TEST(DraAllocationRoundTripTest, MigSeedExample) {
   std::vector<std::string> taken;
   std::string node;
   // Two 2g.10gb (HAMi's seed example), then a 1g.5gb next to them.
-  std::vector<json> allocs = Allocate(
-      engine,
-      {ClaimJson("seed", {{"deviceClassName", "mig.gpu.prism.io"},
-                          {"count", 2},
-                          {"selectors", {{{"cel", {{"expression",
-                                                    "device.attributes[\"gpu.prism.io\"].profile "
-                                                    "== \"2g.10gb\""}}}}}}})},
-      Minors(f.mig_gpus), "seed", &node);
+  std::vector<json> allocs =
+      Allocate(engine,
+               {ClaimJson("seed", {{"deviceClassName", "mig.gpu.prism.io"},
+                                   {"count", 2},
+                                   {"selectors",
+                                    {{{"cel",
+                                       {{"expression",
+                                         "device.attributes[\"gpu.prism.io\"].profile "
+                                         "== \"2g.10gb\""}}}}}}})},
+               Minors(f.mig_gpus), "seed", &node);
   ASSERT_EQ(allocs.size(), 1u);
   EXPECT_EQ(node, "mig");
   for (const dp::DraAllocationResult& r : ReadBack(allocs[0])) {
@@ -191,13 +193,14 @@ TEST(DraAllocationRoundTripTest, MigSeedExample) {
     taken.push_back(r.device);
   }
   EXPECT_EQ(taken.size(), 2u);
-  allocs = Allocate(
-      engine,
-      {ClaimJson("small", {{"deviceClassName", "mig.gpu.prism.io"},
-                           {"selectors", {{{"cel", {{"expression",
-                                                     "device.capacity['gpu.prism.io'].memory."
-                                                     "compareTo(quantity('4Gi')) >= 0"}}}}}}})},
-      Minors(f.mig_gpus), "small", &node);
+  allocs = Allocate(engine,
+                    {ClaimJson("small", {{"deviceClassName", "mig.gpu.prism.io"},
+                                         {"selectors",
+                                          {{{"cel",
+                                             {{"expression",
+                                               "device.capacity['gpu.prism.io'].memory."
+                                               "compareTo(quantity('4Gi')) >= 0"}}}}}}})},
+                    Minors(f.mig_gpus), "small", &node);
   ASSERT_EQ(allocs.size(), 1u);
   for (const dp::DraAllocationResult& r : ReadBack(allocs[0])) {
     EXPECT_TRUE(published.count(r.device)) << r.device;
@@ -219,11 +222,13 @@ TEST(DraAllocationRoundTripTest, MigSeedExample) {
 TEST(DraAllocationRoundTripTest, RefusesDecisionsThatDoNotFit) {
   Fixture f;
   sched::Engine engine = sched::testing::MakeEngine(f.nodes, {});
-  absl::StatusOr<DraClaimSpec> spec = ParseDraClaim(
-      ClaimJson("seed", {{"deviceClassName", "mig.gpu.prism.io"},
-                         {"selectors", {{{"cel", {{"expression",
-                                                   "device.attributes['gpu.prism.io'].profile == "
-                                                   "'3g.20gb'"}}}}}}}));
+  absl::StatusOr<DraClaimSpec> spec =
+      ParseDraClaim(ClaimJson("seed", {{"deviceClassName", "mig.gpu.prism.io"},
+                                       {"selectors",
+                                        {{{"cel",
+                                           {{"expression",
+                                             "device.attributes['gpu.prism.io'].profile == "
+                                             "'3g.20gb'"}}}}}}}));
   ASSERT_TRUE(spec.ok()) << spec.status();
   absl::StatusOr<DraPodRequest> pod = BuildDraPodRequest({}, {*spec});
   ASSERT_TRUE(pod.ok());
@@ -243,8 +248,8 @@ TEST(DraAllocationRoundTripTest, RefusesDecisionsThatDoNotFit) {
   ASSERT_FALSE(out.ok());
   EXPECT_THAT(std::string(out.status().message()), HasSubstr("asks for 3g.20gb"));
   // A whole-GPU request given a MIG instance.
-  DraClaimSpec whole{"default", "w", "", true,
-                     {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 0}}};
+  DraClaimSpec whole{
+      "default", "w", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 0}}};
   absl::StatusOr<DraPodRequest> wpod = BuildDraPodRequest({}, {whole});
   ASSERT_TRUE(wpod.ok());
   out = BuildDraAllocations(*wpod, {whole}, r.decision, engine.cluster(), Minors(f.mig_gpus));

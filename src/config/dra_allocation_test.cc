@@ -14,10 +14,12 @@ using ::testing::HasSubstr;
 json Claim(json requests, json extra_devices = json::object()) {
   json devices{{"requests", std::move(requests)}};
   for (auto& [k, v] : extra_devices.items()) devices[k] = v;
-  return json{{"apiVersion", "resource.k8s.io/v1"},
-              {"kind", "ResourceClaim"},
-              {"metadata", {{"name", "c"}, {"namespace", "ns"}, {"uid", "0b0d7a52-1d59-4a44-9a53-9b0f0f7a9b10"}}},
-              {"spec", {{"devices", std::move(devices)}}}};
+  return json{
+      {"apiVersion", "resource.k8s.io/v1"},
+      {"kind", "ResourceClaim"},
+      {"metadata",
+       {{"name", "c"}, {"namespace", "ns"}, {"uid", "0b0d7a52-1d59-4a44-9a53-9b0f0f7a9b10"}}},
+      {"spec", {{"devices", std::move(devices)}}}};
 }
 
 json Request(std::string name, json exactly) {
@@ -46,12 +48,13 @@ TEST(DraClaimTest, WholeGpuDefaults) {
 
 TEST(DraClaimTest, MigSelectors) {
   absl::StatusOr<DraClaimSpec> spec = ParseDraClaim(Claim({Request(
-      "mig", {{"deviceClassName", "mig.gpu.prism.io"},
-              {"allocationMode", "ExactCount"},
-              {"count", 2},
-              {"selectors",
-               {Cel("device.attributes['gpu.prism.io'].profile == '2g.10gb'"),
-                Cel(" device.capacity[\"gpu.prism.io\"].memory.compareTo(quantity(\"9Gi\")) >= 0 ")}}})}));
+      "mig",
+      {{"deviceClassName", "mig.gpu.prism.io"},
+       {"allocationMode", "ExactCount"},
+       {"count", 2},
+       {"selectors",
+        {Cel("device.attributes['gpu.prism.io'].profile == '2g.10gb'"),
+         Cel(" device.capacity[\"gpu.prism.io\"].memory.compareTo(quantity(\"9Gi\")) >= 0 ")}}})}));
   ASSERT_TRUE(spec.ok()) << spec.status();
   const DraDeviceRequest& r = spec->requests[0];
   EXPECT_EQ(r.kind, DraDeviceKind::kMigPartition);
@@ -61,10 +64,10 @@ TEST(DraClaimTest, MigSelectors) {
 }
 
 TEST(DraClaimTest, OtherDriversClaimIsNotPrisms) {
-  absl::StatusOr<DraClaimSpec> spec = ParseDraClaim(Claim(
-      {Request("nic", {{"deviceClassName", "nic.example.com"},
-                       {"allocationMode", "All"},
-                       {"selectors", {Cel("anything at all")}}})}));
+  absl::StatusOr<DraClaimSpec> spec =
+      ParseDraClaim(Claim({Request("nic", {{"deviceClassName", "nic.example.com"},
+                                           {"allocationMode", "All"},
+                                           {"selectors", {Cel("anything at all")}}})}));
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_FALSE(spec->prism);
   EXPECT_TRUE(spec->requests.empty());
@@ -74,7 +77,8 @@ TEST(DraClaimTest, BadInputNamesTheField) {
   const json whole{{"deviceClassName", "gpu.prism.io"}};
   // A claim mixing Prism's class with another.
   ExpectError(Claim({Request("a", whole), Request("b", {{"deviceClassName", "nic.example.com"}})}),
-              absl::StatusCode::kInvalidArgument, "spec.devices.requests[1].exactly.deviceClassName");
+              absl::StatusCode::kInvalidArgument,
+              "spec.devices.requests[1].exactly.deviceClassName");
   // An unknown class in Prism's domain.
   ExpectError(Claim({Request("a", {{"deviceClassName", "foo.gpu.prism.io"}})}),
               absl::StatusCode::kInvalidArgument, "requests[0].exactly.deviceClassName");
@@ -88,10 +92,12 @@ TEST(DraClaimTest, BadInputNamesTheField) {
   ExpectError(Claim({Request("a", {{"deviceClassName", "gpu.prism.io"}, {"count", 32}}),
                      Request("b", whole)}),
               absl::StatusCode::kInvalidArgument, "requests[1].exactly.count");
-  ExpectError(Claim({Request("a", {{"deviceClassName", "gpu.prism.io"}, {"allocationMode", "All"}})}),
-              absl::StatusCode::kUnimplemented, "requests[0].exactly.allocationMode");
-  ExpectError(Claim({Request("a", {{"deviceClassName", "gpu.prism.io"}, {"allocationMode", "Some"}})}),
-              absl::StatusCode::kInvalidArgument, "requests[0].exactly.allocationMode");
+  ExpectError(
+      Claim({Request("a", {{"deviceClassName", "gpu.prism.io"}, {"allocationMode", "All"}})}),
+      absl::StatusCode::kUnimplemented, "requests[0].exactly.allocationMode");
+  ExpectError(
+      Claim({Request("a", {{"deviceClassName", "gpu.prism.io"}, {"allocationMode", "Some"}})}),
+      absl::StatusCode::kInvalidArgument, "requests[0].exactly.allocationMode");
   ExpectError(Claim({Request("a", {{"deviceClassName", "gpu.prism.io"}, {"adminAccess", true}})}),
               absl::StatusCode::kUnimplemented, "requests[0].exactly.adminAccess");
   ExpectError(Claim({Request("a", {{"deviceClassName", "gpu.prism.io"},
@@ -106,13 +112,15 @@ TEST(DraClaimTest, BadInputNamesTheField) {
         "device.attributes['gpu.prism.io'].profile == '1g.5gb+me'",
         "device.capacity['gpu.prism.io'].memory.compareTo(quantity('lots')) >= 0",
         "device.capacity['gpu.prism.io'].memory.compareTo(quantity('1Gi')) >= 1", "\"unclosed"}) {
-    ExpectError(Claim({Request("a", {{"deviceClassName", "mig.gpu.prism.io"},
-                                     {"selectors", {Cel(expr)}}})}),
-                absl::StatusCode::kInvalidArgument, "requests[0].exactly.selectors[0].cel.expression");
+    ExpectError(
+        Claim(
+            {Request("a", {{"deviceClassName", "mig.gpu.prism.io"}, {"selectors", {Cel(expr)}}})}),
+        absl::StatusCode::kInvalidArgument, "requests[0].exactly.selectors[0].cel.expression");
   }
   ExpectError(Claim({Request("a", {{"deviceClassName", "gpu.prism.io"},
-                                   {"selectors", {Cel("device.attributes['gpu.prism.io'].profile "
-                                                      "== '2g.10gb'")}}})}),
+                                   {"selectors",
+                                    {Cel("device.attributes['gpu.prism.io'].profile "
+                                         "== '2g.10gb'")}}})}),
               absl::StatusCode::kInvalidArgument, "selectors[0].cel.expression");
   ExpectError(Claim({Request("a", {{"deviceClassName", "mig.gpu.prism.io"},
                                    {"selectors", {Cel(std::string(10 * 1024 + 1, ' '))}}})}),
@@ -129,22 +137,28 @@ TEST(DraClaimTest, BadInputNamesTheField) {
               "requests[1].name");
   ExpectError(Claim({Request("Not_A_Label", whole)}), absl::StatusCode::kInvalidArgument,
               "requests[0].name");
-  ExpectError(Claim({json{{"name", "a"},
-                          {"firstAvailable", {{{"name", "x"}, {"deviceClassName", "gpu.prism.io"}}}}}}),
-              absl::StatusCode::kUnimplemented, "requests[0].firstAvailable");
-  ExpectError(Claim({Request("a", whole)}, {{"constraints", {{{"matchAttribute", "gpu.prism.io/uuid"}}}}}),
-              absl::StatusCode::kUnimplemented, "spec.devices.constraints");
-  ExpectError(Claim({Request("a", whole)},
-                    {{"config", {{{"opaque", {{"driver", "gpu.prism.io"}, {"parameters", json::object()}}}}}}}),
-              absl::StatusCode::kUnimplemented, "spec.devices.config[0].opaque");
+  ExpectError(
+      Claim({json{{"name", "a"},
+                  {"firstAvailable", {{{"name", "x"}, {"deviceClassName", "gpu.prism.io"}}}}}}),
+      absl::StatusCode::kUnimplemented, "requests[0].firstAvailable");
+  ExpectError(
+      Claim({Request("a", whole)}, {{"constraints", {{{"matchAttribute", "gpu.prism.io/uuid"}}}}}),
+      absl::StatusCode::kUnimplemented, "spec.devices.constraints");
+  ExpectError(
+      Claim({Request("a", whole)},
+            {{"config",
+              {{{"opaque", {{"driver", "gpu.prism.io"}, {"parameters", json::object()}}}}}}}),
+      absl::StatusCode::kUnimplemented, "spec.devices.config[0].opaque");
   ExpectError(json{{"metadata", {{"name", "BAD NAME"}}}}, absl::StatusCode::kInvalidArgument,
               "metadata.name");
 }
 
 TEST(DraPodRequestTest, OneContainerPerRequest) {
-  DraClaimSpec a{"ns", "a", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 2, "", 0}}};
+  DraClaimSpec a{
+      "ns", "a", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 2, "", 0}}};
   DraClaimSpec foreign{"ns", "nic", "", false, {}};
-  DraClaimSpec b{"ns", "b", "", true, {{"more", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 40000}}};
+  DraClaimSpec b{
+      "ns", "b", "", true, {{"more", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 40000}}};
   sched::PodRequest base;
   base.name = "p";
   base.containers.push_back({"main", false, 1000, 1 << 30, {}});
@@ -165,8 +179,10 @@ TEST(DraPodRequestTest, OneContainerPerRequest) {
 }
 
 TEST(DraPodRequestTest, RefusesMixedKindsAndExtendedResources) {
-  DraClaimSpec whole{"ns", "a", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 0}}};
-  DraClaimSpec mig{"ns", "b", "", true, {{"mig", "mig.gpu.prism.io", DraDeviceKind::kMigPartition, 1, "", 0}}};
+  DraClaimSpec whole{
+      "ns", "a", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 0}}};
+  DraClaimSpec mig{
+      "ns", "b", "", true, {{"mig", "mig.gpu.prism.io", DraDeviceKind::kMigPartition, 1, "", 0}}};
   absl::StatusOr<DraPodRequest> pod = BuildDraPodRequest({}, {whole, mig});
   ASSERT_FALSE(pod.ok());
   EXPECT_THAT(std::string(pod.status().message()), HasSubstr("ResourceClaim b request mig"));
