@@ -9,6 +9,7 @@
 #include "base/strings.h"
 #include "deviceplugin/device_ids.h"
 #include "deviceplugin/node_agent.h"
+#include "deviceplugin/node_agent_internal.h"
 #include "k8s/objects.h"
 #include "kubelet/kubelet_client.h"
 
@@ -16,7 +17,7 @@ namespace prism::deviceplugin {
 namespace {
 
 using k8s::Json;
-constexpr char kLog[] = "device-plugin";
+using node_agent_internal::kLog;
 
 }  // namespace
 

@@ -11,6 +11,7 @@
 #include "config/allocation_status.h"
 #include "deviceplugin/cdi_spec.h"
 #include "deviceplugin/node_agent.h"
+#include "deviceplugin/node_agent_internal.h"
 #include "deviceplugin/node_files.h"
 #include "k8s/informer.h"
 #include "k8s/objects.h"
@@ -19,16 +20,10 @@
 namespace prism::deviceplugin {
 namespace {
 
-namespace fs = std::filesystem;
 using k8s::Json;
-constexpr char kLog[] = "device-plugin";
-
-int64_t NowMs() { return absl::ToUnixMillis(absl::Now()); }
-
-bool Terminal(const Json& pod) {
-  const std::string phase = k8s::PodPhase(pod);
-  return phase == "Succeeded" || phase == "Failed";
-}
+using node_agent_internal::kLog;
+using node_agent_internal::NowMs;
+using node_agent_internal::Terminal;
 
 }  // namespace
 
