@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "absl/status/status.h"
 
@@ -55,6 +57,26 @@ absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_
   if (!status.ok()) return status;
   if (out.size() > max_bytes) return TooLarge(path, max_bytes);
   return out;
+}
+
+absl::Status WriteFileReplacing(const std::string& path, std::string_view text) {
+  namespace fs = std::filesystem;
+  const fs::path target(path);
+  const std::string tmp =
+      (target.parent_path() / ("." + target.filename().string() + ".tmp")).string();
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) return absl::InternalError(StrCat("cannot write ", tmp));
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) {
+    fs::remove(tmp, ec);
+    return absl::InternalError(StrCat("cannot rename ", tmp, " to ", path, ": ", ec.message()));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace prism

@@ -1,5 +1,6 @@
 // src/base/file.h: whole-file reads with a size bound, for the files a user or a manifest names
-// (device-config.yaml, mig-parted configs, cluster and pod descriptions, traces).
+// (device-config.yaml, mig-parted configs, cluster and pod descriptions, traces); and whole-file
+// writes that a reader never sees half done (the node agent's records and CDI specs).
 #pragma once
 
 #include <cstddef>
@@ -23,5 +24,10 @@ absl::StatusOr<std::string> ReadFileBounded(const std::string& path, size_t max_
 // The same for an open stream (standard input); `name` stands for the path in errors.
 absl::StatusOr<std::string> ReadStreamBounded(std::istream& in, std::string_view name,
                                               size_t max_bytes);
+
+// Writes `text` to a dot-file beside `path` (".<name>.tmp": readers that list *.json skip it) and
+// renames it over `path`, so a reader sees the old file or the new one, never a part. Internal
+// "cannot write/rename ..." naming the file; the temporary file is removed on failure.
+absl::Status WriteFileReplacing(const std::string& path, std::string_view text);
 
 }  // namespace prism

@@ -83,5 +83,18 @@ TEST(ReadStreamBoundedTest, NamesTheStreamInItsError) {
   EXPECT_THAT(over.status().message(), HasSubstr("standard input: larger than the 3-byte limit"));
 }
 
+TEST_F(ReadFileBoundedTest, WriteFileReplacingLeavesTheNewFileAndNoTemporary) {
+  const std::string path = Write("record.json", "old");
+  ASSERT_TRUE(WriteFileReplacing(path, "new").ok());
+  EXPECT_EQ(*ReadFileBounded(path, 16), "new");
+  EXPECT_FALSE(std::filesystem::exists(dir_ / ".record.json.tmp"));
+  // A directory in the way: the error names the file, and no temporary is left behind.
+  std::filesystem::create_directories(dir_ / "taken" / "x");
+  const absl::Status failed = WriteFileReplacing((dir_ / "taken").string(), "text");
+  ASSERT_FALSE(failed.ok());
+  EXPECT_THAT(failed.message(), HasSubstr((dir_ / "taken").string()));
+  EXPECT_FALSE(std::filesystem::exists(dir_ / ".taken.tmp"));
+}
+
 }  // namespace
 }  // namespace prism

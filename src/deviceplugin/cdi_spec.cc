@@ -5,10 +5,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "nlohmann/json.hpp"
 
+#include "base/file.h"
 #include "base/strings.h"
 
 namespace prism::deviceplugin {
@@ -70,22 +70,8 @@ absl::Status WriteCdiSpec(const std::string& cdi_dir, std::string_view allocatio
                           const ContainerEdits& edits) {
   std::error_code ec;
   fs::create_directories(cdi_dir, ec);
-  const std::string path = CdiSpecPath(cdi_dir, allocation_id);
-  // A dot-file without the .json suffix: CDI caches ignore it until the rename.
-  const std::string tmp =
-      (fs::path(cdi_dir) / StrCat(".", kFilePrefix, allocation_id, ".tmp")).string();
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << CdiSpecJson(allocation_id, edits);
-    out.flush();
-    if (!out) return absl::InternalError(StrCat("cannot write CDI spec ", tmp));
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    return absl::InternalError(StrCat("cannot rename CDI spec to ", path, ": ", ec.message()));
-  }
-  return absl::OkStatus();
+  // Through a dot-file ending in .tmp, which CDI caches ignore until the rename.
+  return WriteFileReplacing(CdiSpecPath(cdi_dir, allocation_id), CdiSpecJson(allocation_id, edits));
 }
 
 absl::Status RemoveCdiSpec(const std::string& cdi_dir, std::string_view allocation_id) {

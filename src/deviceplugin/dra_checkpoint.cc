@@ -152,25 +152,6 @@ std::string PreparedClaimToJson(const PreparedClaim& claim) {
   return ToJson(claim).dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
-absl::Status WriteFileReplacing(const std::string& path, std::string_view text) {
-  const fs::path target(path);
-  const std::string tmp =
-      (target.parent_path() / ("." + target.filename().string() + ".tmp")).string();
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << text;
-    out.flush();
-    if (!out) return absl::InternalError(StrCat("cannot write ", tmp));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) {
-    fs::remove(tmp, ec);
-    return absl::InternalError(StrCat("cannot rename ", tmp, " to ", path, ": ", ec.message()));
-  }
-  return absl::OkStatus();
-}
-
 DraCheckpoint::DraCheckpoint(std::string state_dir)
     : dir_(state_dir.empty() ? std::string() : (fs::path(state_dir) / "claims").string()) {}
 

@@ -56,11 +56,6 @@ struct PreparedClaim {
 absl::StatusOr<PreparedClaim> ParsePreparedClaim(std::string_view text);
 std::string PreparedClaimToJson(const PreparedClaim& claim);
 
-// Writes `text` to `path` through a dot-file beside it and a rename, so that no reader (the
-// agent after a crash, a CDI cache) ever sees half a file; the dot-file's name ends in ".tmp",
-// which neither the checkpoint nor CDI reads. Internal naming the path on I/O errors.
-absl::Status WriteFileReplacing(const std::string& path, std::string_view text);
-
 class DraCheckpoint {
  public:
   explicit DraCheckpoint(std::string state_dir);

@@ -7,6 +7,7 @@
 
 #include "nlohmann/json.hpp"
 
+#include "base/file.h"
 #include "base/json_fields.h"
 #include "base/log.h"
 #include "base/status_macros.h"
@@ -195,18 +196,7 @@ absl::Status Ledger::Load() {
 
 absl::Status Ledger::Persist(const AllocationRecord& record) const {
   if (dir_.empty()) return absl::OkStatus();
-  const std::string path = PathOf(record.id);
-  const std::string tmp = (fs::path(dir_) / ("." + record.id + ".tmp")).string();
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << AllocationRecordToJson(record) << "\n";
-    out.flush();
-    if (!out) return absl::InternalError(StrCat("cannot write ", tmp));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return absl::InternalError(StrCat("cannot rename ", tmp, ": ", ec.message()));
-  return absl::OkStatus();
+  return WriteFileReplacing(PathOf(record.id), AllocationRecordToJson(record) + "\n");
 }
 
 void Ledger::AdvanceSequenceLocked(uint64_t seen) {
