@@ -4,23 +4,10 @@
 // node_agent_restart_test.cc.
 #include "deviceplugin/node_agent_test_fixture.h"
 
-namespace prism::deviceplugin {
+namespace prism::deviceplugin::node_agent_test {
 namespace {
 
 namespace fs = std::filesystem;
-using node_agent_test::kMixedNode;
-using node_agent_test::MigPod;
-using node_agent_test::MigUuidAt;
-using node_agent_test::NodeAgentTest;
-using node_agent_test::PlacementConfig;
-using node_agent_test::SlicePod;
-using node_agent_test::Status;
-using testing::AgentHarness;
-using testing::ContainerSpec;
-using testing::Eventually;
-using ::testing::HasSubstr;
-using testing::PodSpec;
-using ::testing::StartsWith;
 
 TEST_F(NodeAgentTest, MigPodGetsExactlyItsDecidedInstance) {
   Start();
@@ -656,4 +643,4 @@ TEST_F(NodeAgentTest, AnUnlabelledNodeIsDynamicAndAMigConfigLabelMakesItStatic) 
 }
 
 }  // namespace
-}  // namespace prism::deviceplugin
+}  // namespace prism::deviceplugin::node_agent_test
