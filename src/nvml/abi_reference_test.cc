@@ -68,6 +68,21 @@ TEST_F(NvmlAbiTest, ConstantsMatchNvidia) {
       {"nvmlEventTypeDoubleBitEccError", nvmlEventTypeDoubleBitEccError},
       {"nvmlEventTypePState", nvmlEventTypePState},
       {"nvmlEventTypeXidCriticalError", nvmlEventTypeXidCriticalError},
+      {"NVML_NVLINK_MAX_LINKS", NVML_NVLINK_MAX_LINKS},
+      {"NVML_FEATURE_DISABLED", NVML_FEATURE_DISABLED},
+      {"NVML_FEATURE_ENABLED", NVML_FEATURE_ENABLED},
+      {"NVML_TOPOLOGY_INTERNAL", NVML_TOPOLOGY_INTERNAL},
+      {"NVML_TOPOLOGY_SINGLE", NVML_TOPOLOGY_SINGLE},
+      {"NVML_TOPOLOGY_MULTIPLE", NVML_TOPOLOGY_MULTIPLE},
+      {"NVML_TOPOLOGY_HOSTBRIDGE", NVML_TOPOLOGY_HOSTBRIDGE},
+      {"NVML_TOPOLOGY_NODE", NVML_TOPOLOGY_NODE},
+      {"NVML_TOPOLOGY_SYSTEM", NVML_TOPOLOGY_SYSTEM},
+      {"NVML_P2P_CAPS_INDEX_NVLINK", NVML_P2P_CAPS_INDEX_NVLINK},
+      {"NVML_P2P_STATUS_OK", NVML_P2P_STATUS_OK},
+      {"NVML_NVLINK_DEVICE_TYPE_GPU", NVML_NVLINK_DEVICE_TYPE_GPU},
+      {"NVML_NVLINK_DEVICE_TYPE_IBMNPU", NVML_NVLINK_DEVICE_TYPE_IBMNPU},
+      {"NVML_NVLINK_DEVICE_TYPE_SWITCH", NVML_NVLINK_DEVICE_TYPE_SWITCH},
+      {"NVML_NVLINK_DEVICE_TYPE_UNKNOWN", NVML_NVLINK_DEVICE_TYPE_UNKNOWN},
   };
   ref::ExpectConstantsMatch(nvml_, ours, {});
   ref::ExpectEveryDeclaredConstantChecked(
@@ -81,6 +96,12 @@ TEST_F(NvmlAbiTest, TypesMatchNvidia) {
   PRISM_ABI_TYPE(ours, nvml_, nvmlGpuInstance_t);
   PRISM_ABI_TYPE(ours, nvml_, nvmlComputeInstance_t);
   PRISM_ABI_TYPE(ours, nvml_, nvmlEventSet_t);
+  // Enum typedefs: int in nvml_abi.h, an enum (canonically int, size and alignment 4) in nvml.h.
+  PRISM_ABI_TYPE(ours, nvml_, nvmlEnableState_t);
+  PRISM_ABI_TYPE(ours, nvml_, nvmlGpuTopologyLevel_t);
+  PRISM_ABI_TYPE(ours, nvml_, nvmlGpuP2PStatus_t);
+  PRISM_ABI_TYPE(ours, nvml_, nvmlGpuP2PCapsIndex_t);
+  PRISM_ABI_TYPE(ours, nvml_, nvmlIntNvLinkDeviceType_t);
   ref::ExpectTypesMatch(nvml_, ours, {});
 }
 
@@ -171,7 +192,7 @@ TEST_F(NvmlAbiTest, StructLayoutsMatchNvidia) {
 
 TEST_F(NvmlAbiTest, EveryResolvedFunctionMatchesNvidia) {
   const std::map<std::string, ref::Function> ours = DeclaredFunctions(nvml_);
-  ASSERT_GT(ours.size(), 30u);
+  ASSERT_GT(ours.size(), 37u);
   for (const auto& [name, prototype] : ours) {
     ref::ExpectPrototypeMatches(nvml_, name, prototype);
     // nvml.h maps no public name to a function we call by its un-suffixed name: we call the

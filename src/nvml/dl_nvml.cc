@@ -9,10 +9,12 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "core/mig/gpu_model.h"
+#include "core/topo/topology.h"
 #include "nvml/nvml_abi.h"
 #include "nvml/nvml_errors.h"
 
@@ -538,6 +540,149 @@ absl::StatusOr<std::unique_ptr<XidEventWatcher>> DlNvml::WatchXidEvents(
     return absl::UnimplementedError("no GPU supports critical XID events");
   }
   return watcher;
+}
+
+// ---- Topology -------------------------------------------------------------------------------
+
+namespace {
+
+// "00000000:07:00.0" (NVML) -> "0000:07:00.0" (sysfs): the domain has 4 hex digits there.
+std::string SysfsPciName(std::string_view bus_id) {
+  const size_t colon = bus_id.find(':');
+  std::string_view domain = bus_id.substr(0, colon);
+  while (domain.size() > 4 && domain[0] == '0') domain.remove_prefix(1);
+  if (colon == std::string_view::npos) return AsciiLower(bus_id);
+  return AsciiLower(StrCat(domain, bus_id.substr(colon)));
+}
+
+absl::Status Missing(std::string_view symbol) {
+  return absl::UnimplementedError(StrCat("the NVIDIA driver lacks ", symbol));
+}
+
+}  // namespace
+
+absl::StatusOr<int> DlNvml::NumaNode(int gpu) {
+  ASSIGN_OR_RETURN(nvmlDevice_t device, Device(*sym_, gpu));
+  nvmlPciInfo_t pci{};
+  RETURN_IF_ERROR(NvmlError(sym_->nvmlDeviceGetPciInfo_v3(device, &pci), "nvmlDeviceGetPciInfo_v3",
+                            StrCat("GPU ", gpu)));
+  const std::string path = StrCat(sysfs_root_, "/bus/pci/devices/",
+                                  SysfsPciName(CString(pci.busId, sizeof(pci.busId))), "/numa_node");
+  std::string sysfs_error;
+  bool sysfs_said_none = false;
+  if (std::ifstream in(path); in) {
+    std::string text;
+    std::getline(in, text);
+    // The kernel writes a decimal, -1 when the firmware assigns the device to no node.
+    int64_t node = 0;
+    const std::string_view t = StripWhitespace(text);
+    const bool negative = !t.empty() && t[0] == '-';
+    const std::string_view digits = negative ? t.substr(1) : t;
+    bool ok = !digits.empty() && digits.size() <= 6;
+    for (char c : digits) ok = ok && c >= '0' && c <= '9';
+    if (ok) {
+      for (char c : digits) node = node * 10 + (c - '0');
+      if (negative) node = -node;
+    }
+    if (ok && node >= -1 && node <= topo::kMaxNumaNode) {
+      if (node >= 0) return static_cast<int>(node);
+      sysfs_error = StrCat(path, " is -1");
+      sysfs_said_none = true;
+    } else {
+      sysfs_error = StrCat(path, " holds ", QuoteBounded(t));
+    }
+  } else {
+    sysfs_error = StrCat("cannot read ", path);
+  }
+  unsigned int node = 0;
+  const int rc = sym_->nvmlDeviceGetNumaNodeId == nullptr
+                     ? kNvmlErrorFunctionNotFound
+                     : sym_->nvmlDeviceGetNumaNodeId(device, &node);
+  if (rc != kNvmlSuccess) {
+    if (sysfs_said_none) return -1;
+    return Annotate(NvmlError(rc, "nvmlDeviceGetNumaNodeId", StrCat("GPU ", gpu)), sysfs_error);
+  }
+  // Bad data (0xFFFFFFFF: "none" read as unsigned) is "none", as in sysfs.
+  if (node > static_cast<unsigned>(topo::kMaxNumaNode)) return -1;
+  return static_cast<int>(node);
+}
+
+absl::StatusOr<std::string> DlNvml::CpuAffinity(int gpu) {
+  if (sym_->nvmlDeviceGetCpuAffinity == nullptr) return Missing("nvmlDeviceGetCpuAffinity");
+  ASSIGN_OR_RETURN(nvmlDevice_t device, Device(*sym_, gpu));
+  // 64 words: 4,096 CPUs, more than any machine NVML runs on.
+  std::vector<unsigned long> words(64);
+  RETURN_IF_ERROR(NvmlError(sym_->nvmlDeviceGetCpuAffinity(
+                                device, static_cast<unsigned>(words.size()), words.data()),
+                            "nvmlDeviceGetCpuAffinity", StrCat("GPU ", gpu)));
+  return topo::CpuListFromMask(std::vector<uint64_t>(words.begin(), words.end()));
+}
+
+absl::StatusOr<std::vector<NvLinkRemote>> DlNvml::ActiveNvLinks(int gpu) {
+  if (sym_->nvmlDeviceGetNvLinkState == nullptr) return Missing("nvmlDeviceGetNvLinkState");
+  if (sym_->nvmlDeviceGetNvLinkRemotePciInfo_v2 == nullptr) {
+    return Missing("nvmlDeviceGetNvLinkRemotePciInfo_v2");
+  }
+  ASSIGN_OR_RETURN(nvmlDevice_t device, Device(*sym_, gpu));
+  std::vector<NvLinkRemote> out;
+  for (unsigned int link = 0; link < NVML_NVLINK_MAX_LINKS; ++link) {
+    nvmlEnableState_t active = NVML_FEATURE_DISABLED;
+    const int rc = sym_->nvmlDeviceGetNvLinkState(device, link, &active);
+    // Past the GPU's last link (INVALID_ARGUMENT), or no NVLink at all (NOT_SUPPORTED on link 0;
+    // a GPU may also report its unused links so).
+    if (rc == kNvmlErrorInvalidArgument || rc == kNvmlErrorNotSupported) break;
+    RETURN_IF_ERROR(NvmlError(rc, "nvmlDeviceGetNvLinkState", StrCat("GPU ", gpu, " link ", link)));
+    if (active != NVML_FEATURE_ENABLED) continue;
+    nvmlPciInfo_t pci{};
+    RETURN_IF_ERROR(NvmlError(sym_->nvmlDeviceGetNvLinkRemotePciInfo_v2(device, link, &pci),
+                              "nvmlDeviceGetNvLinkRemotePciInfo_v2",
+                              StrCat("GPU ", gpu, " link ", link)));
+    NvLinkRemote remote;
+    remote.link = static_cast<int>(link);
+    remote.pci_bus_id = CString(pci.busId, sizeof(pci.busId));
+    if (sym_->nvmlDeviceGetNvLinkRemoteDeviceType != nullptr) {
+      nvmlIntNvLinkDeviceType_t type = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
+      if (sym_->nvmlDeviceGetNvLinkRemoteDeviceType(device, link, &type) == kNvmlSuccess) {
+        remote.is_switch = type == NVML_NVLINK_DEVICE_TYPE_SWITCH;
+      }
+    }
+    out.push_back(std::move(remote));
+  }
+  return out;
+}
+
+absl::StatusOr<bool> DlNvml::NvLinkP2P(int gpu_a, int gpu_b) {
+  if (sym_->nvmlDeviceGetP2PStatus == nullptr) return Missing("nvmlDeviceGetP2PStatus");
+  ASSIGN_OR_RETURN(nvmlDevice_t a, Device(*sym_, gpu_a));
+  ASSIGN_OR_RETURN(nvmlDevice_t b, Device(*sym_, gpu_b));
+  nvmlGpuP2PStatus_t status = NVML_P2P_STATUS_OK;
+  RETURN_IF_ERROR(NvmlError(sym_->nvmlDeviceGetP2PStatus(a, b, NVML_P2P_CAPS_INDEX_NVLINK, &status),
+                            "nvmlDeviceGetP2PStatus", StrCat("GPUs ", gpu_a, " and ", gpu_b)));
+  return status == NVML_P2P_STATUS_OK;
+}
+
+absl::StatusOr<PcieLevel> DlNvml::PcieCommonAncestor(int gpu_a, int gpu_b) {
+  if (sym_->nvmlDeviceGetTopologyCommonAncestor == nullptr) {
+    return Missing("nvmlDeviceGetTopologyCommonAncestor");
+  }
+  ASSIGN_OR_RETURN(nvmlDevice_t a, Device(*sym_, gpu_a));
+  ASSIGN_OR_RETURN(nvmlDevice_t b, Device(*sym_, gpu_b));
+  nvmlGpuTopologyLevel_t level = NVML_TOPOLOGY_SYSTEM;
+  RETURN_IF_ERROR(NvmlError(sym_->nvmlDeviceGetTopologyCommonAncestor(a, b, &level),
+                            "nvmlDeviceGetTopologyCommonAncestor",
+                            StrCat("GPUs ", gpu_a, " and ", gpu_b)));
+  switch (level) {
+    case NVML_TOPOLOGY_INTERNAL:
+    case NVML_TOPOLOGY_SINGLE:
+    case NVML_TOPOLOGY_MULTIPLE:
+    case NVML_TOPOLOGY_HOSTBRIDGE:
+    case NVML_TOPOLOGY_NODE:
+    case NVML_TOPOLOGY_SYSTEM:
+      return static_cast<PcieLevel>(level);
+    default:
+      return absl::UnknownError(StrCat("nvmlDeviceGetTopologyCommonAncestor: GPUs ", gpu_a, " and ",
+                                       gpu_b, ": unknown level ", level));
+  }
 }
 
 }  // namespace prism::nvml

@@ -48,8 +48,20 @@ class DlNvml : public Nvml {
   absl::StatusOr<std::unique_ptr<XidEventWatcher>> WatchXidEvents(
       const std::vector<int>& gpus) override;
 
+  // The PCI device's sysfs numa_node (<sysfs>/bus/pci/devices/<bus id>/numa_node), else
+  // nvmlDeviceGetNumaNodeId (which on coherent platforms such as Grace Hopper names the GPU's own
+  // memory node, not the CPUs' node the kubelet aligns with: hence second).
+  absl::StatusOr<int> NumaNode(int gpu) override;
+  absl::StatusOr<std::string> CpuAffinity(int gpu) override;
+  absl::StatusOr<std::vector<NvLinkRemote>> ActiveNvLinks(int gpu) override;
+  absl::StatusOr<bool> NvLinkP2P(int gpu_a, int gpu_b) override;
+  absl::StatusOr<PcieLevel> PcieCommonAncestor(int gpu_a, int gpu_b) override;
+
   // The driver version, or "unknown".
   std::string DriverVersion();
+
+  // Where sysfs is mounted ("/sys"); tests point it at a tree of their own.
+  void set_sysfs_root_for_test(std::string root) { sysfs_root_ = std::move(root); }
 
  private:
   struct Symbols;
@@ -57,6 +69,7 @@ class DlNvml : public Nvml {
 
   void* handle_;
   std::unique_ptr<Symbols> sym_;
+  std::string sysfs_root_ = "/sys";
 };
 
 }  // namespace prism::nvml

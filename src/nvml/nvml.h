@@ -10,7 +10,7 @@
 //
 // Errors carry the NVML call and return code, mapped to Status codes by
 // NvmlError (nvml_errors.h): INSUFFICIENT_RESOURCES -> ResourceExhausted,
-// IN_USE -> FailedPrecondition, NOT_FOUND -> NotFound, NOT_SUPPORTED ->
+// IN_USE -> FailedPrecondition, NOT_FOUND -> NotFound, NOT_SUPPORTED and FUNCTION_NOT_FOUND ->
 // Unimplemented, INVALID_ARGUMENT -> InvalidArgument, NO_PERMISSION ->
 // PermissionDenied, GPU_IS_LOST / UNINITIALIZED -> Unavailable, TIMEOUT ->
 // DeadlineExceeded, others Unknown.
@@ -113,6 +113,23 @@ struct XidEvent {
   int compute_instance_id = -1;
 };
 
+// One active NVLink of a GPU and what is at its other end.
+struct NvLinkRemote {
+  int link = 0;
+  std::string pci_bus_id;  // The remote device's (nvmlDeviceGetNvLinkRemotePciInfo_v2).
+  bool is_switch = false;  // An NVSwitch (nvmlDeviceGetNvLinkRemoteDeviceType), not a GPU.
+};
+
+// nvmlGpuTopologyLevel_t: the closest common ancestor of two GPUs on the PCIe tree (values as NVML).
+enum class PcieLevel : int {
+  kInternal = 0,      // One board.
+  kSingle = 10,       // One PCIe switch.
+  kMultiple = 20,     // Several PCIe switches, no host bridge.
+  kHostBridge = 30,   // One host bridge.
+  kNode = 40,         // One NUMA node, several host bridges.
+  kSystem = 50,       // Across NUMA nodes (the CPUs' interconnect).
+};
+
 // An NVML event set registered for critical XID events on some GPUs.
 // Wait may run on a thread of its own (see above); the watcher must not
 // outlive the Nvml that made it.
@@ -176,6 +193,41 @@ class Nvml {
     (void)gpu;
     (void)since_us;
     return absl::UnimplementedError("this NVML backend does not report process utilization");
+  }
+
+  // ---- Topology (nvml/topology.h puts these together; docs/topology.md) ----
+  // A backend or driver that cannot answer returns Unimplemented (the default here); callers treat
+  // every error as "unknown", never as a reason to fail the node.
+
+  // The GPU's NUMA node: the node its PCI device hangs off (what the kubelet's Topology Manager
+  // aligns CPUs with). -1 when the machine reports none.
+  virtual absl::StatusOr<int> NumaNode(int gpu) {
+    (void)gpu;
+    return absl::UnimplementedError("this NVML backend does not report NUMA nodes");
+  }
+  // The CPUs closest to the GPU (nvmlDeviceGetCpuAffinity) as a CPU list, e.g. "0-19,40-59".
+  virtual absl::StatusOr<std::string> CpuAffinity(int gpu) {
+    (void)gpu;
+    return absl::UnimplementedError("this NVML backend does not report CPU affinity");
+  }
+  // The GPU's active NVLinks (nvmlDeviceGetNvLinkState, ...RemotePciInfo_v2,
+  // ...RemoteDeviceType); empty for a GPU without NVLink.
+  virtual absl::StatusOr<std::vector<NvLinkRemote>> ActiveNvLinks(int gpu) {
+    (void)gpu;
+    return absl::UnimplementedError("this NVML backend does not report NVLinks");
+  }
+  // Whether peer-to-peer over NVLink works between two GPUs (nvmlDeviceGetP2PStatus with
+  // NVML_P2P_CAPS_INDEX_NVLINK): what tells that two GPUs on NVSwitch reach each other.
+  virtual absl::StatusOr<bool> NvLinkP2P(int gpu_a, int gpu_b) {
+    (void)gpu_a;
+    (void)gpu_b;
+    return absl::UnimplementedError("this NVML backend does not report P2P status");
+  }
+  // nvmlDeviceGetTopologyCommonAncestor.
+  virtual absl::StatusOr<PcieLevel> PcieCommonAncestor(int gpu_a, int gpu_b) {
+    (void)gpu_a;
+    (void)gpu_b;
+    return absl::UnimplementedError("this NVML backend does not report the PCIe topology");
   }
 
   // Registers for critical XID events on `gpus`. GPUs whose driver does not

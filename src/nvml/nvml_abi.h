@@ -15,6 +15,12 @@ typedef struct nvmlDevice_st* nvmlDevice_t;
 typedef struct nvmlGpuInstance_st* nvmlGpuInstance_t;
 typedef struct nvmlComputeInstance_st* nvmlComputeInstance_t;
 typedef struct nvmlEventSet_st* nvmlEventSet_t;
+// Enums in nvml.h, passed as int (their values below).
+typedef int nvmlEnableState_t;
+typedef int nvmlGpuTopologyLevel_t;
+typedef int nvmlGpuP2PStatus_t;
+typedef int nvmlGpuP2PCapsIndex_t;
+typedef int nvmlIntNvLinkDeviceType_t;
 
 #define NVML_DEVICE_UUID_V2_BUFFER_SIZE 96
 #define NVML_DEVICE_NAME_V2_BUFFER_SIZE 96
@@ -30,6 +36,22 @@ typedef struct nvmlEventSet_st* nvmlEventSet_t;
 #define nvmlEventTypeDoubleBitEccError 0x0000000000000002LL
 #define nvmlEventTypePState 0x0000000000000004LL
 #define nvmlEventTypeXidCriticalError 0x0000000000000008LL
+#define NVML_NVLINK_MAX_LINKS 36
+#define NVML_FEATURE_DISABLED 0
+#define NVML_FEATURE_ENABLED 1
+// nvmlGpuTopologyLevel_t: the closest common ancestor of two GPUs on the PCIe tree.
+#define NVML_TOPOLOGY_INTERNAL 0
+#define NVML_TOPOLOGY_SINGLE 10
+#define NVML_TOPOLOGY_MULTIPLE 20
+#define NVML_TOPOLOGY_HOSTBRIDGE 30
+#define NVML_TOPOLOGY_NODE 40
+#define NVML_TOPOLOGY_SYSTEM 50
+#define NVML_P2P_CAPS_INDEX_NVLINK 2
+#define NVML_P2P_STATUS_OK 0
+#define NVML_NVLINK_DEVICE_TYPE_GPU 0x00
+#define NVML_NVLINK_DEVICE_TYPE_IBMNPU 0x01
+#define NVML_NVLINK_DEVICE_TYPE_SWITCH 0x02
+#define NVML_NVLINK_DEVICE_TYPE_UNKNOWN 0xFF
 
 typedef struct nvmlMemory_st {
   unsigned long long total;
@@ -192,6 +214,20 @@ nvmlReturn_t nvmlDeviceRegisterEvents(nvmlDevice_t device, unsigned long long ev
                                       nvmlEventSet_t set);
 nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* data, unsigned int timeoutms);
 nvmlReturn_t nvmlEventSetFree(nvmlEventSet_t set);
+// Topology (docs/topology.md). cpuSetSize counts unsigned longs, not CPUs.
+nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int* node);
+nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int cpuSetSize,
+                                      unsigned long* cpuSet);
+nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
+                                      nvmlEnableState_t* isActive);
+nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link,
+                                                 nvmlPciInfo_t* pci);
+nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(nvmlDevice_t device, unsigned int link,
+                                                 nvmlIntNvLinkDeviceType_t* pNvLinkDeviceType);
+nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
+                                    nvmlGpuP2PCapsIndex_t p2pIndex, nvmlGpuP2PStatus_t* p2pStatus);
+nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1, nvmlDevice_t device2,
+                                                 nvmlGpuTopologyLevel_t* pathInfo);
 
 #ifdef __cplusplus
 }  // extern "C"

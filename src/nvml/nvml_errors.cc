@@ -23,6 +23,7 @@ constexpr Entry kNames[] = {
     {kNvmlErrorInsufficientSize, "NVML_ERROR_INSUFFICIENT_SIZE"},
     {kNvmlErrorDriverNotLoaded, "NVML_ERROR_DRIVER_NOT_LOADED"},
     {kNvmlErrorTimeout, "NVML_ERROR_TIMEOUT"},
+    {kNvmlErrorFunctionNotFound, "NVML_ERROR_FUNCTION_NOT_FOUND"},
     {kNvmlErrorGpuIsLost, "NVML_ERROR_GPU_IS_LOST"},
     {kNvmlErrorResetRequired, "NVML_ERROR_RESET_REQUIRED"},
     {kNvmlErrorInUse, "NVML_ERROR_IN_USE"},
@@ -40,6 +41,7 @@ absl::StatusCode CodeFor(int code) {
     case kNvmlErrorArgumentVersionMismatch:
       return absl::StatusCode::kInvalidArgument;
     case kNvmlErrorNotSupported:
+    case kNvmlErrorFunctionNotFound:
       return absl::StatusCode::kUnimplemented;
     case kNvmlErrorNoPermission:
       return absl::StatusCode::kPermissionDenied;

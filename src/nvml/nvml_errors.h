@@ -19,6 +19,7 @@ enum NvmlReturn : int {
   kNvmlErrorInsufficientSize = 7,
   kNvmlErrorDriverNotLoaded = 9,
   kNvmlErrorTimeout = 10,
+  kNvmlErrorFunctionNotFound = 13,  // The driver lacks the entry point behind the call.
   kNvmlErrorGpuIsLost = 15,
   kNvmlErrorResetRequired = 16,
   kNvmlErrorInUse = 19,

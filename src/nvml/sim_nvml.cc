@@ -296,4 +296,66 @@ absl::StatusOr<std::unique_ptr<XidEventWatcher>> SimNvml::WatchXidEvents(
       file_.path(), std::move(watched), std::move(unsupported)));
 }
 
+// ---- Topology -------------------------------------------------------------------------------
+
+absl::StatusOr<int> SimNvml::NumaNode(int gpu) {
+  int node = -1;
+  RETURN_IF_ERROR(file_.Transact([&](sim::SimState& s, bool*) -> absl::Status {
+    constexpr std::string_view kCall = "nvmlDeviceGetNumaNodeId";
+    RETURN_IF_ERROR(CheckIndex(s, gpu, kCall));
+    return NvmlError(sim::GetNumaNode(s, gpu, &node), kCall, StrCat("GPU ", gpu));
+  }));
+  return node;
+}
+
+absl::StatusOr<std::string> SimNvml::CpuAffinity(int gpu) {
+  std::string cpus;
+  RETURN_IF_ERROR(file_.Transact([&](sim::SimState& s, bool*) -> absl::Status {
+    constexpr std::string_view kCall = "nvmlDeviceGetCpuAffinity";
+    RETURN_IF_ERROR(CheckIndex(s, gpu, kCall));
+    return NvmlError(sim::GetCpuAffinity(s, gpu, &cpus), kCall, StrCat("GPU ", gpu));
+  }));
+  return cpus;
+}
+
+absl::StatusOr<std::vector<NvLinkRemote>> SimNvml::ActiveNvLinks(int gpu) {
+  std::vector<NvLinkRemote> out;
+  RETURN_IF_ERROR(file_.Transact([&](sim::SimState& s, bool*) -> absl::Status {
+    constexpr std::string_view kCall = "nvmlDeviceGetNvLinkState";
+    RETURN_IF_ERROR(CheckIndex(s, gpu, kCall));
+    std::vector<sim::SimNvLink> links;
+    RETURN_IF_ERROR(NvmlError(sim::GetNvLinks(s, gpu, &links), kCall, StrCat("GPU ", gpu)));
+    for (size_t i = 0; i < links.size(); ++i) {
+      out.push_back(NvLinkRemote{static_cast<int>(i), links[i].remote_pci_bus_id,
+                                 links[i].to_switch});
+    }
+    return absl::OkStatus();
+  }));
+  return out;
+}
+
+absl::StatusOr<bool> SimNvml::NvLinkP2P(int gpu_a, int gpu_b) {
+  bool ok = false;
+  RETURN_IF_ERROR(file_.Transact([&](sim::SimState& s, bool*) -> absl::Status {
+    constexpr std::string_view kCall = "nvmlDeviceGetP2PStatus";
+    RETURN_IF_ERROR(CheckIndex(s, gpu_a, kCall));
+    RETURN_IF_ERROR(CheckIndex(s, gpu_b, kCall));
+    return NvmlError(sim::GetNvLinkP2P(s, gpu_a, gpu_b, &ok), kCall,
+                     StrCat("GPUs ", gpu_a, " and ", gpu_b));
+  }));
+  return ok;
+}
+
+absl::StatusOr<PcieLevel> SimNvml::PcieCommonAncestor(int gpu_a, int gpu_b) {
+  int level = 0;
+  RETURN_IF_ERROR(file_.Transact([&](sim::SimState& s, bool*) -> absl::Status {
+    constexpr std::string_view kCall = "nvmlDeviceGetTopologyCommonAncestor";
+    RETURN_IF_ERROR(CheckIndex(s, gpu_a, kCall));
+    RETURN_IF_ERROR(CheckIndex(s, gpu_b, kCall));
+    return NvmlError(sim::GetCommonAncestor(s, gpu_a, gpu_b, &level), kCall,
+                     StrCat("GPUs ", gpu_a, " and ", gpu_b));
+  }));
+  return static_cast<PcieLevel>(level);
+}
+
 }  // namespace prism::nvml

@@ -39,6 +39,12 @@ class SimNvml : public Nvml {
   // (as the driver: NOT_SUPPORTED).
   absl::StatusOr<std::vector<ProcessUtilizationSample>> ProcessUtilization(
       int gpu, uint64_t since_us) override;
+  // From the file's `topology:` (sim/sim_topology.h); Unimplemented without one.
+  absl::StatusOr<int> NumaNode(int gpu) override;
+  absl::StatusOr<std::string> CpuAffinity(int gpu) override;
+  absl::StatusOr<std::vector<NvLinkRemote>> ActiveNvLinks(int gpu) override;
+  absl::StatusOr<bool> NvLinkP2P(int gpu_a, int gpu_b) override;
+  absl::StatusOr<PcieLevel> PcieCommonAncestor(int gpu_a, int gpu_b) override;
   // Waits take the file's pending `xid_events` for the watched GPUs, polling
   // the file (another process, e.g. a test, appends them).
   absl::StatusOr<std::unique_ptr<XidEventWatcher>> WatchXidEvents(

@@ -2,10 +2,10 @@
 // src/nvml/sim (the same rules SimNvml enforces), with the state in the YAML
 // file named by PRISM_FAKE_NVML_STATE. It lets tests drive the production
 // DlNvml backend (dlopen, symbol resolution, struct layouts, handle lifetimes)
-// without a GPU. Built twice: complete, and with -DPRISM_FAKE_NVML_OLD_DRIVER
+// without a GPU. Built four times: complete, with -DPRISM_FAKE_NVML_OLD_DRIVER
 // lacking nvmlDeviceCreateGpuInstanceWithPlacement, to test a missing symbol,
-// and -DPRISM_FAKE_NVML_NO_EVENTS, lacking the event API (a driver that cannot
-// report XID events).
+// -DPRISM_FAKE_NVML_NO_EVENTS, lacking the event API (a driver that cannot
+// report XID events), and -DPRISM_FAKE_NVML_NO_TOPOLOGY, lacking the topology calls.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "base/status_macros.h"
+#include "base/strings.h"
 #include "core/mig/gpu_model.h"
 #include "nvml/nvml_abi.h"
 #include "nvml/nvml_errors.h"
@@ -628,3 +629,146 @@ NVML_API nvmlReturn_t nvmlEventSetWait_v2(nvmlEventSet_t set, nvmlEventData_t* d
   }
 }
 #endif  // PRISM_FAKE_NVML_NO_EVENTS
+
+#ifndef PRISM_FAKE_NVML_NO_TOPOLOGY
+// ---- Topology: the state file's `topology:` (sim_topology.h) ----------------------------------
+
+namespace {
+
+// "0-19,40-59" -> 64-bit words of a CPU mask (the list was validated when the file was read).
+void FillCpuMask(const std::string& list, unsigned int words, unsigned long* out) {
+  std::memset(out, 0, sizeof(unsigned long) * words);
+  for (std::string_view range : prism::StrSplit(list, ',')) {
+    const size_t dash = range.find('-');
+    const int lo = std::atoi(std::string(range.substr(0, dash)).c_str());
+    const int hi =
+        dash == std::string_view::npos ? lo : std::atoi(std::string(range.substr(dash + 1)).c_str());
+    for (int cpu = lo; cpu <= hi; ++cpu) {
+      if (static_cast<unsigned>(cpu / 64) < words) out[cpu / 64] |= 1ul << (cpu % 64);
+    }
+  }
+}
+
+// The links of a GPU as the state describes them, without a fault check (the driver's per-link
+// calls check once per GPU, on link 0's state).
+int Links(const SimState& s, const Decoded& d, std::vector<sim::SimNvLink>* links) {
+  if (d.kind != kDevice || !ValidDevice(s, d)) return nv::kNvmlErrorInvalidArgument;
+  if (!s.topology.configured()) return nv::kNvmlErrorNotSupported;
+  *links = sim::NvLinksOf(s, d.gpu);
+  return nv::kNvmlSuccess;
+}
+
+}  // namespace
+
+NVML_API nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t device, unsigned int* node) {
+  return WithState([&](SimState& s, bool*) -> int {
+    const Decoded d = Decode(device);
+    if (d.kind != kDevice || !ValidDevice(s, d) || node == nullptr) {
+      return nv::kNvmlErrorInvalidArgument;
+    }
+    int value = -1;
+    const int rc = sim::GetNumaNode(s, d.gpu, &value);
+    // -1 as an unsigned int: the bad data a driver may return for "none".
+    if (rc == nv::kNvmlSuccess) *node = static_cast<unsigned int>(value);
+    return rc;
+  });
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetCpuAffinity(nvmlDevice_t device, unsigned int cpuSetSize,
+                                               unsigned long* cpuSet) {
+  return WithState([&](SimState& s, bool*) -> int {
+    const Decoded d = Decode(device);
+    if (d.kind != kDevice || !ValidDevice(s, d) || cpuSetSize == 0 || cpuSet == nullptr) {
+      return nv::kNvmlErrorInvalidArgument;
+    }
+    std::string cpus;
+    const int rc = sim::GetCpuAffinity(s, d.gpu, &cpus);
+    if (rc == nv::kNvmlSuccess) FillCpuMask(cpus, cpuSetSize, cpuSet);
+    return rc;
+  });
+}
+
+// Link numbers run over the GPU's active links; the one past the last is INVALID_ARGUMENT (as a
+// link the GPU does not have), and a GPU without NVLink answers NOT_SUPPORTED for link 0.
+NVML_API nvmlReturn_t nvmlDeviceGetNvLinkState(nvmlDevice_t device, unsigned int link,
+                                               nvmlEnableState_t* isActive) {
+  return WithState([&](SimState& s, bool*) -> int {
+    const Decoded d = Decode(device);
+    if (d.kind != kDevice || !ValidDevice(s, d) || isActive == nullptr) {
+      return nv::kNvmlErrorInvalidArgument;
+    }
+    if (link == 0) {  // One fault check per GPU, as SimNvml makes one call per GPU.
+      if (int rc = sim::CheckFault(s, "NvLinks"); rc != nv::kNvmlSuccess) return rc;
+    }
+    std::vector<sim::SimNvLink> links;
+    if (int rc = Links(s, d, &links); rc != nv::kNvmlSuccess) return rc;
+    if (links.empty()) return link == 0 ? nv::kNvmlErrorNotSupported : nv::kNvmlErrorInvalidArgument;
+    if (link >= links.size()) return nv::kNvmlErrorInvalidArgument;
+    *isActive = NVML_FEATURE_ENABLED;
+    return nv::kNvmlSuccess;
+  });
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetNvLinkRemotePciInfo_v2(nvmlDevice_t device, unsigned int link,
+                                                          nvmlPciInfo_t* pci) {
+  return WithState([&](SimState& s, bool*) -> int {
+    std::vector<sim::SimNvLink> links;
+    if (pci == nullptr) return nv::kNvmlErrorInvalidArgument;
+    if (int rc = Links(s, Decode(device), &links); rc != nv::kNvmlSuccess) return rc;
+    if (link >= links.size()) return nv::kNvmlErrorInvalidArgument;
+    std::memset(pci, 0, sizeof(*pci));
+    CopyString(links[link].remote_pci_bus_id, pci->busId, sizeof(pci->busId));
+    return nv::kNvmlSuccess;
+  });
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetNvLinkRemoteDeviceType(
+    nvmlDevice_t device, unsigned int link, nvmlIntNvLinkDeviceType_t* pNvLinkDeviceType) {
+  return WithState([&](SimState& s, bool*) -> int {
+    std::vector<sim::SimNvLink> links;
+    if (pNvLinkDeviceType == nullptr) return nv::kNvmlErrorInvalidArgument;
+    if (int rc = Links(s, Decode(device), &links); rc != nv::kNvmlSuccess) return rc;
+    if (link >= links.size()) return nv::kNvmlErrorInvalidArgument;
+    *pNvLinkDeviceType =
+        links[link].to_switch ? NVML_NVLINK_DEVICE_TYPE_SWITCH : NVML_NVLINK_DEVICE_TYPE_GPU;
+    return nv::kNvmlSuccess;
+  });
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2,
+                                             nvmlGpuP2PCapsIndex_t p2pIndex,
+                                             nvmlGpuP2PStatus_t* p2pStatus) {
+  return WithState([&](SimState& s, bool*) -> int {
+    const Decoded a = Decode(device1);
+    const Decoded b = Decode(device2);
+    if (a.kind != kDevice || b.kind != kDevice || !ValidDevice(s, a) || !ValidDevice(s, b) ||
+        p2pStatus == nullptr) {
+      return nv::kNvmlErrorInvalidArgument;
+    }
+    // Only the NVLink capability is simulated.
+    if (p2pIndex != NVML_P2P_CAPS_INDEX_NVLINK) return nv::kNvmlErrorNotSupported;
+    bool ok = false;
+    const int rc = sim::GetNvLinkP2P(s, a.gpu, b.gpu, &ok);
+    // Any status but OK will do for "no": NVML_P2P_STATUS_NOT_SUPPORTED is 5.
+    if (rc == nv::kNvmlSuccess) *p2pStatus = ok ? NVML_P2P_STATUS_OK : 5;
+    return rc;
+  });
+}
+
+NVML_API nvmlReturn_t nvmlDeviceGetTopologyCommonAncestor(nvmlDevice_t device1,
+                                                          nvmlDevice_t device2,
+                                                          nvmlGpuTopologyLevel_t* pathInfo) {
+  return WithState([&](SimState& s, bool*) -> int {
+    const Decoded a = Decode(device1);
+    const Decoded b = Decode(device2);
+    if (a.kind != kDevice || b.kind != kDevice || !ValidDevice(s, a) || !ValidDevice(s, b) ||
+        pathInfo == nullptr) {
+      return nv::kNvmlErrorInvalidArgument;
+    }
+    int level = 0;
+    const int rc = sim::GetCommonAncestor(s, a.gpu, b.gpu, &level);
+    if (rc == nv::kNvmlSuccess) *pathInfo = level;
+    return rc;
+  });
+}
+#endif  // PRISM_FAKE_NVML_NO_TOPOLOGY

@@ -458,8 +458,8 @@ absl::StatusOr<SimState> ParseSimStateUnguarded(const std::string& yaml_text) {
   }
   if (!root.IsMap()) return Bad("top level", "expected a mapping with a 'gpus' list");
   RETURN_IF_ERROR(CheckKeys(root, "top level",
-                            {"models", "gpus", "faults", "xid_events", "calls", "generation",
-                             "uuid_seed"}));
+                            {"models", "gpus", "topology", "faults", "xid_events", "calls",
+                             "generation", "uuid_seed"}));
   const YAML::Node gpus = root["gpus"];
   if (!gpus || !gpus.IsSequence()) {
     return Bad("top level", "missing 'gpus' list (e.g. gpus: [{model: A100-SXM4-40GB}])");
@@ -492,6 +492,9 @@ absl::StatusOr<SimState> ParseSimStateUnguarded(const std::string& yaml_text) {
       return Bad(StrCat("gpus[", i, "]"), StrCat("pci_bus_id ", g.pci_bus_id, " is gpus[",
                                                  it->second, "]'s too (each GPU has its own)"));
     }
+  }
+  if (const YAML::Node topology = root["topology"]) {
+    ASSIGN_OR_RETURN(state.topology, ParseSimTopology(topology, state.gpus.size()));
   }
   auto known_call = [](const std::string& call) {
     const auto& names = SimCallNames();
@@ -645,6 +648,10 @@ std::string SerializeSimState(const SimState& state) {
     out << YAML::EndMap;
   }
   out << YAML::EndSeq;
+  if (state.topology.configured()) {
+    out << YAML::Key << "topology" << YAML::Value;
+    EmitSimTopology(out, state.topology);
+  }
   if (!state.faults.empty()) {
     out << YAML::Key << "faults" << YAML::Value << YAML::BeginSeq;
     for (const SimFault& f : state.faults) {
@@ -690,7 +697,9 @@ const std::vector<std::string>& SimCallNames() {
       "GetMigMode",          "SetMigMode",           "ResetGpu",
       "CreateGpuInstance",   "DestroyGpuInstance",   "CreateComputeInstance",
       "DestroyComputeInstance", "ListGpuInstances",  "ListProcesses",
-      "WaitXidEvent",        "ProcessUtilization"};
+      "WaitXidEvent",        "ProcessUtilization",   "NumaNode",
+      "CpuAffinity",         "NvLinks",              "P2PStatus",
+      "CommonAncestor"};
   return *names;
 }
 

@@ -32,6 +32,7 @@
 
 #include "core/mig/gpu_model.h"
 #include "nvml/sim/sim_models.h"
+#include "nvml/sim/sim_topology.h"
 
 namespace prism::nvml::sim {
 
@@ -107,6 +108,8 @@ struct SimState {
   // them like built-in ones, which they take precedence over.
   std::vector<SimModelPtr> models;
   std::vector<SimGpu> gpus;
+  // How the GPUs are wired (`topology:`); not configured: the topology calls are NOT_SUPPORTED.
+  SimTopology topology;
   std::vector<SimFault> faults;
   std::vector<SimXidEvent> xid_events;  // Pending, oldest first.
   std::map<std::string, int> calls;     // Mutating calls made, by operation name.
@@ -130,7 +133,8 @@ std::string SerializeSimState(const SimState& state);
 
 // Operation names used in `faults` and `calls`: GetMigMode, SetMigMode, ResetGpu,
 // CreateGpuInstance, DestroyGpuInstance, CreateComputeInstance,
-// DestroyComputeInstance, ListGpuInstances, ListProcesses, ProcessUtilization, WaitXidEvent. The
+// DestroyComputeInstance, ListGpuInstances, ListProcesses, ProcessUtilization, WaitXidEvent,
+// and the topology reads NumaNode, CpuAffinity, NvLinks, P2PStatus, CommonAncestor. The
 // parser rejects any other name (a misspelt fault would never fire, and the test
 // injecting it would pass without exercising the failure).
 const std::vector<std::string>& SimCallNames();
@@ -152,6 +156,24 @@ int DestroyComputeInstance(SimState& state, int gpu, int gpu_instance_id, int co
 // NVML_SUCCESS, or NVML_ERROR_TIMEOUT when there is none (or an injected fault
 // of WaitXidEvent). Events on other GPUs stay queued.
 int TakeXidEvent(SimState& state, const std::vector<int>& gpus, SimXidEvent* out);
+// Topology (sim_topology.cc). Each checks its fault (NumaNode, CpuAffinity, NvLinks, P2PStatus,
+// CommonAncestor) and answers NOT_SUPPORTED without a configured topology.
+struct SimNvLink {
+  std::string remote_pci_bus_id;
+  bool to_switch = false;
+};
+// `*node` may be -1 (the machine reports none).
+int GetNumaNode(SimState& state, int gpu, int* node);
+int GetCpuAffinity(SimState& state, int gpu, std::string* cpus);
+// The GPU's active links: per peer GPU its count, then its NVSwitch links. NvLinksOf: the same
+// without the fault check (empty without a topology).
+std::vector<SimNvLink> NvLinksOf(const SimState& state, int gpu);
+int GetNvLinks(SimState& state, int gpu, std::vector<SimNvLink>* links);
+// P2P over NVLink works (directly or through NVSwitch).
+int GetNvLinkP2P(SimState& state, int gpu_a, int gpu_b, bool* ok);
+// nvmlGpuTopologyLevel_t value; NOT_SUPPORTED for a pair spelled "?".
+int GetCommonAncestor(SimState& state, int gpu_a, int gpu_b, int* level);
+
 // Fault check for read-only operations; mutating ones check internally.
 int CheckFault(SimState& state, const std::string& call);
 // A host reboot: instances vanish; Ampere applies a pending mode (it lives in
