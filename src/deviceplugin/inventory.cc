@@ -10,6 +10,7 @@
 #include "core/mig/gpu_model.h"
 #include "core/mig/model_facts.h"
 #include "nvml/gpu_state.h"
+#include "nvml/topology.h"
 
 namespace prism::deviceplugin {
 namespace {
@@ -83,6 +84,117 @@ std::string BoundFault(const std::string& reason) {
   return out;
 }
 
+// The topology as published (docs/topology.md): per GPU position its NUMA node and CPU list,
+// the link matrix as `nvidia-smi topo -m` rows, and what is unknown.
+json EncodeTopology(const topo::NodeTopology& t) {
+  json links = json::array();
+  for (size_t a = 0; a < t.links.size(); ++a) {
+    std::vector<std::string> row;
+    for (size_t b = 0; b < t.links[a].size(); ++b) {
+      row.push_back(a == b ? "X" : topo::FormatLink(t.links[a][b]));
+    }
+    links.push_back(StrJoin(row, " "));
+  }
+  json out{{"numaNodes", t.numa_node}, {"cpus", t.cpu_affinity}, {"links", std::move(links)}};
+  if (!t.unknown.empty()) {
+    json unknown = json::array();
+    for (const std::string& line : t.unknown) unknown.push_back(BoundFault(line));
+    out["unknown"] = std::move(unknown);
+  }
+  return out;
+}
+
+// A JSON array of exactly `n` elements at `field`.
+absl::StatusOr<const json*> ArrayOf(const json& object, std::string_view key, size_t n,
+                                    const std::string& field) {
+  ASSIGN_OR_RETURN(const json* value, json_fields::Required(object, key, field));
+  if (!value->is_array() || value->size() != n) {
+    return absl::InvalidArgumentError(
+        StrCat(field, ": expected an array of ", n, " (one per GPU), got ",
+               value->is_array() ? StrCat(value->size(), " elements") : value->type_name()));
+  }
+  return value;
+}
+
+absl::StatusOr<topo::NodeTopology> DecodeTopology(const json& tj, size_t gpus,
+                                                  const std::string& prefix) {
+  if (!tj.is_object()) {
+    return absl::InvalidArgumentError(
+        StrCat(prefix, ": expected an object, got ", tj.type_name()));
+  }
+  topo::NodeTopology t;
+  ASSIGN_OR_RETURN(const json* numa, ArrayOf(tj, "numaNodes", gpus, prefix + ".numaNodes"));
+  for (size_t i = 0; i < gpus; ++i) {
+    ASSIGN_OR_RETURN(const int64_t node,
+                     json_fields::Int((*numa)[i], StrCat(prefix, ".numaNodes[", i, "]"),
+                                      topo::kNumaUnknown, topo::kMaxNumaNode));
+    t.numa_node.push_back(static_cast<int>(node));
+  }
+  t.cpu_affinity.assign(gpus, "");
+  if (tj.contains("cpus")) {
+    ASSIGN_OR_RETURN(const json* cpus, ArrayOf(tj, "cpus", gpus, prefix + ".cpus"));
+    for (size_t i = 0; i < gpus; ++i) {
+      const std::string field = StrCat(prefix, ".cpus[", i, "]");
+      ASSIGN_OR_RETURN(std::string list, json_fields::String((*cpus)[i], field));
+      if (!list.empty()) {
+        if (absl::Status s = topo::ValidateCpuList(list); !s.ok()) {
+          return absl::InvalidArgumentError(StrCat(field, ": ", s.message()));
+        }
+      }
+      t.cpu_affinity[i] = std::move(list);
+    }
+  }
+  ASSIGN_OR_RETURN(const json* links, ArrayOf(tj, "links", gpus, prefix + ".links"));
+  t.links.assign(gpus, std::vector<topo::GpuLink>(gpus));
+  for (size_t a = 0; a < gpus; ++a) {
+    const std::string field = StrCat(prefix, ".links[", a, "]");
+    ASSIGN_OR_RETURN(const std::string row, json_fields::String((*links)[a], field));
+    const std::vector<std::string_view> cells = StrSplit(row, ' ');
+    if (cells.size() != gpus) {
+      return absl::InvalidArgumentError(
+          StrCat(field, ": ", cells.size(), " links separated by single spaces, expected ", gpus));
+    }
+    for (size_t b = 0; b < gpus; ++b) {
+      if (a == b) {
+        if (cells[b] != "X") {
+          return absl::InvalidArgumentError(StrCat(field, ": GPU ", b, " (itself) must be X"));
+        }
+        continue;
+      }
+      absl::StatusOr<topo::GpuLink> link = topo::ParseLink(cells[b]);
+      if (!link.ok()) {
+        return absl::InvalidArgumentError(StrCat(field, ": GPU ", b, ": ", link.status().message()));
+      }
+      t.links[a][b] = *link;
+    }
+  }
+  for (size_t a = 0; a < gpus; ++a) {
+    for (size_t b = a + 1; b < gpus; ++b) {
+      if (!(t.links[a][b] == t.links[b][a])) {
+        return absl::InvalidArgumentError(
+            StrCat(prefix, ".links: GPUs ", a, " and ", b, " disagree (",
+                   topo::FormatLink(t.links[a][b]), " vs ", topo::FormatLink(t.links[b][a]), ")"));
+      }
+    }
+  }
+  if (tj.contains("unknown")) {
+    const json& uj = tj.at("unknown");
+    if (!uj.is_array() || uj.size() > nvml::kMaxTopologyUnknownLines) {
+      return absl::InvalidArgumentError(StrCat(prefix, ".unknown: expected an array of at most ",
+                                               nvml::kMaxTopologyUnknownLines, " lines"));
+    }
+    for (size_t k = 0; k < uj.size(); ++k) {
+      const std::string field = StrCat(prefix, ".unknown[", k, "]");
+      ASSIGN_OR_RETURN(std::string line, json_fields::String(uj[k], field));
+      if (line.size() > kMaxInventoryFaultBytes + 64) {
+        return absl::InvalidArgumentError(StrCat(field, ": ", line.size(), " bytes"));
+      }
+      t.unknown.push_back(std::move(line));
+    }
+  }
+  return t;
+}
+
 }  // namespace
 
 absl::StatusOr<NodeInventory> ReadInventory(nvml::Nvml& nvml, int split_count) {
@@ -97,6 +209,9 @@ absl::StatusOr<NodeInventory> ReadInventory(nvml::Nvml& nvml, int split_count) {
   }
   std::sort(inventory.gpus.begin(), inventory.gpus.end(),
             [](const InventoryGpu& a, const InventoryGpu& b) { return a.index < b.index; });
+  std::sort(gpus.begin(), gpus.end(),
+            [](const nvml::GpuInfo& a, const nvml::GpuInfo& b) { return a.index < b.index; });
+  inventory.topology = nvml::DiscoverTopology(nvml, gpus);
   return inventory;
 }
 
@@ -127,6 +242,7 @@ std::string EncodeInventory(const NodeInventory& inventory) {
   json out{{"version", kInventoryVersion}, {"splitCount", inventory.split_count}, {"gpus", gpus}};
   if (!inventory.fault.empty()) out["fault"] = BoundFault(inventory.fault);
   if (inventory.simulated) out["simulated"] = true;
+  if (!inventory.topology.empty()) out["topology"] = EncodeTopology(inventory.topology);
   // nlohmann::json objects keep keys sorted: canonical text. Invalid UTF-8 from NVML or a pod
   // (in a fault reason) is replaced rather than thrown on.
   return out.dump(-1, ' ', false, json::error_handler_t::replace);
@@ -246,6 +362,10 @@ absl::StatusOr<NodeInventory> DecodeInventory(std::string_view text) {
                                                " is in mig mode without a mig section"));
     }
     inventory.gpus.push_back(std::move(g));
+  }
+  if (j.contains("topology") && !j.at("topology").is_null()) {
+    ASSIGN_OR_RETURN(inventory.topology,
+                     DecodeTopology(j.at("topology"), inventory.gpus.size(), field("topology")));
   }
   return inventory;
 }

@@ -17,6 +17,7 @@
 #include "nlohmann/json.hpp"
 
 #include "core/sched/cluster.h"
+#include "core/topo/topology.h"
 #include "core/sched/request.h"
 #include "deviceplugin/annotations.h"
 #include "nvml/nvml.h"
@@ -77,11 +78,15 @@ struct NodeInventory {
   // The GPUs are simulated (the agent runs with --nvml sim:, e.g. the try-it overlay): shown by
   // `prism status`, so that they are never taken for real ones. Scheduling is unchanged.
   bool simulated = false;
+  // How the GPUs connect (nvml::DiscoverTopology; docs/topology.md), by position in `gpus`.
+  // Empty when nothing is known: an agent that predates discovery, or a driver that cannot say.
+  topo::NodeTopology topology;
   friend bool operator==(const NodeInventory&, const NodeInventory&) = default;
 };
 
-// Reads every GPU. Instances are `in_use` when a process runs on them; the caller clears that
-// for instances Prism pods hold. Health is left true (the caller knows better).
+// Reads every GPU and the topology (which never fails the read: what NVML cannot say is unknown).
+// Instances are `in_use` when a process runs on them; the caller clears that for instances Prism
+// pods hold. Health is left true (the caller knows better).
 absl::StatusOr<NodeInventory> ReadInventory(nvml::Nvml& nvml, int split_count);
 
 std::string EncodeInventory(const NodeInventory& inventory);
@@ -89,7 +94,9 @@ std::string EncodeInventory(const NodeInventory& inventory);
 // model facts are decoded too: for a model the catalog lacks, the model is registered
 // (mig::InternReportedModel) and `model` becomes its registered name; for a catalog model a
 // disagreement with the catalog is an error naming the GPU and the difference (the node is
-// unusable until it is resolved, never silently scheduled on the wrong table).
+// unusable until it is resolved, never silently scheduled on the wrong table). The optional
+// `topology` is checked as strictly (sizes, symmetry, bounds); a link tier this build does not
+// know reads as unknown (core/topo/topology.h, ParseLink).
 absl::StatusOr<NodeInventory> DecodeInventory(std::string_view text);
 
 // The GPUs as the placement engine's input (sched::NodeSpec::gpus): a GPU is healthy there only

@@ -281,3 +281,110 @@ TEST(InventoryTest, FactsThatDisagreeWithTheCatalogMakeTheNodeUnusable) {
 
 }  // namespace
 }  // namespace prism::deviceplugin
+
+namespace prism::deviceplugin {
+namespace {
+
+constexpr char kDgx1[] = R"(gpus:
+  - {model: V100-SXM2-32GB, memory_mib: 32768}
+  - {model: V100-SXM2-32GB, memory_mib: 32768}
+  - {model: V100-SXM2-32GB, memory_mib: 32768}
+  - {model: V100-SXM2-32GB, memory_mib: 32768}
+  - {model: V100-SXM2-32GB, memory_mib: 32768}
+  - {model: V100-SXM2-32GB, memory_mib: 32768}
+  - {model: V100-SXM2-32GB, memory_mib: 32768}
+  - {model: V100-SXM2-32GB, memory_mib: 32768}
+topology: {machine: dgx1-v100}
+)";
+
+TEST(InventoryTopologyTest, CarriesNumaNodesAndLinkTiersBothWays) {
+  const auto dir = testing::TestDir();
+  nvml::SimNvml nvml(testing::WriteFile(dir / "gpus.yaml", kDgx1));
+  auto inv = ReadInventory(nvml, 10);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  EXPECT_EQ(inv->topology.numa_node, (std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1}));
+  EXPECT_EQ(inv->topology.Link(0, 3), (topo::GpuLink{topo::LinkTier::kNvLink, 2}));
+  const std::string text = EncodeInventory(*inv);
+  EXPECT_THAT(text, HasSubstr(R"("links":["X NV1 NV1 NV2 NV2 SYS SYS SYS",)"));
+  EXPECT_THAT(text, HasSubstr(R"("numaNodes":[0,0,0,0,1,1,1,1])"));
+  EXPECT_THAT(text, HasSubstr(R"("0-19,40-59")"));
+  auto decoded = DecodeInventory(text);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->topology, inv->topology);
+  EXPECT_EQ(EncodeInventory(*decoded), text);
+}
+
+// Unknown parts travel as such, with their reasons; an agent without topology publishes none and
+// an older annotation without it decodes as before.
+TEST(InventoryTopologyTest, UnknownPartsAndNoTopologyAtAll) {
+  const auto dir = testing::TestDir();
+  nvml::SimNvml partial(testing::WriteFile(dir / "partial.yaml", R"(gpus:
+  - {model: T4, memory_mib: 15360}
+  - {model: T4, memory_mib: 15360}
+topology: {numa: [0, -1], matrix: ['X PIX', '? X']}
+)"));
+  auto inv = ReadInventory(partial, 10);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  const std::string text = EncodeInventory(*inv);
+  EXPECT_THAT(text, HasSubstr(R"("links":["X ?","? X"])"));
+  EXPECT_THAT(text, HasSubstr(R"("numaNodes":[0,-1])"));
+  EXPECT_THAT(text, HasSubstr("GPU 1 NUMA node"));
+  auto decoded = DecodeInventory(text);
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  EXPECT_EQ(decoded->topology, inv->topology);
+
+  nvml::SimNvml none(testing::WriteFile(dir / "none.yaml", kMixedNode));
+  auto bare = ReadInventory(none, 10);
+  ASSERT_TRUE(bare.ok());
+  EXPECT_TRUE(bare->topology.empty());
+  EXPECT_THAT(EncodeInventory(*bare), Not(HasSubstr("topology")));
+  auto old = DecodeInventory(R"({"version":1,"gpus":[{"index":0,"uuid":"GPU-a","model":"T4",)"
+                             R"("memoryMiB":15360,"mode":"hami-core"}]})");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_TRUE(old->topology.empty());
+}
+
+TEST(InventoryTopologyTest, DecodeNamesWhatIsWrongInTheTopology) {
+  auto decode = [](const std::string& topology) {
+    return DecodeInventory(
+        R"({"version":1,"gpus":[{"index":0,"uuid":"GPU-a","model":"T4","memoryMiB":1,)"
+        R"("mode":"hami-core"},{"index":1,"uuid":"GPU-b","model":"T4","memoryMiB":1,)"
+        R"("mode":"hami-core"}],"topology":)" +
+        topology + "}");
+  };
+  const std::string good = R"({"numaNodes":[0,1],"links":["X SYS","SYS X"]})";
+  ASSERT_TRUE(decode(good).ok()) << decode(good).status();
+  // A tier this build does not know is an unknown pair, not an error (version skew).
+  auto newer = decode(R"({"numaNodes":[0,1],"links":["X C2C","C2C X"]})");
+  ASSERT_TRUE(newer.ok()) << newer.status();
+  EXPECT_EQ(newer->topology.Link(0, 1).tier, topo::LinkTier::kUnknown);
+  struct Case {
+    std::string topology;
+    std::string error;
+  } cases[] = {
+      {"[]", "topology: expected an object"},
+      {R"({"links":["X SYS","SYS X"]})", "numaNodes"},
+      {R"({"numaNodes":[0],"links":["X SYS","SYS X"]})", "numaNodes: expected an array of 2"},
+      {R"({"numaNodes":[0,5000],"links":["X SYS","SYS X"]})", "numaNodes[1]"},
+      {R"({"numaNodes":[0,-2],"links":["X SYS","SYS X"]})", "numaNodes[1]"},
+      {R"({"numaNodes":[0,1.5],"links":["X SYS","SYS X"]})", "numaNodes[1]"},
+      {R"({"numaNodes":[0,1]})", "topology.links"},
+      {R"({"numaNodes":[0,1],"links":["X SYS","SYS  X"]})", "links[1]"},
+      {R"({"numaNodes":[0,1],"links":["SYS X","SYS X"]})", "(itself) must be X"},
+      {R"({"numaNodes":[0,1],"links":["X NV2","NV1 X"]})", "GPUs 0 and 1 disagree (NV2 vs NV1)"},
+      {R"({"numaNodes":[0,1],"links":["X NV99","NV99 X"]})", "links[0]: GPU 1"},
+      {R"({"numaNodes":[0,1],"links":["X sys","sys X"]})", "links[0]: GPU 1"},
+      {R"({"numaNodes":[0,1],"cpus":["0-3"],"links":["X SYS","SYS X"]})", "cpus: expected"},
+      {R"({"numaNodes":[0,1],"cpus":["0-3","3-1"],"links":["X SYS","SYS X"]})", "cpus[1]"},
+      {R"({"numaNodes":[0,1],"links":["X SYS","SYS X"],"unknown":"x"})", "unknown"},
+      {R"({"numaNodes":[0,1],"links":["X SYS","SYS X"],"unknown":[1]})", "unknown[0]"},
+  };
+  for (const Case& c : cases) {
+    auto inv = decode(c.topology);
+    ASSERT_FALSE(inv.ok()) << c.topology;
+    EXPECT_THAT(std::string(inv.status().message()), HasSubstr(c.error)) << c.topology;
+  }
+}
+
+}  // namespace
+}  // namespace prism::deviceplugin
