@@ -33,6 +33,22 @@ std::string Key(const ResourceInfo& res, std::string_view ns, std::string_view n
   return res.namespaced ? StrCat(ns, "/", name) : std::string(name);
 }
 
+const Json* FindPath(const Json& obj, std::initializer_list<const char*> path) {
+  const Json* node = &obj;
+  for (const char* key : path) {
+    if (!node->is_object()) return nullptr;
+    auto it = node->find(key);
+    if (it == node->end()) return nullptr;
+    node = &*it;
+  }
+  return node;
+}
+
+bool HasFinalizers(const Json& obj) {
+  const Json* f = FindPath(obj, {"metadata", "finalizers"});
+  return f != nullptr && f->is_array() && !f->empty();
+}
+
 std::string GetStr(const Json& obj, std::initializer_list<const char*> path) {
   const Json* node = &obj;
   for (const char* key : path) {
@@ -392,6 +408,23 @@ absl::StatusOr<Json> FakeApiServer::Impl::UpdateLocked(const ResourceInfo& res,
                "\": the object has been modified; please apply your changes to the latest version "
                "and try again"));
   }
+  if (!status_only && res.plural == "pods") {
+    // ValidatePodUpdate (pkg/apis/core/validation): scheduling gates can only be removed.
+    const Json* was = FindPath(existing, {"spec", "schedulingGates"});
+    const Json* now = FindPath(incoming, {"spec", "schedulingGates"});
+    if (now != nullptr && now->is_array()) {
+      for (const Json& gate : *now) {
+        const bool kept = was != nullptr && was->is_array() &&
+                          std::find(was->begin(), was->end(), gate) != was->end();
+        if (!kept) {
+          return absl::FailedPreconditionError(  // 422 Invalid, as the API server answers.
+              StrCat("Pod \"", name,
+                     "\" is invalid: spec.schedulingGates: Forbidden: only deletion is allowed, "
+                     "but found new scheduling gate '", GetStr(gate, {"name"}), "'"));
+        }
+      }
+    }
+  }
   Json result;
   if (status_only) {
     result = existing;
@@ -423,6 +456,13 @@ absl::StatusOr<Json> FakeApiServer::Impl::UpdateLocked(const ResourceInfo& res,
   result["metadata"]["resourceVersion"] = current_rv;
   // A write that changes nothing does not make a new version (as the API server skips no-ops).
   if (result == existing) return existing;
+  if (res.plural != "pods" && result["metadata"].contains("deletionTimestamp") &&
+      !HasFinalizers(result)) {
+    // The last finalizer of an object being deleted is gone: it goes now.
+    Commit(res, Key(res, ns, name), "DELETED", result, existing);
+    result["metadata"]["resourceVersion"] = std::to_string(rv_);
+    return result;
+  }
   Commit(res, Key(res, ns, name), "MODIFIED", result, existing);
   return objects_[res.prefix + "/" + res.plural][Key(res, ns, name)];
 }
@@ -445,6 +485,15 @@ absl::StatusOr<Json> FakeApiServer::Impl::DeleteLocked(const ResourceInfo& res,
       return absl::AbortedError(StrCat("Precondition failed: ResourceVersion in precondition: ", rv,
                                        ", ResourceVersion in object meta: ", current_rv));
     }
+  }
+  if (res.plural != "pods" && HasFinalizers(existing)) {
+    // Finalizers hold the object: it is only marked (metav1.ObjectMeta.Finalizers).
+    if (existing["metadata"].contains("deletionTimestamp")) return existing;
+    Json marked = existing;
+    marked["metadata"]["deletionTimestamp"] =
+        absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
+    Commit(res, Key(res, ns, name), "MODIFIED", marked, existing);
+    return objects_[res.prefix + "/" + res.plural][Key(res, ns, name)];
   }
   Json last = existing;
   Commit(res, Key(res, ns, name), "DELETED", last, existing);

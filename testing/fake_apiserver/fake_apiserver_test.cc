@@ -364,5 +364,40 @@ TEST(FakeApiServerBinaryTest, PrintsPortSeedsObjectsAndExitsOnSigterm) {
 }
 #endif
 
+TEST_F(FakeApiServerTest, FinalizersHoldADeletedObjectUntilRemoved) {
+  Json claim{{"apiVersion", "resource.k8s.io/v1"},
+             {"kind", "ResourceClaim"},
+             {"metadata", {{"name", "c"}, {"namespace", "a"}, {"finalizers", {"x.io/f"}}}},
+             {"spec", {{"devices", {{"requests", Json::array()}}}}}};
+  ASSERT_TRUE(server_->Create("resourceclaims", claim).ok());
+  auto [deleted, body] = Call("DELETE", "/apis/resource.k8s.io/v1/namespaces/a/resourceclaims/c");
+  EXPECT_EQ(deleted, 200);
+  absl::StatusOr<Json> held = server_->Get("resourceclaims", "a", "c");
+  ASSERT_TRUE(held.ok());
+  EXPECT_TRUE((*held)["metadata"].contains("deletionTimestamp"));
+  (*held)["metadata"]["finalizers"] = Json::array();
+  auto [updated, after] = Call("PUT", "/apis/resource.k8s.io/v1/namespaces/a/resourceclaims/c",
+                               held->dump());
+  EXPECT_EQ(updated, 200);
+  EXPECT_TRUE(absl::IsNotFound(server_->Get("resourceclaims", "a", "c").status()));
+}
+
+TEST_F(FakeApiServerTest, SchedulingGatesCanOnlyBeRemoved) {
+  Json pod = Pod("a", "p");
+  pod["spec"]["schedulingGates"] = Json::array({{{"name", "prism.io/allocate"}}});
+  ASSERT_TRUE(server_->Create("pods", pod).ok());
+  Json added = *server_->Get("pods", "a", "p");
+  added["spec"]["schedulingGates"].push_back({{"name", "other.io/gate"}});
+  auto [refused, why] = Call("PUT", "/api/v1/namespaces/a/pods/p", added.dump());
+  EXPECT_EQ(refused, 422) << why.dump();
+  auto [removed, after] =
+      Call("PATCH", "/api/v1/namespaces/a/pods/p",
+           R"([{"op":"test","path":"/spec/schedulingGates/0/name","value":"prism.io/allocate"},)"
+           R"({"op":"remove","path":"/spec/schedulingGates/0"}])",
+           "application/json-patch+json");
+  EXPECT_EQ(removed, 200) << after.dump();
+  EXPECT_TRUE(after["spec"]["schedulingGates"].empty());
+}
+
 }  // namespace
 }  // namespace prism::fakeapi
