@@ -48,6 +48,8 @@ absl::Status NodeAgent::RefreshInventory(bool publish) {
       gpus_changed = old.uuid != g.uuid || old.mode != g.mode || old.model != g.model;
     }
   }
+  // The devices carry the GPUs' NUMA nodes: a changed topology re-lists them.
+  const bool numa_changed = inv.topology.numa_node != inventory_.topology.numa_node;
   inv.fault = FailClosedReason();
   const std::map<std::string, std::string> faults = GpuFaults();
   for (InventoryGpu& g : inv.gpus) {
@@ -57,6 +59,8 @@ absl::Status NodeAgent::RefreshInventory(bool publish) {
   inventory_ = std::move(inv);
   if (gpus_changed || node_state_ == nullptr) {
     RETURN_IF_ERROR(RebuildNodeState());
+    UpdateDevices();
+  } else if (numa_changed) {
     UpdateDevices();
   }
   if (publish) {
@@ -97,13 +101,19 @@ void NodeAgent::UpdateDevices() {
   absl::MutexLock lock(&mu_);
   devices_.clear();
   known_gpus_.clear();
-  for (const InventoryGpu& g : inventory_.gpus) {
+  for (size_t i = 0; i < inventory_.gpus.size(); ++i) {
+    const InventoryGpu& g = inventory_.gpus[i];
     known_gpus_.insert(g.uuid);
+    // The GPU's NUMA node, for the kubelet's Topology Manager (devicemanager's topology hints
+    // read Device.Topology.Nodes; docs/topology.md). Unknown: no TopologyInfo, which the
+    // kubelet takes as "no NUMA preference".
+    const int numa = inventory_.topology.NumaNode(static_cast<int>(i));
     for (int k = 0; k < options_.split_count; ++k) {
       v1beta1::Device d;
       d.set_id(FormatDeviceId(g.uuid, k));
       // A GPU that fails closed is unhealthy to the kubelet: it admits no pod on its IDs.
       d.set_health(g.healthy && g.fault.empty() ? kubelet::kHealthy : kubelet::kUnhealthy);
+      if (numa >= 0) d.mutable_topology()->add_nodes()->set_id(numa);
       devices_.push_back(std::move(d));
     }
   }

@@ -138,5 +138,41 @@ TEST_F(PluginServerTest, AReplaceableServerIsReadWhileItIsReplaced) {
   EXPECT_FALSE(fs::exists(plugin.socket_path()));
 }
 
+// The kubelet's Topology Manager learns each device's NUMA node from ListAndWatch (its device
+// manager's topology hints read Device.Topology.Nodes; docs/topology.md): every ID of a GPU
+// carries the GPU's node, and a GPU whose node is unknown carries none.
+TEST(PluginServerTopologyTest, DevicesCarryTheirGpusNumaNode) {
+  AgentHarness h(testing::TestDir(), R"(gpus:
+  - {model: Tesla T4, memory_mib: 15360}
+  - {model: Tesla T4, memory_mib: 15360}
+  - {model: Tesla T4, memory_mib: 15360}
+topology: {numa: [0, 1, -1], matrix: ['X SYS SYS', 'SYS X SYS', 'SYS SYS X']}
+)",
+                 config::DefaultDeviceConfig());
+  ASSERT_TRUE(h.StartCluster().ok());
+  ASSERT_TRUE(h.StartAgent().ok());
+  const std::vector<v1beta1::Device> devices = h.kubelet().Devices("nvidia.com/gpu");
+  ASSERT_EQ(devices.size(), 30u);
+  std::map<std::string, std::vector<int64_t>> numa_by_gpu;
+  for (const v1beta1::Device& d : devices) {
+    const std::string gpu = d.id().substr(0, d.id().find("::"));
+    std::vector<int64_t> nodes;
+    for (const v1beta1::NUMANode& n : d.topology().nodes()) nodes.push_back(n.id());
+    const auto [it, first] = numa_by_gpu.emplace(gpu, nodes);
+    EXPECT_EQ(it->second, nodes) << d.id() << (first ? "" : " (another ID of its GPU differs)");
+    EXPECT_EQ(d.has_topology(), !nodes.empty()) << d.id();
+  }
+  ASSERT_EQ(numa_by_gpu.size(), 3u);
+  std::vector<std::vector<int64_t>> seen;
+  for (const auto& [gpu, nodes] : numa_by_gpu) seen.push_back(nodes);
+  EXPECT_THAT(seen, ::testing::UnorderedElementsAre(std::vector<int64_t>{0},
+                                                    std::vector<int64_t>{1},
+                                                    std::vector<int64_t>{}));
+}
+
+TEST_F(PluginServerTest, WithoutTopologyDevicesCarryNone) {
+  for (const auto& d : h_->kubelet().Devices("nvidia.com/gpu")) EXPECT_FALSE(d.has_topology());
+}
+
 }  // namespace
 }  // namespace prism::deviceplugin
