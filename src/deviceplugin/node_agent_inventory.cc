@@ -101,13 +101,19 @@ void NodeAgent::UpdateDevices() {
   absl::MutexLock lock(&mu_);
   devices_.clear();
   known_gpus_.clear();
+  // Each device carries its GPU's NUMA node for the kubelet's Topology Manager, but only when
+  // every GPU's node is known: once any device has a node, the kubelet's device manager counts
+  // a device without one towards no NUMA mask (topology_hints.go, generateDeviceTopologyHints;
+  // docs/topology.md), so a GPU of unknown node could never be part of an aligned allocation.
+  // None at all is "no NUMA preference" (deviceHasTopologyAlignment).
+  bool all_numa_known = !inventory_.gpus.empty();
+  for (size_t i = 0; i < inventory_.gpus.size(); ++i) {
+    all_numa_known = all_numa_known && inventory_.topology.NumaNode(static_cast<int>(i)) >= 0;
+  }
   for (size_t i = 0; i < inventory_.gpus.size(); ++i) {
     const InventoryGpu& g = inventory_.gpus[i];
     known_gpus_.insert(g.uuid);
-    // The GPU's NUMA node, for the kubelet's Topology Manager (devicemanager's topology hints
-    // read Device.Topology.Nodes; docs/topology.md). Unknown: no TopologyInfo, which the
-    // kubelet takes as "no NUMA preference".
-    const int numa = inventory_.topology.NumaNode(static_cast<int>(i));
+    const int numa = all_numa_known ? inventory_.topology.NumaNode(static_cast<int>(i)) : -1;
     for (int k = 0; k < options_.split_count; ++k) {
       v1beta1::Device d;
       d.set_id(FormatDeviceId(g.uuid, k));

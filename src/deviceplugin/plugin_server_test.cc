@@ -138,36 +138,55 @@ TEST_F(PluginServerTest, AReplaceableServerIsReadWhileItIsReplaced) {
   EXPECT_FALSE(fs::exists(plugin.socket_path()));
 }
 
+// The NUMA node of each device's GPU, by GPU UUID, as the fake kubelet received them in
+// ListAndWatch; every ID of a GPU must carry the same.
+std::map<std::string, std::vector<int64_t>> NumaByGpu(const std::vector<v1beta1::Device>& devices) {
+  std::map<std::string, std::vector<int64_t>> out;
+  for (const v1beta1::Device& d : devices) {
+    std::vector<int64_t> nodes;
+    for (const v1beta1::NUMANode& n : d.topology().nodes()) nodes.push_back(n.id());
+    EXPECT_EQ(d.has_topology(), !nodes.empty()) << d.id();
+    const auto [it, first] = out.emplace(d.id().substr(0, d.id().find("::")), nodes);
+    EXPECT_EQ(it->second, nodes) << d.id() << (first ? "" : " (another ID of its GPU differs)");
+  }
+  return out;
+}
+
+std::string ThreeT4s(const std::string& numa) {
+  return R"(gpus:
+  - {model: Tesla T4, memory_mib: 15360}
+  - {model: Tesla T4, memory_mib: 15360}
+  - {model: Tesla T4, memory_mib: 15360}
+topology: {numa: )" +
+         numa + R"(, matrix: ['X SYS SYS', 'SYS X SYS', 'SYS SYS X']}
+)";
+}
+
 // The kubelet's Topology Manager learns each device's NUMA node from ListAndWatch (its device
 // manager's topology hints read Device.Topology.Nodes; docs/topology.md): every ID of a GPU
-// carries the GPU's node, and a GPU whose node is unknown carries none.
+// carries the GPU's node.
 TEST(PluginServerTopologyTest, DevicesCarryTheirGpusNumaNode) {
-  AgentHarness h(testing::TestDir(), R"(gpus:
-  - {model: Tesla T4, memory_mib: 15360}
-  - {model: Tesla T4, memory_mib: 15360}
-  - {model: Tesla T4, memory_mib: 15360}
-topology: {numa: [0, 1, -1], matrix: ['X SYS SYS', 'SYS X SYS', 'SYS SYS X']}
-)",
-                 config::DefaultDeviceConfig());
+  AgentHarness h(testing::TestDir(), ThreeT4s("[0, 1, 1]"), config::DefaultDeviceConfig());
   ASSERT_TRUE(h.StartCluster().ok());
   ASSERT_TRUE(h.StartAgent().ok());
   const std::vector<v1beta1::Device> devices = h.kubelet().Devices("nvidia.com/gpu");
   ASSERT_EQ(devices.size(), 30u);
-  std::map<std::string, std::vector<int64_t>> numa_by_gpu;
-  for (const v1beta1::Device& d : devices) {
-    const std::string gpu = d.id().substr(0, d.id().find("::"));
-    std::vector<int64_t> nodes;
-    for (const v1beta1::NUMANode& n : d.topology().nodes()) nodes.push_back(n.id());
-    const auto [it, first] = numa_by_gpu.emplace(gpu, nodes);
-    EXPECT_EQ(it->second, nodes) << d.id() << (first ? "" : " (another ID of its GPU differs)");
-    EXPECT_EQ(d.has_topology(), !nodes.empty()) << d.id();
-  }
-  ASSERT_EQ(numa_by_gpu.size(), 3u);
   std::vector<std::vector<int64_t>> seen;
-  for (const auto& [gpu, nodes] : numa_by_gpu) seen.push_back(nodes);
+  for (const auto& [gpu, nodes] : NumaByGpu(devices)) seen.push_back(nodes);
   EXPECT_THAT(seen, ::testing::UnorderedElementsAre(std::vector<int64_t>{0},
                                                     std::vector<int64_t>{1},
-                                                    std::vector<int64_t>{}));
+                                                    std::vector<int64_t>{1}));
+}
+
+// One GPU of unknown node: none carries a node (the kubelet would leave that GPU out of every
+// aligned allocation otherwise).
+TEST(PluginServerTopologyTest, OneUnknownNumaNodeMeansNoneIsAdvertised) {
+  AgentHarness h(testing::TestDir(), ThreeT4s("[0, 1, -1]"), config::DefaultDeviceConfig());
+  ASSERT_TRUE(h.StartCluster().ok());
+  ASSERT_TRUE(h.StartAgent().ok());
+  const std::vector<v1beta1::Device> devices = h.kubelet().Devices("nvidia.com/gpu");
+  ASSERT_EQ(devices.size(), 30u);
+  for (const auto& [gpu, nodes] : NumaByGpu(devices)) EXPECT_TRUE(nodes.empty()) << gpu;
 }
 
 TEST_F(PluginServerTest, WithoutTopologyDevicesCarryNone) {
