@@ -371,9 +371,13 @@ absl::Status RunSim(const SimFlags& f) {
 
   std::vector<std::string> policies = f.policies;
   if (policies.empty()) {
-    // Prism's own engine against the baselines it has to beat.
-    policies = f.mig ? std::vector<std::string>{"hami-legacy", "hami-v2.10", "zambianco", "prism"}
-                     : std::vector<std::string>{"random", "best-fit", "fgd", "prism"};
+    // Prism's own engine against the baselines it has to beat, among them what DRA gives
+    // without Prism (dra-first-fit); under --mig also Prism under DRA (prism-dra), which has
+    // no form for software shares yet.
+    policies = f.mig ? std::vector<std::string>{"hami-legacy", "hami-v2.10", "zambianco",
+                                                "dra-first-fit", "prism", "prism-dra"}
+                     : std::vector<std::string>{"random", "best-fit", "fgd", "dra-first-fit",
+                                                "prism"};
   }
   for (const std::string& p : policies) {
     RETURN_IF_ERROR(sim::MakeBuiltinPolicy(p).status());
@@ -584,7 +588,8 @@ void AddSimCommand(CLI::App& app, int* exit_code) {
       "Replay a GPU trace against a simulated cluster and compare placement policies "
       "(FGD paper's method; no GPU or cluster needed)");
   cmd->footer(PolicyHelp() +
-              "\n\nWith no options: random, best-fit, fgd and prism on the shipped default trace "
+              "\n\nWith no options: random, best-fit, fgd, dra-first-fit and prism on the shipped "
+              "default trace "
               "(1,213 nodes, 6,212 GPUs), seeds 42-51; writes prism-sim.svg. See "
               "docs/simulator.md.");
   cmd->add_option("--policy,-p", flags->policies, "Policies to compare")->delimiter(',');

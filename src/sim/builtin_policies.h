@@ -2,6 +2,7 @@
 // prism::sim; callers use MakeBuiltinPolicy in policy.h).
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -46,6 +47,38 @@ std::vector<int> ZambiancoProfiles(const mig::GpuModel& model);
 // of free slices a workload of a uniformly drawn profile cannot use.
 int ZambiancoUnusableSlices(const mig::GpuModel& model, const mig::Occupancy& busy,
                             const std::vector<int>& profiles);
+
+// Dynamic Resource Allocation without Prism (src/sim/dra_first_fit_policy.cc):
+// kube-scheduler's default node scoring, then the DRA allocator's first devices of
+// the node in name order.
+std::unique_ptr<Policy> MakeDraFirstFitPolicy();
+// What kube-scheduler's resource scores read of a node (sim units: millicores, MiB).
+struct KubeSchedulerNodeLoad {
+  int64_t allocatable_milli_cpu = 0;
+  int64_t allocatable_memory_mib = 0;
+  int64_t requested_milli_cpu = 0;  // Sum of the placed pods' requests.
+  int64_t requested_memory_mib = 0;
+  int64_t nonzero_milli_cpu = 0;  // The same, a pod without a request counted 100m / 200 MiB.
+  int64_t nonzero_memory_mib = 0;
+};
+// NodeResourcesFit (LeastAllocated, cpu and memory weight 1) + NodeResourcesBalancedAllocation
+// for a pod requesting `pod_milli_cpu` and `pod_memory_mib` on `node`: 0..200.
+int64_t KubeSchedulerNodeScore(const KubeSchedulerNodeLoad& node, int64_t pod_milli_cpu,
+                               int64_t pod_memory_mib);
+// numFeasibleNodesToFind with the default (adaptive) percentageOfNodesToScore.
+int KubeSchedulerNodesToFind(int nodes);
+// The profile a first-fit MIG claim selects: the smallest plain profile (memory slices, then
+// compute slices) that serves `gpu_milli`; -1 if none.
+int DraFirstFitProfile(const mig::GpuModel& model, int gpu_milli, MigMapping mapping);
+// Every profile x legal start of `gpu_count` GPUs (minors 0..gpu_count-1) as the DRA device
+// published for it (config::DraMigDeviceName), in byte-wise name order.
+struct DraMigDevice {
+  std::string name;
+  int gpu = -1;
+  int profile = -1;
+  int start = -1;
+};
+std::vector<DraMigDevice> DraMigDevicesInNameOrder(const mig::GpuModel& model, int gpu_count);
 
 // InvalidArgument if the run's cluster has MIG GPUs.
 absl::Status RequireSharedGpus(const RunContext& context, std::string_view policy);

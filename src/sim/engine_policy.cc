@@ -10,7 +10,11 @@
 
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "config/dra_allocation.h"
+#include "config/dra_names.h"
 #include "core/sched/engine.h"
+#include "nlohmann/json.hpp"
+#include "sim/builtin_policies.h"
 
 namespace prism::sim {
 namespace {
@@ -90,20 +94,19 @@ class EnginePolicy : public Policy {
     allowed_nodes_.clear();
     keys_.clear();
     name_count_.clear();
-    return absl::OkStatus();
+    return options_.dra || options_.profile_requests ? BeginDra(context) : absl::OkStatus();
   }
 
   std::optional<Placement> Place(const ClusterState& state, const PodRequest& pod) override {
     (void)state;
-    const sched::PodRequest request = ToEngine(pod);
-    sched::ScheduleResult result;
-    if (has_mig_ && pod.gpu_count > 0 && pod.model_mask != ~0ull) {
-      // MIG GPUs carry the MIG model as their type: filter the trace's model
-      // constraint by node instead.
-      result = engine_->ScheduleAmong(request, AllowedNodes(pod.model_mask), /*explain=*/false);
-    } else {
-      result = engine_->Schedule(request, /*explain=*/false);
+    if (options_.dra) return PlaceDra(pod);
+    sched::PodRequest request = ToEngine(pod);
+    if (options_.profile_requests && has_mig_ && pod.gpu_count > 0) {
+      absl::StatusOr<sched::GpuRequest> gpu = ProfileRequest(pod);
+      if (!gpu.ok()) return FailDra(gpu.status(), pod);
+      request.containers[0].gpu = *gpu;
     }
+    sched::ScheduleResult result = Schedule(request, pod);
     if (!result.status.ok()) {
       if (error_.ok()) error_ = Annotate(result.status, StrCat("engine, pod ", pod.name));
       return std::nullopt;
@@ -140,6 +143,174 @@ class EnginePolicy : public Policy {
   }
 
  private:
+  sched::ScheduleResult Schedule(const sched::PodRequest& request, const PodRequest& pod) {
+    if (has_mig_ && pod.gpu_count > 0 && pod.model_mask != ~0ull) {
+      // MIG GPUs carry the MIG model as their type: filter the trace's model
+      // constraint by node instead.
+      return engine_->ScheduleAmong(request, AllowedNodes(pod.model_mask), /*explain=*/false);
+    }
+    return engine_->Schedule(request, /*explain=*/false);
+  }
+
+  // --- Prism under DRA (EnginePolicyOptions::dra).
+
+  absl::Status BeginDra(const RunContext& context) {
+    dra_devices_.clear();
+    dra_mig_model_ = nullptr;
+    int max_gpus = 0;
+    bool shared_gpus = false;
+    for (const NodeSpec& s : cluster_->nodes()) {
+      max_gpus = std::max(max_gpus, s.gpu_count);
+      shared_gpus |= s.gpu_count > 0 && s.mig_model == nullptr;
+    }
+    if (has_mig_) {
+      ASSIGN_OR_RETURN(dra_mig_model_, TheMigModel(context, name()));
+      for (DraMigDevice& d : DraMigDevicesInNameOrder(*dra_mig_model_, max_gpus)) {
+        dra_devices_.emplace(std::move(d.name), DraDevice{d.gpu, d.profile, d.start});
+      }
+    }
+    for (int g = 0; g < max_gpus; ++g) {
+      dra_devices_.emplace(config::DraGpuDeviceName(static_cast<uint32_t>(g)), DraDevice{g, -1, -1});
+    }
+    if (shared_gpus && options_.dra) {
+      // Say so before the run rather than leave shares unplaced: the mapping refuses them.
+      for (const PodRequest& p : context.workload->pods) {
+        if (p.gpu_count == 0 || p.gpu_milli >= kMilliPerGpu) continue;
+        absl::StatusOr<config::DraClaimSpec> claim = config::ParseDraClaim(ClaimFor(p));
+        if (!claim.ok()) {
+          return Annotate(claim.status(),
+                          StrCat(name(), ": pod ", p.name, " asks for ", p.gpu_milli,
+                                 "/1000 of a GPU not in MIG mode, as a ResourceClaim of class ",
+                                 config::kDraSliceClass));
+        }
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // The ResourceClaim a user writes for `pod`'s GPUs.
+  nlohmann::json ClaimFor(const PodRequest& pod) const {
+    using nlohmann::json;
+    json exactly = {{"allocationMode", "ExactCount"}, {"count", pod.gpu_count}};
+    if (has_mig_) {
+      exactly["deviceClassName"] = config::kDraMigClass;
+      const int profile = DraFirstFitProfile(*dra_mig_model_, pod.gpu_milli, mapping_);
+      const std::string name =
+          profile >= 0 ? dra_mig_model_->profiles[profile].Name() : std::string("none");
+      exactly["selectors"] = json::array(
+          {{{"cel",
+             {{"expression",
+               StrCat("device.attributes[\"gpu.prism.io\"].profile == \"", name, "\"")}}}}});
+    } else if (pod.gpu_milli >= kMilliPerGpu) {
+      exactly["deviceClassName"] = config::kDraWholeGpuClass;
+    } else {
+      // HAMi-DRA's form of a share: consumable capacity of one GPU.
+      exactly["deviceClassName"] = config::kDraSliceClass;
+      exactly["capacity"] = {
+          {"requests", {{"cores", StrCat(pod.gpu_milli / 10)}, {"memory", StrCat(pod.gpu_milli)}}}};
+    }
+    return json{{"apiVersion", "resource.k8s.io/v1"},
+                {"kind", "ResourceClaim"},
+                {"metadata", {{"name", "sim-gpu"}, {"namespace", "sim"}}},
+                {"spec", {{"devices", {{"requests", json::array({{{"name", "gpu"},
+                                                                   {"exactly", exactly}}})}}}}}};
+  }
+
+  // The device-plugin request equal to the MIG claim ClaimFor(pod) writes: the GPU request
+  // BuildDraPodRequest makes of it (gpumem = the profile's memory, gpucores = its compute).
+  absl::StatusOr<sched::GpuRequest> ProfileRequest(const PodRequest& pod) const {
+    ASSIGN_OR_RETURN(config::DraClaimSpec claim, config::ParseDraClaim(ClaimFor(pod)));
+    ASSIGN_OR_RETURN(config::DraPodRequest request,
+                     config::BuildDraPodRequest(sched::PodRequest{}, {claim}));
+    if (request.request.containers.size() != 1) {
+      return absl::InternalError("a one-request claim did not make one container");
+    }
+    return request.request.containers[0].gpu;
+  }
+
+  std::optional<Placement> FailDra(const absl::Status& status, const PodRequest& pod) {
+    if (error_.ok()) error_ = Annotate(status, StrCat(name(), ", pod ", pod.name));
+    return std::nullopt;
+  }
+
+  std::optional<Placement> PlaceDra(const PodRequest& pod) {
+    sched::PodRequest base = ToEngine(pod);
+    base.containers[0].gpu = {};
+    std::vector<config::DraClaimSpec> claims;
+    if (pod.gpu_count > 0) {
+      absl::StatusOr<config::DraClaimSpec> claim = config::ParseDraClaim(ClaimFor(pod));
+      if (!claim.ok()) return FailDra(claim.status(), pod);
+      claims.push_back(*std::move(claim));
+    }
+    absl::StatusOr<config::DraPodRequest> request =
+        config::BuildDraPodRequest(std::move(base), claims);
+    if (!request.ok()) return FailDra(request.status(), pod);
+    sched::ScheduleResult result = Schedule(request->request, pod);
+    if (!result.status.ok()) return FailDra(result.status, pod);
+    if (!result.scheduled) return std::nullopt;
+    const sched::Decision& d = result.decision;
+    Placement p;
+    p.node = to_sim_[d.node];
+    if (!claims.empty()) {
+      const sched::ClusterState& cluster = engine_->cluster();
+      const sched::NodeInfo& info = cluster.node(d.node);
+      config::DraGpuMinors minors;
+      for (int l = 0; l < info.gpu_count; ++l) {
+        minors[cluster.gpu(info.first_gpu + l).uuid] = static_cast<uint32_t>(l);
+      }
+      absl::StatusOr<std::vector<nlohmann::json>> allocations =
+          config::BuildDraAllocations(*request, claims, d, cluster, minors);
+      if (!allocations.ok()) return FailDra(allocations.status(), pod);
+      for (const nlohmann::json& entry : (*allocations)[0]["devices"]["results"]) {
+        const std::string device = entry.value("device", "");
+        auto it = dra_devices_.find(device);
+        if (it == dra_devices_.end()) {
+          return FailDra(absl::InternalError(StrCat("allocated device '", device,
+                                                    "' is not one the node publishes")),
+                         pod);
+        }
+        if (it->second.profile < 0) {
+          p.gpus.push_back(it->second.gpu);
+          continue;
+        }
+        MigAssignment a;
+        a.gpu = it->second.gpu;
+        a.use = mig::Instance{it->second.profile, it->second.start};
+        // The instance operations NodePrepareResources performs on that GPU.
+        for (const sched::MigReconfiguration& r : d.mig) {
+          if (r.gpu_index != a.gpu) continue;
+          for (const sched::MigPlacement& x : r.destroy) {
+            a.destroy.push_back(mig::Instance{x.profile, x.start});
+          }
+          for (const sched::MigPlacement& x : r.create) {
+            a.create.push_back(mig::Instance{x.profile, x.start});
+          }
+        }
+        p.mig.push_back(std::move(a));
+      }
+    }
+    if (!SamePlacement(p, ToPlacement(d))) {
+      return FailDra(absl::InternalError("the allocated devices differ from the engine's decision"),
+                     pod);
+    }
+    pending_ = d;
+    return p;
+  }
+
+  static bool SameInstances(const std::vector<mig::Instance>& a, const std::vector<mig::Instance>& b) {
+    return std::equal(a.begin(), a.end(), b.begin(), b.end(),
+                      [](const mig::Instance& x, const mig::Instance& y) { return x.SamePlacement(y); });
+  }
+  static bool SamePlacement(const Placement& a, const Placement& b) {
+    return a.node == b.node && a.gpus == b.gpus &&
+           std::equal(a.mig.begin(), a.mig.end(), b.mig.begin(), b.mig.end(),
+                      [](const MigAssignment& x, const MigAssignment& y) {
+                        return x.gpu == y.gpu && x.use.SamePlacement(y.use) &&
+                               SameInstances(x.create, y.create) &&
+                               SameInstances(x.destroy, y.destroy);
+                      });
+  }
+
   sched::PodRequest ToEngine(const PodRequest& pod) const {
     sched::PodRequest r;
     r.name = pod.name;
@@ -223,6 +394,14 @@ class EnginePolicy : public Policy {
   // during a run: their addresses identify placed pods.
   std::unordered_map<const PodRequest*, std::string> keys_;
   std::unordered_map<std::string, int> name_count_;
+  // Prism under DRA: the published device names of the cluster's GPUs.
+  struct DraDevice {
+    int gpu = -1;
+    int profile = -1;  // -1: a whole GPU.
+    int start = -1;
+  };
+  const mig::GpuModel* dra_mig_model_ = nullptr;
+  std::map<std::string, DraDevice, std::less<>> dra_devices_;
 };
 
 absl::StatusOr<double> ParseDouble(std::string_view key, std::string_view value) {
@@ -239,7 +418,9 @@ absl::StatusOr<double> ParseDouble(std::string_view key, std::string_view value)
 // unknown afterwards).
 std::optional<std::pair<double, double>> KnobRange(std::string_view key) {
   if (key == "coverage" || key == "bestfit_cpu_share") return std::pair{0.0, 1.0};
-  if (key == "quantize" || key == "cpu_pack" || key == "exact_gpu") return std::pair{0.0, 1.0};
+  if (key == "quantize" || key == "cpu_pack" || key == "exact_gpu" || key == "profile_requests") {
+    return std::pair{0.0, 1.0};
+  }
   if (key == "split") return std::pair{1.0, 1000.0};
   if (key == "frag_weight" || key == "pack_weight" || key == "cpu_balance" ||
       key == "type_balance") {
@@ -267,6 +448,9 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view 
   o.name = std::string(full_name);
   if (base == "prism") {
     o.policy.node = sched::NodePolicy::kPrism;
+  } else if (base == "prism-dra") {
+    o.policy.node = sched::NodePolicy::kPrism;
+    o.dra = true;
   } else if (base == "prism-fgd") {
     o.policy.node = sched::NodePolicy::kFgd;
     o.policy.fgd_quantize = true;
@@ -330,12 +514,14 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view 
         o.policy.cpu_balance = v;
       } else if (key == "maintain") {
         o.maintain_evaluations = static_cast<int64_t>(v);
+      } else if (key == "profile_requests") {
+        o.profile_requests = v != 0;
       } else {
         return absl::InvalidArgumentError(
             StrCat("unknown policy option '", key,
                    "' (known: frag_weight, pack_weight, gpu, quantize, resolution, cpu_pack, "
                    "exact_gpu, cpu_balance, type_balance, split, coverage, bestfit_cpu_share, "
-                   "maintain)"));
+                   "maintain, profile_requests)"));
       }
     }
   }

@@ -37,15 +37,33 @@ struct EnginePolicyOptions {
   // > 0: after each placed pod, Engine::MaintainIndexes with this budget (node scorings), as
   // the extender does off the decision path; 0: indexes catch up when used (same decisions).
   int64_t maintain_evaluations = 0;
+  // Prism under DRA ("prism-dra"): each GPU pod becomes the ResourceClaim its user would write
+  // (class mig.gpu.prism.io with the profile selector of the smallest plain profile serving the
+  // share, count = GPUs; class gpu.prism.io for whole GPUs), and goes through the scheduler's
+  // DRA mapping (config/dra_allocation.h): ParseDraClaim -> BuildDraPodRequest -> the engine ->
+  // BuildDraAllocations; the placement is read back from the allocated device names
+  // (config/dra_names.h) and must equal the engine's decision. Software shares (class
+  // slice.gpu.prism.io) are not allocated by the mapping yet: a run with a share on a GPU that
+  // is not in MIG mode fails (Unimplemented) instead of placing it some other way. One MIG
+  // model per cluster.
+  bool dra = false;
+  // MIG pods ask the engine for what that claim maps to (memory of the claimed profile, its
+  // compute share) through the device-plugin path, instead of their share (knob
+  // profile_requests=1): the device-plugin twin of `dra`, which decides exactly as it does.
+  // The trace's share asks for memory and compute of gpu_milli/1000, which no DRA claim form
+  // expresses, and the engine's MIG score counts the compute an instance grants beyond the
+  // request (its waste), so `prism` and `prism-dra` can differ where that tips a choice.
+  bool profile_requests = false;
 };
 
 std::unique_ptr<Policy> MakeEnginePolicy(const EnginePolicyOptions& options);
 
-// The engine's policies under simulator names: "prism" (the engine's default),
-// "prism-fgd", "prism-bestfit", "prism-binpack", "prism-spread". A suffix
+// The engine's policies under simulator names: "prism" (the engine's default), "prism-dra"
+// (the default under DRA, EnginePolicyOptions::dra), "prism-fgd", "prism-bestfit", "prism-binpack", "prism-spread". A suffix
 // ":key=value,..." sets engine knobs, e.g. "prism:pack_weight=0.05,frag_weight=1"
 // (keys: frag_weight, pack_weight, gpu=binpack|spread|fgd, quantize=0|1,
-// resolution=GPUs, cpu_pack=0|1, exact_gpu=0|1, split=N, coverage=F, maintain=N; see
+// resolution=GPUs, cpu_pack=0|1, exact_gpu=0|1, split=N, coverage=F, maintain=N,
+// profile_requests=0|1; see
 // core/sched/policy.h); ';' also separates knobs ("prism:cpu_pack=0;exact_gpu=0"),
 // for `prism sim --policy`, whose list is comma-separated.
 absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view name);

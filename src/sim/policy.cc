@@ -30,6 +30,12 @@ constexpr Entry kPolicies[] = {
     {"prism-bestfit", "Prism's engine with its best-fit node policy"},
     {"prism-binpack", "Prism's engine with its binpack node policy"},
     {"prism-spread", "Prism's engine with its spread node policy"},
+    {"dra-first-fit",
+     "DRA without Prism: kube-scheduler's default node scoring, then the first devices of the "
+     "node in name order (MIG partitions, or HAMi-DRA-style consumable GPU capacity)"},
+    {"prism-dra",
+     "Prism under DRA: each pod as a ResourceClaim through Prism's DRA mapping and engine "
+     "(MIG partitions and whole GPUs; no software shares yet)"},
 };
 
 }  // namespace
@@ -71,6 +77,7 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeBuiltinPolicy(std::string_view name,
   if (name == "hami-v2.10") return MakeHamiV210Policy(false);
   if (name == "hami-v2.10-binpack") return MakeHamiV210Policy(true);
   if (name == "zambianco") return MakeZambiancoPolicy();
+  if (name == "dra-first-fit") return MakeDraFirstFitPolicy();
   if (name.starts_with("prism")) return MakeEnginePolicyByName(name);
   return absl::InvalidArgumentError(
       StrCat("unknown policy '", name, "' (known: ", StrJoin(BuiltinPolicyNames(), ", "), ")"));
