@@ -7,6 +7,7 @@
 #include "base/json_fields.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "config/annotations.h"
 #include "config/dra_names.h"
 #include "config/names.h"
 #include "config/quantity.h"
@@ -500,6 +501,25 @@ absl::StatusOr<std::vector<json>> BuildDraAllocations(const DraPodRequest& pod,
   }
   for (size_t ci = 0; ci < claims.size(); ++ci) {
     if (!claims[ci].prism) continue;
+    // The part of the decision this claim's devices are: what the scheduler charges the claim
+    // as while it stays allocated (and rebuilds from after a restart), whichever pods use it.
+    sched::Decision part;
+    part.node = decision.node;
+    part.node_name = decision.node_name;
+    for (const DraRequestSlot& slot : pod.slots) {
+      if (slot.claim != ci) continue;
+      part.containers.push_back(decision.containers[slot.container]);
+      // Named by the request (a DNS label), as DraClaimRequest names the claim's containers.
+      part.containers.back().name = claims[ci].requests[slot.request].name;
+    }
+    const std::map<std::string, std::string> encoded = EncodeDecisionAnnotations(part, cluster);
+    auto text = encoded.find(kPrismDecisionAnnotation);
+    json decision_json =
+        text == encoded.end() ? json() : json::parse(text->second, nullptr, false);
+    if (!decision_json.is_object()) {
+      return absl::InternalError(StrCat("ResourceClaim ", claims[ci].name,
+                                        ": the decision could not be encoded"));
+    }
     json marker{{"source", "FromClass"},
                 {"opaque",
                  {{"driver", kDraDriverName},
@@ -507,7 +527,8 @@ absl::StatusOr<std::vector<json>> BuildDraAllocations(const DraPodRequest& pod,
                    {{"apiVersion", kDraMarkerApiVersion},
                     {"kind", kDraMarkerKind},
                     {"pod", pod.request.uid},
-                    {"node", node}}}}}};
+                    {"node", node},
+                    {"decision", std::move(decision_json)}}}}}};
     out[ci] = json{
         {"devices", {{"results", std::move(results[ci])}, {"config", json::array({marker})}}},
         {"nodeSelector",

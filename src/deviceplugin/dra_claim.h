@@ -29,8 +29,7 @@
 
 namespace prism::deviceplugin {
 
-inline constexpr k8s::Resource kResourceClaims{"/apis/resource.k8s.io/v1", "resourceclaims",
-                                               "ResourceClaim", "resource.k8s.io/v1", true};
+using k8s::kResourceClaims;
 
 inline constexpr size_t kMaxAllocationResults = 32;
 inline constexpr size_t kMaxDriverNameBytes = 63;

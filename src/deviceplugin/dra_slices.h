@@ -43,8 +43,7 @@ class Client;
 
 namespace prism::deviceplugin {
 
-inline constexpr k8s::Resource kResourceSlices{"/apis/resource.k8s.io/v1", "resourceslices",
-                                               "ResourceSlice", "resource.k8s.io/v1", false};
+using k8s::kResourceSlices;
 // resource/v1 types.go: ResourceSliceMaxDevices, ResourceSliceMaxAttributesAndCapacitiesPerDevice.
 inline constexpr size_t kMaxDevicesPerSlice = 128;
 inline constexpr size_t kMaxAttributesAndCapacities = 32;

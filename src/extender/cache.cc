@@ -18,16 +18,11 @@
 #include "k8s/objects.h"
 
 namespace prism::extender {
+using cache_internal::ClaimedInstances;
 using cache_internal::ReleaseClaimedInstances;
 
-namespace {
+namespace cache_internal {
 
-constexpr char kLog[] = "extender-cache";
-constexpr size_t kMaxRememberedScores = 16;
-constexpr char kNoInventory[] = "node has no GPU inventory (annotation prism.io/gpu-inventory)";
-
-// MIG instances (uuid, profile, start) a prism.io/decision names; empty if there is none (a
-// HAMi-only decision names none). InvalidArgument naming the field for a malformed decision.
 absl::StatusOr<std::set<std::tuple<std::string, std::string, int>>> ClaimedInstances(
     const std::map<std::string, std::string>& annotations) {
   std::set<std::tuple<std::string, std::string, int>> out;
@@ -42,6 +37,14 @@ absl::StatusOr<std::set<std::tuple<std::string, std::string, int>>> ClaimedInsta
   }
   return out;
 }
+
+}  // namespace cache_internal
+
+namespace {
+
+constexpr char kLog[] = "extender-cache";
+constexpr size_t kMaxRememberedScores = 16;
+constexpr char kNoInventory[] = "node has no GPU inventory (annotation prism.io/gpu-inventory)";
 
 std::string NodeFingerprint(const Json& node) {
   std::string fp;
@@ -419,7 +422,8 @@ sched::DeviceConfig SchedulerCache::device_config() const {
 
 void SchedulerCache::ReleaseLocked(PodEntry& entry) {
   if (!entry.charged) return;
-  const std::string key = k8s::ObjectKey(entry.namespace_name, entry.name);
+  const std::string key = entry.dra ? DraKey(entry.namespace_name, entry.name)
+                                    : k8s::ObjectKey(entry.namespace_name, entry.name);
   if (absl::Status s = engine_->Release(key); !s.ok()) {
     LogError(kLog, "releasing ", key, ": ", s.message());
   }
@@ -491,13 +495,15 @@ void SchedulerCache::ChargeFromAnnotationsLocked(const std::string& key, PodEntr
     entry.problem = std::move(problem);
     problem_keys_.insert(key);
   };
-  if (entry.manifest.name.empty()) return;  // Problem already recorded.
-  absl::StatusOr<sched::PodRequest> request = config::BuildPodRequest(entry.manifest, config_);
-  if (!request.ok()) {
-    fail(StrCat("invalid GPU request: ", request.status().message()));
-    return;
+  if (!entry.dra) {
+    if (entry.manifest.name.empty()) return;  // Problem already recorded.
+    absl::StatusOr<sched::PodRequest> request = config::BuildPodRequest(entry.manifest, config_);
+    if (!request.ok()) {
+      fail(StrCat("invalid GPU request: ", request.status().message()));
+      return;
+    }
+    entry.request = std::move(*request);
   }
-  entry.request = std::move(*request);
   const int node = NodeIdLocked(entry.node);
   if (node < 0) {
     fail(StrCat("node ", entry.node, ": ", NodeProblemLocked(entry.node)));

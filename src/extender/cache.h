@@ -31,6 +31,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -123,6 +124,25 @@ struct BindTicket {
 };
 
 enum class BindOutcome { kBound, kFailed, kUncertain };
+
+// A ResourceClaim's allocation of Prism's devices, charged like a bound pod's decision for as
+// long as the claim stays allocated (docs/dra.md §2.4, "State and restart"): `request` is
+// config::DraClaimRequest of the claim, `annotations` the decision its allocation's marker
+// carries ({"prism.io/decision": ...}).
+struct DraClaimCharge {
+  std::string namespace_name;
+  std::string claim;
+  std::string uid;
+  std::string node;
+  sched::PodRequest request;
+  std::map<std::string, std::string> annotations;
+};
+
+// Where AllocateDra placed a pod: the node and the claims it charged there.
+struct DraPlacement {
+  std::string node;
+  std::vector<std::string> claims;
+};
 
 struct PodRef {
   std::string namespace_name;
@@ -256,6 +276,23 @@ class SchedulerCache {
   absl::StatusOr<BindTicket> BeginBind(const config::PodManifest& pod, const std::string& node);
   void FinishBind(const BindTicket& ticket, BindOutcome outcome);
 
+  // --- DRA (cache_dra.cc) -------------------------------------------------------------------
+  // Charges a claim's allocation (again, if it changed); a charge that no longer fits is a
+  // problem the claim keeps (DraClaimProblem) until a rebuild finds room, as a pod's would.
+  void ChargeDraClaim(DraClaimCharge charge);
+  void ReleaseDraClaim(std::string_view namespace_name, std::string_view claim);
+  // Why a claim's allocation is not charged ("" when it is, or is not known).
+  std::string DraClaimProblem(std::string_view namespace_name, std::string_view claim);
+  // Places `request` (the pod's own containers plus its unallocated Prism claims,
+  // config::BuildDraPodRequest) on the best of `nodes` (all nodes when empty); `build` turns the
+  // decision into the claims' charges (config::BuildDraAllocations), which are charged before
+  // the lock is released, so no other decision can take the same devices. ResourceExhausted
+  // with the engine's summary when no node fits; `build`'s error (nothing charged) otherwise.
+  absl::StatusOr<DraPlacement> AllocateDra(
+      const sched::PodRequest& request, const std::vector<std::string>& nodes,
+      const std::function<absl::StatusOr<std::vector<DraClaimCharge>>(
+          const sched::Decision&, const sched::ClusterState&)>& build);
+
   // --- Maintenance -------------------------------------------------------------------------
   // Drops expired assumptions and rebuilds if something changed.
   void Tick();
@@ -306,7 +343,16 @@ class SchedulerCache {
     absl::Time problem_since = absl::InfinitePast();
     bool allocation_failed = false;
     std::string status_problem;  // The malformed allocation-status last counted.
+    // A ResourceClaim's allocation (ChargeDraClaim), not a pod: `name` is the claim's, the
+    // request is fixed at charge time, and it is never requeued or reported as a pod.
+    bool dra = false;
   };
+  // The engine's and pods_'s key of a claim's charge.
+  static std::string DraKey(std::string_view namespace_name, std::string_view claim);
+  // ChargeDraClaim under the lock; false when the charge did not fit.
+  bool ChargeDraClaimLocked(DraClaimCharge charge) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string DraClaimProblemLocked(std::string_view namespace_name, std::string_view claim)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Rebuilds if dirty and `min_rebuild_interval` has passed (always with `force`).
   void MaybeRebuildLocked(bool force = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -190,7 +190,8 @@ std::vector<PodProblem> SchedulerCache::Problems() {
     }
     ++k;
     const PodEntry& e = it->second;
-    if (e.charged || now - e.problem_since < options_.problem_grace) continue;
+    // A claim's charge is not a pod to requeue: its allocator (dra_allocator.h) reports it.
+    if (e.dra || e.charged || now - e.problem_since < options_.problem_grace) continue;
     out.push_back(PodProblem{PodRef{e.namespace_name, e.name, e.uid, e.node, e.annotations},
                              e.problem, e.problem_since});
   }

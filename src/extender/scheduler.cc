@@ -137,7 +137,9 @@ Scheduler::Scheduler(SchedulerOptions options, k8s::Client* client)
       client_(client),
       cache_(options_.initial_config, options_.cache),
       filter_memory_(options_.filter_memory_ttl, options_.filter_memory_pods,
-                     options_.filter_memory_nodes) {}
+                     options_.filter_memory_nodes) {
+  webhook_options_ = options_.webhook;
+}
 
 Scheduler::~Scheduler() { Stop(); }
 
@@ -186,6 +188,19 @@ absl::Status Scheduler::Start() {
     event_options.component = options_.scheduler_name;
     events_ = std::make_unique<k8s::EventRecorder>(client_, event_options);
   }
+  if (options_.dra) {
+    DraAllocatorOptions dra_options = options_.dra_options;
+    dra_options.scheduler_name = options_.scheduler_name;
+    dra_options.watch_timeout = options_.watch_timeout;
+    dra_ = std::make_unique<DraAllocator>(
+        dra_options, client_, &cache_, pods_.get(), nodes_.get(),
+        [this](const Json& object, std::string_view kind, k8s::EventType type,
+               std::string_view reason, std::string_view message) {
+          RecordEvent(object, kind, type, reason, message);
+        });
+    dra_->Start();
+    webhook_options_.dra_gate = [this](const Json& pod) { return dra_->NeedsGate(pod); };
+  }
   if (config_maps_) config_maps_->Start();
   nodes_->Start();
   pods_->Start();
@@ -227,6 +242,7 @@ void Scheduler::Stop() {
   }
   if (ticker_.joinable()) ticker_.join();
   if (elector_) elector_->Stop();
+  if (dra_) dra_->Stop();
   if (pods_) pods_->Stop();
   if (nodes_) nodes_->Stop();
   if (config_maps_) config_maps_->Stop();
@@ -240,6 +256,10 @@ bool Scheduler::WaitForSync(absl::Duration timeout) {
     if (inf == nullptr) continue;
     if (!inf->WaitForSync(deadline - absl::Now())) return false;
   }
+  while (dra_ && !dra_->Synced()) {
+    if (absl::Now() >= deadline) return false;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
   cache_.RebuildIfDirty();
   rebuilt_after_sync_ = true;
   return true;
@@ -248,6 +268,9 @@ bool Scheduler::WaitForSync(absl::Duration timeout) {
 bool Scheduler::Synced() const {
   for (const k8s::Informer* inf : {nodes_.get(), pods_.get(), config_maps_.get()}) {
     if (inf != nullptr && !inf->HasSynced()) return false;
+  }
+  if (dra_ && !dra_->Synced()) {
+    return false;
   }
   return nodes_ != nullptr;
 }
@@ -338,6 +361,11 @@ HttpReply Scheduler::Filter(std::string_view body) {
     LogWarning(kLog, "filter: ", why);
     return done("invalid-pod", HttpReply{200, FilterResultToJson(result)});
   }
+  if (dra_) {
+    if (std::optional<DraAllocator::PodNodeVerdict> verdict = dra_->PodNode(args->pod)) {
+      return done("dra", FilterDra(*args, args->pod, *verdict));
+    }
+  }
   // Only a pod the pod informer knows (same UID) is assumed: a request for a pod that does not
   // exist must not reserve capacity. A pod too new for the informer is placed all the same; Bind
   // then charges it on the node kube-scheduler chose.
@@ -398,6 +426,42 @@ HttpReply Scheduler::Filter(std::string_view body) {
     if (assume) RecordEvent(*known, "Pod", k8s::EventType::kWarning, "FilteringFailed", message);
   }
   return done(result_label, HttpReply{200, FilterResultToJson(result)});
+}
+
+HttpReply Scheduler::FilterDra(const ExtenderArgs& args, const Json& pod,
+                               const DraAllocator::PodNodeVerdict& verdict) {
+  // The pod's GPUs are its claims' devices, charged with the claims: Filter only keeps
+  // kube-scheduler on the node they were allocated to (docs/dra.md §2.4, "The extender").
+  FilterResult result;
+  const std::string uid = k8s::Uid(pod);
+  std::vector<std::string_view> passed;
+  // Outlives `result`, whose reasons are views.
+  const std::string reason =
+      verdict.node.empty() ? verdict.reason
+                           : StrCat("the pod's ResourceClaims were allocated on node ", verdict.node);
+  for (std::string_view n : args.node_names) {
+    if (!verdict.node.empty() && n == verdict.node) {
+      passed.push_back(n);
+      result.node_names.push_back(n);
+    } else {
+      result.failed_unresolvable_nodes.emplace_back(n, reason);
+    }
+  }
+  if (!uid.empty()) {
+    if (passed.empty()) {
+      filter_memory_.Forget(uid);
+    } else {
+      filter_memory_.Remember(uid, passed, options_.cache.clock->Now());
+    }
+  }
+  if (args.nodes.has_value()) {
+    std::vector<Json> kept;
+    for (const Json& n : *args.nodes) {
+      if (!verdict.node.empty() && k8s::Name(n) == verdict.node) kept.push_back(n);
+    }
+    result.nodes = std::move(kept);
+  }
+  return HttpReply{200, FilterResultToJson(result)};
 }
 
 HttpReply Scheduler::Prioritize(std::string_view body) {
@@ -495,6 +559,14 @@ HttpReply Scheduler::Bind(std::string_view body) {
                     "the node is not one this scheduler's Filter passed for the pod (filtered by "
                     "another replica, too long ago, or never)"),
                 nullptr);
+  }
+  if (dra_ && dra_->PodNode(*pod).has_value()) {
+    // The claims carry the decision (and are charged as such): the Binding carries none.
+    const absl::Status bound =
+        client_->Bind(args->pod_namespace, args->pod_name, k8s::Uid(*pod), args->node, {});
+    if (!bound.ok()) return fail(bound, &*pod);
+    filter_memory_.Forget(k8s::Uid(*pod));
+    return done("ok", 200, "");
   }
   absl::StatusOr<config::PodManifest> manifest = config::PodManifestFromJson(*pod);
   if (!manifest.ok()) return fail(manifest.status(), &*pod);
@@ -606,10 +678,10 @@ HttpReply Scheduler::Admission(std::string_view body, bool mutate, bool enforce_
     metrics_.ObserveRequest(verb, "bad-request", absl::ToDoubleSeconds(absl::Now() - t0));
     return JsonReply(400, Json{{"error", "AdmissionReview: request body is not a JSON object"}});
   }
-  const WebhookOptions* webhook = &options_.webhook;
+  const WebhookOptions* webhook = &webhook_options_;
   WebhookOptions enforcing;
   if (enforce_slice_limits) {
-    enforcing = options_.webhook;
+    enforcing = webhook_options_;
     enforcing.enforce_slice_limits = true;
     webhook = &enforcing;
   }
@@ -650,7 +722,10 @@ void Scheduler::TickLoop() {
     }
     cache_.Tick();
     SettleUncertain();
-    if (IsLeader() && Synced()) HandleProblems();
+    if (IsLeader() && Synced()) {
+      HandleProblems();
+      if (dra_) dra_->Reconcile();
+    }
   }
 }
 

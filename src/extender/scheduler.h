@@ -41,6 +41,7 @@
 
 #include "core/sched/device_config.h"
 #include "extender/cache.h"
+#include "extender/dra_allocator.h"
 #include "extender/metrics.h"
 #include "extender/webhook.h"
 #include "k8s/client.h"
@@ -78,6 +79,11 @@ struct SchedulerOptions {
   absl::Duration filter_memory_ttl = absl::Minutes(10);
   size_t filter_memory_pods = 10000;
   size_t filter_memory_nodes = size_t{4} << 20;  // 32 MiB of hashes.
+  // DRA (docs/dra.md §2.4): Prism allocates the ResourceClaims of its device classes itself
+  // (DraAllocator): the webhook gates such pods, the leader allocates, Filter pins them to the
+  // allocated node. Needs resource.k8s.io/v1 (Kubernetes 1.34+).
+  bool dra = false;
+  DraAllocatorOptions dra_options;
 };
 
 // The nodes Filter passed, per pod (by UID), for Bind to check. Bounded: entries older than
@@ -152,6 +158,7 @@ class Scheduler {
   std::string NotServingReason() const;
 
   SchedulerCache& cache() { return cache_; }
+  DraAllocator* dra() { return dra_.get(); }
   FilterMemory& filter_memory() { return filter_memory_; }
   SchedulerMetrics& metrics() { return metrics_; }
   const SchedulerOptions& options() const { return options_; }
@@ -180,6 +187,12 @@ class Scheduler {
   std::unique_ptr<k8s::Informer> nodes_;
   std::unique_ptr<k8s::Informer> pods_;
   std::unique_ptr<k8s::Informer> config_maps_;
+  std::unique_ptr<DraAllocator> dra_;
+  // options_.webhook, plus the DRA gate when dra_ is on (set by Start, read-only afterwards).
+  WebhookOptions webhook_options_;
+  // Filter and Bind for a pod whose ResourceClaims Prism allocated: only their node.
+  HttpReply FilterDra(const ExtenderArgs& args, const k8s::Json& pod,
+                      const DraAllocator::PodNodeVerdict& verdict);
   std::unique_ptr<k8s::EventRecorder> events_;
   std::unique_ptr<k8s::LeaderElector> elector_;
   std::atomic<bool> leader_{false};

@@ -8,6 +8,7 @@
 #include "absl/strings/escaping.h"
 
 #include "base/strings.h"
+#include "config/dra_pod.h"
 #include "config/owned_annotations.h"
 #include "config/pod_json.h"
 #include "config/pod_request.h"
@@ -507,9 +508,66 @@ PodReview ReviewPod(const json& pod, const std::string& ns, bool mutate,
   return review;
 }
 
+namespace {
+
+// ReviewPodCreate without the DRA gate (below).
+PodReview ReviewPodCreateDevices(const json& pod, const std::string& ns, const std::string& user,
+                                 bool mutate, const WebhookOptions& options,
+                                 const sched::DeviceConfig& config);
+
+// A pod whose claims Prism allocates waits behind Prism's scheduling gate, on Prism's scheduler
+// (docs/dra.md §2.3, §2.4). Gates can only be set at creation, so this runs on CREATE only.
+void AddDraGate(const json& pod, bool mutate, const WebhookOptions& options, PodReview& review) {
+  if (!mutate || !review.allowed || !options.dra_gate || !options.dra_gate(pod)) return;
+  const json& spec = pod.contains("spec") && pod["spec"].is_object() ? pod["spec"] : json::object();
+  const std::string scheduler = HasKey(spec, "schedulerName") && spec["schedulerName"].is_string()
+                                    ? spec["schedulerName"].get<std::string>()
+                                    : "";
+  if (!scheduler.empty() && scheduler != options.scheduler_name &&
+      (scheduler != kDefaultScheduler || !options.overwrite_default_scheduler)) {
+    review.warnings.push_back(StrCat(
+        "prism: the pod's ResourceClaims use Prism's device classes but its scheduler is ",
+        scheduler, "; Prism's node agent prepares only devices Prism allocated"));
+    return;
+  }
+  bool routed = scheduler == options.scheduler_name;
+  for (const json& op : review.patch) {
+    routed = routed || (op.value("path", "") == "/spec/schedulerName");
+  }
+  if (!routed) {
+    review.patch.push_back(
+        json{{"op", "add"}, {"path", "/spec/schedulerName"}, {"value", options.scheduler_name}});
+  }
+  const json gate{{"name", config::kDraSchedulingGate}};
+  if (!HasKey(spec, "schedulingGates") || !spec["schedulingGates"].is_array()) {
+    review.patch.push_back(
+        json{{"op", "add"}, {"path", "/spec/schedulingGates"}, {"value", json::array({gate})}});
+  } else {
+    for (const json& g : spec["schedulingGates"]) {
+      if (g.is_object() && g.value("name", "") == config::kDraSchedulingGate) return;
+    }
+    review.patch.push_back(json{{"op", "add"}, {"path", "/spec/schedulingGates/-"}, {"value", gate}});
+  }
+  review.warnings.push_back(
+      StrCat("prism: scheduling gate ", config::kDraSchedulingGate,
+             " added: the pod waits until Prism has allocated its ResourceClaims"));
+}
+
+}  // namespace
+
 PodReview ReviewPodCreate(const json& pod, const std::string& ns, const std::string& user,
                           bool mutate, const WebhookOptions& options,
                           const sched::DeviceConfig& config) {
+  PodReview review = ReviewPodCreateDevices(pod, ns, user, mutate, options, config);
+  AddDraGate(pod, mutate, options, review);
+  return review;
+}
+
+namespace {
+
+PodReview ReviewPodCreateDevices(const json& pod, const std::string& ns, const std::string& user,
+                                 bool mutate, const WebhookOptions& options,
+                                 const sched::DeviceConfig& config) {
   PodReview review;
   auto deny = [&review](std::string message) {
     review.allowed = false;
@@ -591,6 +649,8 @@ PodReview ReviewPodCreate(const json& pod, const std::string& ns, const std::str
   review.warnings.insert(review.warnings.begin(), warnings.begin(), warnings.end());
   return review;
 }
+
+}  // namespace
 
 PodReview ReviewPodUpdate(const json& pod, const json* old_pod, const std::string& ns,
                           const std::string& user, const WebhookOptions& options) {

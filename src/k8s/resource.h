@@ -24,5 +24,14 @@ inline constexpr Resource kEvents{"/api/v1", "events", "Event", "v1", true};
 inline constexpr Resource kConfigMaps{"/api/v1", "configmaps", "ConfigMap", "v1", true};
 inline constexpr Resource kLeases{"/apis/coordination.k8s.io/v1", "leases", "Lease",
                                   "coordination.k8s.io/v1", true};
+// Dynamic Resource Allocation (resource.k8s.io/v1, GA in Kubernetes 1.34).
+inline constexpr Resource kResourceClaims{"/apis/resource.k8s.io/v1", "resourceclaims",
+                                          "ResourceClaim", "resource.k8s.io/v1", true};
+inline constexpr Resource kResourceClaimTemplates{"/apis/resource.k8s.io/v1",
+                                                  "resourceclaimtemplates",
+                                                  "ResourceClaimTemplate", "resource.k8s.io/v1",
+                                                  true};
+inline constexpr Resource kResourceSlices{"/apis/resource.k8s.io/v1", "resourceslices",
+                                          "ResourceSlice", "resource.k8s.io/v1", false};
 
 }  // namespace prism::k8s

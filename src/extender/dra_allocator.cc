@@ -1,0 +1,758 @@
+#include "extender/dra_allocator.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "base/log.h"
+#include "base/strings.h"
+#include "config/dra_names.h"
+#include "config/dra_pod.h"
+#include "config/names.h"
+#include "config/pod_json.h"
+#include "config/pod_request.h"
+#include "k8s/objects.h"
+#include "k8s/resource.h"
+
+namespace prism::extender {
+namespace {
+
+using k8s::Json;
+
+constexpr char kLog[] = "dra-allocator";
+
+const Json* Find(const Json& object, std::initializer_list<const char*> path) {
+  const Json* at = &object;
+  for (const char* key : path) {
+    if (!at->is_object()) return nullptr;
+    auto it = at->find(key);
+    if (it == at->end() || it->is_null()) return nullptr;
+    at = &*it;
+  }
+  return at;
+}
+
+std::string Str(const Json& object, std::initializer_list<const char*> path) {
+  const Json* v = Find(object, path);
+  return v != nullptr && v->is_string() ? v->get<std::string>() : "";
+}
+
+bool HasFinalizer(const Json& object, std::string_view name) {
+  const Json* f = Find(object, {"metadata", "finalizers"});
+  if (f == nullptr || !f->is_array()) return false;
+  for (const Json& e : *f) {
+    if (e.is_string() && e.get<std::string>() == name) return true;
+  }
+  return false;
+}
+
+// One requirement of a node selector term (core/v1 NodeSelectorRequirement) against `value`
+// (nullopt: the label is absent). Unknown operators match nothing.
+bool Requirement(const Json& req, const std::optional<std::string>& value) {
+  const std::string op = Str(req, {"operator"});
+  std::vector<std::string> values;
+  if (const Json* v = Find(req, {"values"}); v != nullptr && v->is_array()) {
+    for (const Json& e : *v) {
+      if (e.is_string()) values.push_back(e.get<std::string>());
+    }
+  }
+  const bool in = value.has_value() &&
+                  std::find(values.begin(), values.end(), *value) != values.end();
+  if (op == "In") return in;
+  if (op == "NotIn") return !in;
+  if (op == "Exists") return value.has_value();
+  if (op == "DoesNotExist") return !value.has_value();
+  if ((op == "Gt" || op == "Lt") && value.has_value() && values.size() == 1) {
+    char* end = nullptr;
+    const long long have = std::strtoll(value->c_str(), &end, 10);
+    if (end == value->c_str() || *end != '\0') return false;
+    const long long want = std::strtoll(values[0].c_str(), &end, 10);
+    if (end == values[0].c_str() || *end != '\0') return false;
+    return op == "Gt" ? have > want : have < want;
+  }
+  return false;
+}
+
+// requiredDuringSchedulingIgnoredDuringExecution: terms ORed, requirements ANDed
+// (k8s.io/component-helpers/scheduling/corev1/nodeaffinity).
+bool MatchesAffinity(const Json& pod, const Json& node) {
+  const Json* terms = Find(pod, {"spec", "affinity", "nodeAffinity",
+                                 "requiredDuringSchedulingIgnoredDuringExecution",
+                                 "nodeSelectorTerms"});
+  if (terms == nullptr || !terms->is_array() || terms->empty()) return true;
+  const std::map<std::string, std::string> labels = k8s::Labels(node);
+  const std::string name = k8s::Name(node);
+  for (const Json& term : *terms) {
+    bool ok = true;
+    bool any = false;
+    if (const Json* exprs = Find(term, {"matchExpressions"}); exprs != nullptr && exprs->is_array()) {
+      for (const Json& req : *exprs) {
+        any = true;
+        auto it = labels.find(Str(req, {"key"}));
+        ok = ok && Requirement(req, it == labels.end() ? std::nullopt
+                                                       : std::optional<std::string>(it->second));
+      }
+    }
+    if (const Json* fields = Find(term, {"matchFields"}); fields != nullptr && fields->is_array()) {
+      for (const Json& req : *fields) {
+        any = true;
+        ok = ok && Str(req, {"key"}) == "metadata.name" && Requirement(req, name);
+      }
+    }
+    if (any && ok) return true;  // An empty term matches nothing.
+  }
+  return false;
+}
+
+bool Tolerates(const Json& pod, const Json& taint) {
+  const Json* tolerations = Find(pod, {"spec", "tolerations"});
+  if (tolerations == nullptr || !tolerations->is_array()) return false;
+  const std::string key = Str(taint, {"key"});
+  const std::string value = Str(taint, {"value"});
+  const std::string effect = Str(taint, {"effect"});
+  for (const Json& t : *tolerations) {
+    const std::string t_effect = Str(t, {"effect"});
+    if (!t_effect.empty() && t_effect != effect) continue;
+    const std::string t_key = Str(t, {"key"});
+    const std::string op = Str(t, {"operator"});
+    if (t_key.empty()) {
+      if (op == "Exists") return true;  // Tolerates everything.
+      continue;
+    }
+    if (t_key != key) continue;
+    if (op == "Exists" || ((op.empty() || op == "Equal") && Str(t, {"value"}) == value)) return true;
+  }
+  return false;
+}
+
+bool NodeAdmits(const Json& pod, const Json& node) {
+  if (const Json* u = Find(node, {"spec", "unschedulable"}); u != nullptr && u->is_boolean() &&
+                                                             u->get<bool>()) {
+    Json taint{{"key", "node.kubernetes.io/unschedulable"}, {"effect", "NoSchedule"}};
+    if (!Tolerates(pod, taint)) return false;
+  }
+  if (const Json* taints = Find(node, {"spec", "taints"}); taints != nullptr && taints->is_array()) {
+    for (const Json& t : *taints) {
+      const std::string effect = Str(t, {"effect"});
+      if ((effect == "NoSchedule" || effect == "NoExecute") && !Tolerates(pod, t)) return false;
+    }
+  }
+  if (const Json* selector = Find(pod, {"spec", "nodeSelector"});
+      selector != nullptr && selector->is_object()) {
+    const std::map<std::string, std::string> labels = k8s::Labels(node);
+    for (const auto& [key, value] : selector->items()) {
+      auto it = labels.find(key);
+      if (it == labels.end() || !value.is_string() || it->second != value.get<std::string>()) {
+        return false;
+      }
+    }
+  }
+  return MatchesAffinity(pod, node);
+}
+
+// The claim names a pod's spec.resourceClaims resolve to, or why they do not yet.
+struct ResolvedClaims {
+  std::vector<std::string> names;
+  std::string waiting;  // Not empty: what the pod waits for.
+};
+
+}  // namespace
+
+DraAllocator::DraAllocator(DraAllocatorOptions options, k8s::Client* client, SchedulerCache* cache,
+                           k8s::Informer* pods, k8s::Informer* nodes, DraEventSink events)
+    : options_(std::move(options)),
+      client_(client),
+      cache_(cache),
+      pods_(pods),
+      nodes_(nodes),
+      events_(std::move(events)) {}
+
+DraAllocator::~DraAllocator() { Stop(); }
+
+void DraAllocator::Start() {
+  k8s::InformerOptions opts;
+  opts.watch_timeout = options_.watch_timeout;
+  claims_ = std::make_unique<k8s::Informer>(client_, k8s::kResourceClaims, opts);
+  claims_->AddHandler(k8s::ResourceEventHandler{
+      [this](const Json& c) { OnClaim(c); }, [this](const Json&, const Json& c) { OnClaim(c); },
+      [this](const Json& c) { OnClaimDeleted(c); }});
+  templates_ = std::make_unique<k8s::Informer>(client_, k8s::kResourceClaimTemplates, opts);
+  k8s::InformerOptions slice_opts = opts;
+  slice_opts.field_selector = StrCat("spec.driver=", config::kDraDriverName);
+  slices_ = std::make_unique<k8s::Informer>(client_, k8s::kResourceSlices, slice_opts);
+  slices_->AddHandler(k8s::ResourceEventHandler{
+      [this](const Json& s) { OnSlice(s); }, [this](const Json&, const Json& s) { OnSlice(s); },
+      [this](const Json& s) { OnSliceDeleted(s); }});
+  pods_->AddHandler(k8s::ResourceEventHandler{
+      [this](const Json& p) { OnPod(p); }, [this](const Json&, const Json& p) { OnPod(p); },
+      [this](const Json& p) { OnPodDeleted(p); }});
+  claims_->Start();
+  templates_->Start();
+  slices_->Start();
+}
+
+void DraAllocator::Stop() {
+  for (k8s::Informer* inf : {claims_.get(), templates_.get(), slices_.get()}) {
+    if (inf != nullptr) inf->Stop();
+  }
+}
+
+bool DraAllocator::Synced() const {
+  for (const k8s::Informer* inf : {claims_.get(), templates_.get(), slices_.get()}) {
+    if (inf == nullptr || !inf->HasSynced()) return false;
+  }
+  return true;
+}
+
+DraAllocatorStats DraAllocator::stats() const {
+  absl::MutexLock lock(&mu_);
+  DraAllocatorStats out = stats_;
+  out.foreign_allocations = 0;
+  for (const auto& [key, c] : claim_states_) out.foreign_allocations += c.foreign ? 1 : 0;
+  return out;
+}
+
+void DraAllocator::Event(const Json& object, std::string_view kind, k8s::EventType type,
+                         std::string_view reason, const std::string& message) {
+  const std::string uid = k8s::Uid(object);
+  {
+    absl::MutexLock lock(&mu_);
+    std::string& last = last_message_[uid];
+    if (last == message) return;
+    last = message;
+  }
+  if (type == k8s::EventType::kWarning) {
+    LogWarning(kLog, kind, " ", k8s::ObjectKey(object), ": ", message);
+  } else {
+    LogInfo(kLog, kind, " ", k8s::ObjectKey(object), ": ", message);
+  }
+  if (events_) events_(object, kind, type, reason, message);
+}
+
+// --- Informer feed ----------------------------------------------------------------------------
+
+void DraAllocator::OnClaim(const Json& claim) {
+  const std::string ns = k8s::Namespace(claim);
+  const std::string name = k8s::Name(claim);
+  const std::string key = k8s::ObjectKey(ns, name);
+  ClaimState state;
+  state.uid = k8s::Uid(claim);
+  state.finalizer = HasFinalizer(claim, config::kDraAllocationFinalizer);
+  state.deleting = Find(claim, {"metadata", "deletionTimestamp"}) != nullptr;
+  if (const Json* owners = Find(claim, {"metadata", "ownerReferences"});
+      owners != nullptr && owners->is_array()) {
+    for (const Json& o : *owners) {
+      const Json* controller = Find(o, {"controller"});
+      if (controller != nullptr && controller->is_boolean() && controller->get<bool>() &&
+          Str(o, {"kind"}) == "Pod") {
+        state.owner_pods.push_back(Str(o, {"uid"}));
+      }
+    }
+  }
+  absl::StatusOr<config::DraClaimSpec> spec = config::ParseDraClaim(claim);
+  if (spec.ok()) {
+    state.prism = spec->prism;
+    state.spec = std::move(*spec);
+  } else {
+    // A claim naming Prism's classes in a way Prism cannot allocate: Prism's nonetheless (it
+    // must not be left to first fit), with the reason for the pod's events.
+    state.prism = true;
+    state.spec_error = std::string(spec.status().message());
+  }
+  absl::StatusOr<config::DraAllocationRecord> record = config::ReadDraAllocation(claim);
+  std::optional<DraClaimCharge> charge;
+  if (!record.ok()) {
+    state.allocated = true;
+    state.allocation_error = std::string(record.status().message());
+  } else {
+    state.allocated = record->allocated;
+    state.reserved_for = record->reserved_for;
+    state.marker = record->prism_marker;
+    state.node = record->node;
+    state.pod_uid = record->pod_uid;
+    state.foreign = record->allocated && record->prism_devices && !record->prism_marker;
+    if (record->allocated && record->prism_marker && !record->decision.empty() && spec.ok() &&
+        spec->prism) {
+      absl::StatusOr<sched::PodRequest> request = config::DraClaimRequest(state.spec);
+      if (request.ok()) {
+        charge = DraClaimCharge{ns, name, state.uid, record->node, std::move(*request),
+                                record->decision};
+      } else {
+        state.allocation_error = std::string(request.status().message());
+      }
+    }
+  }
+  if (!state.allocation_error.empty()) {
+    LogWarning(kLog, "ResourceClaim ", key, ": ", state.allocation_error,
+               "; its devices are not charged");
+  }
+  if (state.foreign) {
+    LogWarning(kLog, "ResourceClaim ", key,
+               " holds devices of driver gpu.prism.io allocated outside Prism (no Prism marker): "
+               "the node agent will not prepare them");
+  }
+  {
+    // Every claim is kept (others' with their spec dropped): "known and not Prism's" is how a
+    // pod's claims are told apart from claims not seen yet.
+    if (!state.prism) state.spec = config::DraClaimSpec();
+    absl::MutexLock lock(&mu_);
+    claim_states_[key] = std::move(state);
+  }
+  if (charge.has_value()) {
+    cache_->ChargeDraClaim(std::move(*charge));
+  } else {
+    cache_->ReleaseDraClaim(ns, name);
+  }
+}
+
+void DraAllocator::OnClaimDeleted(const Json& claim) {
+  const std::string ns = k8s::Namespace(claim);
+  const std::string name = k8s::Name(claim);
+  {
+    absl::MutexLock lock(&mu_);
+    claim_states_.erase(k8s::ObjectKey(ns, name));
+  }
+  cache_->ReleaseDraClaim(ns, name);
+}
+
+void DraAllocator::OnPod(const Json& pod) {
+  const Json* claims = Find(pod, {"spec", "resourceClaims"});
+  const bool has_claims = claims != nullptr && claims->is_array() && !claims->empty();
+  const std::string key = k8s::ObjectKey(pod);
+  const std::string uid = k8s::Uid(pod);
+  absl::MutexLock lock(&mu_);
+  if (!has_claims) {
+    unbound_pods_.erase(key);
+    return;
+  }
+  pods_by_uid_[uid] = key;
+  if (k8s::PodNodeName(pod).empty()) {
+    unbound_pods_[key] = uid;
+  } else {
+    unbound_pods_.erase(key);
+  }
+}
+
+void DraAllocator::OnPodDeleted(const Json& pod) {
+  const std::string key = k8s::ObjectKey(pod);
+  absl::MutexLock lock(&mu_);
+  unbound_pods_.erase(key);
+  pods_by_uid_.erase(k8s::Uid(pod));
+  last_message_.erase(k8s::Uid(pod));
+  retry_at_.erase(k8s::Uid(pod));
+}
+
+void DraAllocator::OnSlice(const Json& slice) {
+  const std::string node = Str(slice, {"spec", "nodeName"});
+  config::DraGpuMinors minors;
+  if (const Json* devices = Find(slice, {"spec", "devices"}); devices != nullptr &&
+                                                             devices->is_array()) {
+    for (const Json& d : *devices) {
+      const std::string name = Str(d, {"name"});
+      // "gpu-<minor>" (a whole GPU, attribute uuid) or "gpu-<minor>-mig-..." (parentUUID).
+      if (!name.starts_with("gpu-")) continue;
+      size_t end = 4;
+      while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
+      if (end == 4 || end - 4 > 9) continue;
+      const uint32_t minor = static_cast<uint32_t>(std::stoul(name.substr(4, end - 4)));
+      std::string uuid = Str(d, {"attributes", "uuid", "string"});
+      if (end != name.size()) uuid = Str(d, {"attributes", "parentUUID", "string"});
+      if (!uuid.empty()) minors[uuid] = minor;
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  auto& entry = slice_minors_[k8s::Name(slice)];
+  entry.first = node;
+  entry.second = std::move(minors);
+}
+
+void DraAllocator::OnSliceDeleted(const Json& slice) {
+  absl::MutexLock lock(&mu_);
+  slice_minors_.erase(k8s::Name(slice));
+}
+
+config::DraGpuMinors DraAllocator::MinorsOf(const std::string& node) const {
+  absl::MutexLock lock(&mu_);
+  config::DraGpuMinors out;
+  for (const auto& [name, entry] : slice_minors_) {
+    if (entry.first == node) out.insert(entry.second.begin(), entry.second.end());
+  }
+  return out;
+}
+
+// --- Webhook and Filter -----------------------------------------------------------------------
+
+bool DraAllocator::NeedsGate(const Json& pod) const {
+  const Json* claims = Find(pod, {"spec", "resourceClaims"});
+  if (claims == nullptr || !claims->is_array() || claims->empty()) return false;
+  if (!Str(pod, {"spec", "nodeName"}).empty()) return false;  // Gates need an unbound pod.
+  const std::string ns = k8s::Namespace(pod);
+  for (const Json& c : *claims) {
+    if (const std::string name = Str(c, {"resourceClaimName"}); !name.empty()) {
+      absl::MutexLock lock(&mu_);
+      auto it = claim_states_.find(k8s::ObjectKey(ns, name));
+      // Unknown (not created yet, or not seen yet): gated; the leader ungates it if it turns
+      // out not to be Prism's.
+      if (it == claim_states_.end() || it->second.prism) return true;
+      continue;
+    }
+    const std::string tmpl = Str(c, {"resourceClaimTemplateName"});
+    if (tmpl.empty()) continue;
+    std::optional<Json> t = templates_ ? templates_->Get(ns, tmpl) : std::nullopt;
+    if (!t.has_value()) return true;
+    const Json* spec = Find(*t, {"spec", "spec"});
+    if (spec == nullptr) continue;
+    absl::StatusOr<config::DraClaimSpec> parsed =
+        config::ParseDraClaimSpec(*spec, "spec.spec");
+    if (!parsed.ok() || parsed->prism) return true;
+  }
+  return false;
+}
+
+std::optional<DraAllocator::PodNodeVerdict> DraAllocator::PodNode(const Json& pod) const {
+  absl::StatusOr<config::DraPodClaims> claims = config::ReadPodClaims(pod);
+  if (!claims.ok()) {
+    return PodNodeVerdict{"", StrCat("invalid resourceClaims: ", claims.status().message())};
+  }
+  if (claims->claims.empty() && claims->pending.empty()) return std::nullopt;
+  const std::string ns = k8s::Namespace(pod);
+  PodNodeVerdict verdict;
+  bool any = false;
+  absl::MutexLock lock(&mu_);
+  for (const config::DraPodClaim& c : claims->claims) {
+    auto it = claim_states_.find(k8s::ObjectKey(ns, c.claim));
+    if (it == claim_states_.end() || !it->second.prism) {
+      if (it != claim_states_.end() && it->second.foreign) {
+        return PodNodeVerdict{"", StrCat("ResourceClaim ", c.claim,
+                                         " holds Prism's devices allocated outside Prism")};
+      }
+      continue;
+    }
+    any = true;
+    const ClaimState& s = it->second;
+    if (s.foreign) {
+      return PodNodeVerdict{"", StrCat("ResourceClaim ", c.claim,
+                                       " was allocated outside Prism; Prism's node agent will not "
+                                       "prepare it")};
+    }
+    if (!s.allocated || !s.marker) {
+      return PodNodeVerdict{
+          "", StrCat("waiting for Prism to allocate ResourceClaim ", c.claim,
+                     s.spec_error.empty() ? "" : StrCat(" (", s.spec_error, ")"))};
+    }
+    if (!verdict.node.empty() && verdict.node != s.node) {
+      return PodNodeVerdict{"", StrCat("ResourceClaims allocated on different nodes (",
+                                       verdict.node, ", ", s.node, ")")};
+    }
+    verdict.node = s.node;
+  }
+  if (!claims->pending.empty() && !any) return std::nullopt;
+  if (!claims->pending.empty()) {
+    return PodNodeVerdict{"", StrCat("waiting for ResourceClaim ", claims->pending.front(),
+                                     " to be created")};
+  }
+  if (!any) return std::nullopt;
+  return verdict;
+}
+
+// --- The leader's pass ------------------------------------------------------------------------
+
+std::vector<std::string> DraAllocator::CandidateNodes(const Json& pod) const {
+  std::vector<std::string> out;
+  for (const Json& node : nodes_->List()) {
+    if (NodeAdmits(pod, node)) out.push_back(k8s::Name(node));
+  }
+  return out;
+}
+
+void DraAllocator::Reconcile() {
+  if (!Synced()) return;
+  const absl::Time now = absl::Now();
+  std::vector<std::string> pods;
+  std::vector<std::string> dealloc;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [key, uid] : unbound_pods_) {
+      auto r = retry_at_.find(uid);
+      if (r == retry_at_.end() || r->second <= now) pods.push_back(key);
+    }
+    for (const auto& [key, c] : claim_states_) {
+      if (!c.finalizer) continue;
+      const bool pod_gone = c.pod_uid.empty() || !pods_by_uid_.count(c.pod_uid);
+      if (c.reserved_for.empty() && (c.deleting || pod_gone || !c.allocated)) {
+        dealloc.push_back(key);
+      }
+    }
+  }
+  for (const std::string& key : pods) {
+    const auto slash = key.find('/');
+    std::optional<Json> pod = pods_->Get(key.substr(0, slash), key.substr(slash + 1));
+    if (!pod.has_value() || !k8s::PodNodeName(*pod).empty()) continue;
+    const bool gated = config::HasDraSchedulingGate(*pod);
+    if (!gated && k8s::GetString(*pod, {"spec", "schedulerName"}) != options_.scheduler_name) {
+      continue;
+    }
+    absl::Status s = AllocateFor(*pod, gated);
+    if (!s.ok()) {
+      absl::MutexLock lock(&mu_);
+      retry_at_[k8s::Uid(*pod)] = now + options_.retry_interval;
+    }
+  }
+  for (const std::string& key : dealloc) Deallocate(key);
+}
+
+absl::Status DraAllocator::AllocateFor(const Json& pod, bool gated) {
+  const std::string ns = k8s::Namespace(pod);
+  const std::string pod_key = k8s::ObjectKey(pod);
+  auto warn = [&](std::string_view reason, const std::string& message) {
+    Event(pod, "Pod", k8s::EventType::kWarning, reason, message);
+    return absl::FailedPreconditionError(message);
+  };
+  absl::StatusOr<config::DraPodClaims> refs = config::ReadPodClaims(pod);
+  if (!refs.ok()) return warn("InvalidResourceClaims", std::string(refs.status().message()));
+  if (!refs->pending.empty()) {
+    return absl::UnavailableError(StrCat("waiting for the claim of ", refs->pending.front()));
+  }
+  // The pod's claims as the claim informer has them.
+  std::vector<config::DraClaimSpec> to_allocate;
+  std::string node;  // Where already-allocated Prism claims are.
+  std::string problem_reason;
+  std::string problem;  // Reported as an event (with problem_reason) when set.
+  absl::Status wait;    // Not OK: the pod waits, nothing to report.
+  {
+    absl::MutexLock lock(&mu_);
+    for (const config::DraPodClaim& ref : refs->claims) {
+      auto it = claim_states_.find(k8s::ObjectKey(ns, ref.claim));
+      if (it == claim_states_.end()) {
+        wait = absl::UnavailableError(StrCat("ResourceClaim ", ref.claim, " does not exist yet"));
+        break;
+      }
+      const ClaimState& c = it->second;
+      if (!ref.template_name.empty() &&
+          std::find(c.owner_pods.begin(), c.owner_pods.end(), k8s::Uid(pod)) ==
+              c.owner_pods.end()) {
+        // resourceclaim.IsForPod: a generated claim must be owned by this pod.
+        wait = absl::UnavailableError(StrCat("ResourceClaim ", ref.claim, " is not this pod's"));
+        break;
+      }
+      if (c.foreign) {
+        problem_reason = "ForeignAllocation";
+        problem = StrCat("ResourceClaim ", ref.claim,
+                         " was allocated outside Prism (no Prism marker); Prism's node agent will "
+                         "not prepare it: remove the claim's allocation, or the pod");
+        break;
+      }
+      if (!c.prism) continue;
+      if (!c.spec_error.empty()) {
+        problem_reason = "InvalidResourceClaim";
+        problem = StrCat("ResourceClaim ", ref.claim, ": ", c.spec_error);
+        break;
+      }
+      if (c.allocated) {
+        if (!c.allocation_error.empty()) {
+          problem_reason = "InvalidAllocation";
+          problem = StrCat("ResourceClaim ", ref.claim, ": ", c.allocation_error);
+          break;
+        }
+        if (!node.empty() && node != c.node) {
+          problem_reason = "FailedAllocation";
+          problem = StrCat("the pod's ResourceClaims are allocated on different nodes (", node,
+                           ", ", c.node, ")");
+          break;
+        }
+        node = c.node;
+        continue;
+      }
+      to_allocate.push_back(c.spec);
+    }
+  }
+  if (!wait.ok()) return wait;
+  if (!problem.empty()) return warn(problem_reason, problem);
+  if (to_allocate.empty()) {
+    return gated ? RemoveGate(pod) : absl::OkStatus();
+  }
+  absl::StatusOr<config::PodManifest> manifest = config::PodManifestFromJson(pod);
+  if (!manifest.ok()) return warn("InvalidPod", std::string(manifest.status().message()));
+  absl::StatusOr<sched::PodRequest> base =
+      config::BuildPodRequest(*manifest, cache_->device_config());
+  if (!base.ok()) return warn("InvalidPod", std::string(base.status().message()));
+  absl::StatusOr<config::DraPodRequest> request =
+      config::BuildDraPodRequest(std::move(*base), to_allocate);
+  if (!request.ok()) return warn("InvalidResourceClaim", std::string(request.status().message()));
+  std::vector<std::string> candidates = CandidateNodes(pod);
+  if (!node.empty()) {
+    candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
+                                    [&](const std::string& n) { return n != node; }),
+                     candidates.end());
+  }
+  if (candidates.empty()) {
+    return warn("FailedAllocation",
+                node.empty() ? "no node admits the pod (nodeSelector, affinity, taints)"
+                             : StrCat("the pod's allocated claims are on node ", node,
+                                      ", which does not admit it"));
+  }
+  std::vector<Json> allocations;
+  absl::StatusOr<DraPlacement> placed = cache_->AllocateDra(
+      request->request, candidates,
+      [&](const sched::Decision& decision, const sched::ClusterState& cluster)
+          -> absl::StatusOr<std::vector<DraClaimCharge>> {
+        absl::StatusOr<std::vector<Json>> built = config::BuildDraAllocations(
+            *request, to_allocate, decision, cluster, MinorsOf(decision.node_name));
+        if (!built.ok()) return built.status();
+        allocations = std::move(*built);
+        std::vector<DraClaimCharge> charges;
+        for (size_t i = 0; i < to_allocate.size(); ++i) {
+          // Charged from the allocation exactly as the claim informer will read it back.
+          const Json as_claim{{"status", {{"allocation", allocations[i]}}}};
+          absl::StatusOr<config::DraAllocationRecord> record =
+              config::ReadDraAllocation(as_claim);
+          if (!record.ok()) return record.status();
+          absl::StatusOr<sched::PodRequest> one = config::DraClaimRequest(to_allocate[i]);
+          if (!one.ok()) return one.status();
+          charges.push_back(DraClaimCharge{ns, to_allocate[i].name, to_allocate[i].uid,
+                                           decision.node_name, std::move(*one),
+                                           std::move(record->decision)});
+        }
+        return charges;
+      });
+  if (!placed.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      ++stats_.allocation_failures;
+    }
+    return warn("FailedAllocation",
+                StrCat("Prism cannot allocate the pod's ResourceClaims: ", placed.status().message()));
+  }
+  for (size_t i = 0; i < to_allocate.size(); ++i) {
+    absl::Status s = WriteAllocation(ns, to_allocate[i].name, allocations[i]);
+    if (!s.ok()) {
+      // Claims not written are not allocated: their charges go (the informer charges those
+      // that were written).
+      for (size_t j = i; j < to_allocate.size(); ++j) cache_->ReleaseDraClaim(ns, to_allocate[j].name);
+      {
+        absl::MutexLock lock(&mu_);
+        ++stats_.allocation_failures;
+      }
+      return warn("FailedAllocation", StrCat("writing the allocation of ResourceClaim ",
+                                             to_allocate[i].name, ": ", s.message()));
+    }
+  }
+  std::vector<std::string> devices;
+  for (size_t i = 0; i < allocations.size(); ++i) {
+    for (const Json& r : allocations[i]["devices"]["results"]) {
+      devices.push_back(StrCat(to_allocate[i].name, ":", r.value("device", "")));
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.allocations;
+    if (!gated) stats_.reallocations += static_cast<int64_t>(to_allocate.size());
+  }
+  Event(pod, "Pod", k8s::EventType::kNormal, gated ? "Allocated" : "Reallocated",
+        StrCat("Prism allocated ", StrJoin(devices, ", "), " on node ", placed->node));
+  return gated ? RemoveGate(pod) : absl::OkStatus();
+}
+
+absl::Status DraAllocator::WriteAllocation(const std::string& ns, const std::string& claim,
+                                           const Json& allocation) {
+  // 1. Prism's finalizer first: a claim Prism allocated must not be deleted before Prism
+  //    deallocates it (docs/dra.md §2.2: nobody else will).
+  absl::StatusOr<Json> with_finalizer = client_->MutateWithRetry(
+      k8s::kResourceClaims, ns, claim,
+      [&](Json& c) -> absl::Status {
+        if (Find(c, {"status", "allocation"}) != nullptr) {
+          return absl::AbortedError("the claim got allocated elsewhere in the meantime");
+        }
+        if (!HasFinalizer(c, config::kDraAllocationFinalizer)) {
+          c["metadata"]["finalizers"].push_back(config::kDraAllocationFinalizer);
+        }
+        return absl::OkStatus();
+      },
+      k8s::WriteMethod::kUpdate);
+  if (!with_finalizer.ok()) return with_finalizer.status();
+  // 2. The allocation, guarded by the resourceVersion just written: an allocation by anyone in
+  //    between is a conflict, never overwritten.
+  Json update = *with_finalizer;
+  update["status"]["allocation"] = allocation;
+  absl::StatusOr<Json> written = client_->Update(k8s::kResourceClaims, ns, update, "status");
+  return written.status();
+}
+
+absl::Status DraAllocator::RemoveGate(const Json& pod) {
+  const Json* gates = Find(pod, {"spec", "schedulingGates"});
+  if (gates == nullptr || !gates->is_array()) return absl::OkStatus();
+  for (size_t i = 0; i < gates->size(); ++i) {
+    if (Str((*gates)[i], {"name"}) != config::kDraSchedulingGate) continue;
+    const std::string path = StrCat("/spec/schedulingGates/", i);
+    const Json patch = Json::array(
+        {Json{{"op", "test"}, {"path", path + "/name"}, {"value", config::kDraSchedulingGate}},
+         Json{{"op", "remove"}, {"path", path}}});
+    absl::StatusOr<Json> done = client_->Patch(k8s::kPods, k8s::Namespace(pod), k8s::Name(pod),
+                                               k8s::PatchType::kJson, patch);
+    if (!done.ok()) {
+      LogWarning(kLog, "pod ", k8s::ObjectKey(pod), ": removing the scheduling gate: ",
+                 done.status().message());
+      return done.status();
+    }
+    absl::MutexLock lock(&mu_);
+    ++stats_.gates_removed;
+    return absl::OkStatus();
+  }
+  return absl::OkStatus();
+}
+
+void DraAllocator::Deallocate(const std::string& key) {
+  const auto slash = key.find('/');
+  const std::string ns = key.substr(0, slash);
+  const std::string name = key.substr(slash + 1);
+  bool cleared = false;
+  absl::StatusOr<Json> done = client_->MutateWithRetry(
+      k8s::kResourceClaims, ns, name,
+      [&](Json& c) -> absl::Status {
+        absl::StatusOr<config::DraAllocationRecord> r = config::ReadDraAllocation(c);
+        if (r.ok() && !r->reserved_for.empty()) {
+          return absl::AbortedError("reserved again");
+        }
+        if (Find(c, {"status", "allocation"}) != nullptr && (!r.ok() || r->prism_marker)) {
+          c["status"].erase("allocation");
+          cleared = true;
+        }
+        return absl::OkStatus();
+      },
+      k8s::WriteMethod::kUpdate, 5, "status");
+  if (!done.ok()) {
+    if (!absl::IsNotFound(done.status()) && !absl::IsAborted(done.status())) {
+      LogWarning(kLog, "ResourceClaim ", key, ": deallocating: ", done.status().message());
+    }
+    return;
+  }
+  if (cleared) cache_->ReleaseDraClaim(ns, name);
+  absl::StatusOr<Json> unfinalized = client_->MutateWithRetry(
+      k8s::kResourceClaims, ns, name,
+      [&](Json& c) -> absl::Status {
+        if (Find(c, {"status", "allocation"}) != nullptr) {
+          return absl::AbortedError("allocated again");
+        }
+        Json* f = c.contains("metadata") ? &c["metadata"]["finalizers"] : nullptr;
+        if (f == nullptr || !f->is_array()) return absl::OkStatus();
+        Json kept = Json::array();
+        for (const Json& e : *f) {
+          if (!(e.is_string() && e.get<std::string>() == config::kDraAllocationFinalizer)) {
+            kept.push_back(e);
+          }
+        }
+        *f = std::move(kept);
+        return absl::OkStatus();
+      },
+      k8s::WriteMethod::kUpdate);
+  if (!unfinalized.ok() && !absl::IsNotFound(unfinalized.status()) &&
+      !absl::IsAborted(unfinalized.status())) {
+    LogWarning(kLog, "ResourceClaim ", key, ": removing the finalizer: ",
+               unfinalized.status().message());
+    return;
+  }
+  LogInfo(kLog, "ResourceClaim ", key, ": deallocated (its pod is gone and nobody reserves it)");
+  absl::MutexLock lock(&mu_);
+  ++stats_.deallocations;
+}
+
+}  // namespace prism::extender

@@ -1,0 +1,167 @@
+// src/extender/dra_allocator.h: Prism's engine as the allocator of its own DRA devices (docs/dra.md
+// §2.4, issue 32). kube-scheduler's DynamicResources plugin would allocate an unallocated claim
+// first fit; a claim that is already allocated it only checks against the node
+// (PreFilter/Filter: allocation.nodeSelector) and reserves (PreBind). So Prism allocates first:
+//
+//   webhook       pod CREATE whose claims (or templates) use a class of Prism's, or are not
+//                 known yet: + scheduling gate prism.io/allocate (NeedsGate)
+//   leader loop   for a gated pod whose claims all exist: the engine decides node and devices for
+//                 the pod's own containers plus its unallocated Prism claims (jointly, as Filter
+//                 does), the claims are charged at once (SchedulerCache::AllocateDra), then per
+//                 claim: + finalizer prism.io/dra-allocation, status.allocation written (results,
+//                 Prism's FromClass marker with this claim's part of the decision, nodeSelector);
+//                 then the gate is removed. An ungated pod of Prism's scheduler whose Prism claim
+//                 lost its allocation (kube-scheduler's PostFilter, an admin) is allocated again.
+//   extender      Filter passes a pod with Prism claims only on the node they were allocated to
+//                 (PodNode), so kube-scheduler never allocates Prism's devices itself for it
+//   deallocation  a claim with Prism's finalizer, reserved by nobody, whose pod is gone (or that
+//                 is being deleted) gets its allocation cleared, then loses the finalizer (the
+//                 resourceclaim controller deallocates only claims with Kubernetes' own
+//                 finalizer, controller.go syncClaim)
+//
+// Every replica charges every allocated claim in its cache (OnClaim), so a new leader decides
+// with the state the old one left. Allocations of Prism's devices without Prism's marker
+// (another allocator's) are never charged as Prism's: they are counted and reported, and the node
+// agent refuses to prepare them. Thread-safe.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+#include "config/dra_allocation.h"
+#include "core/sched/device_config.h"
+#include "extender/cache.h"
+#include "k8s/client.h"
+#include "k8s/event_recorder.h"
+#include "k8s/informer.h"
+
+namespace prism::extender {
+
+struct DraAllocatorOptions {
+  std::string scheduler_name = "prism-scheduler";
+  absl::Duration watch_timeout = absl::Minutes(5);
+  // How often the leader retries a pod whose allocation failed (no room, an API error).
+  absl::Duration retry_interval = absl::Seconds(2);
+};
+
+// (reason, message) events about an object; the scheduler's recorder.
+using DraEventSink = std::function<void(const k8s::Json& object, std::string_view kind,
+                                        k8s::EventType type, std::string_view reason,
+                                        std::string_view message)>;
+
+struct DraAllocatorStats {
+  int64_t allocations = 0;       // Pods whose claims Prism allocated.
+  int64_t allocation_failures = 0;
+  int64_t gates_removed = 0;
+  int64_t deallocations = 0;
+  int64_t reallocations = 0;     // Claims allocated again after losing their allocation.
+  int foreign_allocations = 0;   // Claims holding Prism's devices without Prism's marker (now).
+};
+
+class DraAllocator {
+ public:
+  // `cache`, `client`, `pods` and `nodes` must outlive the allocator; `pods` and `nodes` are the
+  // scheduler's informers (a pod handler is added to `pods`).
+  DraAllocator(DraAllocatorOptions options, k8s::Client* client, SchedulerCache* cache,
+               k8s::Informer* pods, k8s::Informer* nodes, DraEventSink events);
+  ~DraAllocator();  // Stops.
+  DraAllocator(const DraAllocator&) = delete;
+  DraAllocator& operator=(const DraAllocator&) = delete;
+
+  // Starts the informers on claims, claim templates and Prism's ResourceSlices.
+  void Start();
+  void Stop();
+  bool Synced() const;
+
+  // Webhook, pod CREATE: whether the pod must wait for Prism's allocation (docs/dra.md §2.4).
+  bool NeedsGate(const k8s::Json& pod) const;
+
+  // Extender Filter: for a pod with claims of Prism's classes, the node its claims were
+  // allocated to, or why it may go nowhere yet. nullopt: the pod has no Prism claims.
+  struct PodNodeVerdict {
+    std::string node;    // Empty: no node (see `reason`).
+    std::string reason;  // Why no node, for every candidate.
+  };
+  std::optional<PodNodeVerdict> PodNode(const k8s::Json& pod) const;
+
+  // The leader's pass: allocations for gated (and de-allocated) pods, deallocations.
+  void Reconcile();
+
+  DraAllocatorStats stats() const;
+
+ private:
+  struct ClaimState {
+    std::string uid;
+    bool prism = false;         // Some request names a Prism class.
+    std::string spec_error;     // The spec cannot be allocated by Prism (why).
+    config::DraClaimSpec spec;  // When spec_error is empty.
+    bool allocated = false;
+    bool marker = false;        // Allocated by Prism.
+    bool foreign = false;       // Prism's devices, allocated by someone else.
+    std::string node;           // The marker's node.
+    std::string pod_uid;        // The marker's pod.
+    std::vector<std::string> reserved_for;
+    bool finalizer = false;     // Carries prism.io/dra-allocation.
+    bool deleting = false;
+    std::string allocation_error;  // A malformed allocation (charged as nothing).
+    std::vector<std::string> owner_pods;  // Controller owner references' UIDs.
+  };
+  void OnClaim(const k8s::Json& claim);
+  void OnClaimDeleted(const k8s::Json& claim);
+  void OnPod(const k8s::Json& pod);
+  void OnPodDeleted(const k8s::Json& pod);
+  void OnSlice(const k8s::Json& slice);
+  void OnSliceDeleted(const k8s::Json& slice);
+
+  // One pod's allocation; OK when nothing is left to do for it now.
+  absl::Status AllocateFor(const k8s::Json& pod, bool gated);
+  absl::Status RemoveGate(const k8s::Json& pod);
+  absl::Status WriteAllocation(const std::string& ns, const std::string& claim,
+                               const k8s::Json& allocation);
+  void Deallocate(const std::string& key);
+  // Nodes that pass the pod's nodeSelector, required node affinity (labels), taints and
+  // spec.unschedulable, as kube-scheduler's NodeAffinity, TaintToleration and NodeUnschedulable
+  // filters would; the extender Filter later sees kube-scheduler's own verdict as well.
+  std::vector<std::string> CandidateNodes(const k8s::Json& pod) const;
+  config::DraGpuMinors MinorsOf(const std::string& node) const;
+  void Event(const k8s::Json& object, std::string_view kind, k8s::EventType type,
+             std::string_view reason, const std::string& message);
+
+  const DraAllocatorOptions options_;
+  k8s::Client* const client_;
+  SchedulerCache* const cache_;
+  k8s::Informer* const pods_;
+  k8s::Informer* const nodes_;
+  const DraEventSink events_;
+  std::unique_ptr<k8s::Informer> claims_;
+  std::unique_ptr<k8s::Informer> templates_;
+  std::unique_ptr<k8s::Informer> slices_;
+
+  mutable absl::Mutex mu_;
+  std::map<std::string, ClaimState, std::less<>> claim_states_ ABSL_GUARDED_BY(mu_);
+  // Pods with spec.resourceClaims not bound yet (key -> uid), and every live pod with claims by
+  // UID (for deallocation: is the pod a claim was allocated for still there?).
+  std::map<std::string, std::string, std::less<>> unbound_pods_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, std::string, std::less<>> pods_by_uid_ ABSL_GUARDED_BY(mu_);
+  // Per node, GPU UUID -> device minor, from Prism's published ResourceSlices (slice name ->
+  // (node, minors)).
+  std::map<std::string, std::pair<std::string, config::DraGpuMinors>, std::less<>> slice_minors_
+      ABSL_GUARDED_BY(mu_);
+  // Last event message per pod UID (one event per distinct problem) and when each pod may be
+  // tried again.
+  std::map<std::string, std::string> last_message_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, absl::Time> retry_at_ ABSL_GUARDED_BY(mu_);
+  DraAllocatorStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace prism::extender

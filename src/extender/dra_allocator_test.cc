@@ -1,0 +1,334 @@
+// Prism allocating its own DRA devices (dra_allocator.h, docs/dra.md §2.4) through the real
+// scheduler service against the fake API server: the webhook's gate, the leader's allocation
+// (claims' finalizer and status.allocation, then the gate removed), Filter pinning the pod to the
+// allocated node, Bind, re-allocation after a deallocation behind Prism's back, deallocation when
+// the pod is gone, template claims, and the refusals.
+#include "extender/dra_allocator.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "base/strings.h"
+#include "config/device_config_yaml.h"
+#include "config/dra_names.h"
+#include "config/dra_pod.h"
+#include "extender/scheduler.h"
+#include "extender/test_util.h"
+#include "k8s/test_util.h"
+#include "testing/fake_apiserver/fake_apiserver.h"
+
+namespace prism::extender {
+namespace {
+
+using json = nlohmann::json;
+using k8s::testing_util::WaitUntil;
+using ::testing::HasSubstr;
+using testing::NodeJson;
+using testing::TestGpu;
+
+constexpr char kNode[] = "a100-node";
+constexpr char kOther[] = "t4-node";
+
+std::string MigSelector(const std::string& profile) {
+  return StrCat("device.attributes[\"gpu.prism.io\"].profile == \"", profile, "\"");
+}
+
+json ClaimSpec(const std::string& device_class, int count, const std::string& selector = "") {
+  json exactly{{"deviceClassName", device_class}, {"count", count}};
+  if (!selector.empty()) exactly["selectors"] = json::array({{{"cel", {{"expression", selector}}}}});
+  return json{{"devices", {{"requests", json::array({{{"name", "gpus"}, {"exactly", exactly}}})}}}};
+}
+
+json Claim(const std::string& name, const json& spec) {
+  return json{{"apiVersion", "resource.k8s.io/v1"},
+              {"kind", "ResourceClaim"},
+              {"metadata", {{"name", name}, {"namespace", "default"}}},
+              {"spec", spec}};
+}
+
+// A pod using `claim` (by name) or, with `from_template`, a claim made from that template.
+json DraPod(const std::string& name, const std::string& claim, bool from_template = false) {
+  json ref{{"name", "gpu"}};
+  ref[from_template ? "resourceClaimTemplateName" : "resourceClaimName"] = claim;
+  return json{{"apiVersion", "v1"},
+              {"kind", "Pod"},
+              {"metadata", {{"name", name}, {"namespace", "default"}}},
+              {"spec",
+               {{"resourceClaims", json::array({ref})},
+                {"containers",
+                 json::array({{{"name", "main"},
+                               {"image", "cuda"},
+                               {"resources",
+                                {{"requests", {{"cpu", "1"}}},
+                                 {"claims", json::array({{{"name", "gpu"}}})}}}}})}}},
+              {"status", {{"phase", "Pending"}}}};
+}
+
+// Prism's node agent publishes one pool per node; the allocator needs the GPUs' minors from it.
+json Slice(const std::string& node, const std::string& uuid, bool mig) {
+  json device{{"name", mig ? "gpu-0-mig-1g5gb-19-0" : "gpu-0"}};
+  device["attributes"][mig ? "parentUUID" : "uuid"] = {{"string", uuid}};
+  return json{{"apiVersion", "resource.k8s.io/v1"},
+              {"kind", "ResourceSlice"},
+              {"metadata", {{"name", StrCat(node, "-gpu.prism.io-0")}}},
+              {"spec",
+               {{"driver", config::kDraDriverName},
+                {"nodeName", node},
+                {"pool", {{"name", node}, {"generation", 1}, {"resourceSliceCount", 1}}},
+                {"devices", json::array({device})}}}};
+}
+
+class DraAllocatorTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    api_ = std::make_unique<fakeapi::FakeApiServer>();
+    ASSERT_OK(api_->Start());
+    k8s::ClusterConfig config;
+    config.server = api_->url();
+    k8s::ClientOptions options;
+    options.qps = 0;
+    options.retry_backoff = k8s::BackoffOptions{absl::Milliseconds(5), absl::Milliseconds(50), 2, 0};
+    ASSERT_OK_AND_ASSIGN(client_, k8s::Client::Create(config, options));
+    // The seed's node: an A100-PCIE-40GB in MIG mode with HAMi's geometries; and a T4.
+    ASSERT_OK(api_->Create("nodes", NodeJson(kNode, {TestGpu("A100-PCIE-40GB", 40960, true)})));
+    ASSERT_OK(api_->Create("nodes", NodeJson(kOther, {TestGpu("Tesla T4", 15360, false)})));
+    ASSERT_OK(api_->Create("resourceslices", Slice(kNode, StrCat("GPU-", kNode, "-0"), true)));
+    ASSERT_OK(api_->Create("resourceslices", Slice(kOther, StrCat("GPU-", kOther, "-0"), false)));
+    SchedulerOptions o;
+    o.initial_config = config::DefaultDeviceConfig();
+    o.cache.engine = DefaultEngineOptions();
+    o.tick = absl::Milliseconds(20);
+    o.dra = true;
+    o.dra_options.retry_interval = absl::Milliseconds(50);
+    scheduler_ = std::make_unique<Scheduler>(std::move(o), client_.get());
+    ASSERT_OK(scheduler_->Start());
+    ASSERT_TRUE(scheduler_->WaitForSync(absl::Seconds(10)));
+  }
+
+  // The mutating webhook on CREATE, its patch applied, then the pod created.
+  json Submit(json pod) {
+    json review{{"apiVersion", "admission.k8s.io/v1"},
+                {"kind", "AdmissionReview"},
+                {"request",
+                 {{"uid", "r1"},
+                  {"operation", "CREATE"},
+                  {"namespace", "default"},
+                  {"userInfo", {{"username", "alice"}}},
+                  {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
+                  {"object", pod}}}};
+    HttpReply reply = scheduler_->Admission(review.dump(), /*mutate=*/true);
+    EXPECT_EQ(reply.status, 200) << reply.body;
+    const json answer = json::parse(reply.body);
+    EXPECT_TRUE(answer["response"].value("allowed", false)) << reply.body;
+    if (answer["response"].contains("patch")) {
+      std::string patch;
+      EXPECT_TRUE(absl::Base64Unescape(answer["response"]["patch"].get<std::string>(), &patch));
+      pod = pod.patch(json::parse(patch));
+    }
+    absl::StatusOr<json> created = api_->Create("pods", pod);
+    EXPECT_TRUE(created.ok()) << created.status();
+    return created.ok() ? *created : json();
+  }
+
+  json Get(const std::string& resource, const std::string& name) {
+    absl::StatusOr<json> got = api_->Get(resource, "default", name);
+    return got.ok() ? *got : json();
+  }
+
+  bool Allocated(const std::string& claim) {
+    const json c = Get("resourceclaims", claim);
+    return c.is_object() && c.contains("status") && c["status"].contains("allocation");
+  }
+
+  bool Gated(const std::string& pod) { return config::HasDraSchedulingGate(Get("pods", pod)); }
+
+  std::vector<std::string> Devices(const std::string& claim) {
+    std::vector<std::string> out;
+    // Held in a local: a range-for over a temporary's member would read freed memory.
+    const json c = Get("resourceclaims", claim);
+    for (const json& r : c["status"]["allocation"]["devices"]["results"]) out.push_back(r["device"]);
+    return out;
+  }
+
+  // kube-scheduler's stand-in for one pod: Filter over both nodes, then Bind to what passed.
+  std::string FilterAndBind(const std::string& pod_name) {
+    const json pod = Get("pods", pod_name);
+    HttpReply f = scheduler_->Filter(
+        json{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", {kNode, kOther}}}.dump());
+    const json r = json::parse(f.body);
+    if (r["NodeNames"].empty()) return StrCat("no node: ", r["FailedAndUnresolvableNodes"].dump());
+    HttpReply b = scheduler_->Bind(json{{"PodName", pod_name},
+                                        {"PodNamespace", "default"},
+                                        {"PodUID", pod["metadata"]["uid"]},
+                                        {"Node", r["NodeNames"][0]}}
+                                       .dump());
+    return json::parse(b.body).value("Error", "");
+  }
+
+  std::vector<json> Events(const std::string& reason) {
+    std::vector<json> out;
+    for (const json& e : api_->List("events")) {
+      if (e.value("reason", "") == reason) out.push_back(e);
+    }
+    return out;
+  }
+
+  std::unique_ptr<fakeapi::FakeApiServer> api_;
+  std::unique_ptr<k8s::Client> client_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+TEST_F(DraAllocatorTest, SeedExampleIsAllocatedByPrismAndTheNextPodMovesNothing) {
+  ASSERT_OK(api_->Create("resourceclaims",
+                         Claim("seed", ClaimSpec(config::kDraMigClass, 2, MigSelector("2g.10gb")))));
+  ASSERT_TRUE(WaitUntil([&] { return scheduler_->dra()->NeedsGate(DraPod("x", "seed")); }));
+  const json pod = Submit(DraPod("seed-pod", "seed"));
+  EXPECT_EQ(pod["spec"]["schedulerName"], "prism-scheduler");
+  ASSERT_TRUE(config::HasDraSchedulingGate(pod)) << pod.dump();
+
+  // The leader allocates, then ungates.
+  ASSERT_TRUE(WaitUntil([&] { return !Gated("seed-pod"); }, absl::Seconds(10)))
+      << Get("resourceclaims", "seed").dump();
+  const json claim = Get("resourceclaims", "seed");
+  EXPECT_THAT(claim["metadata"]["finalizers"].dump(), HasSubstr(config::kDraAllocationFinalizer));
+  const std::vector<std::string> seed_devices = Devices("seed");
+  ASSERT_EQ(seed_devices.size(), 2u);
+  for (const std::string& d : seed_devices) EXPECT_EQ(d.rfind("gpu-0-mig-2g10gb-", 0), 0u) << d;
+  EXPECT_EQ(claim["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"][0]["matchFields"][0]
+                ["values"][0],
+            kNode);
+  absl::StatusOr<config::DraAllocationRecord> record = config::ReadDraAllocation(claim);
+  ASSERT_OK(record.status());
+  EXPECT_TRUE(record->prism_marker);
+  EXPECT_EQ(record->pod_uid, pod["metadata"]["uid"]);
+
+  // kube-scheduler: only the allocated node passes Filter; Bind binds there, no decision on it.
+  EXPECT_EQ(FilterAndBind("seed-pod"), "");
+  const json bound = Get("pods", "seed-pod");
+  EXPECT_EQ(bound["spec"]["nodeName"], kNode);
+  EXPECT_FALSE(bound["metadata"].contains("annotations") &&
+               bound["metadata"]["annotations"].contains("prism.io/decision"));
+
+  // The next pod takes the 1g.5gb the template left, beside the seed's instances.
+  ASSERT_OK(api_->Create("resourceclaims",
+                         Claim("next", ClaimSpec(config::kDraMigClass, 1, MigSelector("1g.5gb")))));
+  ASSERT_TRUE(WaitUntil([&] { return scheduler_->dra()->NeedsGate(DraPod("x", "next")); }));
+  Submit(DraPod("next-pod", "next"));
+  ASSERT_TRUE(WaitUntil([&] { return !Gated("next-pod"); }, absl::Seconds(10)))
+      << Get("resourceclaims", "next").dump();
+  const std::vector<std::string> next_devices = Devices("next");
+  ASSERT_EQ(next_devices.size(), 1u);
+  EXPECT_EQ(next_devices[0].rfind("gpu-0-mig-1g5gb-", 0), 0u) << next_devices[0];
+  EXPECT_EQ(Devices("seed"), seed_devices);
+  // Both claims are charged in the cache: the GPU holds three assigned instances.
+  int assigned = 0;
+  for (const GpuSnapshot& g : scheduler_->cache().GpuSnapshots()) {
+    for (const InstanceSnapshot& i : g.instances) assigned += i.state == "assigned";
+  }
+  EXPECT_EQ(assigned, 3);
+}
+
+TEST_F(DraAllocatorTest, DeallocatedBehindPrismsBackIsAllocatedAgainAndPodEndDeallocates) {
+  ASSERT_OK(api_->Create("resourceclaims", Claim("c", ClaimSpec(config::kDraWholeGpuClass, 1))));
+  ASSERT_TRUE(WaitUntil([&] { return scheduler_->dra()->NeedsGate(DraPod("x", "c")); }));
+  Submit(DraPod("p", "c"));
+  ASSERT_TRUE(WaitUntil([&] { return !Gated("p") && Allocated("c"); }, absl::Seconds(10)));
+  EXPECT_EQ(Devices("c"), std::vector<std::string>{"gpu-0"});
+
+  // kube-scheduler's PostFilter (or an admin) clears the allocation: Prism allocates it again.
+  json claim = Get("resourceclaims", "c");
+  claim["status"].erase("allocation");
+  ASSERT_OK(client_->Update(k8s::kResourceClaims, "default", claim, "status").status());
+  ASSERT_TRUE(WaitUntil([&] { return Allocated("c"); }, absl::Seconds(10)));
+  EXPECT_TRUE(config::ReadDraAllocation(Get("resourceclaims", "c"))->prism_marker);
+  EXPECT_GE(scheduler_->dra()->stats().reallocations, 1);
+
+  // The pod ends: nobody reserves the claim, Prism deallocates it and drops its finalizer.
+  ASSERT_OK(api_->Delete("pods", "default", "p"));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        const json c = Get("resourceclaims", "c");
+        return !Allocated("c") && (!c["metadata"].contains("finalizers") ||
+                                   c["metadata"]["finalizers"].empty());
+      },
+      absl::Seconds(10)))
+      << Get("resourceclaims", "c").dump();
+  EXPECT_TRUE(scheduler_->cache().DraClaimProblem("default", "c").empty());
+  EXPECT_GE(scheduler_->dra()->stats().deallocations, 1);
+}
+
+TEST_F(DraAllocatorTest, TemplateClaimIsAllocatedOnceTheControllerMadeIt) {
+  json tmpl{{"apiVersion", "resource.k8s.io/v1"},
+            {"kind", "ResourceClaimTemplate"},
+            {"metadata", {{"name", "one-gpu"}, {"namespace", "default"}}},
+            {"spec", {{"spec", ClaimSpec(config::kDraWholeGpuClass, 1)}}}};
+  ASSERT_OK(api_->Create("resourceclaimtemplates", tmpl));
+  ASSERT_TRUE(WaitUntil([&] { return scheduler_->dra()->NeedsGate(DraPod("x", "one-gpu", true)); }));
+  json pod = Submit(DraPod("t", "one-gpu", true));
+  ASSERT_TRUE(config::HasDraSchedulingGate(pod));
+  // The resourceclaim controller (syncPod) makes the claim, owned by the pod, and records it.
+  json claim = Claim("t-gpu-x1", tmpl["spec"]["spec"]);
+  claim["metadata"]["ownerReferences"] = json::array({{{"apiVersion", "v1"},
+                                                       {"kind", "Pod"},
+                                                       {"name", "t"},
+                                                       {"uid", pod["metadata"]["uid"]},
+                                                       {"controller", true}}});
+  ASSERT_OK(api_->Create("resourceclaims", claim));
+  pod = Get("pods", "t");
+  pod["status"]["resourceClaimStatuses"] =
+      json::array({{{"name", "gpu"}, {"resourceClaimName", "t-gpu-x1"}}});
+  ASSERT_OK(client_->Update(k8s::kPods, "default", pod, "status").status());
+  ASSERT_TRUE(WaitUntil([&] { return !Gated("t") && Allocated("t-gpu-x1"); }, absl::Seconds(10)));
+  EXPECT_EQ(FilterAndBind("t"), "");
+}
+
+TEST_F(DraAllocatorTest, ForeignAllocationsAndBadClaimsAreRefusedNotAllocated) {
+  // Allocated by someone else (kube-scheduler's first fit): no marker.
+  json foreign = Claim("foreign", ClaimSpec(config::kDraWholeGpuClass, 1));
+  ASSERT_OK(api_->Create("resourceclaims", foreign));
+  foreign = Get("resourceclaims", "foreign");
+  foreign["status"]["allocation"] = {
+      {"devices",
+       {{"results", json::array({{{"request", "gpus"},
+                                  {"driver", config::kDraDriverName},
+                                  {"pool", kOther},
+                                  {"device", "gpu-0"}}})}}}};
+  ASSERT_OK(client_->Update(k8s::kResourceClaims, "default", foreign, "status").status());
+  ASSERT_TRUE(WaitUntil([&] { return scheduler_->dra()->stats().foreign_allocations == 1; }));
+  std::optional<DraAllocator::PodNodeVerdict> verdict =
+      scheduler_->dra()->PodNode(DraPod("x", "foreign"));
+  ASSERT_TRUE(verdict.has_value());
+  EXPECT_THAT(verdict->reason, HasSubstr("outside Prism"));
+
+  // A selector Prism cannot evaluate: the pod stays gated, with an event saying why.
+  ASSERT_OK(api_->Create("resourceclaims",
+                         Claim("odd", ClaimSpec(config::kDraMigClass, 1,
+                                                "device.attributes[\"gpu.prism.io\"].x > 3"))));
+  ASSERT_TRUE(WaitUntil([&] { return scheduler_->dra()->NeedsGate(DraPod("x", "odd")); }));
+  Submit(DraPod("odd-pod", "odd"));
+  ASSERT_TRUE(WaitUntil([&] { return !Events("InvalidResourceClaim").empty(); }, absl::Seconds(10)));
+  EXPECT_THAT(Events("InvalidResourceClaim")[0]["message"].get<std::string>(), HasSubstr("odd"));
+  EXPECT_TRUE(Gated("odd-pod"));
+  EXPECT_FALSE(Allocated("odd"));
+
+  // More than the cluster has: stays gated with the engine's reasons, nothing charged.
+  ASSERT_OK(api_->Create("resourceclaims", Claim("huge", ClaimSpec(config::kDraWholeGpuClass, 8))));
+  ASSERT_TRUE(WaitUntil([&] { return scheduler_->dra()->NeedsGate(DraPod("x", "huge")); }));
+  Submit(DraPod("huge-pod", "huge"));
+  ASSERT_TRUE(WaitUntil([&] { return !Events("FailedAllocation").empty(); }, absl::Seconds(10)));
+  EXPECT_TRUE(Gated("huge-pod"));
+  EXPECT_FALSE(Allocated("huge"));
+
+  // A claim of another driver's class is not Prism's: no gate.
+  ASSERT_OK(api_->Create("resourceclaims", Claim("theirs", ClaimSpec("gpu.nvidia.com", 1))));
+  ASSERT_TRUE(WaitUntil([&] { return !scheduler_->dra()->NeedsGate(DraPod("x", "theirs")); }));
+  const json theirs = Submit(DraPod("theirs-pod", "theirs"));
+  EXPECT_FALSE(config::HasDraSchedulingGate(theirs));
+}
+
+}  // namespace
+}  // namespace prism::extender
