@@ -98,7 +98,8 @@ json EncodeTopology(const topo::NodeTopology& t) {
   json out{{"numaNodes", t.numa_node}, {"cpus", t.cpu_affinity}, {"links", std::move(links)}};
   if (!t.unknown.empty()) {
     json unknown = json::array();
-    for (const std::string& line : t.unknown) unknown.push_back(BoundFault(line));
+    // Discovery bounds them (nvml::kMaxTopologyUnknownLineBytes); the decoder refuses longer.
+    for (const std::string& line : t.unknown) unknown.push_back(line);
     out["unknown"] = std::move(unknown);
   }
   return out;
@@ -121,6 +122,9 @@ absl::StatusOr<topo::NodeTopology> DecodeTopology(const json& tj, size_t gpus,
   if (!tj.is_object()) {
     return absl::InvalidArgumentError(
         StrCat(prefix, ": expected an object, got ", tj.type_name()));
+  }
+  if (gpus == 0) {
+    return absl::InvalidArgumentError(StrCat(prefix, ": a node without GPUs has no topology"));
   }
   topo::NodeTopology t;
   ASSIGN_OR_RETURN(const json* numa, ArrayOf(tj, "numaNodes", gpus, prefix + ".numaNodes"));
@@ -186,8 +190,9 @@ absl::StatusOr<topo::NodeTopology> DecodeTopology(const json& tj, size_t gpus,
     for (size_t k = 0; k < uj.size(); ++k) {
       const std::string field = StrCat(prefix, ".unknown[", k, "]");
       ASSIGN_OR_RETURN(std::string line, json_fields::String(uj[k], field));
-      if (line.size() > kMaxInventoryFaultBytes + 64) {
-        return absl::InvalidArgumentError(StrCat(field, ": ", line.size(), " bytes"));
+      if (line.size() > nvml::kMaxTopologyUnknownLineBytes) {
+        return absl::InvalidArgumentError(StrCat(field, ": ", line.size(), " bytes, at most ",
+                                                 nvml::kMaxTopologyUnknownLineBytes));
       }
       t.unknown.push_back(std::move(line));
     }

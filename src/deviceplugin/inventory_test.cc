@@ -378,12 +378,29 @@ TEST(InventoryTopologyTest, DecodeNamesWhatIsWrongInTheTopology) {
       {R"({"numaNodes":[0,1],"cpus":["0-3","3-1"],"links":["X SYS","SYS X"]})", "cpus[1]"},
       {R"({"numaNodes":[0,1],"links":["X SYS","SYS X"],"unknown":"x"})", "unknown"},
       {R"({"numaNodes":[0,1],"links":["X SYS","SYS X"],"unknown":[1]})", "unknown[0]"},
+      {R"({"numaNodes":[0,1],"links":["X SYS","SYS X"],"unknown":[")" + std::string(513, 'x') +
+           R"("]})",
+       "unknown[0]: 513 bytes"},
   };
   for (const Case& c : cases) {
     auto inv = decode(c.topology);
     ASSERT_FALSE(inv.ok()) << c.topology;
     EXPECT_THAT(std::string(inv.status().message()), HasSubstr(c.error)) << c.topology;
   }
+}
+
+}  // namespace
+}  // namespace prism::deviceplugin
+
+namespace prism::deviceplugin {
+namespace {
+
+// A topology without GPUs could not be encoded back (it would be empty): refused.
+TEST(InventoryTopologyTest, ANodeWithoutGpusHasNoTopology) {
+  auto inv = DecodeInventory(R"({"version":1,"gpus":[],"topology":{"numaNodes":[],"links":[],)"
+                             R"("unknown":["x"]}})");
+  ASSERT_FALSE(inv.ok());
+  EXPECT_THAT(std::string(inv.status().message()), HasSubstr("without GPUs"));
 }
 
 }  // namespace

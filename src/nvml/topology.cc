@@ -12,6 +12,15 @@ namespace {
 class Unknowns {
  public:
   void Add(std::string line) {
+    if (line.size() > kMaxTopologyUnknownLineBytes) {
+      line.resize(kMaxTopologyUnknownLineBytes - 3);
+      // Cut at a UTF-8 character boundary: the line is published as JSON text.
+      while (!line.empty() && (static_cast<unsigned char>(line.back()) & 0xC0) == 0x80) {
+        line.pop_back();
+      }
+      if (!line.empty() && (static_cast<unsigned char>(line.back()) & 0x80) != 0) line.pop_back();
+      line += "...";
+    }
     if (lines_.size() + 1 < kMaxTopologyUnknownLines) {
       lines_.push_back(std::move(line));
     } else {

@@ -14,8 +14,10 @@
 
 namespace prism::nvml {
 
-// At most this many lines in NodeTopology::unknown (the last says how many were left out).
+// At most this many lines in NodeTopology::unknown (the last says how many were left out), each
+// at most kMaxTopologyUnknownLineBytes (longer ones are cut, ending in "...").
 inline constexpr size_t kMaxTopologyUnknownLines = 16;
+inline constexpr size_t kMaxTopologyUnknownLineBytes = 512;
 
 // `gpus` as ListGpus returned them (their positions are the topology's). Empty when not one fact
 // could be learned (a backend without topology support): the same as "all unknown", and what

@@ -270,9 +270,14 @@ absl::StatusOr<SimTopology> ParseSimTopology(const YAML::Node& node, size_t gpu_
 void EmitSimTopology(YAML::Emitter& out, const SimTopology& t) {
   out << YAML::BeginMap;
   if (!t.machine.empty()) {
+    // The machine with its `numa`/`cpus` overrides, as it was read (a matrix would re-derive
+    // the PCIe level of NVLink pairs and change them).
     absl::StatusOr<SimTopology> preset = SimMachineTopology(t.machine, t.pairs.size());
-    if (preset.ok() && *preset == t) {
-      out << YAML::Key << "machine" << YAML::Value << t.machine << YAML::EndMap;
+    if (preset.ok() && preset->pairs == t.pairs) {
+      out << YAML::Key << "machine" << YAML::Value << t.machine;
+      if (preset->numa != t.numa) out << YAML::Key << "numa" << YAML::Value << YAML::Flow << t.numa;
+      if (preset->cpus != t.cpus) out << YAML::Key << "cpus" << YAML::Value << YAML::Flow << t.cpus;
+      out << YAML::EndMap;
       return;
     }
   }

@@ -51,7 +51,8 @@ absl::StatusOr<SimTopology> SimMachineTopology(std::string_view machine, size_t 
 
 // Parses the `topology:` mapping for `gpu_count` GPUs; InvalidArgument naming the key.
 absl::StatusOr<SimTopology> ParseSimTopology(const YAML::Node& node, size_t gpu_count);
-// Writes it back: `machine:` alone when it is that machine unchanged, else spelled out.
+// Writes it back: `machine:` (with the `numa`/`cpus` that differ from the machine's) when the
+// wiring is the machine's, else spelled out.
 void EmitSimTopology(YAML::Emitter& out, const SimTopology& topology);
 
 // The fake bus ID of the NVSwitch a GPU's switch links end at.

@@ -83,11 +83,18 @@ TEST(SimTopologyTest, AMatrixSpellsTheWiringOutAndMayDisagreeWithItself) {
   auto again = ParseSimState(SerializeSimState(*state));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_EQ(again->topology, t);
-  // A machine with an override is spelled out when written back.
-  auto changed = ParseSimState(Gpus(2) + "topology: {machine: pcie-2gpu, numa: [0, -1]}\n");
+  // A machine with overrides is written back as the machine and the overrides; a changed wiring
+  // is spelled out.
+  auto changed = ParseSimState(Gpus(8) + "topology: {machine: dgx1-v100, numa: [0, 0, 0, 0, 1, 1, 1, -1]}\n");
   ASSERT_TRUE(changed.ok()) << changed.status();
-  EXPECT_THAT(SerializeSimState(*changed), HasSubstr("matrix"));
-  EXPECT_EQ(ParseSimState(SerializeSimState(*changed))->topology.numa[1], -1);
+  std::string text = SerializeSimState(*changed);
+  EXPECT_THAT(text, HasSubstr("machine: dgx1-v100"));
+  EXPECT_THAT(text, ::testing::Not(HasSubstr("matrix")));
+  EXPECT_EQ(ParseSimState(text)->topology, changed->topology);
+  changed->topology.pairs[0][1].nvlinks = 3;
+  text = SerializeSimState(*changed);
+  EXPECT_THAT(text, HasSubstr("matrix"));
+  EXPECT_EQ(ParseSimState(text)->topology.pairs[0][1].nvlinks, 3);
 }
 
 TEST(SimTopologyTest, MistakesAreNamed) {
