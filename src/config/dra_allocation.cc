@@ -432,6 +432,17 @@ absl::StatusOr<DraPodRequest> BuildDraPodRequest(sched::PodRequest base,
   return out;
 }
 
+json DraAllocationMarker(std::string_view pod_uid, std::string_view node, json decision) {
+  json parameters{{"apiVersion", kDraMarkerApiVersion},
+                  {"kind", kDraMarkerKind},
+                  {"pod", pod_uid},
+                  {"node", node}};
+  if (!decision.is_null()) parameters["decision"] = std::move(decision);
+  return json{{"source", "FromClass"},
+              {"requests", json::array()},
+              {"opaque", {{"driver", kDraDriverName}, {"parameters", std::move(parameters)}}}};
+}
+
 absl::StatusOr<std::vector<json>> BuildDraAllocations(const DraPodRequest& pod,
                                                       const std::vector<DraClaimSpec>& claims,
                                                       const sched::Decision& decision,
@@ -520,15 +531,7 @@ absl::StatusOr<std::vector<json>> BuildDraAllocations(const DraPodRequest& pod,
       return absl::InternalError(StrCat("ResourceClaim ", claims[ci].name,
                                         ": the decision could not be encoded"));
     }
-    json marker{{"source", "FromClass"},
-                {"opaque",
-                 {{"driver", kDraDriverName},
-                  {"parameters",
-                   {{"apiVersion", kDraMarkerApiVersion},
-                    {"kind", kDraMarkerKind},
-                    {"pod", pod.request.uid},
-                    {"node", node},
-                    {"decision", std::move(decision_json)}}}}}};
+    json marker = DraAllocationMarker(pod.request.uid, node, std::move(decision_json));
     out[ci] = json{
         {"devices", {{"results", std::move(results[ci])}, {"config", json::array({marker})}}},
         {"nodeSelector",

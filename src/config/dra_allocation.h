@@ -117,6 +117,14 @@ struct DraPodRequest {
 absl::StatusOr<DraPodRequest> BuildDraPodRequest(sched::PodRequest base,
                                                  const std::vector<DraClaimSpec>& claims);
 
+// Prism's marker, the entry of status.allocation.devices.config that says Prism allocated the
+// claim (docs/dra.md §2.4): {source FromClass, requests [], opaque {driver gpu.prism.io,
+// parameters {apiVersion gpu.prism.io/v1alpha1, kind PrismAllocation, pod, node[, decision]}}}.
+// Only writers of the claim's status can put it there; the node agent prepares nothing without
+// it (config/dra_pod.h ReadDraAllocation reads it back).
+nlohmann::json DraAllocationMarker(std::string_view pod_uid, std::string_view node,
+                                   nlohmann::json decision = nullptr);
+
 // A GPU's device minor (what its published names carry, DraGpu::minor in the node agent) by
 // GPU UUID, for the decided node.
 using DraGpuMinors = std::map<std::string, uint32_t, std::less<>>;

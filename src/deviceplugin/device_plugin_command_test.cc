@@ -17,6 +17,7 @@
 
 #include "config/annotations.h"
 #include "config/device_config_yaml.h"
+#include "config/dra_allocation.h"
 #include "config/pod_request.h"
 #include "core/sched/engine.h"
 #include "deviceplugin/fake_driver_tree.h"
@@ -258,7 +259,8 @@ TEST(DevicePluginCommandTest, DraServesRegistersPublishesAndPrepares) {
            {{"results", Json::array({{{"request", "gpu"},
                                       {"driver", "gpu.prism.io"},
                                       {"pool", "n1"},
-                                      {"device", "gpu-0"}}})}}}}},
+                                      {"device", "gpu-0"}}})},
+            {"config", Json::array({config::DraAllocationMarker("pod-1", "n1")})}}}}},
         {"reservedFor", Json::array({{{"resource", "pods"}, {"name", "p"}, {"uid", "pod-1"}}})}}}};
   ASSERT_TRUE(api.Create("resourceclaims", claim).ok());
   kubelet::FakeDraPod pod{"pod-1", "ns", "p", {{"gpus", "c"}}, {{"main", {{"gpus", ""}}}}};

@@ -14,6 +14,7 @@
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "config/dra_pod.h"
 #include "config/names.h"
 #include "deviceplugin/dra_mig.h"
 #include "k8s/client.h"
@@ -201,6 +202,24 @@ DraPrepareResult DraDriver::Prepare(const DraClaimRef& ref) {
   if (!claim->allocated) {
     result.error = StrCat("ResourceClaim ", key, " is not allocated");
     return result;
+  }
+  if (options_.require_prism_allocation) {
+    absl::StatusOr<config::DraAllocationRecord> record = config::ReadDraAllocation(*object);
+    if (!record.ok()) {
+      result.error = StrCat("ResourceClaim ", key, ": ", record.status().message());
+      return result;
+    }
+    if (!record->prism_marker || record->node != options_.node_name) {
+      result.error = StrCat(
+          "ResourceClaim ", key,
+          record->prism_marker
+              ? StrCat(" was allocated by Prism for node ", record->node, ", not this node")
+              : std::string(" was not allocated by Prism's scheduler (no PrismAllocation marker "
+                            "in status.allocation.devices.config): Prism prepares only the "
+                            "allocations it made (docs/dra.md)"));
+      LogWarning(kLog, "not prepared: ", result.error);
+      return result;
+    }
   }
   absl::MutexLock lock(&mu_);
   // A concurrent call for the same claim may have finished first: same answer.

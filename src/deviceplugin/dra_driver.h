@@ -127,6 +127,11 @@ struct DraDriverOptions {
   // partitions are refused. The realizer is the device-plugin path's own, so the two paths see
   // each other's instances: neither takes nor destroys one the other holds.
   std::function<absl::Status(const std::function<void(nvml::Nvml&, MigRealizer&)>&)> mig_worker;
+  // Prepare only allocations Prism's scheduler wrote: status.allocation.devices.config carries
+  // Prism's FromClass marker naming this node (docs/dra.md §1.6 step 1). Any other allocation of
+  // Prism's devices (kube-scheduler's first fit for a pod that bypassed Prism, another tool's)
+  // gets a per-claim error, so it never reaches a container.
+  bool require_prism_allocation = true;
 };
 
 struct DraPrepareResult {

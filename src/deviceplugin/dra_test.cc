@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
+#include "config/dra_allocation.h"
 #include "deviceplugin/dra_checkpoint.h"
 #include "deviceplugin/dra_claim.h"
 #include "deviceplugin/dra_driver.h"
@@ -174,7 +175,10 @@ class DraTest : public ::testing::Test {
                {"metadata", {{"name", name}, {"namespace", "default"}}},
                {"spec", {{"devices", {{"requests", json::array()}}}}},
                {"status",
-                {{"allocation", {{"devices", {{"results", results}}}}},
+                {{"allocation",
+                  {{"devices",
+                    {{"results", results},
+                     {"config", json::array({config::DraAllocationMarker(pod_uid, kNode)})}}}}},
                  {"reservedFor",
                   json::array({{{"resource", "pods"}, {"name", "p"}, {"uid", pod_uid}}})}}}};
     auto created = api_.Create("resourceclaims", claim);
@@ -470,6 +474,37 @@ TEST_F(DraTest, ClaimOfAnotherDriverOrPoolGetsAPerClaimError) {
   EXPECT_FALSE(fs::exists(DraCdiSpecPath(cdi_dir(), nvidia)));
   EXPECT_FALSE(fs::exists(DraCdiSpecPath(cdi_dir(), other_node)));
   EXPECT_EQ(driver_->Prepared().size(), 1u);
+}
+
+TEST_F(DraTest, AllocationsPrismDidNotMakeAreNeverPrepared) {
+  StartAgent();
+  StartKubelet();
+  // kube-scheduler's own first fit (a pod that bypassed Prism's gate): no marker.
+  const std::string first_fit = CreateClaim("first-fit", json::array({Result("gpu", "gpu-0")}));
+  json stripped = *api_.Get("resourceclaims", "default", "first-fit");
+  stripped["status"]["allocation"]["devices"].erase("config");
+  ASSERT_TRUE(client_->Update(kResourceClaims, "default", stripped, "status").ok());
+  // A tenant's FromClaim copy of the marker proves nothing; nor does a marker for another node.
+  const std::string copied = CreateClaim("copied", json::array({Result("gpu", "gpu-0")}));
+  json forged = *api_.Get("resourceclaims", "default", "copied");
+  forged["status"]["allocation"]["devices"]["config"][0]["source"] = "FromClaim";
+  ASSERT_TRUE(client_->Update(kResourceClaims, "default", forged, "status").ok());
+  const std::string moved = CreateClaim("moved", json::array({Result("gpu", "gpu-1")}));
+  json elsewhere = *api_.Get("resourceclaims", "default", "moved");
+  elsewhere["status"]["allocation"]["devices"]["config"] =
+      json::array({config::DraAllocationMarker("pod-1", "node-b")});
+  ASSERT_TRUE(client_->Update(kResourceClaims, "default", elsewhere, "status").ok());
+
+  EXPECT_NE(PrepareOne("first-fit", first_fit).error().find("was not allocated by Prism"),
+            std::string::npos)
+      << PrepareOne("first-fit", first_fit).error();
+  EXPECT_NE(PrepareOne("copied", copied).error().find("was not allocated by Prism"),
+            std::string::npos);
+  EXPECT_NE(PrepareOne("moved", moved).error().find("for node node-b, not this node"),
+            std::string::npos)
+      << PrepareOne("moved", moved).error();
+  EXPECT_TRUE(driver_->Prepared().empty());
+  EXPECT_FALSE(fs::exists(DraCdiSpecPath(cdi_dir(), first_fit)));
 }
 
 TEST_F(DraTest, MalformedClaimStatusGetsAnErrorNamingTheField) {

@@ -29,6 +29,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "config/device_config_yaml.h"
+#include "config/dra_allocation.h"
 #include "deviceplugin/agent_harness.h"
 #include "deviceplugin/dra_driver.h"
 #include "deviceplugin/dra_server.h"
@@ -356,7 +357,8 @@ TEST_F(RbacCallsTest, NodeAgentWithDraUsesExactlyTheDraOverlaysRights) {
                   {{"results", Json::array({{{"request", "gpu"},
                                              {"driver", deviceplugin::kDraDriverName},
                                              {"pool", dp::kNode},
-                                             {"device", "gpu-0"}}})}}}}},
+                                             {"device", "gpu-0"}}})},
+                   {"config", Json::array({config::DraAllocationMarker("pod-1", dp::kNode)})}}}}},
                {"reservedFor",
                 Json::array({{{"resource", "pods"}, {"name", "p"}, {"uid", "pod-1"}}})}}}};
   absl::StatusOr<Json> created = h.api().Create("resourceclaims", claim);
