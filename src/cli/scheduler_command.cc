@@ -56,6 +56,7 @@ struct SchedulerFlags {
   double min_rebuild_interval_seconds = 0.5;
   bool requeue_invalid = true;
   bool events = true;
+  bool dra = false;
   bool deny_privileged = true;
   std::string trusted_service_accounts;
   std::vector<std::string> trusted_schedulers;
@@ -123,6 +124,7 @@ int Run(const SchedulerFlags& f) {
   options.cache.min_rebuild_interval = absl::Seconds(f.min_rebuild_interval_seconds);
   options.requeue_invalid = f.requeue_invalid;
   options.events = f.events;
+  options.dra = f.dra;
   k8s::ClientOptions client_options;
   client_options.qps = f.kube_qps;
   client_options.burst = f.kube_burst;
@@ -303,6 +305,10 @@ void AddSchedulerCommand(CLI::App& app, int* exit_code) {
       "--requeue-invalid,!--no-requeue-invalid", flags->requeue_invalid,
       "delete Pending pods with a controller whose decision no longer holds (default: on)");
   cmd->add_flag("--events,!--no-events", flags->events, "write Events about pods (default: on)");
+  cmd->add_flag("--dra", flags->dra,
+                "allocate the ResourceClaims of Prism's DeviceClasses (gpu.prism.io, "
+                "mig.gpu.prism.io): the webhook gates their pods, the leader allocates with the "
+                "engine (Kubernetes 1.34+, docs/dra.md; default: off)");
   cmd->add_flag("--deny-privileged,!--allow-privileged", flags->deny_privileged,
                 "webhook: reject privileged containers in GPU pods (default: on)");
   cmd->add_option("--trusted-service-accounts", flags->trusted_service_accounts,

@@ -222,12 +222,26 @@ class Wiring:
         self.assertGreaterEqual(ext["weight"], 1)
         self.assertEqual(ext["urlPrefix"], f"https://prism-scheduler.{NS}.svc:443")
         self.assertEqual(ext["tlsConfig"]["serverName"], f"prism-scheduler.{NS}.svc")
-        managed = {m["name"]: m["ignoredByScheduler"] for m in ext["managedResources"]}
         device_cfg = yaml.safe_load(find(self.objects, "ConfigMap", "prism-device-config")
                                     ["data"]["device-config.yaml"])["nvidia"]
-        for field in ("resourceCountName", "resourceMemoryName", "resourceMemoryPercentageName",
-                      "resourceCoreName"):
-            self.assertIs(managed.get(device_cfg[field]), True, field)
+        gpu_resources = [device_cfg[field] for field in (
+            "resourceCountName", "resourceMemoryName", "resourceMemoryPercentageName",
+            "resourceCoreName")]
+        if "managedResources" in ext:
+            # The extender is consulted for pods naming these, which kube-scheduler ignores.
+            managed = {m["name"]: m["ignoredByScheduler"] for m in ext["managedResources"]}
+            for r in gpu_resources:
+                self.assertIs(managed.get(r), True, r)
+        else:
+            # DRA (docs/dra.md#deploying): consulted for every pod of the profile (pods whose
+            # GPUs are claims name no resource); NodeResourcesFit ignores the GPU resources, and
+            # the extender allocates the claims (--dra).
+            (fit,) = [p for p in cfg["profiles"][0]["pluginConfig"]
+                      if p["name"] == "NodeResourcesFit"]
+            for r in gpu_resources:
+                self.assertIn(r, fit["args"]["ignoredResources"])
+            self.assertIn("--dra", container(find(self.objects, "Deployment", "prism-scheduler"),
+                                             "scheduler")["args"])
         # The CA file it verifies the extender with is mounted.
         ks = find(self.objects, "Deployment", "prism-kube-scheduler")
         mounts = {m["mountPath"]: m["name"] for m in container(ks, "kube-scheduler")["volumeMounts"]}
@@ -424,6 +438,15 @@ class Wiring:
             "prism-device-plugin-dra": {("resource.k8s.io", "resourceclaims"): {"get"},
                                         ("resource.k8s.io", "resourceslices"):
                                             {"list", "create", "update", "delete"}},
+            # The DRA opt-in only: claims it charges and allocates (its finalizer, the
+            # allocation), templates and its driver's slices (read), the gate it removes.
+            "prism-scheduler-dra": {("resource.k8s.io", "resourceclaims"):
+                                        {"get", "list", "watch", "update"},
+                                    ("resource.k8s.io", "resourceclaims/status"): {"update"},
+                                    ("resource.k8s.io", "resourceclaimtemplates"):
+                                        {"list", "watch"},
+                                    ("resource.k8s.io", "resourceslices"): {"list", "watch"},
+                                    ("", "pods"): {"patch"}},
             # Its own node (informer, reads, label patches); pods on its node (list) and the GPU
             # Operator's validator pods (delete). ConfigMap and Events: the Roles below.
             "prism-mig-manager": {("", "nodes"): {"get", "list", "watch", "patch"},

@@ -11,6 +11,8 @@ import subprocess
 import sys
 import unittest
 
+import yaml
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from deploy_test import (  # noqa: E402
@@ -38,7 +40,11 @@ DRA_OBJECTS = {("ClusterRole", "prism-device-plugin-dra"),
                ("ClusterRoleBinding", "prism-device-plugin-dra"),
                ("ValidatingAdmissionPolicy", "prism-node-scoped-resourceslices"),
                ("ValidatingAdmissionPolicyBinding", "prism-node-scoped-resourceslices"),
-               ("DeviceClass", DRA_DRIVER)}
+               ("DeviceClass", DRA_DRIVER),
+               ("DeviceClass", f"mig.{DRA_DRIVER}"),
+               ("ClusterRole", "prism-scheduler-dra"),
+               ("ClusterRoleBinding", "prism-scheduler-dra"),
+               ("MutatingWebhookConfiguration", "prism-dra-gate")}
 # The kubelet's directories: where `prism device-plugin` serves its sockets by default
 # (--dra-registry-dir, --dra-plugin-dir), and where the kubelet looks (docs/dra.md §1.1).
 DRA_HOST_DIRS = {"kubelet-plugins-registry": "/var/lib/kubelet/plugins_registry",
@@ -60,6 +66,15 @@ def with_dra(agent_ds):
     return ds
 
 
+def unhashed_config(deployment):
+    """A copy whose ConfigMap volumes name the ConfigMap without kustomize's content hash."""
+    d = copy.deepcopy(deployment)
+    for v in pod_spec(d).get("volumes", []):
+        if "configMap" in v:
+            v["configMap"]["name"] = re.sub(r"-[a-z0-9]{10}$", "", v["configMap"]["name"])
+    return d
+
+
 def dra_parts(objects):
     """{(kind, name): object} of the DRA objects in a rendering."""
     return {(o["kind"], key(o)[1]): o for o in objects if (o["kind"], key(o)[1]) in DRA_OBJECTS}
@@ -78,9 +93,30 @@ class DraOptIn:
         self.assertEqual(set(off) - set(on), set())
         ds = key(find(self.off, "DaemonSet", "prism-device-plugin"))
         self.assertEqual(on[ds], with_dra(off[ds]))
+        # The scheduler allocates claims; kube-scheduler is 1.34+ and consults the extender for
+        # every pod of its profile (docs/dra.md#deploying).
+        sched = key(find(self.off, "Deployment", "prism-scheduler"))
+        expected = copy.deepcopy(off[sched])
+        container(expected, "scheduler")["args"].append("--dra")
+        self.assertEqual(on[sched], expected)
+        ks = key(find(self.off, "Deployment", "prism-kube-scheduler"))
+        image = container(on[ks], "kube-scheduler")["image"]
+        self.assertRegex(image, r":v1\.(3[4-9]|[4-9][0-9])\.")
+        cm = key(find(self.off, "ConfigMap", "prism-kube-scheduler-config"))
+        cfg_on = yaml.safe_load(on[cm]["data"]["kube-scheduler-config.yaml"])
+        cfg_off = yaml.safe_load(off[cm]["data"]["kube-scheduler-config.yaml"])
+        ignored = [m["name"] for m in cfg_off["extenders"][0].pop("managedResources")]
+        cfg_off["profiles"][0]["pluginConfig"] = [
+            {"name": "NodeResourcesFit", "args": {"ignoredResources": ignored}}]
+        self.assertEqual(cfg_on, cfg_off)
         for k, o in off.items():
-            if k != ds:
-                self.assertEqual(on[k], o, k)
+            if k not in (ds, sched, cm):
+                mine = on[k]
+                if k == ks:
+                    # The image, and the configuration's name (kustomize hashes the content).
+                    o, mine = unhashed_config(o), unhashed_config(mine)
+                    container(o, "kube-scheduler")["image"] = image
+                self.assertEqual(mine, o, k)
 
     def test_rights_are_bound_to_the_agents_account(self):
         ds = find(self.objects, "DaemonSet", "prism-device-plugin")
@@ -176,10 +212,14 @@ class DraChartTest(DraOptIn, unittest.TestCase):
 
     def test_variants(self):
         # Without the node agent there is nothing to grant or confine; without the node policy,
-        # no ResourceSlice policy either. The DeviceClass stays.
+        # no ResourceSlice policy either. The DeviceClasses and the scheduler's part stay.
         objs = helm_render.render_objects(CHART, {"dra": {"enabled": True},
                                                   "devicePlugin": {"enabled": False}}, namespace=NS)
-        self.assertEqual(set(dra_parts(objs)), {("DeviceClass", DRA_DRIVER)})
+        self.assertEqual(set(dra_parts(objs)), DRA_OBJECTS - {
+            ("ClusterRole", "prism-device-plugin-dra"),
+            ("ClusterRoleBinding", "prism-device-plugin-dra"),
+            ("ValidatingAdmissionPolicy", "prism-node-scoped-resourceslices"),
+            ("ValidatingAdmissionPolicyBinding", "prism-node-scoped-resourceslices")})
         objs = helm_render.render_objects(CHART, {"dra": {"enabled": True},
                                                   "nodePolicy": {"enabled": False}}, namespace=NS)
         self.assertEqual(set(dra_parts(objs)), DRA_OBJECTS - {

@@ -270,7 +270,8 @@ absl::Status DeployBundle::LoadDirectory(const fs::path& root, const fs::path& d
   }
   if (ns.has_value()) namespace_ = *ns;
   for (const json& gen : k.value("configMapGenerator", json::array())) {
-    RETURN_IF_ERROR(CheckKeys(gen, where + ": configMapGenerator", {"name", "files", "options"}));
+    RETURN_IF_ERROR(CheckKeys(gen, where + ": configMapGenerator",
+                              {"name", "namespace", "behavior", "files", "options"}));
     RETURN_IF_ERROR(CheckKeys(gen.value("options", json::object()),
                               where + ": configMapGenerator options", {"disableNameSuffixHash"}));
     json data = json::object();
@@ -284,12 +285,39 @@ absl::Status DeployBundle::LoadDirectory(const fs::path& root, const fs::path& d
       if (!text.ok()) return text.status();
       data[key] = *text;
     }
+    const std::string behavior = gen.value("behavior", "create");
+    if (behavior == "replace" || behavior == "merge") {
+      // An overlay's change to a base's generated ConfigMap (same name and namespace).
+      json* target = nullptr;
+      for (json& o : objects) {
+        if (o.value("kind", "") == "ConfigMap" && o["metadata"].value("name", "") == gen.at("name") &&
+            (!gen.contains("namespace") || o["metadata"].value("namespace", "") == gen["namespace"])) {
+          target = &o;
+        }
+      }
+      if (target == nullptr) {
+        return absl::InvalidArgumentError(StrCat(where, ": configMapGenerator ",
+                                                 gen.at("name").get<std::string>(), " (behavior ",
+                                                 behavior, ") names no ConfigMap of its bases"));
+      }
+      if (behavior == "replace") {
+        (*target)["data"] = data;
+      } else {
+        for (const auto& [key, value] : data.items()) (*target)["data"][key] = value;
+      }
+      continue;
+    }
+    if (behavior != "create") {
+      return absl::UnimplementedError(StrCat(where, ": configMapGenerator behavior ", behavior));
+    }
     // Without disableNameSuffixHash, kustomize appends a content hash to the name and to every
     // reference; the name is kept here (the kubectl cross-check strips the hash).
-    objects.push_back(json{{"apiVersion", "v1"},
-                           {"kind", "ConfigMap"},
-                           {"metadata", {{"name", gen.at("name")}}},
-                           {"data", data}});
+    json generated{{"apiVersion", "v1"},
+                   {"kind", "ConfigMap"},
+                   {"metadata", {{"name", gen.at("name")}}},
+                   {"data", data}};
+    if (gen.contains("namespace")) generated["metadata"]["namespace"] = gen["namespace"];
+    objects.push_back(std::move(generated));
   }
   for (const json& patch : k.value("patches", json::array())) {
     RETURN_IF_ERROR(ApplyPatch(base, where, patch, &objects));
