@@ -178,9 +178,12 @@ TEST_F(InterceptAbiTest, NvmlTypesMatchNvidia) {
   std::map<std::string, ref::TypeFacts> ours;
   PRISM_ABI_TYPE(ours, nvml_, nvmlReturn_t);
   PRISM_ABI_TYPE(ours, nvml_, nvmlDevice_t);
-  // MIG and event handles: used by src/nvml (its own test), never by the interceptor.
+  // MIG and event handles and the topology enums: used by src/nvml (its own test), never by the
+  // interceptor.
   ref::ExpectTypesMatch(nvml_, ours,
-                        {"nvmlGpuInstance_t", "nvmlComputeInstance_t", "nvmlEventSet_t"});
+                        {"nvmlGpuInstance_t", "nvmlComputeInstance_t", "nvmlEventSet_t",
+                         "nvmlEnableState_t", "nvmlGpuTopologyLevel_t", "nvmlGpuP2PStatus_t",
+                         "nvmlGpuP2PCapsIndex_t", "nvmlIntNvLinkDeviceType_t"});
 }
 
 TEST_F(InterceptAbiTest, CudaStructLayoutsMatchNvidia) {
