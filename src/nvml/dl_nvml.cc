@@ -633,18 +633,24 @@ absl::StatusOr<std::vector<NvLinkRemote>> DlNvml::ActiveNvLinks(int gpu) {
     if (rc == kNvmlErrorInvalidArgument || rc == kNvmlErrorNotSupported) break;
     RETURN_IF_ERROR(NvmlError(rc, "nvmlDeviceGetNvLinkState", StrCat("GPU ", gpu, " link ", link)));
     if (active != NVML_FEATURE_ENABLED) continue;
-    nvmlPciInfo_t pci{};
-    RETURN_IF_ERROR(NvmlError(sym_->nvmlDeviceGetNvLinkRemotePciInfo_v2(device, link, &pci),
-                              "nvmlDeviceGetNvLinkRemotePciInfo_v2",
-                              StrCat("GPU ", gpu, " link ", link)));
     NvLinkRemote remote;
     remote.link = static_cast<int>(link);
-    remote.pci_bus_id = CString(pci.busId, sizeof(pci.busId));
-    if (sym_->nvmlDeviceGetNvLinkRemoteDeviceType != nullptr) {
-      nvmlIntNvLinkDeviceType_t type = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
-      if (sym_->nvmlDeviceGetNvLinkRemoteDeviceType(device, link, &type) == kNvmlSuccess) {
-        remote.is_switch = type == NVML_NVLINK_DEVICE_TYPE_SWITCH;
-      }
+    nvmlIntNvLinkDeviceType_t type = NVML_NVLINK_DEVICE_TYPE_UNKNOWN;
+    if (sym_->nvmlDeviceGetNvLinkRemoteDeviceType != nullptr &&
+        sym_->nvmlDeviceGetNvLinkRemoteDeviceType(device, link, &type) == kNvmlSuccess) {
+      remote.peer = type == NVML_NVLINK_DEVICE_TYPE_GPU      ? NvLinkPeer::kGpu
+                    : type == NVML_NVLINK_DEVICE_TYPE_SWITCH ? NvLinkPeer::kSwitch
+                    : type == NVML_NVLINK_DEVICE_TYPE_IBMNPU ? NvLinkPeer::kOther
+                                                             : NvLinkPeer::kUnknown;
+    }
+    nvmlPciInfo_t pci{};
+    const int pci_rc = sym_->nvmlDeviceGetNvLinkRemotePciInfo_v2(device, link, &pci);
+    if (pci_rc == kNvmlSuccess) {
+      remote.pci_bus_id = CString(pci.busId, sizeof(pci.busId));
+    } else if (remote.peer != NvLinkPeer::kSwitch) {
+      // A switch needs no bus ID (a VM may not see it); any other link must say where it goes.
+      RETURN_IF_ERROR(NvmlError(pci_rc, "nvmlDeviceGetNvLinkRemotePciInfo_v2",
+                                StrCat("GPU ", gpu, " link ", link)));
     }
     out.push_back(std::move(remote));
   }

@@ -113,11 +113,20 @@ struct XidEvent {
   int compute_instance_id = -1;
 };
 
+// What is at the other end of an NVLink (nvmlDeviceGetNvLinkRemoteDeviceType).
+enum class NvLinkPeer {
+  kGpu,
+  kSwitch,
+  kOther,    // An IBM NPU.
+  kUnknown,  // The driver does not say (the call is missing or fails).
+};
+
 // One active NVLink of a GPU and what is at its other end.
 struct NvLinkRemote {
   int link = 0;
-  std::string pci_bus_id;  // The remote device's (nvmlDeviceGetNvLinkRemotePciInfo_v2).
-  bool is_switch = false;  // An NVSwitch (nvmlDeviceGetNvLinkRemoteDeviceType), not a GPU.
+  std::string pci_bus_id;  // The remote device's (nvmlDeviceGetNvLinkRemotePciInfo_v2); may be
+                           // empty for an NVSwitch, which a VM may not show.
+  NvLinkPeer peer = NvLinkPeer::kUnknown;
 };
 
 // nvmlGpuTopologyLevel_t: the closest common ancestor of two GPUs on the PCIe tree (values as NVML).

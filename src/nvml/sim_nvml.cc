@@ -327,7 +327,7 @@ absl::StatusOr<std::vector<NvLinkRemote>> SimNvml::ActiveNvLinks(int gpu) {
     RETURN_IF_ERROR(NvmlError(sim::GetNvLinks(s, gpu, &links), kCall, StrCat("GPU ", gpu)));
     for (size_t i = 0; i < links.size(); ++i) {
       out.push_back(NvLinkRemote{static_cast<int>(i), links[i].remote_pci_bus_id,
-                                 links[i].to_switch});
+                                 links[i].to_switch ? NvLinkPeer::kSwitch : NvLinkPeer::kGpu});
     }
     return absl::OkStatus();
   }));

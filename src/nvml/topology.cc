@@ -103,14 +103,21 @@ topo::NodeTopology DiscoverTopology(Nvml& nvml, const std::vector<GpuInfo>& gpus
     ends[i].known = true;
     ends[i].to_gpu.assign(n, 0);
     for (const NvLinkRemote& r : *links) {
-      if (r.is_switch) {
+      if (r.peer == NvLinkPeer::kSwitch) {
         ++ends[i].to_switch;
         continue;
       }
+      bool to_gpu = false;
       for (size_t j = 0; j < n; ++j) {
-        if (j != i && EqualsIgnoreAsciiCase(r.pci_bus_id, gpus[j].pci_bus_id)) ++ends[i].to_gpu[j];
+        if (j != i && EqualsIgnoreAsciiCase(r.pci_bus_id, gpus[j].pci_bus_id)) {
+          ++ends[i].to_gpu[j];
+          to_gpu = true;
+        }
       }
-      // Anything else (an NPU, a GPU NVML does not list) gives no GPU pair a link.
+      // A remote of unknown type that is none of the node's GPUs is taken for an NVSwitch the
+      // driver does not show (as NCCL does, NVIDIA/nccl#1182): it only counts for a pair whose
+      // P2P over NVLink works. Anything else (an NPU, a GPU NVML does not list) links no pair.
+      if (!to_gpu && r.peer == NvLinkPeer::kUnknown) ++ends[i].to_switch;
     }
   }
 

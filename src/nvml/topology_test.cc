@@ -203,6 +203,46 @@ TEST_P(DlTopologyTest, SysfsNumaNodeComesFirst) {
   EXPECT_FALSE(nvml_->NumaNode(1).ok());
 }
 
+// A driver that does not say what is at the end of a link (no nvmlDeviceGetNvLinkRemoteDeviceType,
+// or a VM): a remote that is none of the node's GPUs is taken for an NVSwitch, and counts only
+// where P2P over NVLink works.
+class UntypedLinksNvml : public SimNvml {
+ public:
+  using SimNvml::SimNvml;
+  absl::StatusOr<std::vector<NvLinkRemote>> ActiveNvLinks(int gpu) override {
+    absl::StatusOr<std::vector<NvLinkRemote>> links = SimNvml::ActiveNvLinks(gpu);
+    if (links.ok()) {
+      for (NvLinkRemote& r : *links) r.peer = NvLinkPeer::kUnknown;
+    }
+    return links;
+  }
+  absl::StatusOr<bool> NvLinkP2P(int gpu_a, int gpu_b) override {
+    if (!p2p_) return false;
+    return SimNvml::NvLinkP2P(gpu_a, gpu_b);
+  }
+  bool p2p_ = true;
+};
+
+TEST(TopologyDiscoveryRulesTest, UntypedRemotesThatAreNoGpuAreInvisibleSwitches) {
+  const std::string dir = (fs::temp_directory_path() / "prism-topo-untyped").string();
+  fs::create_directories(dir);
+  std::ofstream(dir + "/gpus.yaml") << Gpus(8) << "topology: {machine: hgx-a100-8}\n";
+  UntypedLinksNvml nvml(dir + "/gpus.yaml");
+  auto gpus = nvml.ListGpus();
+  ASSERT_TRUE(gpus.ok());
+  topo::NodeTopology t = DiscoverTopology(nvml, *gpus);
+  EXPECT_EQ(t.Link(0, 7), (GpuLink{LinkTier::kNvSwitch, 12}));
+  nvml.p2p_ = false;  // A Fabric Manager partition: no NVLink between them after all.
+  t = DiscoverTopology(nvml, *gpus);
+  EXPECT_EQ(t.Link(0, 7), (GpuLink{LinkTier::kSystem, 0}));
+  EXPECT_EQ(t.Link(0, 1), (GpuLink{LinkTier::kMultiSwitch, 0}));
+  // Direct links of unknown type still name their GPU.
+  std::ofstream(dir + "/gpus.yaml") << Gpus(8) << "topology: {machine: dgx1-v100}\n";
+  t = DiscoverTopology(nvml, *gpus);
+  EXPECT_EQ(t.Link(0, 3), (GpuLink{LinkTier::kNvLink, 2}));
+  fs::remove_all(dir);
+}
+
 INSTANTIATE_TEST_SUITE_P(Dl, DlTopologyTest, ::testing::Values(Backend::kDlFake),
                          [](const auto&) { return "DlFake"; });
 
