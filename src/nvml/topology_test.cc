@@ -243,6 +243,37 @@ TEST(TopologyDiscoveryRulesTest, UntypedRemotesThatAreNoGpuAreInvisibleSwitches)
   fs::remove_all(dir);
 }
 
+// Reasons are bounded: lines cut at a character boundary, at most kMaxTopologyUnknownLines.
+class VerboseNvml : public SimNvml {
+ public:
+  using SimNvml::SimNvml;
+  absl::StatusOr<int> NumaNode(int) override {
+    std::string message;
+    for (int i = 0; i < 400; ++i) message += "\xc3\xa9";  // "é" x 400: 800 bytes.
+    return absl::UnimplementedError(message);
+  }
+};
+
+TEST(TopologyDiscoveryRulesTest, ReasonsAreBounded) {
+  const std::string dir = (fs::temp_directory_path() / "prism-topo-verbose").string();
+  fs::create_directories(dir);
+  std::ofstream(dir + "/gpus.yaml") << Gpus(8)
+                                    << "topology: {machine: dgx1-v100, cpus: ['', '', '', '', "
+                                       "'', '', '', '']}\n";
+  VerboseNvml nvml(dir + "/gpus.yaml");
+  auto gpus = nvml.ListGpus();
+  ASSERT_TRUE(gpus.ok());
+  const topo::NodeTopology t = DiscoverTopology(nvml, *gpus);
+  ASSERT_EQ(t.unknown.size(), kMaxTopologyUnknownLines);
+  EXPECT_EQ(t.unknown.back(), "... and 1 more");  // 8 NUMA + 8 CPU lines.
+  for (const std::string& line : t.unknown) EXPECT_LE(line.size(), kMaxTopologyUnknownLineBytes);
+  const std::string& cut = t.unknown.front();
+  EXPECT_EQ(cut.substr(cut.size() - 3), "...");
+  EXPECT_NE(static_cast<unsigned char>(cut[cut.size() - 4]), 0xc3);  // No half character.
+  EXPECT_EQ(t.Link(0, 3), (GpuLink{LinkTier::kNvLink, 2}));  // The rest is still known.
+  fs::remove_all(dir);
+}
+
 INSTANTIATE_TEST_SUITE_P(Dl, DlTopologyTest, ::testing::Values(Backend::kDlFake),
                          [](const auto&) { return "DlFake"; });
 
