@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
@@ -574,18 +575,12 @@ absl::StatusOr<int> DlNvml::NumaNode(int gpu) {
     std::string text;
     std::getline(in, text);
     // The kernel writes a decimal, -1 when the firmware assigns the device to no node.
-    int64_t node = 0;
+    int node = 0;
     const std::string_view t = StripWhitespace(text);
-    const bool negative = !t.empty() && t[0] == '-';
-    const std::string_view digits = negative ? t.substr(1) : t;
-    bool ok = !digits.empty() && digits.size() <= 6;
-    for (char c : digits) ok = ok && c >= '0' && c <= '9';
-    if (ok) {
-      for (char c : digits) node = node * 10 + (c - '0');
-      if (negative) node = -node;
-    }
-    if (ok && node >= -1 && node <= topo::kMaxNumaNode) {
-      if (node >= 0) return static_cast<int>(node);
+    const auto [end, ec] = std::from_chars(t.data(), t.data() + t.size(), node);
+    if (ec == std::errc() && end == t.data() + t.size() && node >= -1 &&
+        node <= topo::kMaxNumaNode) {
+      if (node >= 0) return node;
       sysfs_error = StrCat(path, " is -1");
       sysfs_said_none = true;
     } else {
