@@ -106,7 +106,9 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
   void SetUp() override {
     root_ = std::getenv("PRISM_SOURCE_DIR") ? std::getenv("PRISM_SOURCE_DIR") : ".";
     dir_ = deviceplugin::testing::TestDir();
-    absl::StatusOr<DeployBundle> bundle = DeployBundle::Load(root_);
+    absl::StatusOr<DeployBundle> bundle = bundle_dir_.empty()
+                                              ? DeployBundle::Load(root_)
+                                              : DeployBundle::LoadKustomization(root_, bundle_dir_);
     ASSERT_TRUE(bundle.ok()) << bundle.status();
     bundle_ = std::move(*bundle);
     ns_ = bundle_.namespace_name();
@@ -118,6 +120,9 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     kubeconfig_ = deviceplugin::testing::WriteFile(dir_ / "kubeconfig", api_->KubeconfigYaml());
     // The ConfigMaps the base creates.
     for (const Object* cm : bundle_.All("ConfigMap")) ASSERT_TRUE(api_->Create("configmaps", *cm).ok());
+    for (const Object* dc : bundle_.All("DeviceClass")) {
+      ASSERT_TRUE(api_->Create("deviceclasses", *dc).ok());
+    }
 
     // The extender's certificate, as cert-manager issues it from webhook/certificates.yaml.
     std::vector<std::string> dns_names;
@@ -224,7 +229,14 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     EXPECT_TRUE(named) << server_name << " is not in any Certificate's dnsNames";
     std::set<std::string> managed;
     for (const auto& r : extender["managedResources"]) managed.insert(r["name"].as<std::string>());
-    EXPECT_TRUE(managed.count("nvidia.com/gpu") && managed.count("nvidia.com/gpumem"));
+    if (extender["managedResources"]) {
+      EXPECT_TRUE(managed.count("nvidia.com/gpu") && managed.count("nvidia.com/gpumem"));
+    } else {
+      // The DRA variant: the extender sees every pod of the profile (the stand-in calls it for
+      // every pod), and NodeResourcesFit ignores the GPU resources instead.
+      EXPECT_EQ(config["profiles"][0]["pluginConfig"][0]["name"].as<std::string>(),
+                "NodeResourcesFit");
+    }
   }
 
   void CreateNode(const NodeCase& c) {
@@ -311,6 +323,11 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     // CDI specs' device nodes are really looked up.
     p->SetFlag("--dev-root", (dir_ / "host").string());
     p->SetFlag("--proc-root", (dir_ / "host" / "proc").string());
+    if (p->Flag("--dra").has_value()) {
+      // The kubelet's plugin directories (hostPath mounts at their host paths) are the test's.
+      p->SetFlag("--dra-registry-dir", (dir_ / "plugins_registry").string());
+      p->SetFlag("--dra-plugin-dir", (dir_ / "plugins" / "gpu.prism.io").string());
+    }
     agent_.log = (dir_ / "agent.log").string();
     const size_t log_before = Slurp(agent_.log).size();
     agent_.pid = SpawnProcess(PRISM_BINARY, *p, agent_.log);
@@ -380,7 +397,9 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
   }
 
   // The admission webhook (path from the shipped MutatingWebhookConfiguration), then create.
-  std::string Submit(json pod) {
+  // `scheduler`: the schedulerName the pod must end with (default: Prism's).
+  std::string Submit(json pod, std::string scheduler = "") {
+    if (scheduler.empty()) scheduler = scheduler_name_;
     std::string path = "/mutate";
     for (const Object* w : bundle_.All("MutatingWebhookConfiguration")) {
       path = w->at("webhooks")[0]["clientConfig"]["service"].value("path", path);
@@ -406,8 +425,8 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
       EXPECT_TRUE(absl::Base64Unescape(answer["response"]["patch"].get<std::string>(), &patch));
       pod = pod.patch(json::parse(patch));
     }
-    EXPECT_EQ(pod["spec"].value("schedulerName", ""), scheduler_name_)
-        << "the webhook did not hand the pod to " << scheduler_name_;
+    EXPECT_EQ(pod["spec"].value("schedulerName", ""), scheduler)
+        << "the webhook did not hand the pod to " << scheduler;
     auto created = api_->Create("pods", pod);
     EXPECT_TRUE(created.ok()) << created.status();
     return created.ok() ? k8s::Uid(*created) : "";
@@ -537,6 +556,8 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
 
   fs::path root_;
   fs::path dir_;
+  // A kustomization directory under root_ to install instead of deploy/ (an overlay).
+  std::string bundle_dir_;
   DeployBundle bundle_;
   std::string ns_;
   std::unique_ptr<fakeapi::FakeApiServer> api_;

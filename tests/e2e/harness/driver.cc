@@ -9,6 +9,7 @@
 #include "base/log.h"
 #include "base/strings.h"
 #include "k8s/objects.h"
+#include "tests/e2e/harness/driver_dra.h"
 
 namespace prism::e2e {
 namespace {
@@ -200,11 +201,31 @@ void SchedulerDriver::ScheduleOne(const std::string& key) {
     queued_.erase(key);
     return;
   }
+  if (SchedulingGated(*pod)) {
+    // SchedulingGates.PreEnqueue: back when an update removes the gates (OnPod).
+    absl::MutexLock lock(&mu_);
+    queued_.erase(key);
+    return;
+  }
   std::vector<std::string> names;
-  const std::string url = options_.extender_url();
+  const std::string url = options_.extender_url ? options_.extender_url() : "";
   {
     absl::MutexLock lock(&mu_);
     names.assign(node_names_.begin(), node_names_.end());
+  }
+  // DynamicResources: PreEnqueue, PreFilter and Filter, before the extenders.
+  absl::StatusOr<DraCycle> dra = DraFilter(client_, *pod, names);
+  if (!dra.ok()) {
+    {
+      absl::MutexLock lock(&mu_);
+      timelines_[key].last_error = std::string(dra.status().message());
+    }
+    Requeue(key);
+    return;
+  }
+  if (dra->nodes.has_value()) names = *dra->nodes;
+  {
+    absl::MutexLock lock(&mu_);
     PodTimeline& t = timelines_[key];
     t.key = key;
     ++t.attempts;
@@ -214,7 +235,9 @@ void SchedulerDriver::ScheduleOne(const std::string& key) {
   }
   const std::string args = json{{"Pod", *pod}, {"Nodes", nullptr}, {"NodeNames", names}}.dump();
   std::string error;
-  std::optional<json> filtered = Call(conns, url, "filter", args, &error);
+  // Without an extender (another profile's scheduler) the filtered nodes are the plugins'.
+  std::optional<json> filtered = url.empty() ? std::optional<json>(json{{"NodeNames", names}})
+                                             : Call(conns, url, "filter", args, &error);
   if (filtered.has_value() && !filtered->value("Error", "").empty()) {
     error = StrCat("filter: ", filtered->value("Error", ""));
     filtered.reset();
@@ -249,7 +272,8 @@ void SchedulerDriver::ScheduleOne(const std::string& key) {
     ++stats_.prioritizes;
   }
   const std::string pargs = json{{"Pod", *pod}, {"Nodes", nullptr}, {"NodeNames", feasible}}.dump();
-  if (std::optional<json> scores = Call(conns, url, "prioritize", pargs, &error);
+  if (std::optional<json> scores =
+          url.empty() ? std::nullopt : Call(conns, url, "prioritize", pargs, &error);
       scores.has_value() && scores->is_array()) {
     for (const json& h : *scores) {
       const std::string host = h.value("Host", "");
@@ -272,6 +296,7 @@ void SchedulerDriver::ScheduleOne(const std::string& key) {
   timelines_[key].filter_end = Now();
   queued_.erase(key);
   in_flight_.insert(key);
+  dra_cycles_[key] = std::move(*dra);
   binds_.emplace_back(key, host);
 }
 
@@ -296,15 +321,36 @@ void SchedulerDriver::BindLoop() {
     std::optional<json> pod = pods_->Get(key);
     std::string error;
     bool ok = false;
+    DraCycle dra;
+    {
+      absl::MutexLock lock(&mu_);
+      auto it = dra_cycles_.find(key);
+      if (it != dra_cycles_.end()) {
+        dra = std::move(it->second);
+        dra_cycles_.erase(it);
+      }
+    }
+    const std::string url = options_.extender_url ? options_.extender_url() : "";
     if (pod.has_value()) {
-      const json args{{"PodName", k8s::Name(*pod)},
-                      {"PodNamespace", k8s::Namespace(*pod)},
-                      {"PodUID", k8s::Uid(*pod)},
-                      {"Node", node}};
-      std::optional<json> reply = Call(conns, options_.extender_url(), "bind", args.dump(), &error);
-      if (reply.has_value()) {
-        error = reply->value("Error", "");
-        ok = error.empty();
+      // DynamicResources.PreBind, then the binder (the extender's, else the default one).
+      const absl::Status prebound = DraPreBind(client_, *pod, dra, node);
+      if (!prebound.ok()) {
+        error = StrCat("prebind: ", prebound.message());
+      } else if (url.empty()) {
+        const absl::Status bound =
+            client_->Bind(k8s::Namespace(*pod), k8s::Name(*pod), k8s::Uid(*pod), node);
+        ok = bound.ok();
+        if (!ok) error = std::string(bound.message());
+      } else {
+        const json args{{"PodName", k8s::Name(*pod)},
+                        {"PodNamespace", k8s::Namespace(*pod)},
+                        {"PodUID", k8s::Uid(*pod)},
+                        {"Node", node}};
+        std::optional<json> reply = Call(conns, url, "bind", args.dump(), &error);
+        if (reply.has_value()) {
+          error = reply->value("Error", "");
+          ok = error.empty();
+        }
       }
     } else {
       error = "pod vanished";

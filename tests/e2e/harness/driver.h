@@ -9,7 +9,9 @@
 //   - the host is the highest total score (extender score × weight × 10), ties to the smallest
 //     name, or, with `random_host_percent`, sometimes a random feasible node (as when other
 //     plugins outvote the extender).
-// Every attempt is recorded with times relative to Start(), for timelines. Thread-safe.
+// Pods with scheduling gates wait; pods with ResourceClaims go through the DynamicResources
+// plugin's steps first (driver_dra.h). Every attempt is recorded with times relative to Start(),
+// for timelines. Thread-safe.
 #pragma once
 
 #include <atomic>
@@ -29,12 +31,14 @@
 
 #include "k8s/client.h"
 #include "k8s/informer.h"
+#include "tests/e2e/harness/driver_dra.h"
 
 namespace prism::e2e {
 
 struct DriverOptions {
   std::string scheduler_name = "prism-scheduler";
   // The extender's base URL (read on every call, so a test can point it at a restarted one).
+  // Unset or "": no extender (a profile without one): the plugins' nodes, the default binder.
   std::function<std::string()> extender_url;
   // HTTPS: the CA that signs the extender's certificate (kube-scheduler's tlsConfig.caFile).
   std::string ca_file;
@@ -124,6 +128,8 @@ class SchedulerDriver {
   std::set<std::string> unschedulable_ ABSL_GUARDED_BY(mu_);
   absl::Time last_flush_ ABSL_GUARDED_BY(mu_);
   std::deque<std::pair<std::string, std::string>> binds_ ABSL_GUARDED_BY(mu_);  // key, node.
+  // The DynamicResources plugin's decisions of a pod's cycle, for its PreBind.
+  std::map<std::string, DraCycle> dra_cycles_ ABSL_GUARDED_BY(mu_);
   int binds_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, PodTimeline> timelines_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> node_names_ ABSL_GUARDED_BY(mu_);

@@ -1,0 +1,175 @@
+// Prism on DRA, installed as a user installs it: the overlay examples/dra/ (deploy/ + deploy/dra/
+// + its patches) read as shipped, the real `prism scheduler --dra` and `prism device-plugin
+// --dra=true` started from its Deployment and DaemonSet, kube-scheduler's stand-in with the
+// DynamicResources plugin's steps (harness/driver_dra.h) calling the extender as the DRA variant of
+// its configuration says, the fake kubelet's DRA half (registration, NodePrepareResources, CDI),
+// and simulated GPUs (docs/dra.md §3.2, issue 32 "Done when"):
+//   - the seed's example: a claim for two 2g.10gb partitions → webhook gate → Prism's allocation →
+//     the stand-in binds → NodePrepareResources creates exactly those two instances, at the starts
+//     the allocation names; the next pod's 1g.5gb comes beside them without moving anything;
+//   - a competing first fit (a pod of another scheduler, which Prism's gate does not hold: the
+//     stand-in's DynamicResources plugin allocates the claim itself) never reaches a container:
+//     the node agent refuses to prepare an allocation Prism did not make.
+#include "tests/e2e/deploy_seed_fixture.h"
+
+#include "config/dra_names.h"
+#include "kubelet/fake_dra_kubelet.h"
+
+namespace prism::e2e {
+namespace {
+
+constexpr char kA100Gpus[] = "gpus:\n  - model: A100-PCIE-40GB\n    mig: {enabled: true}\n";
+
+json MigClaim(const std::string& name, int count, const std::string& profile) {
+  return json{
+      {"apiVersion", "resource.k8s.io/v1"},
+      {"kind", "ResourceClaim"},
+      {"metadata", {{"name", name}, {"namespace", "default"}}},
+      {"spec",
+       {{"devices",
+         {{"requests",
+           json::array({{{"name", "parts"},
+                         {"exactly",
+                          {{"deviceClassName", config::kDraMigClass},
+                           {"count", count},
+                           {"selectors",
+                            json::array({{{"cel",
+                                           {{"expression",
+                                             StrCat("device.attributes[\"gpu.prism.io\"].profile == "
+                                                    "\"",
+                                                    profile, "\"")}}}}})}}}}})}}}}}};
+}
+
+json ClaimPod(const std::string& name, const std::string& claim,
+              const std::string& scheduler = "") {
+  json pod{{"apiVersion", "v1"},
+           {"kind", "Pod"},
+           {"metadata", {{"name", name}, {"namespace", "default"}}},
+           {"spec",
+            {{"resourceClaims", json::array({{{"name", "gpu"}, {"resourceClaimName", claim}}})},
+             {"containers",
+              json::array({{{"name", "main"},
+                            {"image", "cuda"},
+                            {"resources", {{"claims", json::array({{{"name", "gpu"}}})}}}}})}}}};
+  if (!scheduler.empty()) pod["spec"]["schedulerName"] = scheduler;
+  return pod;
+}
+
+class DraDeployTest : public DeploySeedTest {
+ protected:
+  DraDeployTest() { bundle_dir_ = "examples/dra"; }
+
+  void StartDraKubelet() {
+    absl::StatusOr<k8s::ClusterConfig> cluster = k8s::ParseKubeconfig(api_->KubeconfigYaml());
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    k8s::ClientOptions client_options;
+    client_options.qps = 0;
+    absl::StatusOr<std::unique_ptr<k8s::Client>> client =
+        k8s::Client::Create(*cluster, client_options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    kubelet_client_ = std::move(*client);
+    kubelet::FakeDraKubeletOptions o;
+    o.registry_dir = (dir_ / "plugins_registry").string();
+    o.cdi_dir = (dir_ / "cdi").string();
+    o.client = kubelet_client_.get();
+    auto dra = kubelet::FakeDraKubelet::Start(o);
+    ASSERT_TRUE(dra.ok()) << dra.status();
+    dra_kubelet_ = std::move(*dra);
+  }
+
+  // The pod as the kubelet runs it: its claims prepared, its container created.
+  absl::StatusOr<kubelet::DraCreatedContainer> RunClaimPod(const std::string& name,
+                                                           const std::string& claim) {
+    const json pod = Pod(name);
+    kubelet::FakeDraPod fake{k8s::Uid(pod), "default", name, {{"gpu", claim}}, {{"main", {{"gpu", ""}}}}};
+    absl::Status prepared = dra_kubelet_->PrepareResources(fake);
+    if (!prepared.ok()) return prepared;
+    return dra_kubelet_->CreateContainer(fake, "main");
+  }
+
+  // The starts of the partitions a claim's allocation names ("gpu-0-mig-2g10gb-14-<start>").
+  std::set<int> AllocatedStarts(const std::string& claim) {
+    std::set<int> out;
+    const json c = *api_->Get("resourceclaims", "default", claim);
+    for (const json& r : c["status"]["allocation"]["devices"]["results"]) {
+      const std::string device = r["device"];
+      out.insert(std::stoi(device.substr(device.rfind('-') + 1)));
+    }
+    return out;
+  }
+
+  void TearDown() override {
+    if (other_driver_) other_driver_->Stop();
+    if (dra_kubelet_) dra_kubelet_->Stop();
+    DeploySeedTest::TearDown();
+  }
+
+  std::unique_ptr<k8s::Client> kubelet_client_;
+  std::unique_ptr<kubelet::FakeDraKubelet> dra_kubelet_;
+  std::unique_ptr<SchedulerDriver> other_driver_;
+};
+
+TEST_P(DraDeployTest, SeedExampleThroughDraAndACompetingFirstFitIsRefused) {
+  // The kubelet first: the agent reports ready once the kubelet has registered its DRA driver.
+  ASSERT_NO_FATAL_FAILURE(StartDraKubelet());
+  ASSERT_NO_FATAL_FAILURE(StartInstall(GetParam()));
+  ASSERT_TRUE(dra_kubelet_->WaitForPlugin(config::kDraDriverName, absl::Seconds(30)))
+      << Slurp(agent_.log);
+
+  // 1. The seed's pod: two 2g.10gb partitions, allocated by Prism.
+  ASSERT_TRUE(api_->Create("resourceclaims", MigClaim("seed", 2, "2g.10gb")).ok());
+  absl::SleepFor(absl::Milliseconds(300));  // The scheduler's claim informer sees it.
+  json seed = ClaimPod("seed-pod", "seed");
+  const std::string uid = Submit(seed);
+  ASSERT_FALSE(uid.empty());
+  ASSERT_TRUE(driver_->WaitBound({"default/seed-pod"}, absl::Seconds(30)))
+      << Slurp(scheduler_.log) << driver_->TimelineTable({"default/seed-pod"});
+  EXPECT_EQ(Pod("seed-pod")["spec"]["nodeName"], kNode);
+  const std::set<int> seed_starts = AllocatedStarts("seed");
+  ASSERT_EQ(seed_starts.size(), 2u);
+  absl::StatusOr<kubelet::DraCreatedContainer> container = RunClaimPod("seed-pod", "seed");
+  ASSERT_TRUE(container.ok()) << container.status() << Slurp(agent_.log);
+  EXPECT_EQ(container->cdi_devices.size(), 2u);
+  // Exactly those two instances, at the allocated starts; each with its two capability nodes.
+  std::map<int, std::string> instances = Instances();
+  std::set<int> made;
+  for (const auto& [start, uuid] : instances) made.insert(start);
+  EXPECT_EQ(made, seed_starts) << Slurp(agent_.log);
+  size_t caps = 0;
+  for (const kubelet::CdiDeviceNode& n : container->edits.device_nodes) {
+    caps += n.path.rfind("/dev/nvidia-caps/nvidia-cap", 0) == 0;
+  }
+  EXPECT_EQ(caps, 4u);
+
+  // 2. The next pod's 1g.5gb comes beside them; nothing moves.
+  ASSERT_TRUE(api_->Create("resourceclaims", MigClaim("next", 1, "1g.5gb")).ok());
+  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_FALSE(Submit(ClaimPod("next-pod", "next")).empty());
+  ASSERT_TRUE(driver_->WaitBound({"default/next-pod"}, absl::Seconds(30))) << Slurp(scheduler_.log);
+  absl::StatusOr<kubelet::DraCreatedContainer> next = RunClaimPod("next-pod", "next");
+  ASSERT_TRUE(next.ok()) << next.status() << Slurp(agent_.log);
+  std::map<int, std::string> after = Instances();
+  EXPECT_EQ(after.size(), 3u);
+  for (const auto& [start, uuid] : instances) EXPECT_EQ(after[start], uuid) << "moved: " << start;
+
+  // 3. A pod of another scheduler (no Prism gate): kube-scheduler's own first fit allocates its
+  //    claim, binds it, and the node agent refuses to prepare it.
+  DriverOptions o;
+  o.scheduler_name = "other-scheduler";
+  other_driver_ = std::make_unique<SchedulerDriver>(client_.get(), o);
+  other_driver_->Start();
+  ASSERT_TRUE(api_->Create("resourceclaims", MigClaim("rogue", 1, "1g.5gb")).ok());
+  absl::SleepFor(absl::Milliseconds(300));
+  ASSERT_FALSE(Submit(ClaimPod("rogue-pod", "rogue", "other-scheduler"), "other-scheduler").empty());
+  ASSERT_TRUE(other_driver_->WaitBound({"default/rogue-pod"}, absl::Seconds(30)));
+  absl::StatusOr<kubelet::DraCreatedContainer> rogue = RunClaimPod("rogue-pod", "rogue");
+  ASSERT_FALSE(rogue.ok());
+  EXPECT_THAT(std::string(rogue.status().message()), HasSubstr("not allocated by Prism"));
+  EXPECT_EQ(Instances(), after) << "a foreign allocation changed the GPU";
+}
+
+INSTANTIATE_TEST_SUITE_P(Dra, DraDeployTest,
+                         ::testing::Values(NodeCase{"a100", kA100Gpus, {}, {}}), CaseName);
+
+}  // namespace
+}  // namespace prism::e2e
