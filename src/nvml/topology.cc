@@ -133,8 +133,8 @@ topo::NodeTopology DiscoverTopology(Nvml& nvml, const std::vector<GpuInfo>& gpus
         const int ab = ends[a].to_gpu[b];
         const int ba = ends[b].to_gpu[a];
         if (ab != ba) {
-          unknown.Add(StrCat(pair, ": NVLink counts disagree (", ab, " one way, ", ba,
-                             " the other)"));
+          unknown.Add(
+              StrCat(pair, ": NVLink counts disagree (", ab, " one way, ", ba, " the other)"));
         } else if (ab > 0) {
           link = {topo::LinkTier::kNvLink, std::min(ab, topo::kMaxNvLinks)};
           nvlink_known = true;

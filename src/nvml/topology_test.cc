@@ -270,7 +270,7 @@ TEST(TopologyDiscoveryRulesTest, ReasonsAreBounded) {
   const std::string& cut = t.unknown.front();
   EXPECT_EQ(cut.substr(cut.size() - 3), "...");
   EXPECT_NE(static_cast<unsigned char>(cut[cut.size() - 4]), 0xc3);  // No half character.
-  EXPECT_EQ(t.Link(0, 3), (GpuLink{LinkTier::kNvLink, 2}));  // The rest is still known.
+  EXPECT_EQ(t.Link(0, 3), (GpuLink{LinkTier::kNvLink, 2}));          // The rest is still known.
   fs::remove_all(dir);
 }
 

@@ -12,8 +12,8 @@ struct TierName {
   std::string_view name;
 };
 constexpr TierName kPcieNames[] = {
-    {LinkTier::kSystem, "SYS"},       {LinkTier::kNode, "NODE"},   {LinkTier::kHostBridge, "PHB"},
-    {LinkTier::kMultiSwitch, "PXB"},  {LinkTier::kSwitch, "PIX"},  {LinkTier::kBoard, "BRD"},
+    {LinkTier::kSystem, "SYS"},      {LinkTier::kNode, "NODE"},  {LinkTier::kHostBridge, "PHB"},
+    {LinkTier::kMultiSwitch, "PXB"}, {LinkTier::kSwitch, "PIX"}, {LinkTier::kBoard, "BRD"},
     {LinkTier::kUnknown, "?"},
 };
 
@@ -117,10 +117,9 @@ absl::Status ValidateCpuList(std::string_view list) {
     const size_t dash = range.find('-');
     int64_t lo = 0;
     int64_t hi = 0;
-    const bool ok = dash == std::string_view::npos
-                        ? ParseInt(range, &lo) && (hi = lo, true)
-                        : ParseInt(range.substr(0, dash), &lo) &&
-                              ParseInt(range.substr(dash + 1), &hi);
+    const bool ok = dash == std::string_view::npos ? ParseInt(range, &lo) && (hi = lo, true)
+                                                   : ParseInt(range.substr(0, dash), &lo) &&
+                                                         ParseInt(range.substr(dash + 1), &hi);
     if (!ok || lo > hi || hi >= (1 << 16) || lo < next) {
       return absl::InvalidArgumentError(
           StrCat("CPU list ", QuoteBounded(list), ": bad range ", QuoteBounded(range),

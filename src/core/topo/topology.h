@@ -70,7 +70,7 @@ struct NodeTopology {
   std::vector<std::string> unknown;
 
   bool empty() const { return numa_node.empty() && links.empty(); }
-  int NumaNode(int gpu) const;  // kNumaUnknown out of range.
+  int NumaNode(int gpu) const;       // kNumaUnknown out of range.
   GpuLink Link(int a, int b) const;  // kUnknown out of range or for a == b.
   friend bool operator==(const NodeTopology&, const NodeTopology&) = default;
 };

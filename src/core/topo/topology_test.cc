@@ -6,11 +6,10 @@ namespace prism::topo {
 namespace {
 
 TEST(TopologyTest, LinksRoundTripThroughTheirTokens) {
-  const GpuLink links[] = {{LinkTier::kNvLink, 2},   {LinkTier::kNvSwitch, 18},
-                           {LinkTier::kBoard, 0},    {LinkTier::kSwitch, 0},
-                           {LinkTier::kMultiSwitch, 0}, {LinkTier::kHostBridge, 0},
-                           {LinkTier::kNode, 0},     {LinkTier::kSystem, 0},
-                           {LinkTier::kUnknown, 0}};
+  const GpuLink links[] = {
+      {LinkTier::kNvLink, 2}, {LinkTier::kNvSwitch, 18},   {LinkTier::kBoard, 0},
+      {LinkTier::kSwitch, 0}, {LinkTier::kMultiSwitch, 0}, {LinkTier::kHostBridge, 0},
+      {LinkTier::kNode, 0},   {LinkTier::kSystem, 0},      {LinkTier::kUnknown, 0}};
   for (const GpuLink& l : links) {
     auto parsed = ParseLink(FormatLink(l));
     ASSERT_TRUE(parsed.ok()) << FormatLink(l) << ": " << parsed.status();
@@ -22,8 +21,8 @@ TEST(TopologyTest, LinksRoundTripThroughTheirTokens) {
 }
 
 TEST(TopologyTest, BadTokensAreErrorsAndNewTiersReadAsUnknown) {
-  for (const char* bad : {"NV0", "NV37", "NVS0", "NV-1", "nv2", "", "PIX PIX", "NV2x",
-                          "ABCDEFGHI", "sys"}) {
+  for (const char* bad :
+       {"NV0", "NV37", "NVS0", "NV-1", "nv2", "", "PIX PIX", "NV2x", "ABCDEFGHI", "sys"}) {
     EXPECT_FALSE(ParseLink(bad).ok()) << bad;
   }
   // An agent newer than this build may publish a tier it does not know: that pair is unknown.
@@ -33,9 +32,9 @@ TEST(TopologyTest, BadTokensAreErrorsAndNewTiersReadAsUnknown) {
 }
 
 TEST(TopologyTest, NvLinksBeatPcieAndCountsDecide) {
-  const GpuLink nv1{LinkTier::kNvLink, 1}, nv2{LinkTier::kNvLink, 2}, nvs12{LinkTier::kNvSwitch, 12},
-      nv12{LinkTier::kNvLink, 12}, pix{LinkTier::kSwitch, 0}, sys{LinkTier::kSystem, 0},
-      unknown{};
+  const GpuLink nv1{LinkTier::kNvLink, 1}, nv2{LinkTier::kNvLink, 2},
+      nvs12{LinkTier::kNvSwitch, 12}, nv12{LinkTier::kNvLink, 12}, pix{LinkTier::kSwitch, 0},
+      sys{LinkTier::kSystem, 0}, unknown{};
   EXPECT_GT(CompareLinks(nv2, nv1), 0);
   EXPECT_GT(CompareLinks(nv1, pix), 0);
   EXPECT_GT(CompareLinks(pix, sys), 0);
@@ -49,7 +48,8 @@ TEST(TopologyTest, NvLinksBeatPcieAndCountsDecide) {
 TEST(TopologyTest, OutOfRangeLookupsAreUnknown) {
   NodeTopology t;
   t.numa_node = {0, 1};
-  t.links = {{GpuLink{}, GpuLink{LinkTier::kSystem, 0}}, {GpuLink{LinkTier::kSystem, 0}, GpuLink{}}};
+  t.links = {{GpuLink{}, GpuLink{LinkTier::kSystem, 0}},
+             {GpuLink{LinkTier::kSystem, 0}, GpuLink{}}};
   EXPECT_EQ(t.NumaNode(1), 1);
   EXPECT_EQ(t.NumaNode(2), kNumaUnknown);
   EXPECT_EQ(t.NumaNode(-1), kNumaUnknown);

@@ -63,13 +63,13 @@ const std::vector<Machine>& Machines() {
   static const std::vector<Machine>* machines = new std::vector<Machine>{
       {"dgx1-v100", 8,
        [] {
-         return Build("dgx1-v100", 8, {0, 0, 0, 0, 1, 1, 1, 1},
-                      {"0-19,40-59", "0-19,40-59", "0-19,40-59", "0-19,40-59", "20-39,60-79",
-                       "20-39,60-79", "20-39,60-79", "20-39,60-79"},
-                      [](size_t a, size_t b) {
-                        return SimPair{kDgx1Links[a][b], 0,
-                                       PcieBySocket(a, b, 4, kSingle, kHostBridge)};
-                      });
+         return Build(
+             "dgx1-v100", 8, {0, 0, 0, 0, 1, 1, 1, 1},
+             {"0-19,40-59", "0-19,40-59", "0-19,40-59", "0-19,40-59", "20-39,60-79", "20-39,60-79",
+              "20-39,60-79", "20-39,60-79"},
+             [](size_t a, size_t b) {
+               return SimPair{kDgx1Links[a][b], 0, PcieBySocket(a, b, 4, kSingle, kHostBridge)};
+             });
        }},
       // DGX A100 (NVIDIA/nccl#1505, `nvidia-smi topo -m`): every pair NV12 through six
       // NVSwitches; AMD Rome in NPS4, so GPU pairs sit on NUMA nodes 3, 1, 7, 5.
@@ -96,13 +96,13 @@ const std::vector<Machine>& Machines() {
       // GPUs joined by an NVLink bridge (A100 PCIe: three bridges, 12 links).
       {"pcie-8gpu-nvlink-pairs", 8,
        [] {
-         return Build("pcie-8gpu-nvlink-pairs", 8, {0, 0, 0, 0, 1, 1, 1, 1},
-                      {"0-31,64-95", "0-31,64-95", "0-31,64-95", "0-31,64-95", "32-63,96-127",
-                       "32-63,96-127", "32-63,96-127", "32-63,96-127"},
-                      [](size_t a, size_t b) {
-                        return SimPair{a / 2 == b / 2 ? 12 : 0, 0,
-                                       PcieBySocket(a, b, 4, kSingle, kNode)};
-                      });
+         return Build(
+             "pcie-8gpu-nvlink-pairs", 8, {0, 0, 0, 0, 1, 1, 1, 1},
+             {"0-31,64-95", "0-31,64-95", "0-31,64-95", "0-31,64-95", "32-63,96-127",
+              "32-63,96-127", "32-63,96-127", "32-63,96-127"},
+             [](size_t a, size_t b) {
+               return SimPair{a / 2 == b / 2 ? 12 : 0, 0, PcieBySocket(a, b, 4, kSingle, kNode)};
+             });
        }},
       // One socket, two PCIe switches of two GPUs on different root ports.
       {"pcie-4gpu", 4,
@@ -115,8 +115,9 @@ const std::vector<Machine>& Machines() {
       // A workstation: two GPUs on the CPU's root ports.
       {"pcie-2gpu", 2,
        [] {
-         return Build("pcie-2gpu", 2, {0, 0}, {"0-63", "0-63"},
-                      [](size_t, size_t) { return SimPair{0, 0, kHostBridge}; });
+         return Build("pcie-2gpu", 2, {0, 0}, {"0-63", "0-63"}, [](size_t, size_t) {
+           return SimPair{0, 0, kHostBridge};
+         });
        }},
   };
   return *machines;
@@ -124,9 +125,12 @@ const std::vector<Machine>& Machines() {
 
 // nvmlGpuTopologyLevel_t <-> the PCIe tiers (-1: "?", NOT_SUPPORTED).
 constexpr std::pair<int, topo::LinkTier> kLevels[] = {
-    {kBoard, topo::LinkTier::kBoard},           {kSingle, topo::LinkTier::kSwitch},
-    {kMultiple, topo::LinkTier::kMultiSwitch},  {kHostBridge, topo::LinkTier::kHostBridge},
-    {kNode, topo::LinkTier::kNode},             {kSystem, topo::LinkTier::kSystem},
+    {kBoard, topo::LinkTier::kBoard},
+    {kSingle, topo::LinkTier::kSwitch},
+    {kMultiple, topo::LinkTier::kMultiSwitch},
+    {kHostBridge, topo::LinkTier::kHostBridge},
+    {kNode, topo::LinkTier::kNode},
+    {kSystem, topo::LinkTier::kSystem},
     {-1, topo::LinkTier::kUnknown},
 };
 
@@ -166,13 +170,13 @@ absl::StatusOr<SimTopology> SimMachineTopology(std::string_view machine, size_t 
   for (const Machine& m : Machines()) {
     if (m.name != machine) continue;
     if (m.gpus != gpu_count) {
-      return absl::InvalidArgumentError(StrCat("machine ", machine, " has ", m.gpus,
-                                               " GPUs; the file lists ", gpu_count));
+      return absl::InvalidArgumentError(
+          StrCat("machine ", machine, " has ", m.gpus, " GPUs; the file lists ", gpu_count));
     }
     return m.make();
   }
-  return absl::InvalidArgumentError(StrCat("unknown machine '", machine,
-                                           "' (known: ", StrJoin(SimMachineNames(), ", "), ")"));
+  return absl::InvalidArgumentError(
+      StrCat("unknown machine '", machine, "' (known: ", StrJoin(SimMachineNames(), ", "), ")"));
 }
 
 absl::StatusOr<SimTopology> ParseSimTopology(const YAML::Node& node, size_t gpu_count) {
@@ -206,8 +210,8 @@ absl::StatusOr<SimTopology> ParseSimTopology(const YAML::Node& node, size_t gpu_
         return Bad(kWhere, StrCat("numa[", i, "] is not a number"));
       }
       if (value < -1 || value > topo::kMaxNumaNode) {
-        return Bad(kWhere, StrCat("numa[", i, "] is ", value, "; -1 (none) to ",
-                                  topo::kMaxNumaNode));
+        return Bad(kWhere,
+                   StrCat("numa[", i, "] is ", value, "; -1 (none) to ", topo::kMaxNumaNode));
       }
       t.numa[i] = value;
     }
@@ -261,8 +265,8 @@ absl::StatusOr<SimTopology> ParseSimTopology(const YAML::Node& node, size_t gpu_
     }
   }
   if (!t.configured()) {
-    return Bad(kWhere, StrCat("needs 'machine' (", StrJoin(SimMachineNames(), ", "),
-                              ") or 'matrix'"));
+    return Bad(kWhere,
+               StrCat("needs 'machine' (", StrJoin(SimMachineNames(), ", "), ") or 'matrix'"));
   }
   return t;
 }
@@ -288,7 +292,8 @@ void EmitSimTopology(YAML::Emitter& out, const SimTopology& t) {
   out << YAML::Key << "matrix" << YAML::Value << YAML::BeginSeq;
   for (size_t a = 0; a < t.pairs.size(); ++a) {
     std::vector<std::string> cells;
-    for (size_t b = 0; b < t.pairs.size(); ++b) cells.push_back(a == b ? "X" : Token(t.pairs[a][b]));
+    for (size_t b = 0; b < t.pairs.size(); ++b)
+      cells.push_back(a == b ? "X" : Token(t.pairs[a][b]));
     out << StrJoin(cells, " ");
   }
   out << YAML::EndSeq << YAML::EndMap;

@@ -27,16 +27,16 @@ class Emitter;
 namespace prism::nvml::sim {
 
 struct SimPair {
-  int nvlinks = 0;        // Direct NVLinks from this GPU to the other.
-  int nvswitch = 0;       // > 0: the pair reaches each other through NVSwitch ("NVS<n>").
-  int pcie_level = 50;    // nvmlGpuTopologyLevel_t; -1: the driver does not say (NOT_SUPPORTED).
+  int nvlinks = 0;      // Direct NVLinks from this GPU to the other.
+  int nvswitch = 0;     // > 0: the pair reaches each other through NVSwitch ("NVS<n>").
+  int pcie_level = 50;  // nvmlGpuTopologyLevel_t; -1: the driver does not say (NOT_SUPPORTED).
   friend bool operator==(const SimPair&, const SimPair&) = default;
 };
 
 struct SimTopology {
-  std::string machine;            // The machine it came from; "" when spelled out.
-  std::vector<int> numa;          // Per GPU; -1: the driver reports none.
-  std::vector<std::string> cpus;  // Per GPU CPU list; "": not reported.
+  std::string machine;                      // The machine it came from; "" when spelled out.
+  std::vector<int> numa;                    // Per GPU; -1: the driver reports none.
+  std::vector<std::string> cpus;            // Per GPU CPU list; "": not reported.
   std::vector<std::vector<SimPair>> pairs;  // [from][to]; [a][a] unused.
   bool configured() const { return !pairs.empty(); }
   // NVLinks from `gpu` to NVSwitches: the largest NVS<n> of its row.

@@ -24,7 +24,8 @@ TEST(SimTopologyTest, EveryMachineIsSymmetricAndRoundTrips) {
       if (SimMachineTopology(name, n).ok()) gpus = n;
     }
     ASSERT_GT(gpus, 0u);
-    auto state = ParseSimState(Gpus(static_cast<int>(gpus)) + "topology: {machine: " + name + "}\n");
+    auto state =
+        ParseSimState(Gpus(static_cast<int>(gpus)) + "topology: {machine: " + name + "}\n");
     ASSERT_TRUE(state.ok()) << state.status();
     const SimTopology& t = state->topology;
     ASSERT_TRUE(t.configured());
@@ -85,7 +86,8 @@ TEST(SimTopologyTest, AMatrixSpellsTheWiringOutAndMayDisagreeWithItself) {
   EXPECT_EQ(again->topology, t);
   // A machine with overrides is written back as the machine and the overrides; a changed wiring
   // is spelled out.
-  auto changed = ParseSimState(Gpus(8) + "topology: {machine: dgx1-v100, numa: [0, 0, 0, 0, 1, 1, 1, -1]}\n");
+  auto changed =
+      ParseSimState(Gpus(8) + "topology: {machine: dgx1-v100, numa: [0, 0, 0, 0, 1, 1, 1, -1]}\n");
   ASSERT_TRUE(changed.ok()) << changed.status();
   std::string text = SerializeSimState(*changed);
   EXPECT_THAT(text, HasSubstr("machine: dgx1-v100"));
