@@ -623,9 +623,10 @@ absl::StatusOr<std::vector<NvLinkRemote>> DlNvml::ActiveNvLinks(int gpu) {
   for (unsigned int link = 0; link < NVML_NVLINK_MAX_LINKS; ++link) {
     nvmlEnableState_t active = NVML_FEATURE_DISABLED;
     const int rc = sym_->nvmlDeviceGetNvLinkState(device, link, &active);
-    // Past the GPU's last link (INVALID_ARGUMENT), or no NVLink at all (NOT_SUPPORTED on link 0;
-    // a GPU may also report its unused links so).
-    if (rc == kNvmlErrorInvalidArgument || rc == kNvmlErrorNotSupported) break;
+    // A link the GPU does not have (INVALID_ARGUMENT past its last one), or no NVLink at all
+    // (NOT_SUPPORTED). Every index is asked, as NCCL does (a GPU may report a link in the middle
+    // so): 36 cheap calls.
+    if (rc == kNvmlErrorInvalidArgument || rc == kNvmlErrorNotSupported) continue;
     RETURN_IF_ERROR(NvmlError(rc, "nvmlDeviceGetNvLinkState", StrCat("GPU ", gpu, " link ", link)));
     if (active != NVML_FEATURE_ENABLED) continue;
     NvLinkRemote remote;
