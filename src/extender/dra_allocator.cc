@@ -708,9 +708,16 @@ void DraAllocator::Deallocate(const std::string& key) {
   absl::StatusOr<Json> done = client_->MutateWithRetry(
       k8s::kResourceClaims, ns, name,
       [&](Json& c) -> absl::Status {
+        // Decided on the informer's view; checked again on the claim as it is now (the
+        // informer may not have seen this leader's own allocation yet).
         absl::StatusOr<config::DraAllocationRecord> r = config::ReadDraAllocation(c);
         if (r.ok() && !r->reserved_for.empty()) {
           return absl::AbortedError("reserved again");
+        }
+        const bool deleting = Find(c, {"metadata", "deletionTimestamp"}) != nullptr;
+        if (r.ok() && r->allocated && !deleting) {
+          absl::MutexLock lock(&mu_);
+          if (pods_by_uid_.count(r->pod_uid)) return absl::AbortedError("its pod is still there");
         }
         if (Find(c, {"status", "allocation"}) != nullptr && (!r.ok() || r->prism_marker)) {
           c["status"].erase("allocation");

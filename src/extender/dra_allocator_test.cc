@@ -225,11 +225,25 @@ TEST_F(DraAllocatorTest, SeedExampleIsAllocatedByPrismAndTheNextPodMovesNothing)
   EXPECT_EQ(next_devices[0].rfind("gpu-0-mig-1g5gb-", 0), 0u) << next_devices[0];
   EXPECT_EQ(Devices("seed"), seed_devices);
   // Both claims are charged in the cache: the GPU holds three assigned instances.
-  int assigned = 0;
-  for (const GpuSnapshot& g : scheduler_->cache().GpuSnapshots()) {
-    for (const InstanceSnapshot& i : g.instances) assigned += i.state == "assigned";
-  }
-  EXPECT_EQ(assigned, 3);
+  auto assigned = [](Scheduler& s) {
+    int n = 0;
+    for (const GpuSnapshot& g : s.cache().GpuSnapshots()) {
+      for (const InstanceSnapshot& i : g.instances) n += i.state == "assigned";
+    }
+    return n;
+  };
+  EXPECT_EQ(assigned(*scheduler_), 3);
+
+  // A restarted scheduler rebuilds the same charges from the claims alone.
+  SchedulerOptions o;
+  o.initial_config = config::DefaultDeviceConfig();
+  o.cache.engine = DefaultEngineOptions();
+  o.dra = true;
+  Scheduler restarted(std::move(o), client_.get());
+  ASSERT_OK(restarted.Start());
+  ASSERT_TRUE(restarted.WaitForSync(absl::Seconds(10)));
+  ASSERT_TRUE(WaitUntil([&] { return assigned(restarted) == 3; })) << assigned(restarted);
+  EXPECT_EQ(restarted.cache().DraClaimProblem("default", "seed"), "");
 }
 
 TEST_F(DraAllocatorTest, DeallocatedBehindPrismsBackIsAllocatedAgainAndPodEndDeallocates) {
@@ -284,6 +298,20 @@ TEST_F(DraAllocatorTest, TemplateClaimIsAllocatedOnceTheControllerMadeIt) {
   ASSERT_OK(client_->Update(k8s::kPods, "default", pod, "status").status());
   ASSERT_TRUE(WaitUntil([&] { return !Gated("t") && Allocated("t-gpu-x1"); }, absl::Seconds(10)));
   EXPECT_EQ(FilterAndBind("t"), "");
+}
+
+TEST_F(DraAllocatorTest, ALeaderStoppedBetweenFinalizerAndAllocationIsUndone) {
+  // Step 1 of docs/dra.md §2.4 done (Prism's finalizer), step 2 never: nobody uses the claim, so
+  // the next leader removes the finalizer, and the claim can be deleted.
+  json claim = Claim("half", ClaimSpec(config::kDraWholeGpuClass, 1));
+  claim["metadata"]["finalizers"] = json::array({config::kDraAllocationFinalizer});
+  ASSERT_OK(api_->Create("resourceclaims", claim));
+  ASSERT_TRUE(WaitUntil([&] {
+    const json c = Get("resourceclaims", "half");
+    return c.is_object() && c["metadata"].value("finalizers", json::array()).empty();
+  }, absl::Seconds(10)));
+  ASSERT_OK(api_->Delete("resourceclaims", "default", "half"));
+  EXPECT_TRUE(absl::IsNotFound(api_->Get("resourceclaims", "default", "half").status()));
 }
 
 TEST_F(DraAllocatorTest, ForeignAllocationsAndBadClaimsAreRefusedNotAllocated) {
