@@ -208,7 +208,8 @@ void SchedulerDriver::ScheduleOne(const std::string& key) {
     return;
   }
   std::vector<std::string> names;
-  const std::string url = options_.extender_url ? options_.extender_url() : "";
+  const bool extender = static_cast<bool>(options_.extender_url);
+  const std::string url = extender ? options_.extender_url() : "";
   {
     absl::MutexLock lock(&mu_);
     names.assign(node_names_.begin(), node_names_.end());
@@ -236,8 +237,8 @@ void SchedulerDriver::ScheduleOne(const std::string& key) {
   const std::string args = json{{"Pod", *pod}, {"Nodes", nullptr}, {"NodeNames", names}}.dump();
   std::string error;
   // Without an extender (another profile's scheduler) the filtered nodes are the plugins'.
-  std::optional<json> filtered = url.empty() ? std::optional<json>(json{{"NodeNames", names}})
-                                             : Call(conns, url, "filter", args, &error);
+  std::optional<json> filtered = !extender ? std::optional<json>(json{{"NodeNames", names}})
+                                          : Call(conns, url, "filter", args, &error);
   if (filtered.has_value() && !filtered->value("Error", "").empty()) {
     error = StrCat("filter: ", filtered->value("Error", ""));
     filtered.reset();
@@ -273,7 +274,7 @@ void SchedulerDriver::ScheduleOne(const std::string& key) {
   }
   const std::string pargs = json{{"Pod", *pod}, {"Nodes", nullptr}, {"NodeNames", feasible}}.dump();
   if (std::optional<json> scores =
-          url.empty() ? std::nullopt : Call(conns, url, "prioritize", pargs, &error);
+          !extender ? std::nullopt : Call(conns, url, "prioritize", pargs, &error);
       scores.has_value() && scores->is_array()) {
     for (const json& h : *scores) {
       const std::string host = h.value("Host", "");
@@ -330,13 +331,13 @@ void SchedulerDriver::BindLoop() {
         dra_cycles_.erase(it);
       }
     }
-    const std::string url = options_.extender_url ? options_.extender_url() : "";
+    const bool extender = static_cast<bool>(options_.extender_url);
     if (pod.has_value()) {
       // DynamicResources.PreBind, then the binder (the extender's, else the default one).
       const absl::Status prebound = DraPreBind(client_, *pod, dra, node);
       if (!prebound.ok()) {
         error = StrCat("prebind: ", prebound.message());
-      } else if (url.empty()) {
+      } else if (!extender) {
         const absl::Status bound =
             client_->Bind(k8s::Namespace(*pod), k8s::Name(*pod), k8s::Uid(*pod), node);
         ok = bound.ok();
@@ -346,7 +347,8 @@ void SchedulerDriver::BindLoop() {
                         {"PodNamespace", k8s::Namespace(*pod)},
                         {"PodUID", k8s::Uid(*pod)},
                         {"Node", node}};
-        std::optional<json> reply = Call(conns, url, "bind", args.dump(), &error);
+        std::optional<json> reply =
+            Call(conns, options_.extender_url(), "bind", args.dump(), &error);
         if (reply.has_value()) {
           error = reply->value("Error", "");
           ok = error.empty();

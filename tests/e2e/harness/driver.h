@@ -38,7 +38,7 @@ namespace prism::e2e {
 struct DriverOptions {
   std::string scheduler_name = "prism-scheduler";
   // The extender's base URL (read on every call, so a test can point it at a restarted one).
-  // Unset or "": no extender (a profile without one): the plugins' nodes, the default binder.
+  // Unset: no extender (a profile without one): the plugins' nodes, the default binder.
   std::function<std::string()> extender_url;
   // HTTPS: the CA that signs the extender's certificate (kube-scheduler's tlsConfig.caFile).
   std::string ca_file;
