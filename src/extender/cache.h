@@ -229,6 +229,8 @@ struct CacheStats {
   int nodes_without_inventory = 0;
   int nodes_invalid = 0;
   std::map<std::string, int> pods_by_state;  // assumed, binding, bound, uncertain, problem.
+  // Allocated ResourceClaims of Prism's devices: charged, or problem (not charged).
+  std::map<std::string, int> dra_claims_by_state;
   int64_t rebuilds = 0;
   int64_t node_updates = 0;  // Node changes applied in place.
   int64_t workload_refreshes = 0;          // New target workloads staged.

@@ -137,6 +137,11 @@ CacheStats SchedulerCache::stats() {
     }
   }
   for (const auto& [key, e] : pods_) {
+    if (e.dra) {
+      // A ResourceClaim's allocation, not a pod (cache_dra.cc).
+      ++s.dra_claims_by_state[e.charged ? "charged" : "problem"];
+      continue;
+    }
     if (!e.problem.empty() && !e.charged) {
       ++s.pods_by_state["problem"];
     } else if (e.allocation_failed) {

@@ -233,6 +233,10 @@ TEST_F(DraAllocatorTest, SeedExampleIsAllocatedByPrismAndTheNextPodMovesNothing)
     return n;
   };
   EXPECT_EQ(assigned(*scheduler_), 3);
+  const std::string metrics = scheduler_->Metrics().body;
+  EXPECT_THAT(metrics, HasSubstr("prism_dra_claims{state=\"charged\"} 2"));
+  EXPECT_THAT(metrics, HasSubstr("prism_dra_allocator_events{kind=\"allocation\"} 2"));
+  EXPECT_THAT(metrics, HasSubstr("prism_dra_foreign_allocations 0"));
 
   // A restarted scheduler rebuilds the same charges from the claims alone.
   SchedulerOptions o;

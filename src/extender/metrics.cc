@@ -126,7 +126,7 @@ void SchedulerMetrics::ObservePodCreationToDevicesReady(double seconds) {
   creation_to_ready_->Observe(seconds);
 }
 
-std::string SchedulerMetrics::Render(SchedulerCache& cache) const {
+std::string SchedulerMetrics::Render(SchedulerCache& cache, const DraAllocatorStats* dra) const {
   std::vector<MetricFamily> families = registry_->Collect();
 
   MetricFamily mem_limit =
@@ -221,6 +221,29 @@ std::string SchedulerMetrics::Render(SchedulerCache& cache) const {
                           &pods, &rebuilds, &rebuild_time, &node_updates, &node_update_time,
                           &workload, &forced, &maintenance, &pending, &decode}) {
     families.push_back(std::move(*f));
+  }
+  if (dra != nullptr) {
+    // prism scheduler --dra (docs/dra.md §2.4).
+    MetricFamily claims = Gauges("prism_dra_claims",
+                                 "Allocated ResourceClaims of Prism's devices in the scheduler's "
+                                 "view, by state (charged; problem: not charged)");
+    for (const char* state : {"charged", "problem"}) {
+      auto it = stats.dra_claims_by_state.find(state);
+      AddGauge(claims, {{"state", state}}, it == stats.dra_claims_by_state.end() ? 0 : it->second);
+    }
+    MetricFamily events = Gauges("prism_dra_allocator_events",
+                                 "The DRA allocator's work since start, by kind");
+    AddGauge(events, {{"kind", "allocation"}}, static_cast<double>(dra->allocations));
+    AddGauge(events, {{"kind", "allocation-failure"}},
+             static_cast<double>(dra->allocation_failures));
+    AddGauge(events, {{"kind", "gate-removed"}}, static_cast<double>(dra->gates_removed));
+    AddGauge(events, {{"kind", "reallocation"}}, static_cast<double>(dra->reallocations));
+    AddGauge(events, {{"kind", "deallocation"}}, static_cast<double>(dra->deallocations));
+    MetricFamily foreign = Gauges(
+        "prism_dra_foreign_allocations",
+        "ResourceClaims holding Prism's devices that Prism did not allocate (never prepared)");
+    AddGauge(foreign, {}, dra->foreign_allocations);
+    for (MetricFamily* f : {&claims, &events, &foreign}) families.push_back(std::move(*f));
   }
   return prometheus::TextSerializer().Serialize(families);
 }

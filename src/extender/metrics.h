@@ -12,6 +12,7 @@
 #include <string_view>
 
 #include "extender/cache.h"
+#include "extender/dra_allocator.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
@@ -38,8 +39,8 @@ class SchedulerMetrics {
   void ObservePodCreationToBind(double seconds);
   void ObservePodCreationToDevicesReady(double seconds);
 
-  // Everything, in the Prometheus text format.
-  std::string Render(SchedulerCache& cache) const;
+  // Everything, in the Prometheus text format; with `dra`, the DRA allocator's families too.
+  std::string Render(SchedulerCache& cache, const DraAllocatorStats* dra = nullptr) const;
 
  private:
   std::shared_ptr<prometheus::Registry> registry_;

@@ -697,7 +697,10 @@ HttpReply Scheduler::Admission(std::string_view body, bool mutate, bool enforce_
 }
 
 HttpReply Scheduler::Metrics() {
-  return HttpReply{200, metrics_.Render(cache_), "text/plain; version=0.0.4; charset=utf-8"};
+  std::optional<DraAllocatorStats> dra;
+  if (dra_) dra = dra_->stats();
+  return HttpReply{200, metrics_.Render(cache_, dra ? &*dra : nullptr),
+                   "text/plain; version=0.0.4; charset=utf-8"};
 }
 
 HttpReply Scheduler::Healthz() { return HttpReply{200, "ok", "text/plain"}; }
