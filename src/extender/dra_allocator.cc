@@ -185,6 +185,9 @@ void DraAllocator::Start() {
   pods_->AddHandler(k8s::ResourceEventHandler{
       [this](const Json& p) { OnPod(p); }, [this](const Json&, const Json& p) { OnPod(p); },
       [this](const Json& p) { OnPodDeleted(p); }});
+  nodes_->AddHandler(k8s::ResourceEventHandler{
+      [this](const Json& n) { OnNode(n); }, [this](const Json&, const Json& n) { OnNode(n); },
+      [this](const Json& n) { OnNodeDeleted(n); }});
   claims_->Start();
   templates_->Start();
   slices_->Start();
@@ -456,12 +459,65 @@ std::optional<DraAllocator::PodNodeVerdict> DraAllocator::PodNode(const Json& po
 
 // --- The leader's pass ------------------------------------------------------------------------
 
-std::vector<std::string> DraAllocator::CandidateNodes(const Json& pod) const {
+bool DraAllocator::HasNodeRestrictions(const Json& pod) const {
+  if (Find(pod, {"spec", "nodeSelector"}) != nullptr ||
+      Find(pod, {"spec", "affinity", "nodeAffinity",
+                 "requiredDuringSchedulingIgnoredDuringExecution"}) != nullptr) {
+    return true;
+  }
+  absl::MutexLock lock(&mu_);
+  return restricted_nodes_ > 0;
+}
+
+std::optional<std::vector<std::string>> DraAllocator::CandidateNodes(const Json& pod) const {
+  if (!HasNodeRestrictions(pod)) return std::nullopt;
   std::vector<std::string> out;
-  for (const Json& node : nodes_->List()) {
-    if (NodeAdmits(pod, node)) out.push_back(k8s::Name(node));
+  absl::MutexLock lock(&mu_);
+  for (const auto& [name, facts] : node_facts_) {
+    if (NodeAdmits(pod, facts)) out.push_back(name);
   }
   return out;
+}
+
+bool DraAllocator::NodeAdmitsPod(const Json& pod, const std::string& node) const {
+  absl::MutexLock lock(&mu_);
+  auto it = node_facts_.find(node);
+  return it != node_facts_.end() && NodeAdmits(pod, it->second);
+}
+
+void DraAllocator::OnNode(const Json& node) {
+  // What the node filters read: labels, taints, spec.unschedulable (not the inventory).
+  Json facts{{"metadata", {{"name", k8s::Name(node)}}}, {"spec", Json::object()}};
+  if (const Json* labels = Find(node, {"metadata", "labels"}); labels != nullptr) {
+    facts["metadata"]["labels"] = *labels;
+  }
+  bool restricted = false;
+  if (const Json* taints = Find(node, {"spec", "taints"}); taints != nullptr &&
+                                                          taints->is_array()) {
+    facts["spec"]["taints"] = *taints;
+    for (const Json& t : *taints) {
+      const std::string effect = Str(t, {"effect"});
+      restricted = restricted || effect == "NoSchedule" || effect == "NoExecute";
+    }
+  }
+  if (const Json* u = Find(node, {"spec", "unschedulable"}); u != nullptr) {
+    facts["spec"]["unschedulable"] = *u;
+    restricted = restricted || (u->is_boolean() && u->get<bool>());
+  }
+  absl::MutexLock lock(&mu_);
+  auto [it, added] = node_facts_.try_emplace(k8s::Name(node));
+  if (!added && it->second.value("restricted", false)) --restricted_nodes_;
+  facts["restricted"] = restricted;
+  if (restricted) ++restricted_nodes_;
+  it->second = std::move(facts);
+}
+
+void DraAllocator::OnNodeDeleted(const Json& node) {
+  absl::MutexLock lock(&mu_);
+  auto it = node_facts_.find(k8s::Name(node));
+  if (it == node_facts_.end()) return;
+  if (it->second.value("restricted", false)) --restricted_nodes_;
+  node_facts_.erase(it);
 }
 
 void DraAllocator::Reconcile() {
@@ -500,9 +556,8 @@ void DraAllocator::Reconcile() {
   for (const std::string& key : dealloc) Deallocate(key);
 }
 
-absl::Status DraAllocator::AllocateFor(const Json& pod, bool gated) {
+absl::StatusOr<DraAllocator::DraDecision> DraAllocator::Decide(const Json& pod) {
   const std::string ns = k8s::Namespace(pod);
-  const std::string pod_key = k8s::ObjectKey(pod);
   auto warn = [&](std::string_view reason, const std::string& message) {
     Event(pod, "Pod", k8s::EventType::kWarning, reason, message);
     return absl::FailedPreconditionError(message);
@@ -567,9 +622,7 @@ absl::Status DraAllocator::AllocateFor(const Json& pod, bool gated) {
   }
   if (!wait.ok()) return wait;
   if (!problem.empty()) return warn(problem_reason, problem);
-  if (to_allocate.empty()) {
-    return gated ? RemoveGate(pod) : absl::OkStatus();
-  }
+  if (to_allocate.empty()) return DraDecision{};
   absl::StatusOr<config::PodManifest> manifest = config::PodManifestFromJson(pod);
   if (!manifest.ok()) return warn("InvalidPod", std::string(manifest.status().message()));
   absl::StatusOr<sched::PodRequest> base =
@@ -578,13 +631,15 @@ absl::Status DraAllocator::AllocateFor(const Json& pod, bool gated) {
   absl::StatusOr<config::DraPodRequest> request =
       config::BuildDraPodRequest(std::move(*base), to_allocate);
   if (!request.ok()) return warn("InvalidResourceClaim", std::string(request.status().message()));
-  std::vector<std::string> candidates = CandidateNodes(pod);
+  // Every node (an empty list) when nothing restricts the pod: the engine's indexed search.
+  std::vector<std::string> candidates;
   if (!node.empty()) {
-    candidates.erase(std::remove_if(candidates.begin(), candidates.end(),
-                                    [&](const std::string& n) { return n != node; }),
-                     candidates.end());
+    if (NodeAdmitsPod(pod, node)) candidates.push_back(node);
+  } else if (std::optional<std::vector<std::string>> some = CandidateNodes(pod)) {
+    candidates = std::move(*some);
   }
-  if (candidates.empty()) {
+  const bool all_nodes = node.empty() && !HasNodeRestrictions(pod);
+  if (candidates.empty() && !all_nodes) {
     return warn("FailedAllocation",
                 node.empty() ? "no node admits the pod (nodeSelector, affinity, taints)"
                              : StrCat("the pod's allocated claims are on node ", node,
@@ -622,6 +677,16 @@ absl::Status DraAllocator::AllocateFor(const Json& pod, bool gated) {
     return warn("FailedAllocation",
                 StrCat("Prism cannot allocate the pod's ResourceClaims: ", placed.status().message()));
   }
+  return DraDecision{placed->node, std::move(to_allocate), std::move(allocations)};
+}
+
+absl::Status DraAllocator::AllocateFor(const Json& pod, bool gated) {
+  const std::string ns = k8s::Namespace(pod);
+  absl::StatusOr<DraDecision> decided = Decide(pod);
+  if (!decided.ok()) return decided.status();
+  if (decided->claims.empty()) return gated ? RemoveGate(pod) : absl::OkStatus();
+  const std::vector<config::DraClaimSpec>& to_allocate = decided->claims;
+  const std::vector<Json>& allocations = decided->allocations;
   for (size_t i = 0; i < to_allocate.size(); ++i) {
     absl::Status s = WriteAllocation(ns, to_allocate[i].name, allocations[i]);
     if (!s.ok()) {
@@ -632,8 +697,10 @@ absl::Status DraAllocator::AllocateFor(const Json& pod, bool gated) {
         absl::MutexLock lock(&mu_);
         ++stats_.allocation_failures;
       }
-      return warn("FailedAllocation", StrCat("writing the allocation of ResourceClaim ",
-                                             to_allocate[i].name, ": ", s.message()));
+      const std::string message = StrCat("writing the allocation of ResourceClaim ",
+                                         to_allocate[i].name, ": ", s.message());
+      Event(pod, "Pod", k8s::EventType::kWarning, "FailedAllocation", message);
+      return absl::FailedPreconditionError(message);
     }
   }
   std::vector<std::string> devices;
@@ -648,7 +715,7 @@ absl::Status DraAllocator::AllocateFor(const Json& pod, bool gated) {
     if (!gated) stats_.reallocations += static_cast<int64_t>(to_allocate.size());
   }
   Event(pod, "Pod", k8s::EventType::kNormal, gated ? "Allocated" : "Reallocated",
-        StrCat("Prism allocated ", StrJoin(devices, ", "), " on node ", placed->node));
+        StrCat("Prism allocated ", StrJoin(devices, ", "), " on node ", decided->node));
   return gated ? RemoveGate(pod) : absl::OkStatus();
 }
 

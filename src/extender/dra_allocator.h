@@ -97,6 +97,18 @@ class DraAllocator {
   // The leader's pass: allocations for gated (and de-allocated) pods, deallocations.
   void Reconcile();
 
+  // The leader's decision for `pod` (Reconcile's first half): node and devices for its
+  // unallocated Prism claims, charged in the cache at once; nothing written to the API. No
+  // claims when none is left to allocate. Errors say why the pod must wait (an Event on the
+  // pod says so too). Tests and benchmarks call it directly; SchedulerCache::ReleaseDraClaim of
+  // each claim undoes it.
+  struct DraDecision {
+    std::string node;
+    std::vector<config::DraClaimSpec> claims;
+    std::vector<k8s::Json> allocations;  // status.allocation per claim, in order.
+  };
+  absl::StatusOr<DraDecision> Decide(const k8s::Json& pod);
+
   DraAllocatorStats stats() const;
 
  private:
@@ -131,8 +143,14 @@ class DraAllocator {
   void Deallocate(const std::string& key);
   // Nodes that pass the pod's nodeSelector, required node affinity (labels), taints and
   // spec.unschedulable, as kube-scheduler's NodeAffinity, TaintToleration and NodeUnschedulable
-  // filters would; the extender Filter later sees kube-scheduler's own verdict as well.
-  std::vector<std::string> CandidateNodes(const k8s::Json& pod) const;
+  // filters would; the extender Filter later sees kube-scheduler's own verdict as well. nullopt:
+  // every node (no node has a taint or is cordoned, and the pod names no node constraint), so
+  // the engine searches with its indexes as Filter does.
+  std::optional<std::vector<std::string>> CandidateNodes(const k8s::Json& pod) const;
+  bool HasNodeRestrictions(const k8s::Json& pod) const;
+  bool NodeAdmitsPod(const k8s::Json& pod, const std::string& node) const;
+  void OnNode(const k8s::Json& node);
+  void OnNodeDeleted(const k8s::Json& node);
   config::DraGpuMinors MinorsOf(const std::string& node) const;
   void Event(const k8s::Json& object, std::string_view kind, k8s::EventType type,
              std::string_view reason, const std::string& message);
@@ -153,6 +171,10 @@ class DraAllocator {
   // UID (for deallocation: is the pod a claim was allocated for still there?).
   std::map<std::string, std::string, std::less<>> unbound_pods_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string, std::less<>> pods_by_uid_ ABSL_GUARDED_BY(mu_);
+  // Per node, what the node filters read (labels, taints, unschedulable, and "restricted":
+  // a NoSchedule/NoExecute taint or cordoned), and how many nodes are restricted.
+  std::map<std::string, k8s::Json, std::less<>> node_facts_ ABSL_GUARDED_BY(mu_);
+  int restricted_nodes_ ABSL_GUARDED_BY(mu_) = 0;
   // Per node, GPU UUID -> device minor, from Prism's published ResourceSlices (slice name ->
   // (node, minors)).
   std::map<std::string, std::pair<std::string, config::DraGpuMinors>, std::less<>> slice_minors_

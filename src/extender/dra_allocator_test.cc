@@ -276,7 +276,7 @@ TEST_F(DraAllocatorTest, DeallocatedBehindPrismsBackIsAllocatedAgainAndPodEndDea
       absl::Seconds(10)))
       << Get("resourceclaims", "c").dump();
   EXPECT_TRUE(scheduler_->cache().DraClaimProblem("default", "c").empty());
-  EXPECT_GE(scheduler_->dra()->stats().deallocations, 1);
+  EXPECT_TRUE(WaitUntil([&] { return scheduler_->dra()->stats().deallocations >= 1; }));
 }
 
 TEST_F(DraAllocatorTest, TemplateClaimIsAllocatedOnceTheControllerMadeIt) {
