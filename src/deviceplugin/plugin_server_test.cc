@@ -189,6 +189,40 @@ TEST(PluginServerTopologyTest, OneUnknownNumaNodeMeansNoneIsAdvertised) {
   for (const auto& [gpu, nodes] : NumaByGpu(devices)) EXPECT_TRUE(nodes.empty()) << gpu;
 }
 
+// Bad and partial answers from NVML never fail the node: the agent starts, serves every device,
+// and publishes the topology with the unknown parts said so, which the scheduler decodes.
+TEST(PluginServerTopologyTest, BadTopologyNeverFailsTheNode) {
+  AgentHarness h(testing::TestDir(), R"(gpus:
+  - {model: Tesla T4, memory_mib: 15360}
+  - {model: Tesla T4, memory_mib: 15360}
+  - {model: Tesla T4, memory_mib: 15360}
+topology: {numa: [0, 0, 1], matrix: ['X NV2 SYS', 'NV1 X SYS', 'SYS SYS X']}
+faults:
+  - {call: CommonAncestor, error: FUNCTION_NOT_FOUND, count: 100000}
+  - {call: CpuAffinity, error: NOT_SUPPORTED, count: 100000}
+)",
+                 config::DefaultDeviceConfig());
+  ASSERT_TRUE(h.StartCluster().ok());
+  ASSERT_TRUE(h.StartAgent().ok());
+  EXPECT_EQ(h.kubelet().Devices("nvidia.com/gpu").size(), 30u);
+  std::optional<std::string> text;
+  ASSERT_TRUE(testing::Eventually([&] {
+    return (text = h.NodeAnnotation(kInventoryAnnotation)).has_value();
+  }));
+  auto inv = DecodeInventory(*text);
+  ASSERT_TRUE(inv.ok()) << inv.status();
+  ASSERT_EQ(inv->gpus.size(), 3u);
+  EXPECT_EQ(inv->topology.numa_node, (std::vector<int>{0, 0, 1}));
+  EXPECT_EQ(inv->topology.Link(0, 1).tier, topo::LinkTier::kUnknown);  // NV2 one way, NV1 back.
+  // An old driver's FUNCTION_NOT_FOUND for the PCIe path (every read: the agent reads more than
+  // once) leaves the other pairs unknown too.
+  EXPECT_EQ(inv->topology.Link(0, 2).tier, topo::LinkTier::kUnknown);
+  EXPECT_EQ(inv->topology.Link(1, 2).tier, topo::LinkTier::kUnknown);
+  EXPECT_EQ(inv->topology.cpu_affinity, (std::vector<std::string>{"", "", ""}));
+  EXPECT_THAT(*text, ::testing::HasSubstr("NVLink counts disagree"));
+  EXPECT_THAT(*text, ::testing::HasSubstr("NVML_ERROR_FUNCTION_NOT_FOUND"));
+}
+
 TEST_F(PluginServerTest, WithoutTopologyDevicesCarryNone) {
   for (const auto& d : h_->kubelet().Devices("nvidia.com/gpu")) EXPECT_FALSE(d.has_topology());
 }
