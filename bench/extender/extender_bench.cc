@@ -11,7 +11,8 @@
 // BM_FilterOverHttpWithChurn instead draws each pod from the default trace's 151 GPU pod shapes,
 // binds or lets expire what it filtered, and changes a node's inventory every 10 calls; with a
 // third argument of 1 the pods running at the start are the trace's too, their shapes indexed
-// first as after a restart (see there).
+// first as after a restart (see there). BM_DraDecide: Prism allocating a pending pod's DRA
+// claims (issue 32).
 //
 //   build/<dir>/bench/extender/extender_bench --benchmark_counters_tabular=true
 #include <malloc.h>
@@ -36,6 +37,8 @@
 #include "config/device_config_yaml.h"
 #include "config/pod_json.h"
 #include "extender/cache.h"
+#include "extender/dra_allocator.h"
+#include "k8s/resource.h"
 #include "extender/test_util.h"
 #include "sim/trace.h"
 #include "tests/e2e/harness/cluster.h"
@@ -626,6 +629,91 @@ BENCHMARK(BM_FilterOverHttpWithChurn)
     ->Args({20000, 10, 1})
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(2000);
+
+// Issue 32: Prism allocating a pending pod's DRA claims (DraAllocator::Decide: candidate nodes,
+// the engine's search jointly with the pod's CPU and memory, status.allocation built, the claims
+// charged; the API writes that follow are not timed). range(0) nodes of the mix above, each
+// publishing its GPUs in a ResourceSlice as the node agent names them; every measured pod is a
+// new one with its own claim, in a 4-shape mix (a whole GPU; MIG 1g.10gb on the H100s, 1g.5gb on
+// the A100-40GBs; two 2g.20gb), and its charges stay, so the cluster fills as it goes.
+void BM_DraDecide(benchmark::State& state) {
+  const int n = static_cast<int>(state.range(0));
+  Rig rig(n, [](extender::SchedulerOptions& o) { o.dra = true; });
+  k8s::Client& client = rig.cluster.client();
+  for (int i = 0; i < n; ++i) {
+    json devices = json::array();
+    const std::vector<TestGpu> gpus = NodeGpus(i);
+    for (size_t g = 0; g < gpus.size(); ++g) {
+      const std::string uuid = StrCat("GPU-", NodeName(i), "-", g);
+      devices.push_back(gpus[g].mig ? json{{"name", StrCat("gpu-", g, "-mig-1g5gb-19-0")},
+                                           {"attributes", {{"parentUUID", {{"string", uuid}}}}}}
+                                    : json{{"name", StrCat("gpu-", g)},
+                                           {"attributes", {{"uuid", {{"string", uuid}}}}}});
+    }
+    json slice{{"apiVersion", "resource.k8s.io/v1"},
+               {"kind", "ResourceSlice"},
+               {"metadata", {{"name", StrCat(NodeName(i), "-gpu.prism.io-0")}}},
+               {"spec",
+                {{"driver", "gpu.prism.io"},
+                 {"nodeName", NodeName(i)},
+                 {"pool", {{"name", NodeName(i)}, {"generation", 1}, {"resourceSliceCount", 1}}},
+                 {"devices", devices}}}};
+    PRISM_CHECK(client.Create(k8s::kResourceSlices, "", slice).ok());
+  }
+  const int pods = static_cast<int>(state.max_iterations);
+  auto claim_spec = [](int i) {
+    const char* klass[] = {"gpu.prism.io", "mig.gpu.prism.io", "mig.gpu.prism.io",
+                           "mig.gpu.prism.io"};
+    const int count[] = {1, 1, 1, 2};
+    const char* profile[] = {"", "1g.10gb", "1g.5gb", "2g.20gb"};
+    json exactly{{"deviceClassName", klass[i % 4]}, {"count", count[i % 4]}};
+    if (*profile[i % 4] != '\0') {
+      exactly["selectors"] = json::array(
+          {{{"cel",
+             {{"expression", StrCat("device.attributes[\"gpu.prism.io\"].profile == \"",
+                                    profile[i % 4], "\"")}}}}});
+    }
+    return json{{"devices", {{"requests", json::array({{{"name", "gpus"}, {"exactly", exactly}}})}}}};
+  };
+  for (int i = 0; i <= pods; ++i) {  // The last one for the warm-up below.
+    json claim{{"apiVersion", "resource.k8s.io/v1"},
+               {"kind", "ResourceClaim"},
+               {"metadata", {{"name", StrCat("c-", i)}, {"namespace", "default"}}},
+               {"spec", claim_spec(i)}};
+    PRISM_CHECK(client.Create(k8s::kResourceClaims, "default", claim).ok());
+  }
+  extender::DraAllocator* dra = rig.cluster.scheduler()->dra();
+  auto pod = [](int i) {
+    json p = PodJson("default", StrCat("d-", i), {extender::testing::TestContainer("main", 0)});
+    p["spec"]["resourceClaims"] =
+        json::array({{{"name", "gpu"}, {"resourceClaimName", StrCat("c-", i)}}});
+    return p;
+  };
+  // The informers have every claim and slice once the last claim can be decided.
+  for (int tries = 0; !dra->Decide(pod(pods)).ok(); ++tries) {
+    PRISM_CHECK(tries < 6000);
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  std::vector<double> us;
+  int i = 0;
+  int failed = 0;
+  for (auto _ : state) {
+    const json p = pod(i++);
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<extender::DraAllocator::DraDecision> d = dra->Decide(p);
+    const auto t1 = std::chrono::steady_clock::now();
+    if (!d.ok() || d->claims.empty()) {
+      if (failed++ == 0) {
+        std::fprintf(stderr, "BM_DraDecide/%d: pod d-%d not allocated: %s\n", n, i - 1,
+                     d.ok() ? "no claim" : std::string(d.status().message()).c_str());
+      }
+    }
+    us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+  }
+  Percentiles(state, us);
+  state.counters["failed"] = failed;
+}
+BENCHMARK(BM_DraDecide)->Arg(500)->Arg(5000)->Unit(benchmark::kMicrosecond)->Iterations(400);
 
 // Pods per second through the whole harness: range(0) nodes, range(1) pods.
 void BM_PodsPerSecond(benchmark::State& state) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 #include <optional>
+#include <set>
 
 #include "base/json_fields.h"
 #include "base/status_macros.h"
@@ -428,6 +429,41 @@ absl::StatusOr<DraPodRequest> BuildDraPodRequest(sched::PodRequest base,
   }
   if (pod_kind)
     base.modes = *pod_kind == DraDeviceKind::kWholeGpu ? sched::kModeHamiCore : sched::kModeMig;
+  // A profile selector asks for that exact profile; the engine takes the smallest profile that
+  // covers memory and compute, which on another model is another profile (1g.5gb's memory is
+  // a 1g.10gb on an H100). So the pod goes to the models that have every profile it names.
+  std::optional<std::set<std::string>> models;
+  std::string named;
+  for (const DraRequestSlot& slot : out.slots) {
+    const DraDeviceRequest& r = claims[slot.claim].requests[slot.request];
+    if (r.mig_profile.empty()) continue;
+    std::set<std::string> having;
+    for (const mig::GpuModel& model : mig::Catalog()) {
+      for (const mig::GpuInstanceProfile& prof : model.profiles) {
+        if (prof.name.attrs == mig::kAttrNone && prof.Name() == r.mig_profile) {
+          having.insert(model.name);
+        }
+      }
+    }
+    if (models) {
+      std::set<std::string> both;
+      for (const std::string& m : having) {
+        if (models->count(m)) both.insert(m);
+      }
+      having = std::move(both);
+    }
+    if (having.empty()) {
+      return Invalid(StrCat("ResourceClaim ", claims[slot.claim].name, " request ", r.name),
+                     StrCat("no GPU model has both ", named, " and ", r.mig_profile));
+    }
+    models = std::move(having);
+    named = named.empty() ? r.mig_profile : StrCat(named, ", ", r.mig_profile);
+  }
+  if (models && base.use_types.empty()) {
+    // nvidia.com/use-gputype, if the pod sets it, stays the user's; BuildDraAllocations still
+    // refuses a decision that gives another profile.
+    base.use_types.assign(models->begin(), models->end());
+  }
   out.request = std::move(base);
   return out;
 }

@@ -108,7 +108,9 @@ struct DraPodRequest {
 //   MIG:       count instances of memory max(the profile's smallest memory over the catalog
 //              models that have it, the selector's, 1 MiB) and, with a profile, its compute share.
 // The engine takes the smallest plain profile that covers a MIG request, so a profile selector
-// gets that profile wherever it can be placed on a model that has it; BuildDraAllocations
+// gets that profile wherever it can be placed on a model that has it; the pod is therefore kept
+// to the catalog models that have every profile its requests name (PodRequest::use_types, unless
+// the pod sets nvidia.com/use-gputype itself; none: InvalidArgument), and BuildDraAllocations
 // checks the profile and refuses a decision that placed another. The pod's mode (PodRequest::
 // modes) is one for all its GPUs, so a pod asks either for whole GPUs or for MIG partitions,
 // and not besides extended-resource GPUs (InvalidArgument naming the claim and request); the

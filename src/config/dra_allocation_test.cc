@@ -196,5 +196,29 @@ TEST(DraPodRequestTest, RefusesMixedKindsAndExtendedResources) {
   EXPECT_FALSE(BuildDraPodRequest(mig_only, {whole}).ok());
 }
 
+TEST(DraPodRequestTest, AProfileSelectorKeepsThePodToModelsThatHaveIt) {
+  // 1g.5gb exists on the 40 GB A100s only; on an H100 the same memory is a 1g.10gb.
+  DraClaimSpec small{"ns", "s", "", true,
+                     {{"mig", "mig.gpu.prism.io", DraDeviceKind::kMigPartition, 1, "1g.5gb", 0}}};
+  absl::StatusOr<DraPodRequest> pod = BuildDraPodRequest({}, {small});
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  ASSERT_FALSE(pod->request.use_types.empty());
+  for (const std::string& model : pod->request.use_types) {
+    EXPECT_THAT(model, HasSubstr("40GB")) << model;
+  }
+  // No model has both 1g.5gb and 1g.20gb.
+  DraClaimSpec big{"ns", "b", "", true,
+                   {{"mig", "mig.gpu.prism.io", DraDeviceKind::kMigPartition, 1, "1g.20gb", 0}}};
+  pod = BuildDraPodRequest({}, {small, big});
+  ASSERT_FALSE(pod.ok());
+  EXPECT_THAT(std::string(pod.status().message()), HasSubstr("no GPU model has both 1g.5gb"));
+  // The user's nvidia.com/use-gputype stays as written.
+  sched::PodRequest typed;
+  typed.use_types = {"a100"};
+  pod = BuildDraPodRequest(typed, {small});
+  ASSERT_TRUE(pod.ok());
+  EXPECT_EQ(pod->request.use_types, std::vector<std::string>{"a100"});
+}
+
 }  // namespace
 }  // namespace prism::config
