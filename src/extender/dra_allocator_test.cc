@@ -263,7 +263,7 @@ TEST_F(DraAllocatorTest, DeallocatedBehindPrismsBackIsAllocatedAgainAndPodEndDea
   ASSERT_OK(client_->Update(k8s::kResourceClaims, "default", claim, "status").status());
   ASSERT_TRUE(WaitUntil([&] { return Allocated("c"); }, absl::Seconds(10)));
   EXPECT_TRUE(config::ReadDraAllocation(Get("resourceclaims", "c"))->prism_marker);
-  EXPECT_GE(scheduler_->dra()->stats().reallocations, 1);
+  EXPECT_TRUE(WaitUntil([&] { return scheduler_->dra()->stats().reallocations >= 1; }));
 
   // The pod ends: nobody reserves the claim, Prism deallocates it and drops its finalizer.
   ASSERT_OK(api_->Delete("pods", "default", "p"));
@@ -302,6 +302,36 @@ TEST_F(DraAllocatorTest, TemplateClaimIsAllocatedOnceTheControllerMadeIt) {
   ASSERT_OK(client_->Update(k8s::kPods, "default", pod, "status").status());
   ASSERT_TRUE(WaitUntil([&] { return !Gated("t") && Allocated("t-gpu-x1"); }, absl::Seconds(10)));
   EXPECT_EQ(FilterAndBind("t"), "");
+}
+
+TEST_F(DraAllocatorTest, ASharedClaimIsAllocatedOnceAndPinsEveryPodThatUsesIt) {
+  // Two requests in one claim: a 1g.5gb and a 2g.10gb, on one node.
+  json spec = ClaimSpec(config::kDraMigClass, 1, MigSelector("1g.5gb"));
+  spec["devices"]["requests"].push_back(
+      {{"name", "more"},
+       {"exactly",
+        {{"deviceClassName", config::kDraMigClass},
+         {"selectors", json::array({{{"cel", {{"expression", MigSelector("2g.10gb")}}}}})}}}});
+  ASSERT_OK(api_->Create("resourceclaims", Claim("shared", spec)));
+  ASSERT_TRUE(WaitUntil([&] { return scheduler_->dra()->NeedsGate(DraPod("x", "shared")); }));
+  Submit(DraPod("first", "shared"));
+  ASSERT_TRUE(WaitUntil([&] { return !Gated("first") && Allocated("shared"); }, absl::Seconds(10)));
+  const std::vector<std::string> devices = Devices("shared");
+  EXPECT_EQ(devices.size(), 2u);
+  // The second pod finds the claim allocated: ungated without a new allocation, pinned there.
+  const json second = Submit(DraPod("second", "shared"));
+  ASSERT_TRUE(config::HasDraSchedulingGate(second));
+  ASSERT_TRUE(WaitUntil([&] { return !Gated("second"); }, absl::Seconds(10)));
+  EXPECT_EQ(Devices("shared"), devices);
+  EXPECT_TRUE(WaitUntil([&] { return scheduler_->dra()->stats().allocations == 1; }));
+  const json first_pod = Get("pods", "first");
+  const json second_pod = Get("pods", "second");
+  for (const json* pod : {&first_pod, &second_pod}) {
+    std::optional<DraAllocator::PodNodeVerdict> v = scheduler_->dra()->PodNode(*pod);
+    ASSERT_TRUE(v.has_value());
+    EXPECT_EQ(v->node, scheduler_->dra()->PodNode(first_pod)->node);
+    EXPECT_FALSE(v->node.empty());
+  }
 }
 
 TEST_F(DraAllocatorTest, ALeaderStoppedBetweenFinalizerAndAllocationIsUndone) {
