@@ -374,10 +374,11 @@ absl::Status RunSim(const SimFlags& f) {
     // Prism's own engine against the baselines it has to beat, among them what DRA gives
     // without Prism (dra-first-fit); under --mig also Prism under DRA (prism-dra), which has
     // no form for software shares yet.
-    policies = f.mig ? std::vector<std::string>{"hami-legacy", "hami-v2.10", "zambianco",
-                                                "dra-first-fit", "prism", "prism-dra"}
-                     : std::vector<std::string>{"random", "best-fit", "fgd", "dra-first-fit",
-                                                "prism"};
+    if (f.mig) {
+      policies = {"hami-legacy", "hami-v2.10", "zambianco", "dra-first-fit", "prism", "prism-dra"};
+    } else {
+      policies = {"random", "best-fit", "fgd", "dra-first-fit", "prism"};
+    }
   }
   for (const std::string& p : policies) {
     RETURN_IF_ERROR(sim::MakeBuiltinPolicy(p).status());

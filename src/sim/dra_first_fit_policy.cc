@@ -218,8 +218,8 @@ class DraFirstFitPolicy : public Policy {
     int64_t best = 0;
     int ties = 0;
     for (size_t i = 0; i < feasible_.size(); ++i) {
-      const int64_t score = KubeSchedulerNodeScore(load_[feasible_[i]], pod.milli_cpu,
-                                                   pod.memory_mib);
+      const int64_t score =
+          KubeSchedulerNodeScore(load_[feasible_[i]], pod.milli_cpu, pod.memory_mib);
       if (i == 0 || score > best) {
         best = score;
         selected = static_cast<int>(i);

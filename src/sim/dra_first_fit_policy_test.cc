@@ -50,8 +50,7 @@ class Recorder : public Policy {
   absl::Status Placed(const ClusterState& s, const PodRequest& pod, const Placement& p) override {
     return inner_->Placed(s, pod, p);
   }
-  absl::Status Released(const ClusterState& s, const PodRequest& pod,
-                        const Placement& p) override {
+  absl::Status Released(const ClusterState& s, const PodRequest& pod, const Placement& p) override {
     return inner_->Released(s, pod, p);
   }
   bool keeps_idle_instances() const override { return inner_->keeps_idle_instances(); }
@@ -106,6 +105,26 @@ TEST(DraFirstFitTest, MigDevicesAreInByteWiseNameOrder) {
   EXPECT_EQ(DraFirstFitProfile(A100(), 1000, MigMapping::kMemory), Profile(A100(), "7g.80gb"));
 }
 
+TEST(DraFirstFitTest, OnAnEmptyA100A1g5gbGetsTheFirstName) {
+  // A100-SXM4-40GB: a 1g.5gb share (<= 125 milli) takes gpu-0-mig-1g5gb-19-0, i.e. GPU 0 at
+  // start 0, the first of the node's names that the claim's profile selects.
+  const mig::GpuModel* a100_40 = mig::FindModel("A100-SXM4-40GB");
+  ASSERT_NE(a100_40, nullptr);
+  const int p1 = Profile(*a100_40, "1g.5gb");
+  std::vector<DraMigDevice> d = DraMigDevicesInNameOrder(*a100_40, 2);
+  auto first =
+      std::find_if(d.begin(), d.end(), [&](const DraMigDevice& x) { return x.profile == p1; });
+  ASSERT_NE(first, d.end());
+  EXPECT_EQ(first->name, "gpu-0-mig-1g5gb-19-0");
+  Cluster c = SmallCluster({2});
+  c.EnableMig(a100_40);
+  auto policy = Recorded("dra-first-fit");
+  auto r = Simulate(c, Sequence(c, {Pod("small", 1, 100)}), *policy);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(policy->log()[0], "small -> node 0 mig gpu 0 use " + std::to_string(p1) + "@0 +" +
+                                  std::to_string(p1) + "@0");
+}
+
 TEST(DraFirstFitTest, MigSharesTakeTheFirstNameThatFits) {
   Cluster c = SmallCluster({2});
   c.EnableMig(&A100());
@@ -135,9 +154,9 @@ TEST(DraFirstFitTest, ConsumableCapacityFirstFitsAndNeverOverCommits) {
   Cluster c = SmallCluster({4});
   // Name order gpu-0..gpu-3: 600 -> 0, 600 -> 1, 400 -> 0 (0 has 400 left), whole -> 2,
   // 500 -> 3, whole -> none (no GPU unshared), 500 -> 3.
-  Workload w = Sequence(c, {Pod("a", 1, 600), Pod("b", 1, 600), Pod("c", 1, 400),
-                            Pod("d", 1, 1000), Pod("e", 1, 500), Pod("f", 1, 1000),
-                            Pod("g", 1, 500), Pod("h", 1, 100)});
+  Workload w =
+      Sequence(c, {Pod("a", 1, 600), Pod("b", 1, 600), Pod("c", 1, 400), Pod("d", 1, 1000),
+                   Pod("e", 1, 500), Pod("f", 1, 1000), Pod("g", 1, 500), Pod("h", 1, 100)});
   auto policy = Recorded("dra-first-fit");
   auto r = Simulate(c, w, *policy);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -195,8 +214,9 @@ TEST(DraFirstFitTest, PicksTheBestScoredNode) {
   // 73 + 74), and a small CPU-only pod too, whatever the seed.
   Cluster c = SmallCluster({1, 1});
   for (uint64_t seed : {1, 2, 3, 4, 5, 6}) {
-    Workload w = Sequence(c, {Pod("big", 0, 0, 32000, 1024), Pod("gpu", 1, 500, 1000, 1024),
-                              Pod("cpu", 0, 0, 1000, 1024)},
+    Workload w = Sequence(c,
+                          {Pod("big", 0, 0, 32000, 1024), Pod("gpu", 1, 500, 1000, 1024),
+                           Pod("cpu", 0, 0, 1000, 1024)},
                           seed);
     auto policy = Recorded("dra-first-fit");
     auto r = Simulate(c, w, *policy);

@@ -8,12 +8,13 @@
 #include <optional>
 #include <unordered_map>
 
+#include "nlohmann/json.hpp"
+
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "config/dra_allocation.h"
 #include "config/dra_names.h"
 #include "core/sched/engine.h"
-#include "nlohmann/json.hpp"
 #include "sim/builtin_policies.h"
 
 namespace prism::sim {
@@ -170,7 +171,8 @@ class EnginePolicy : public Policy {
       }
     }
     for (int g = 0; g < max_gpus; ++g) {
-      dra_devices_.emplace(config::DraGpuDeviceName(static_cast<uint32_t>(g)), DraDevice{g, -1, -1});
+      dra_devices_.emplace(config::DraGpuDeviceName(static_cast<uint32_t>(g)),
+                           DraDevice{g, -1, -1});
     }
     if (shared_gpus && options_.dra) {
       // Say so before the run rather than leave shares unplaced: the mapping refuses them.
@@ -197,10 +199,10 @@ class EnginePolicy : public Policy {
       const int profile = DraFirstFitProfile(*dra_mig_model_, pod.gpu_milli, mapping_);
       const std::string name =
           profile >= 0 ? dra_mig_model_->profiles[profile].Name() : std::string("none");
-      exactly["selectors"] = json::array(
-          {{{"cel",
-             {{"expression",
-               StrCat("device.attributes[\"gpu.prism.io\"].profile == \"", name, "\"")}}}}});
+      exactly["selectors"] =
+          json::array({{{"cel",
+                         {{"expression", StrCat("device.attributes[\"gpu.prism.io\"].profile == \"",
+                                                name, "\"")}}}}});
     } else if (pod.gpu_milli >= kMilliPerGpu) {
       exactly["deviceClassName"] = config::kDraWholeGpuClass;
     } else {
@@ -209,11 +211,12 @@ class EnginePolicy : public Policy {
       exactly["capacity"] = {
           {"requests", {{"cores", StrCat(pod.gpu_milli / 10)}, {"memory", StrCat(pod.gpu_milli)}}}};
     }
-    return json{{"apiVersion", "resource.k8s.io/v1"},
-                {"kind", "ResourceClaim"},
-                {"metadata", {{"name", "sim-gpu"}, {"namespace", "sim"}}},
-                {"spec", {{"devices", {{"requests", json::array({{{"name", "gpu"},
-                                                                   {"exactly", exactly}}})}}}}}};
+    return json{
+        {"apiVersion", "resource.k8s.io/v1"},
+        {"kind", "ResourceClaim"},
+        {"metadata", {{"name", "sim-gpu"}, {"namespace", "sim"}}},
+        {"spec",
+         {{"devices", {{"requests", json::array({{{"name", "gpu"}, {"exactly", exactly}}})}}}}}};
   }
 
   // The device-plugin request equal to the MIG claim ClaimFor(pod) writes: the GPU request
@@ -297,9 +300,11 @@ class EnginePolicy : public Policy {
     return p;
   }
 
-  static bool SameInstances(const std::vector<mig::Instance>& a, const std::vector<mig::Instance>& b) {
-    return std::equal(a.begin(), a.end(), b.begin(), b.end(),
-                      [](const mig::Instance& x, const mig::Instance& y) { return x.SamePlacement(y); });
+  static bool SameInstances(const std::vector<mig::Instance>& a,
+                            const std::vector<mig::Instance>& b) {
+    return std::equal(
+        a.begin(), a.end(), b.begin(), b.end(),
+        [](const mig::Instance& x, const mig::Instance& y) { return x.SamePlacement(y); });
   }
   static bool SamePlacement(const Placement& a, const Placement& b) {
     return a.node == b.node && a.gpus == b.gpus &&
@@ -486,9 +491,9 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view 
       }
       ASSIGN_OR_RETURN(double v, ParseDouble(key, value));
       if (auto range = KnobRange(key); range && (v < range->first || v > range->second)) {
-        return absl::InvalidArgumentError(
-            StrCat("policy option ", key, "=", value, " is outside [", range->first, ", ",
-                   range->second, "] (in '", full_name, "')"));
+        return absl::InvalidArgumentError(StrCat("policy option ", key, "=", value, " is outside [",
+                                                 range->first, ", ", range->second, "] (in '",
+                                                 full_name, "')"));
       }
       if (key == "frag_weight") {
         o.policy.frag_weight = v;
