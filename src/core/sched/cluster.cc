@@ -360,6 +360,57 @@ absl::Status ClusterState::Release(std::string_view key) {
   return absl::OkStatus();
 }
 
+ClusterState::NodeSnapshot ClusterState::SaveNode(int node) const {
+  NodeSnapshot s;
+  if (node < 0 || node >= node_count()) return s;  // node -1: RestoreNode refuses it.
+  s.node = node;
+  s.usage = node_usage_[node];
+  const NodeInfo& info = nodes_[node];
+  s.gpus.assign(gpu_usage_.begin() + info.first_gpu,
+                gpu_usage_.begin() + info.first_gpu + info.gpu_count);
+  if (static_cast<size_t>(node) < pods_on_node_.size()) {
+    for (const std::string& key : pods_on_node_[node]) s.pods.emplace_back(key, pods_.at(key));
+  }
+  std::sort(s.pods.begin(), s.pods.end(),
+            [](const auto& a, const auto& b) { return a.first < b.first; });
+  return s;
+}
+
+absl::Status ClusterState::RestoreNode(const NodeSnapshot& s) {
+  if (s.node < 0 || s.node >= node_count()) {
+    return absl::InvalidArgumentError(StrCat("snapshot of unknown node ", s.node));
+  }
+  const NodeInfo& info = nodes_[s.node];
+  if (static_cast<int>(s.gpus.size()) != info.gpu_count) {
+    return absl::InvalidArgumentError(
+        StrCat("snapshot of ", info.name, " has ", s.gpus.size(), " GPUs, the node ",
+               info.gpu_count));
+  }
+  for (const auto& [key, charge] : s.pods) {
+    auto it = pods_.find(key);
+    if (charge.node != s.node || (it != pods_.end() && it->second.node != s.node)) {
+      return absl::InvalidArgumentError(
+          StrCat("pod ", key, " of the snapshot of ", info.name, " is charged on another node"));
+    }
+  }
+  if (pods_on_node_.size() <= static_cast<size_t>(s.node)) {
+    pods_on_node_.resize(static_cast<size_t>(s.node) + 1);
+  }
+  std::vector<std::string>& on_node = pods_on_node_[s.node];
+  for (const std::string& key : on_node) pods_.erase(key);
+  on_node.clear();
+  for (const auto& [key, charge] : s.pods) {
+    pods_.emplace(key, charge);
+    on_node.push_back(key);
+  }
+  std::copy(s.gpus.begin(), s.gpus.end(), gpu_usage_.begin() + info.first_gpu);
+  // The version only grows: indexes must see the restore as a change.
+  node_usage_[s.node].cpu_used = s.usage.cpu_used;
+  node_usage_[s.node].memory_used = s.usage.memory_used;
+  MarkChanged(s.node);
+  return absl::OkStatus();
+}
+
 bool ClusterState::SameNodeState(int a, int b) const {
   const NodeInfo& x = nodes_[a];
   const NodeInfo& y = nodes_[b];

@@ -245,6 +245,20 @@ class ClusterState {
   // destroyed; in template mode the geometry stays. NotFound for an unknown key.
   absl::Status Release(std::string_view key);
   const PodCharge* FindPod(std::string_view key) const;
+
+  // One node's usage and the pods charged on it, as they were: what-if evaluations (the
+  // preemption search) release pods and put the node back exactly with RestoreNode.
+  struct NodeSnapshot {
+    int32_t node = -1;
+    NodeUsage usage;
+    std::vector<GpuUsage> gpus;                            // The node's GPUs, in order.
+    std::vector<std::pair<std::string, PodCharge>> pods;  // Sorted by key.
+  };
+  NodeSnapshot SaveNode(int node) const;
+  // Puts `snapshot`'s node back: its usage, its GPUs' usage and its pods (pods charged on the
+  // node since are dropped). Logged as a change. InvalidArgument (nothing changed) when the node
+  // id is unknown, its GPU count changed, or a snapshot pod is now charged on another node.
+  absl::Status RestoreNode(const NodeSnapshot& snapshot);
   int pod_count() const { return static_cast<int>(pods_.size()); }
   // Every placed pod key, sorted.
   std::vector<std::string> PodKeys() const;

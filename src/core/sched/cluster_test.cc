@@ -3,6 +3,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
+#include "core/sched/engine.h"
 #include "core/sched/test_util.h"
 
 namespace prism::sched {
@@ -86,6 +87,42 @@ TEST(ClusterStateTest, ApplyChecksCapacityAndReleaseRestores) {
   EXPECT_EQ(state->gpu_usage(0).memory_used_mib, 0);
   EXPECT_EQ(state->node_usage(0).cpu_used, 0);
   EXPECT_EQ(state->Release("a").code(), absl::StatusCode::kNotFound);
+}
+
+
+TEST(ClusterStateTest, RestoreNodePutsUsageAndPodsBackExactly) {
+  // A placement-mode MIG GPU: a release destroys the instance, so re-applying the old decision
+  // could not put it back; the snapshot does.
+  Engine engine = MakeEngine({Node("m", 64, 256, 1, Gpu("A100-SXM4-80GB", GpuMode::kMig)),
+                              Node("t", 8, 32, 1, Gpu("T4", std::nullopt, 15360))},
+                             {});
+  ASSERT_TRUE(engine.Place(GpuPod("a", 1, 9000, 0, kModeMig)).scheduled);
+  ASSERT_TRUE(engine.Place(GpuPod("b", 1, 9000, 0, kModeMig)).scheduled);
+  const ClusterState before = engine.cluster();
+  const ClusterState::NodeSnapshot snap = engine.SaveNode(0);
+  ASSERT_EQ(snap.pods.size(), 2u);
+  ASSERT_TRUE(engine.Release("default/a").ok());
+  ASSERT_TRUE(engine.Place(GpuPod("c", 1, 40000, 40, kModeMig)).scheduled);
+  ASSERT_TRUE(engine.RestoreNode(snap).ok());
+  EXPECT_EQ(engine.cluster().PodKeys(), before.PodKeys());
+  EXPECT_EQ(engine.cluster().gpu_usage(0), before.gpu_usage(0));
+  EXPECT_EQ(engine.cluster().node_usage(0).cpu_used, before.node_usage(0).cpu_used);
+  EXPECT_GT(engine.cluster().node_usage(0).version, before.node_usage(0).version);
+  EXPECT_TRUE(engine.Release("default/a").ok());  // The ledger is whole again.
+
+  ClusterState::NodeSnapshot bad = snap;
+  bad.node = 9;
+  EXPECT_EQ(engine.RestoreNode(bad).code(), absl::StatusCode::kInvalidArgument);
+  bad = snap;
+  bad.gpus.push_back({});
+  EXPECT_EQ(engine.RestoreNode(bad).code(), absl::StatusCode::kInvalidArgument);
+  // A snapshot pod now charged on another node: refused, nothing changed.
+  ASSERT_TRUE(engine.Release("default/b").ok());
+  PodRequest b = GpuPod("b", 1, 4000);
+  ASSERT_TRUE(engine.Place(b).scheduled);
+  ASSERT_EQ(engine.cluster().FindPod("default/b")->node, 1);
+  EXPECT_THAT(std::string(engine.RestoreNode(snap).message()), HasSubstr("another node"));
+  EXPECT_EQ(engine.cluster().FindPod("default/b")->node, 1);
 }
 
 }  // namespace

@@ -1525,6 +1525,14 @@ absl::Status Engine::Apply(std::string_view key, const Decision& decision) {
 
 absl::Status Engine::Release(std::string_view key) { return impl_->cluster_.Release(key); }
 
+ClusterState::NodeSnapshot Engine::SaveNode(int32_t node) const {
+  return impl_->cluster_.SaveNode(node);
+}
+
+absl::Status Engine::RestoreNode(const ClusterState::NodeSnapshot& snapshot) {
+  return impl_->cluster_.RestoreNode(snapshot);
+}
+
 absl::StatusOr<std::vector<std::string>> Engine::UpsertNode(const NodeSpec& spec) {
   const size_t types = impl_->cluster_.gpu_types().size();
   const size_t sets = impl_->cluster_.template_sets().size();

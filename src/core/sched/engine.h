@@ -127,6 +127,10 @@ class Engine {
 
   absl::Status Apply(std::string_view key, const Decision& decision);
   absl::Status Release(std::string_view key);
+  // What-if support (ClusterState::SaveNode / RestoreNode): a node's usage and pods now, and
+  // putting them back exactly. The restore is a change like any other (indexes catch up).
+  ClusterState::NodeSnapshot SaveNode(int32_t node) const;
+  absl::Status RestoreNode(const ClusterState::NodeSnapshot& snapshot);
 
   // Node by node (ClusterState::UpsertNode / RemoveNode with this engine's configuration).
   // Only the changed node is re-scored: the shape indexes catch up from the change log. The
