@@ -310,14 +310,46 @@ absl::StatusOr<DraClaimSpec> ParseDraClaimSpec(const json& spec, std::string_vie
     for (const DraDeviceRequest& seen : out.requests) {
       if (seen.name == name) return Invalid(StrCat(f, ".name"), StrCat("'", name, "' twice"));
     }
-    if (auto fa = r.find("firstAvailable"); fa != r.end() && !fa->is_null() && !fa->empty()) {
-      return NotYet(StrCat(f, ".firstAvailable"),
-                    "prioritized lists are not supported yet (use exactly)");
-    }
     ASSIGN_OR_RETURN(const json* exactly,
                      Member(r, "exactly", StrCat(f, ".exactly"), json::value_t::object));
-    if (exactly == nullptr) return Invalid(StrCat(f, ".exactly"), "missing");
-    ASSIGN_OR_RETURN(DraDeviceRequest req, ParseExactly(*exactly, name, StrCat(f, ".exactly")));
+    ASSIGN_OR_RETURN(const json* first,
+                     Member(r, "firstAvailable", StrCat(f, ".firstAvailable"),
+                            json::value_t::array));
+    if (first != nullptr && first->empty()) first = nullptr;
+    if ((exactly == nullptr) == (first == nullptr)) {
+      return Invalid(f, "exactly one of exactly and firstAvailable is needed");
+    }
+    DraDeviceRequest req;
+    if (exactly != nullptr) {
+      ASSIGN_OR_RETURN(req, ParseExactly(*exactly, name, StrCat(f, ".exactly")));
+    } else {
+      // A prioritized list (DeviceSubRequest: the fields of ExactDeviceRequest but adminAccess).
+      const std::string ff = StrCat(f, ".firstAvailable");
+      if (first->size() > kMaxDraSubrequests) {
+        return Invalid(ff, StrCat(first->size(), " entries, more than ", kMaxDraSubrequests));
+      }
+      req.name = name;
+      for (size_t j = 0; j < first->size(); ++j) {
+        const std::string sf = StrCat(ff, "[", j, "]");
+        const json& sub = (*first)[j];
+        if (!sub.is_object()) return Invalid(sf, "expected an object");
+        ASSIGN_OR_RETURN(const std::string sub_name,
+                         jf::StringMember(sub, "name", StrCat(sf, ".name"), ""));
+        if (sub_name.empty() || !IsDnsLabel(sub_name)) {
+          return Invalid(StrCat(sf, ".name"), StrCat(QuoteBounded(sub_name), " is not a DNS label"));
+        }
+        for (const DraDeviceRequest& seen : req.first_available) {
+          if (seen.name == StrCat(name, "/", sub_name)) {
+            return Invalid(StrCat(sf, ".name"), StrCat("'", sub_name, "' twice"));
+          }
+        }
+        // Named as its allocation results name it: "<request>/<subrequest>".
+        ASSIGN_OR_RETURN(DraDeviceRequest alt,
+                         ParseExactly(sub, StrCat(name, "/", sub_name), sf));
+        req.count = std::max(req.count, alt.count);
+        req.first_available.push_back(std::move(alt));
+      }
+    }
     devices_total += req.count;
     if (devices_total > kMaxDraResults) {
       return Invalid(StrCat(f, ".exactly.count"),
@@ -344,6 +376,52 @@ absl::StatusOr<DraClaimSpec> ParseDraClaimSpec(const json& spec, std::string_vie
                       "Prism's driver takes no claim parameters yet");
       }
     }
+  }
+  return out;
+}
+
+size_t DraChoiceCount(const std::vector<DraClaimSpec>& claims) {
+  size_t n = 1;
+  for (const DraClaimSpec& c : claims) {
+    for (const DraDeviceRequest& r : c.requests) {
+      if (!r.first_available.empty()) n = std::min<size_t>(n * r.first_available.size(), 1 << 20);
+    }
+  }
+  return n;
+}
+
+std::vector<DraClaimSpec> DraChoose(const std::vector<DraClaimSpec>& claims, size_t choice) {
+  // Mixed radix, the last request's alternatives varying fastest: choice 0, 1, ... walks the
+  // combinations in the order the first full solution of a depth-first search would take them.
+  std::vector<std::pair<size_t, size_t>> lists;  // (claim, request) with alternatives.
+  for (size_t ci = 0; ci < claims.size(); ++ci) {
+    for (size_t ri = 0; ri < claims[ci].requests.size(); ++ri) {
+      if (!claims[ci].requests[ri].first_available.empty()) lists.emplace_back(ci, ri);
+    }
+  }
+  std::vector<DraClaimSpec> out = claims;
+  for (auto it = lists.rbegin(); it != lists.rend(); ++it) {
+    const auto& alternatives = claims[it->first].requests[it->second].first_available;
+    out[it->first].requests[it->second] = alternatives[choice % alternatives.size()];
+    choice /= alternatives.size();
+  }
+  return out;
+}
+
+absl::StatusOr<DraClaimSpec> DraChosenBy(const DraClaimSpec& claim,
+                                         const std::vector<std::string>& result_requests) {
+  DraClaimSpec out = claim;
+  for (DraDeviceRequest& r : out.requests) {
+    if (r.first_available.empty()) continue;
+    const DraDeviceRequest* chosen = nullptr;
+    for (const DraDeviceRequest& alt : r.first_available) {
+      for (const std::string& name : result_requests) chosen = name == alt.name ? &alt : chosen;
+    }
+    if (chosen == nullptr) {
+      return Invalid("status.allocation.devices.results",
+                     StrCat("no result names a subrequest of request ", r.name));
+    }
+    r = DraDeviceRequest(*chosen);
   }
   return out;
 }
@@ -389,6 +467,9 @@ absl::StatusOr<DraPodRequest> BuildDraPodRequest(sched::PodRequest base,
     for (size_t ri = 0; ri < claim.requests.size(); ++ri) {
       const DraDeviceRequest& r = claim.requests[ri];
       const std::string who = StrCat("ResourceClaim ", claim.name, " request ", r.name);
+      if (!r.first_available.empty()) {
+        return Invalid(who, "a prioritized list must be resolved first (DraChoose)");
+      }
       if (!first.empty() && (!pod_kind || *pod_kind != r.kind)) {
         return Invalid(
             who,
@@ -467,6 +548,8 @@ absl::StatusOr<DraPodRequest> BuildDraPodRequest(sched::PodRequest base,
   out.request = std::move(base);
   return out;
 }
+
+std::string DraRequestContainerName(size_t request) { return StrCat("request-", request); }
 
 json DraAllocationMarker(std::string_view pod_uid, std::string_view node, json decision) {
   json parameters{{"apiVersion", kDraMarkerApiVersion},
@@ -556,8 +639,8 @@ absl::StatusOr<std::vector<json>> BuildDraAllocations(const DraPodRequest& pod,
     for (const DraRequestSlot& slot : pod.slots) {
       if (slot.claim != ci) continue;
       part.containers.push_back(decision.containers[slot.container]);
-      // Named by the request (a DNS label), as DraClaimRequest names the claim's containers.
-      part.containers.back().name = claims[ci].requests[slot.request].name;
+      // Named as DraClaimRequest names the claim's containers.
+      part.containers.back().name = DraRequestContainerName(slot.request);
     }
     const std::map<std::string, std::string> encoded = EncodeDecisionAnnotations(part, cluster);
     auto text = encoded.find(kPrismDecisionAnnotation);

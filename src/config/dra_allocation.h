@@ -24,9 +24,10 @@
 //                             CapacityRequirements in types.go)
 //                         anything else is InvalidArgument quoting the expression (bounded)
 // Refused with Unimplemented naming the field (valid Kubernetes that Prism does not allocate
-// yet): firstAvailable, allocationMode All, adminAccess, capacity, derivedAttributes, class
-// slice.gpu.prism.io, constraints, and config for driver gpu.prism.io (Prism defines no claim
-// parameters). Ignored: tolerations (Prism's devices carry no taints yet) and config of other
+// yet): allocationMode All, adminAccess, capacity, derivedAttributes, class slice.gpu.prism.io,
+// constraints, and config for driver gpu.prism.io (Prism defines no claim parameters).
+// firstAvailable (at most 8 alternatives, each decoded as `exactly` is) is read into
+// DraDeviceRequest::first_available. Ignored: tolerations (Prism's devices carry no taints yet) and config of other
 // drivers (a claim Prism allocates holds only Prism's devices, so no other driver sees it).
 // A claim none of whose requests names a class of Prism's (gpu.prism.io or *.gpu.prism.io) is
 // not Prism's: decoded as `prism = false`, nothing else read. A claim mixing Prism's and other
@@ -59,6 +60,8 @@ inline constexpr size_t kMaxDraRequests = 32;
 inline constexpr size_t kMaxDraSelectors = 32;
 inline constexpr size_t kMaxDraCelBytes = 10 * 1024;
 inline constexpr int64_t kMaxDraResults = 32;
+// FirstAvailableDeviceRequestMaxSize: alternatives of one request.
+inline constexpr size_t kMaxDraSubrequests = 8;
 // Prism's own bound on the claims of one pod it allocates for.
 inline constexpr size_t kMaxDraClaimsPerPod = 32;
 // The marker in status.allocation.devices.config (docs/dra.md §2.4).
@@ -74,6 +77,10 @@ struct DraDeviceRequest {
   int32_t count = 1;
   std::string mig_profile;     // MIG: exactly this profile ("2g.10gb"); empty: any.
   int64_t min_memory_mib = 0;  // The memory selector, rounded up to MiB; 0: none.
+  // firstAvailable: the alternatives, in order, each named "<request>/<subrequest>" (as the
+  // allocation's results name it); the fields above are then unused but `name` and `count`
+  // (the largest alternative's). Resolved by DraChoose before BuildDraPodRequest.
+  std::vector<DraDeviceRequest> first_available;
   friend bool operator==(const DraDeviceRequest&, const DraDeviceRequest&) = default;
 };
 
@@ -89,6 +96,20 @@ struct DraClaimSpec {
 absl::StatusOr<DraClaimSpec> ParseDraClaim(const nlohmann::json& claim);
 // The same for a spec alone (a ResourceClaimTemplate's spec.spec), errors named under `field`.
 absl::StatusOr<DraClaimSpec> ParseDraClaimSpec(const nlohmann::json& spec, std::string_view field);
+
+// Prioritized lists (firstAvailable, KEP-4816): the number of combinations of the claims'
+// alternatives (1 without any), and combination `choice` (0 .. count-1) with each listed request
+// replaced by its chosen alternative. Combinations go in the order of upstream's allocator,
+// which takes the first full solution of a depth-first search over requests in order (earlier
+// requests' earlier alternatives first).
+size_t DraChoiceCount(const std::vector<DraClaimSpec>& claims);
+std::vector<DraClaimSpec> DraChoose(const std::vector<DraClaimSpec>& claims, size_t choice);
+// The claim with each listed request replaced by the alternative its allocation chose (a result
+// naming "<request>/<subrequest>"); InvalidArgument when no result names one.
+absl::StatusOr<DraClaimSpec> DraChosenBy(const DraClaimSpec& claim,
+                                         const std::vector<std::string>& result_requests);
+// The name of request `request`'s container in the decision a claim's marker carries.
+std::string DraRequestContainerName(size_t request);
 
 // Which engine container stands for which claim request.
 struct DraRequestSlot {

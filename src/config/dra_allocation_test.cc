@@ -137,10 +137,22 @@ TEST(DraClaimTest, BadInputNamesTheField) {
               "requests[1].name");
   ExpectError(Claim({Request("Not_A_Label", whole)}), absl::StatusCode::kInvalidArgument,
               "requests[0].name");
-  ExpectError(
-      Claim({json{{"name", "a"},
-                  {"firstAvailable", {{{"name", "x"}, {"deviceClassName", "gpu.prism.io"}}}}}}),
-      absl::StatusCode::kUnimplemented, "requests[0].firstAvailable");
+  // firstAvailable: bounded to 8, names DNS labels and unique, not beside exactly.
+  json nine = json::array();
+  for (int i = 0; i < 9; ++i) {
+    nine.push_back({{"name", "s" + std::to_string(i)}, {"deviceClassName", "gpu.prism.io"}});
+  }
+  ExpectError(Claim({json{{"name", "a"}, {"firstAvailable", nine}}}),
+              absl::StatusCode::kInvalidArgument, "requests[0].firstAvailable");
+  ExpectError(Claim({json{{"name", "a"},
+                          {"firstAvailable",
+                           {{{"name", "x"}, {"deviceClassName", "gpu.prism.io"}},
+                            {{"name", "x"}, {"deviceClassName", "gpu.prism.io"}}}}}}),
+              absl::StatusCode::kInvalidArgument, "requests[0].firstAvailable[1].name");
+  ExpectError(Claim({json{{"name", "a"},
+                          {"exactly", whole},
+                          {"firstAvailable", {{{"name", "x"}, {"deviceClassName", "gpu.prism.io"}}}}}}),
+              absl::StatusCode::kInvalidArgument, "requests[0]");
   ExpectError(
       Claim({Request("a", whole)}, {{"constraints", {{{"matchAttribute", "gpu.prism.io/uuid"}}}}}),
       absl::StatusCode::kUnimplemented, "spec.devices.constraints");
@@ -153,12 +165,41 @@ TEST(DraClaimTest, BadInputNamesTheField) {
               "metadata.name");
 }
 
+TEST(DraClaimTest, FirstAvailableAlternativesInOrder) {
+  // A 3g.40gb partition if there is one, else a whole GPU (the KEP-4816 example's shape).
+  absl::StatusOr<DraClaimSpec> spec = ParseDraClaim(Claim(
+      {json{{"name", "gpu"},
+            {"firstAvailable",
+             {{{"name", "big"},
+               {"deviceClassName", "mig.gpu.prism.io"},
+               {"selectors", {Cel("device.attributes[\"gpu.prism.io\"].profile == \"3g.40gb\"")}}},
+              {{"name", "whole"}, {"deviceClassName", "gpu.prism.io"}, {"count", 2}}}}},
+       Request("one", {{"deviceClassName", "mig.gpu.prism.io"}})}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_EQ(spec->requests[0].first_available.size(), 2u);
+  EXPECT_EQ(spec->requests[0].first_available[0].name, "gpu/big");
+  EXPECT_EQ(spec->requests[0].first_available[0].mig_profile, "3g.40gb");
+  EXPECT_EQ(spec->requests[0].first_available[1].name, "gpu/whole");
+  EXPECT_EQ(spec->requests[0].count, 2);  // The largest alternative's, for the claim's bound.
+  EXPECT_EQ(DraChoiceCount({*spec}), 2u);
+  const std::vector<DraClaimSpec> first = DraChoose({*spec}, 0);
+  EXPECT_EQ(first[0].requests[0].name, "gpu/big");
+  EXPECT_EQ(DraChoose({*spec}, 1)[0].requests[0].name, "gpu/whole");
+  EXPECT_EQ(first[0].requests[1].name, "one");
+  // Unresolved lists are not placed; an allocation's results say which alternative it chose.
+  EXPECT_FALSE(BuildDraPodRequest({}, {*spec}).ok());
+  absl::StatusOr<DraClaimSpec> chosen = DraChosenBy(*spec, {"gpu/whole", "gpu/whole", "one"});
+  ASSERT_TRUE(chosen.ok()) << chosen.status();
+  EXPECT_EQ(chosen->requests[0].kind, DraDeviceKind::kWholeGpu);
+  EXPECT_FALSE(DraChosenBy(*spec, {"one"}).ok());
+}
+
 TEST(DraPodRequestTest, OneContainerPerRequest) {
   DraClaimSpec a{
-      "ns", "a", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 2, "", 0}}};
+      "ns", "a", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 2, "", 0, {}}}};
   DraClaimSpec foreign{"ns", "nic", "", false, {}};
   DraClaimSpec b{
-      "ns", "b", "", true, {{"more", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 40000}}};
+      "ns", "b", "", true, {{"more", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 40000, {}}}};
   sched::PodRequest base;
   base.name = "p";
   base.containers.push_back({"main", false, 1000, 1 << 30, {}});
@@ -180,9 +221,9 @@ TEST(DraPodRequestTest, OneContainerPerRequest) {
 
 TEST(DraPodRequestTest, RefusesMixedKindsAndExtendedResources) {
   DraClaimSpec whole{
-      "ns", "a", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 0}}};
+      "ns", "a", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 0, {}}}};
   DraClaimSpec mig{
-      "ns", "b", "", true, {{"mig", "mig.gpu.prism.io", DraDeviceKind::kMigPartition, 1, "", 0}}};
+      "ns", "b", "", true, {{"mig", "mig.gpu.prism.io", DraDeviceKind::kMigPartition, 1, "", 0, {}}}};
   absl::StatusOr<DraPodRequest> pod = BuildDraPodRequest({}, {whole, mig});
   ASSERT_FALSE(pod.ok());
   EXPECT_THAT(std::string(pod.status().message()), HasSubstr("ResourceClaim b request mig"));
@@ -199,7 +240,7 @@ TEST(DraPodRequestTest, RefusesMixedKindsAndExtendedResources) {
 TEST(DraPodRequestTest, AProfileSelectorKeepsThePodToModelsThatHaveIt) {
   // 1g.5gb exists on the 40 GB A100s only; on an H100 the same memory is a 1g.10gb.
   DraClaimSpec small{"ns", "s", "", true,
-                     {{"mig", "mig.gpu.prism.io", DraDeviceKind::kMigPartition, 1, "1g.5gb", 0}}};
+                     {{"mig", "mig.gpu.prism.io", DraDeviceKind::kMigPartition, 1, "1g.5gb", 0, {}}}};
   absl::StatusOr<DraPodRequest> pod = BuildDraPodRequest({}, {small});
   ASSERT_TRUE(pod.ok()) << pod.status();
   ASSERT_FALSE(pod->request.use_types.empty());
@@ -208,7 +249,7 @@ TEST(DraPodRequestTest, AProfileSelectorKeepsThePodToModelsThatHaveIt) {
   }
   // No model has both 1g.5gb and 1g.20gb.
   DraClaimSpec big{"ns", "b", "", true,
-                   {{"mig", "mig.gpu.prism.io", DraDeviceKind::kMigPartition, 1, "1g.20gb", 0}}};
+                   {{"mig", "mig.gpu.prism.io", DraDeviceKind::kMigPartition, 1, "1g.20gb", 0, {}}}};
   pod = BuildDraPodRequest({}, {small, big});
   ASSERT_FALSE(pod.ok());
   EXPECT_THAT(std::string(pod.status().message()), HasSubstr("no GPU model has both 1g.5gb"));

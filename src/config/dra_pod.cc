@@ -173,6 +173,8 @@ absl::StatusOr<DraAllocationRecord> ReadDraAllocation(const json& claim) {
       ASSIGN_OR_RETURN(std::string driver, jf::StringMember(r, "driver", at + ".driver", ""));
       if (driver != kDraDriverName) continue;
       out.prism_devices = true;
+      ASSIGN_OR_RETURN(std::string request, jf::StringMember(r, "request", at + ".request", ""));
+      out.requests.push_back(std::move(request));
       ASSIGN_OR_RETURN(std::string device, jf::StringMember(r, "device", at + ".device", ""));
       if (device.empty() || device.size() > kMaxDnsLabelBytes) {
         return Invalid(at + ".device", "expected a device name of 1..63 bytes");
@@ -208,7 +210,7 @@ absl::StatusOr<sched::PodRequest> DraClaimRequest(const DraClaimSpec& claim) {
   // One container per request, named by the request (a DNS label, as the decision the marker
   // carries names it; BuildDraAllocations).
   for (const DraRequestSlot& slot : request.slots) {
-    request.request.containers[slot.container].name = claim.requests[slot.request].name;
+    request.request.containers[slot.container].name = DraRequestContainerName(slot.request);
   }
   return std::move(request.request);
 }

@@ -62,6 +62,7 @@ struct DraAllocationRecord {
   // would carry ({"prism.io/decision": <JSON text>}); empty when the marker has none.
   std::map<std::string, std::string> decision;
   std::vector<std::string> devices;  // Results of driver gpu.prism.io: device names, in order.
+  std::vector<std::string> requests;  // ... and the requests they serve ("<req>[/<sub>]").
   std::vector<std::string> reserved_for;  // status.reservedFor[].uid
 };
 
@@ -70,8 +71,9 @@ struct DraAllocationRecord {
 absl::StatusOr<DraAllocationRecord> ReadDraAllocation(const nlohmann::json& claim);
 
 // The engine request standing for one claim alone (BuildDraPodRequest of the claim with a pod
-// that has no containers of its own, each container named by its request): what a claim's
-// allocation is charged as, with the decision its marker carries.
+// that has no containers of its own, each container named DraRequestContainerName): what a
+// claim's allocation is charged as, with the decision its marker carries. A prioritized list
+// must be resolved first (DraChosenBy).
 absl::StatusOr<sched::PodRequest> DraClaimRequest(const DraClaimSpec& claim);
 
 }  // namespace prism::config

@@ -275,7 +275,10 @@ void DraAllocator::OnClaim(const Json& claim) {
     state.foreign = record->allocated && record->prism_devices && !record->prism_marker;
     if (record->allocated && record->prism_marker && !record->decision.empty() && spec.ok() &&
         spec->prism) {
-      absl::StatusOr<sched::PodRequest> request = config::DraClaimRequest(state.spec);
+      absl::StatusOr<config::DraClaimSpec> chosen = config::DraChosenBy(state.spec, record->requests);
+      absl::StatusOr<sched::PodRequest> request =
+          chosen.ok() ? config::DraClaimRequest(*chosen)
+                      : absl::StatusOr<sched::PodRequest>(chosen.status());
       if (request.ok()) {
         charge = DraClaimCharge{ns, name, state.uid, record->node, std::move(*request),
                                 record->decision};
@@ -628,9 +631,6 @@ absl::StatusOr<DraAllocator::DraDecision> DraAllocator::Decide(const Json& pod) 
   absl::StatusOr<sched::PodRequest> base =
       config::BuildPodRequest(*manifest, cache_->device_config());
   if (!base.ok()) return warn("InvalidPod", std::string(base.status().message()));
-  absl::StatusOr<config::DraPodRequest> request =
-      config::BuildDraPodRequest(std::move(*base), to_allocate);
-  if (!request.ok()) return warn("InvalidResourceClaim", std::string(request.status().message()));
   // Every node (an empty list) when nothing restricts the pod: the engine's indexed search.
   std::vector<std::string> candidates;
   if (!node.empty()) {
@@ -645,39 +645,57 @@ absl::StatusOr<DraAllocator::DraDecision> DraAllocator::Decide(const Json& pod) 
                              : StrCat("the pod's allocated claims are on node ", node,
                                       ", which does not admit it"));
   }
-  std::vector<Json> allocations;
-  absl::StatusOr<DraPlacement> placed = cache_->AllocateDra(
-      request->request, candidates,
-      [&](const sched::Decision& decision, const sched::ClusterState& cluster)
-          -> absl::StatusOr<std::vector<DraClaimCharge>> {
-        absl::StatusOr<std::vector<Json>> built = config::BuildDraAllocations(
-            *request, to_allocate, decision, cluster, MinorsOf(decision.node_name));
-        if (!built.ok()) return built.status();
-        allocations = std::move(*built);
-        std::vector<DraClaimCharge> charges;
-        for (size_t i = 0; i < to_allocate.size(); ++i) {
-          // Charged from the allocation exactly as the claim informer will read it back.
-          const Json as_claim{{"status", {{"allocation", allocations[i]}}}};
-          absl::StatusOr<config::DraAllocationRecord> record =
-              config::ReadDraAllocation(as_claim);
-          if (!record.ok()) return record.status();
-          absl::StatusOr<sched::PodRequest> one = config::DraClaimRequest(to_allocate[i]);
-          if (!one.ok()) return one.status();
-          charges.push_back(DraClaimCharge{ns, to_allocate[i].name, to_allocate[i].uid,
-                                           decision.node_name, std::move(*one),
-                                           std::move(record->decision)});
-        }
-        return charges;
-      });
-  if (!placed.ok()) {
-    {
-      absl::MutexLock lock(&mu_);
-      ++stats_.allocation_failures;
+  // Prioritized lists: the combinations of alternatives in upstream's order, the first that
+  // the engine can place wins (at most kMaxDraChoices searches per pod and attempt).
+  const size_t choices = std::min(config::DraChoiceCount(to_allocate), kMaxDraChoices);
+  absl::Status last;
+  bool invalid = false;
+  for (size_t choice = 0; choice < choices; ++choice) {
+    const std::vector<config::DraClaimSpec> chosen = config::DraChoose(to_allocate, choice);
+    absl::StatusOr<config::DraPodRequest> request = config::BuildDraPodRequest(*base, chosen);
+    if (!request.ok()) {
+      last = request.status();
+      invalid = true;
+      continue;
     }
-    return warn("FailedAllocation",
-                StrCat("Prism cannot allocate the pod's ResourceClaims: ", placed.status().message()));
+    std::vector<Json> allocations;
+    absl::StatusOr<DraPlacement> placed = cache_->AllocateDra(
+        request->request, candidates,
+        [&](const sched::Decision& decision, const sched::ClusterState& cluster)
+            -> absl::StatusOr<std::vector<DraClaimCharge>> {
+          absl::StatusOr<std::vector<Json>> built = config::BuildDraAllocations(
+              *request, chosen, decision, cluster, MinorsOf(decision.node_name));
+          if (!built.ok()) return built.status();
+          allocations = std::move(*built);
+          std::vector<DraClaimCharge> charges;
+          for (size_t i = 0; i < chosen.size(); ++i) {
+            // Charged from the allocation exactly as the claim informer will read it back.
+            const Json as_claim{{"status", {{"allocation", allocations[i]}}}};
+            absl::StatusOr<config::DraAllocationRecord> record =
+                config::ReadDraAllocation(as_claim);
+            if (!record.ok()) return record.status();
+            absl::StatusOr<sched::PodRequest> one = config::DraClaimRequest(chosen[i]);
+            if (!one.ok()) return one.status();
+            charges.push_back(DraClaimCharge{ns, chosen[i].name, chosen[i].uid,
+                                             decision.node_name, std::move(*one),
+                                             std::move(record->decision)});
+          }
+          return charges;
+        });
+    if (placed.ok()) return DraDecision{placed->node, chosen, std::move(allocations)};
+    last = placed.status();
+    invalid = false;
   }
-  return DraDecision{placed->node, std::move(to_allocate), std::move(allocations)};
+  {
+    absl::MutexLock lock(&mu_);
+    ++stats_.allocation_failures;
+  }
+  if (invalid) return warn("InvalidResourceClaim", std::string(last.message()));
+  return warn("FailedAllocation",
+              StrCat("Prism cannot allocate the pod's ResourceClaims",
+                     choices > 1 ? StrCat(" (", choices, " combinations of alternatives tried)")
+                                 : "",
+                     ": ", last.message()));
 }
 
 absl::Status DraAllocator::AllocateFor(const Json& pod, bool gated) {

@@ -47,6 +47,10 @@
 
 namespace prism::extender {
 
+// At most this many combinations of a pod's prioritized-list alternatives are searched per
+// attempt (8 alternatives per request, 32 requests: the product is unbounded otherwise).
+inline constexpr size_t kMaxDraChoices = 64;
+
 struct DraAllocatorOptions {
   std::string scheduler_name = "prism-scheduler";
   absl::Duration watch_timeout = absl::Minutes(5);

@@ -334,6 +334,36 @@ TEST_F(DraAllocatorTest, ASharedClaimIsAllocatedOnceAndPinsEveryPodThatUsesIt) {
   }
 }
 
+TEST_F(DraAllocatorTest, FirstAvailableTakesTheFirstAlternativeThatFits) {
+  // A 3g.40gb (no GPU here has one: the A100 is a 40 GB one), else a 1g.5gb, else a whole GPU.
+  json spec{{"devices",
+             {{"requests",
+               json::array({{{"name", "gpus"},
+                             {"firstAvailable",
+                              json::array({{{"name", "big"},
+                                            {"deviceClassName", config::kDraMigClass},
+                                            {"selectors", json::array({{{"cel",
+                                              {{"expression", MigSelector("3g.40gb")}}}}})}},
+                                           {{"name", "small"},
+                                            {"deviceClassName", config::kDraMigClass},
+                                            {"selectors", json::array({{{"cel",
+                                              {{"expression", MigSelector("1g.5gb")}}}}})}},
+                                           {{"name", "whole"},
+                                            {"deviceClassName", config::kDraWholeGpuClass}}})}}})}}}};
+  ASSERT_OK(api_->Create("resourceclaims", Claim("choice", spec)));
+  ASSERT_TRUE(WaitUntil([&] { return scheduler_->dra()->NeedsGate(DraPod("x", "choice")); }));
+  Submit(DraPod("chooser", "choice"));
+  ASSERT_TRUE(WaitUntil([&] { return !Gated("chooser") && Allocated("choice"); },
+                        absl::Seconds(10)));
+  const json claim = Get("resourceclaims", "choice");
+  const json& result = claim["status"]["allocation"]["devices"]["results"][0];
+  EXPECT_EQ(result["request"], "gpus/small");  // As upstream names a subrequest's result.
+  EXPECT_EQ(result["device"].get<std::string>().rfind("gpu-0-mig-1g5gb-", 0), 0u);
+  // Charged as the alternative it got, by this replica and a restarted one alike.
+  EXPECT_TRUE(WaitUntil([&] { return scheduler_->cache().DraClaimProblem("default", "choice").empty(); }));
+  EXPECT_EQ(scheduler_->cache().stats().dra_claims_by_state["charged"], 1);
+}
+
 TEST_F(DraAllocatorTest, ALeaderStoppedBetweenFinalizerAndAllocationIsUndone) {
   // Step 1 of docs/dra.md §2.4 done (Prism's finalizer), step 2 never: nobody uses the claim, so
   // the next leader removes the finalizer, and the claim can be deleted.
