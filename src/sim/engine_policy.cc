@@ -181,7 +181,7 @@ class EnginePolicy : public Policy {
         absl::StatusOr<config::DraClaimSpec> claim = config::ParseDraClaim(ClaimFor(p));
         if (!claim.ok()) {
           return Annotate(claim.status(),
-                          StrCat(name(), ": pod ", p.name, " asks for ", p.gpu_milli,
+                          StrCat("pod ", p.name, " asks for ", p.gpu_milli,
                                  "/1000 of a GPU not in MIG mode, as a ResourceClaim of class ",
                                  config::kDraSliceClass));
         }
