@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -355,6 +356,152 @@ std::string HostPriorityListToJson(const std::vector<HostPriority>& list) {
     StrAppend(&out, ",\"Score\":", list[i].score, "}");
   }
   out.push_back(']');
+  return out;
+}
+
+namespace {
+
+// The victims of one node: {"Pods": [...], "NumPDBViolations": n}. `meta`: Pods are MetaPods
+// ({"UID"}), else full pods (metadata.uid).
+absl::Status ParseNodeVictims(dom::element value, bool meta, const std::string& where,
+                              const PreemptionArgsLimits& limits, size_t* total,
+                              NodeVictims* out) {
+  if (!value.is_object()) {
+    return absl::InvalidArgumentError(
+        StrCat(where, ": expected an object, got ", TypeName(value.type())));
+  }
+  const dom::object victims = AsObject(value);
+  if (std::optional<dom::element> n = FindDomField(victims, "NumPDBViolations");
+      n && !n->is_null()) {
+    int64_t count = 0;
+    if (n->get_int64().get(count) != simdjson::SUCCESS || count < 0) {
+      return absl::InvalidArgumentError(
+          StrCat(where, ".NumPDBViolations: expected a non-negative integer"));
+    }
+    out->pdb_violations = count;
+  }
+  const std::optional<dom::element> pods = FindDomField(victims, "Pods");
+  if (!pods || pods->is_null()) return absl::OkStatus();
+  if (!pods->is_array()) {
+    return absl::InvalidArgumentError(
+        StrCat(where, ".Pods: expected an array, got ", TypeName(pods->type())));
+  }
+  const dom::array list = AsArray(*pods);
+  if (list.size() > limits.max_victims_per_node || *total + list.size() > limits.max_victims) {
+    return absl::InvalidArgumentError(
+        StrCat(where, ".Pods: ", list.size(), " victims, more than the limit of ",
+               std::min(limits.max_victims_per_node, limits.max_victims - *total), " left"));
+  }
+  *total += list.size();
+  for (dom::element pod : list) {
+    const std::string at = StrCat(where, ".Pods[", out->uids.size(), "]");
+    std::optional<dom::element> holder;
+    if (pod.is_object()) holder = meta ? pod : FindDomField(AsObject(pod), "metadata");
+    std::optional<dom::element> uid;
+    if (holder && holder->is_object()) uid = FindDomField(AsObject(*holder), meta ? "UID" : "uid");
+    std::string_view text;
+    if (!uid || uid->get_string().get(text) != simdjson::SUCCESS || text.empty()) {
+      return absl::InvalidArgumentError(
+          StrCat(at, meta ? ".UID" : ".metadata.uid", ": missing or not a string"));
+    }
+    if (text.size() > limits.max_uid_bytes) {
+      return absl::InvalidArgumentError(StrCat(at, ": UID of ", text.size(),
+                                               " bytes, more than ", limits.max_uid_bytes));
+    }
+    if (std::find(out->uids.begin(), out->uids.end(), text) != out->uids.end()) {
+      return absl::InvalidArgumentError(StrCat(at, ": pod ", QuoteBounded(text), " listed twice"));
+    }
+    out->uids.emplace_back(text);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<PreemptionArgs> ParsePreemptionArgs(std::string_view body,
+                                                   const PreemptionArgsLimits& limits) {
+  constexpr std::string_view kWhat = "ExtenderPreemptionArgs";
+  if (body.empty()) {
+    return absl::InvalidArgumentError(StrCat(kWhat, ": request body is not valid JSON (empty)"));
+  }
+  dom::parser parser;  // Preemption is rare: no parser kept per thread.
+  dom::element root;
+  if (simdjson::error_code error = parser.parse(body.data(), body.size()).get(root)) {
+    return absl::InvalidArgumentError(StrCat(kWhat, ": request body is not valid JSON (",
+                                             simdjson::error_message(error), ")"));
+  }
+  if (!root.is_object()) {
+    return absl::InvalidArgumentError(
+        StrCat(kWhat, ": expected a JSON object, got ", TypeName(root.type())));
+  }
+  const dom::object top = AsObject(root);
+  const std::optional<dom::element> pod = FindDomField(top, "Pod");
+  if (!pod || !pod->is_object()) {
+    return absl::InvalidArgumentError(StrCat(kWhat, ".Pod: missing or not an object"));
+  }
+  const std::optional<dom::element> metadata = FindDomField(AsObject(*pod), "metadata");
+  if (!metadata || !metadata->is_object()) {
+    return absl::InvalidArgumentError(StrCat(kWhat, ".Pod.metadata: missing or not an object"));
+  }
+  // nodeCacheCapable sends MetaVictims only; otherwise full pods. Meta wins when both come.
+  bool meta = true;
+  std::optional<dom::element> map = FindDomField(top, "NodeNameToMetaVictims");
+  if (!map || map->is_null()) {
+    meta = false;
+    map = FindDomField(top, "NodeNameToVictims");
+  }
+  const std::string field = StrCat(kWhat, meta ? ".NodeNameToMetaVictims" : ".NodeNameToVictims");
+  PreemptionArgs args;
+  if (map && !map->is_null()) {
+    if (!map->is_object()) {
+      return absl::InvalidArgumentError(
+          StrCat(field, ": expected an object, got ", TypeName(map->type())));
+    }
+    const dom::object nodes = AsObject(*map);
+    if (nodes.size() > limits.max_nodes) {
+      return absl::InvalidArgumentError(StrCat(field, ": ", nodes.size(),
+                                               " nodes, more than the limit of ",
+                                               limits.max_nodes, " per request"));
+    }
+    std::set<std::string_view> seen;
+    size_t total = 0;
+    for (dom::key_value_pair entry : nodes) {
+      const std::string_view name = entry.key;
+      if (name.empty() || name.size() > limits.max_node_name_bytes) {
+        return absl::InvalidArgumentError(
+            StrCat(field, ": node name of ", name.size(), " bytes (1 to ",
+                   limits.max_node_name_bytes, ")"));
+      }
+      if (!seen.insert(name).second) {
+        return absl::InvalidArgumentError(
+            StrCat(field, ": node ", QuoteBounded(name), " listed twice"));
+      }
+      NodeVictims victims;
+      victims.node = std::string(name);
+      RETURN_IF_ERROR(ParseNodeVictims(entry.value, meta,
+                                       StrCat(field, "[", QuoteBounded(name), "]"), limits,
+                                       &total, &victims));
+      args.nodes.push_back(std::move(victims));
+    }
+  }
+  args.pod = ToNlohmann(*pod);
+  return args;
+}
+
+std::string PreemptionResultToJson(const std::vector<NodeVictims>& nodes) {
+  std::string out = "{\"NodeNameToMetaVictims\":{";
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    AppendJsonString(&out, nodes[i].node);
+    out.append(":{\"Pods\":[");
+    for (size_t j = 0; j < nodes[i].uids.size(); ++j) {
+      out.append(j == 0 ? "{\"UID\":" : ",{\"UID\":");
+      AppendJsonString(&out, nodes[i].uids[j]);
+      out.push_back('}');
+    }
+    StrAppend(&out, "],\"NumPDBViolations\":", nodes[i].pdb_violations, "}");
+  }
+  out.append("}}");
   return out;
 }
 

@@ -83,6 +83,36 @@ struct HostPriority {
 // (one entry per feasible node: 20,000 at the largest clusters).
 std::string HostPriorityListToJson(const std::vector<HostPriority>& list);
 
+// ExtenderPreemptionArgs / ExtenderPreemptionResult (docs/preemption.md). The victims of one
+// candidate node, by pod UID (MetaVictims; from full pods' metadata.uid when the request carries
+// NodeNameToVictims, as it does for an extender that is not nodeCacheCapable).
+struct NodeVictims {
+  std::string node;
+  std::vector<std::string> uids;
+  int64_t pdb_violations = 0;  // NumPDBViolations.
+};
+struct PreemptionArgs {
+  Json pod;                          // The preemptor, the full v1.Pod.
+  std::vector<NodeVictims> nodes;    // In the request's order.
+};
+// kube-scheduler proposes at most max(10 % of the nodes, 100) candidates by default
+// (minCandidateNodesPercentage / Absolute) and a node holds at most a few hundred pods; the
+// bounds are far above that and far below what would let a body cost much.
+struct PreemptionArgsLimits {
+  size_t max_nodes = 20000;
+  size_t max_victims_per_node = 1024;
+  size_t max_victims = 100000;  // Over all nodes.
+  size_t max_node_name_bytes = 253;
+  size_t max_uid_bytes = 128;  // Pod UIDs are 36-byte UUIDs.
+};
+// InvalidArgument naming the field for malformed JSON, a missing pod, a node or UID listed twice,
+// an empty or oversized name or UID, a negative NumPDBViolations, or a request over `limits`.
+absl::StatusOr<PreemptionArgs> ParsePreemptionArgs(std::string_view body,
+                                                   const PreemptionArgsLimits& limits = {});
+// {"NodeNameToMetaVictims": {node: {"Pods": [{"UID": ...}], "NumPDBViolations": n}}}: what
+// kube-scheduler reads from every extender (extender.go, ProcessPreemption).
+std::string PreemptionResultToJson(const std::vector<NodeVictims>& nodes);
+
 // ExtenderBindingArgs.
 struct BindingArgs {
   std::string pod_name;

@@ -176,6 +176,98 @@ TEST(ExtenderArgsTest, CandidateListsAreBounded) {
   EXPECT_TRUE(ParseExtenderArgs(names(5000)).ok());
 }
 
+TEST(PreemptionArgsTest, ReadsMetaVictimsAsANodeCacheCapableExtenderGetsThem) {
+  auto args = ParsePreemptionArgs(R"({"Pod":{"metadata":{"name":"hi","uid":"u0"}},
+      "NodeNameToVictims":null,
+      "NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":"u1"},{"UID":"u2"}],"NumPDBViolations":1},
+                               "n2":{"Pods":[{"uid":"u3"}]}}})");
+  ASSERT_TRUE(args.ok()) << args.status();
+  EXPECT_EQ(args->pod["metadata"]["name"], "hi");
+  ASSERT_EQ(args->nodes.size(), 2u);
+  EXPECT_EQ(args->nodes[0].node, "n1");
+  EXPECT_THAT(args->nodes[0].uids, ElementsAre("u1", "u2"));
+  EXPECT_EQ(args->nodes[0].pdb_violations, 1);
+  EXPECT_EQ(args->nodes[1].node, "n2");
+  EXPECT_THAT(args->nodes[1].uids, ElementsAre("u3"));  // Go matches "uid" to UID.
+}
+
+TEST(PreemptionArgsTest, FullVictimPodsGiveTheirUids) {
+  auto args = ParsePreemptionArgs(R"({"Pod":{"metadata":{"name":"hi"}},
+      "NodeNameToVictims":{"n1":{"Pods":[{"metadata":{"name":"a","uid":"ua"}}]}}})");
+  ASSERT_TRUE(args.ok()) << args.status();
+  ASSERT_EQ(args->nodes.size(), 1u);
+  EXPECT_THAT(args->nodes[0].uids, ElementsAre("ua"));
+  // No candidates at all: an empty proposal, not an error.
+  auto none = ParsePreemptionArgs(R"({"Pod":{"metadata":{"name":"hi"}}})");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->nodes.empty());
+}
+
+TEST(PreemptionArgsTest, MalformedAndOversizedRequestsNameTheField) {
+  auto message = [](std::string_view body, const PreemptionArgsLimits& limits = {}) {
+    absl::StatusOr<PreemptionArgs> r = ParsePreemptionArgs(body, limits);
+    return r.ok() ? std::string("ok") : std::string(r.status().message());
+  };
+  EXPECT_THAT(message(""), HasSubstr("not valid JSON"));
+  EXPECT_THAT(message("[1]"), HasSubstr("expected a JSON object, got array"));
+  EXPECT_THAT(message(R"({"NodeNameToMetaVictims":{}})"), HasSubstr("ExtenderPreemptionArgs.Pod"));
+  const std::string pod = R"("Pod":{"metadata":{"name":"hi"}})";
+  EXPECT_THAT(message("{" + pod + R"(,"NodeNameToMetaVictims":[]})"),
+              HasSubstr("NodeNameToMetaVictims: expected an object, got array"));
+  EXPECT_THAT(message("{" + pod + R"(,"NodeNameToMetaVictims":{"n1":{"Pods":[{}]}}})"),
+              HasSubstr(R"(NodeNameToMetaVictims["n1"].Pods[0].UID: missing)"));
+  EXPECT_THAT(message("{" + pod + R"(,"NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":""}]}}})"),
+              HasSubstr("Pods[0].UID: missing"));
+  EXPECT_THAT(
+      message("{" + pod + R"(,"NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":"a"},{"UID":"a"}]}}})"),
+      HasSubstr(R"(Pods[1]: pod "a" listed twice)"));
+  EXPECT_THAT(message("{" + pod + R"(,"NodeNameToMetaVictims":{"n1":{},"n1":{}}})"),
+              HasSubstr(R"(node "n1" listed twice)"));
+  EXPECT_THAT(message("{" + pod + R"(,"NodeNameToMetaVictims":{"":{}}})"),
+              HasSubstr("node name of 0 bytes"));
+  EXPECT_THAT(message("{" + pod + R"(,"NodeNameToMetaVictims":{"n1":{"NumPDBViolations":-1}}})"),
+              HasSubstr("NumPDBViolations: expected a non-negative integer"));
+  EXPECT_THAT(message("{" + pod + R"(,"NodeNameToMetaVictims":{"n1":7}})"),
+              HasSubstr(R"(["n1"]: expected an object, got number)"));
+  EXPECT_THAT(message("{" + pod + R"(,"NodeNameToVictims":{"n1":{"Pods":[{"uid":"x"}]}}})"),
+              HasSubstr("Pods[0].metadata.uid: missing"));
+
+  PreemptionArgsLimits limits;
+  limits.max_nodes = 2;
+  limits.max_victims_per_node = 2;
+  limits.max_victims = 3;
+  limits.max_uid_bytes = 4;
+  auto victims = [&](int nodes, int per_node, const std::string& uid = "u") {
+    json map = json::object();
+    for (int n = 0; n < nodes; ++n) {
+      json pods = json::array();
+      for (int i = 0; i < per_node; ++i) pods.push_back({{"UID", StrCat(uid, n, i)}});
+      map[StrCat("n", n)] = {{"Pods", pods}};
+    }
+    return json{{"Pod", {{"metadata", {{"name", "p"}}}}}, {"NodeNameToMetaVictims", map}}.dump();
+  };
+  EXPECT_EQ(message(victims(2, 1), limits), "ok");
+  EXPECT_THAT(message(victims(3, 1), limits), HasSubstr("3 nodes, more than the limit of 2"));
+  EXPECT_THAT(message(victims(1, 3), limits), HasSubstr("3 victims, more than the limit of 2"));
+  EXPECT_THAT(message(victims(2, 2), limits), HasSubstr(R"(["n1"].Pods: 2 victims)"));
+  EXPECT_THAT(message(victims(1, 1, "uuuuu"), limits), HasSubstr("UID of 7 bytes, more than 4"));
+}
+
+TEST(PreemptionResultTest, MetaVictimsWithGoFieldNames) {
+  std::vector<NodeVictims> nodes = {{"n1", {"u2", "u1"}, 0}, {"n\"2", {}, 3}};
+  json j = json::parse(PreemptionResultToJson(nodes));
+  EXPECT_EQ(j["NodeNameToMetaVictims"]["n1"]["Pods"],
+            json::parse(R"([{"UID":"u2"},{"UID":"u1"}])"));
+  EXPECT_EQ(j["NodeNameToMetaVictims"]["n1"]["NumPDBViolations"], 0);
+  EXPECT_EQ(j["NodeNameToMetaVictims"]["n\"2"]["NumPDBViolations"], 3);
+  EXPECT_EQ(PreemptionResultToJson({}), R"({"NodeNameToMetaVictims":{}})");
+  // What the parser reads back is what was written.
+  auto back = ParsePreemptionArgs(
+      R"({"Pod":{"metadata":{"name":"p"}},)" + PreemptionResultToJson(nodes).substr(1));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_THAT(back->nodes[0].uids, ElementsAre("u2", "u1"));
+}
+
 TEST(FilterResultTest, UsesGoFieldNamesAndAnExplicitEmptyList) {
   FilterResult r;
   r.failed_unresolvable_nodes.emplace_back("n1", "1/1 CardInsufficientMemory");
