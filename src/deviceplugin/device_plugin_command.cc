@@ -10,9 +10,12 @@
 #include <cstdint>
 #include <cstdio>
 #include <memory>
+#include <thread>
 #include <vector>
 
 #include "cli/commands.h"
+
+#include "absl/synchronization/notification.h"
 
 #include "base/file.h"
 #include "base/log.h"
@@ -74,6 +77,7 @@ struct Flags {
   std::string dra_driver_name = deviceplugin::kDraDriverName;
   std::string dra_registry_dir = kubelet::kKubeletRegistryDir;
   std::string dra_plugin_dir;  // Empty: <kubelet plugins dir>/<driver name>.
+  double dra_republish_seconds = 30;
 };
 
 absl::StatusOr<std::pair<std::string, int>> ParseAddress(const std::string& address) {
@@ -234,6 +238,24 @@ absl::Status Run(const Flags& flags) {
     dra_server = std::make_unique<deviceplugin::DraServer>(dra_driver.get(), server_options);
     RETURN_IF_ERROR(Annotate(dra_server->Start(), "serving the DRA plugin"));
   }
+  // The slices stay true between registrations: the node's GPUs are read again and published
+  // (a new pool generation only when something changed: health, MIG mode, a GPU lost, a slice
+  // deleted by someone else) while the kubelet has the driver registered.
+  absl::Notification stop_republishing;
+  std::thread republisher;
+  if (flags.dra) {
+    republisher = std::thread([&, interval = absl::Seconds(flags.dra_republish_seconds)] {
+      while (!stop_republishing.WaitForNotificationWithTimeout(interval)) {
+        if (!dra_server->registered()) continue;
+        absl::StatusOr<std::vector<deviceplugin::DraGpu>> gpus = dra_gpus();
+        absl::Status published =
+            gpus.ok() ? dra_slices->Publish(*gpus).status() : gpus.status();
+        if (!published.ok()) {
+          LogWarning(kLog, "republishing the ResourceSlices: ", published.message());
+        }
+      }
+    });
+  }
   PluginServerOptions plugin_options;
   plugin_options.device_plugin_dir = flags.device_plugin_path;
   plugin_options.socket_name = flags.socket_name;
@@ -269,6 +291,8 @@ absl::Status Run(const Flags& flags) {
     break;
   }
   server.Stop();
+  stop_republishing.Notify();
+  if (republisher.joinable()) republisher.join();
   if (dra_server != nullptr) dra_server->Stop();
   plugin.Stop();
   agent.Stop();
@@ -382,7 +406,8 @@ void AddDevicePluginCommand(CLI::App& app, int* exit_code) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--dra", flags->dra,
                   "Also serve the kubelet's DRA plugin API (driver gpu.prism.io): publishes "
-                  "and prepares whole GPUs only so far (docs/dra.md, Status)")
+                  "whole GPUs and MIG partitions and prepares the claims Prism's scheduler "
+                  "allocated (docs/dra.md, Status)")
       ->capture_default_str();
   cmd->add_option("--dra-driver-name", flags->dra_driver_name, "The DRA driver's name")
       ->capture_default_str();
@@ -392,6 +417,11 @@ void AddDevicePluginCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--dra-plugin-dir", flags->dra_plugin_dir,
                   "Where the DRA plugin's dra.sock is served (default: "
                   "/var/lib/kubelet/plugins/<driver name>)");
+  cmd->add_option("--dra-republish-interval", flags->dra_republish_seconds,
+                  "Seconds between re-readings of the GPUs for the ResourceSlices (published "
+                  "again only when something changed)")
+      ->check(CLI::Range(0.05, 3600.0))
+      ->capture_default_str();
   cmd->callback([flags, exit_code] {
     // libcurl and gRPC write to sockets the peer may have closed.
     signal(SIGPIPE, SIG_IGN);

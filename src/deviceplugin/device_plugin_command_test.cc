@@ -222,7 +222,8 @@ TEST(DevicePluginCommandTest, DraServesRegistersPublishesAndPrepares) {
   ASSERT_NO_FATAL_FAILURE(StartT4Node(dir, api, &kubelet, &args));
   const std::string log = (dir / "agent.log").string();
   const pid_t pid = Spawn(With(args, {"--dra=true", "--dra-registry-dir=" + (dir / "reg").string(),
-                                      "--dra-plugin-dir=" + (dir / "plugins").string()}),
+                                      "--dra-plugin-dir=" + (dir / "plugins").string(),
+                                      "--dra-republish-interval=0.2"}),
                           log);
   KillOnExit guard{pid};
   ASSERT_TRUE(kubelet->WaitForPlugin("nvidia.com/gpu", absl::Seconds(30))) << Slurp(log);
@@ -250,6 +251,16 @@ TEST(DevicePluginCommandTest, DraServesRegistersPublishesAndPrepares) {
   EXPECT_EQ(device["name"], "gpu-0");
   EXPECT_EQ(slices[0]["spec"]["pool"]["name"], "n1");
   const std::string uuid = device["attributes"]["uuid"]["string"];
+  // Slices stay true between registrations: one deleted by someone else comes back.
+  ASSERT_TRUE(
+      api.Delete("resourceslices", "", slices[0]["metadata"]["name"].get<std::string>()).ok());
+  std::vector<Json> again;
+  for (int i = 0; i < 1000 && again.empty(); ++i) {
+    again = api.List("resourceslices");
+    if (again.empty()) absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(again.size(), 1u) << Slurp(log);
+  EXPECT_EQ(again[0]["spec"]["devices"][0]["name"], "gpu-0");
 
   Json claim{
       {"metadata", {{"name", "c"}, {"namespace", "ns"}}},
