@@ -25,6 +25,7 @@
 #include "base/check.h"
 #include "core/sched/engine.h"
 #include "core/sched/preemption.h"
+#include "core/sched/test_util.h"
 
 namespace prism::sched {
 namespace {
@@ -318,27 +319,13 @@ void BM_SelectVictims(benchmark::State& state) {
   PRISM_CHECK(cluster.ok());
   Engine live(std::move(*cluster), DeviceConfig{});
   std::vector<PreemptionCandidate> candidates;
-  auto pod = [](std::string name, int64_t mib, int32_t cores) {
-    PodRequest p;
-    p.namespace_name = "default";
-    p.name = std::move(name);
-    ContainerRequest c;
-    c.name = "main";
-    c.cpu_milli = 1000;
-    c.gpu.count = 1;
-    c.gpu.memory_mib = mib;
-    c.gpu.cores_permille = cores;
-    p.containers.push_back(c);
-    p.modes = kModeMig;
-    return p;
-  };
   for (int i = 0; i < 56; ++i) {
-    PodRequest p = pod("p" + std::to_string(i), 9000, 0);
+    PodRequest p = testing::GpuPod("p" + std::to_string(i), 1, 9000, 0, kModeMig);
     PRISM_CHECK(live.Place(p, false).scheduled);
     candidates.push_back({p.Key(), 0});
   }
   Preemptor preemptor;
-  preemptor.pod = pod("big", 40000, 400);
+  preemptor.pod = testing::GpuPod("big", 1, 40000, 40, kModeMig);  // 3g.40gb.
   preemptor.priority = 100;
   Engine scratch = MakeScratchEngine(live);
   int evaluations = 0;
