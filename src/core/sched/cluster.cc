@@ -369,7 +369,9 @@ ClusterState::NodeSnapshot ClusterState::SaveNode(int node) const {
   s.gpus.assign(gpu_usage_.begin() + info.first_gpu,
                 gpu_usage_.begin() + info.first_gpu + info.gpu_count);
   if (static_cast<size_t>(node) < pods_on_node_.size()) {
-    for (const std::string& key : pods_on_node_[node]) s.pods.emplace_back(key, pods_.at(key));
+    for (const std::string& key : pods_on_node_[node]) {
+      if (auto it = pods_.find(key); it != pods_.end()) s.pods.emplace_back(key, it->second);
+    }
   }
   std::sort(s.pods.begin(), s.pods.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });

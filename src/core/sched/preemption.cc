@@ -140,7 +140,8 @@ absl::StatusOr<VictimChoice> SelectVictims(Engine& scratch, const Preemptor& pre
     return std::tie(a.priority, a.memory_mib, a.cores, a.key) <
            std::tie(b.priority, b.memory_mib, b.cores, b.key);
   });
-  if (static_cast<int>(eligible.size()) > std::max(limits.max_candidates, 0)) {
+  const size_t lower = eligible.size();
+  if (static_cast<int>(lower) > std::max(limits.max_candidates, 0)) {
     eligible.resize(static_cast<size_t>(std::max(limits.max_candidates, 0)));
   }
   const int n = static_cast<int>(eligible.size());
@@ -190,7 +191,11 @@ absl::StatusOr<VictimChoice> SelectVictims(Engine& scratch, const Preemptor& pre
   if (!everything) {
     out.reason = n == 0 ? StrCat("no pod of lower priority on node ", node_name)
                         : StrCat("the pod does not fit on node ", node_name, " even with its ",
-                                 n, " lower-priority pods evicted (", last_failure, ")");
+                                 n, " lower-priority pods evicted",
+                                 lower > eligible.size() ? StrCat(" (the first ", n, " of ", lower,
+                                                                  " searched)")
+                                                         : std::string(),
+                                 " (", last_failure, ")");
     if (kept > 0) {
       StrAppend(&out.reason, "; ", kept, " pods of equal or higher priority are never evicted");
     }

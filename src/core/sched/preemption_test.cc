@@ -108,6 +108,15 @@ TEST_F(SlicedT4Test, ImpossibleDropsTheNodeWithAReason) {
   EXPECT_TRUE(choice->victims.empty());
   EXPECT_THAT(choice->reason, HasSubstr("even with its 4 lower-priority pods evicted"));
   EXPECT_THAT(choice->reason, HasSubstr("CardInsufficientMemory"));
+  // Past max_candidates the reason says how many were searched.
+  Engine scratch = MakeScratchEngine(engine_);
+  PreemptionLimits two;
+  two.max_candidates = 2;
+  std::vector<PreemptionCandidate> all = {
+      {"default/a", 0}, {"default/b", 0}, {"default/c", 0}, {"default/d", 0}};
+  auto cut = SelectVictims(scratch, High(GpuPod("hi", 1, 20480, 10)), 0, all, {}, two);
+  ASSERT_TRUE(cut.ok()) << cut.status();
+  EXPECT_THAT(cut->reason, HasSubstr("its 2 lower-priority pods evicted (the first 2 of 4"));
 }
 
 TEST_F(SlicedT4Test, OnlyHigherPriorityPodsWouldHelp) {
