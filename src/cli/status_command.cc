@@ -26,10 +26,12 @@
 #include "config/device_config_yaml.h"
 #include "config/pod_yaml.h"
 #include "extender/cache.h"
+#include "extender/dra_allocator.h"
 #include "extender/status.h"
 #include "k8s/client.h"
 #include "k8s/config.h"
 #include "k8s/objects.h"
+#include "k8s/resource.h"
 
 namespace prism::cli {
 namespace {
@@ -163,6 +165,21 @@ int Run(const StatusFlags& flags, std::ostream& out, std::ostream& err) {
   extender::SchedulerCache cache(device_config->config, cache_options);
   for (const k8s::Json& node : nodes->items) cache.UpsertNode(node);
   for (const k8s::Json& pod : pods->items) cache.UpsertPod(pod);
+  // Prism on DRA: claims Prism allocated hold devices as pods do (docs/dra.md). A cluster
+  // without resource.k8s.io/v1, or a reader without the right, has none to show.
+  list_options.field_selector.clear();
+  absl::StatusOr<k8s::ListResult> claims =
+      (*client)->ListAll(k8s::kResourceClaims, "", list_options);
+  if (claims.ok()) {
+    for (const k8s::Json& claim : claims->items) {
+      absl::StatusOr<std::optional<extender::DraClaimCharge>> charge =
+          extender::DraChargeOf(claim);
+      if (charge.ok() && charge->has_value()) cache.ChargeDraClaim(std::move(**charge));
+    }
+  } else if (!absl::IsNotFound(claims.status()) && !absl::IsPermissionDenied(claims.status())) {
+    return fail(kExitClusterUnreadable,
+                StrCat("listing resourceclaims", where_cluster, ": ", claims.status().message()));
+  }
   const extender::CacheSnapshot snapshot = cache.Snapshot();
   absl::StatusOr<extender::StatusReport> report = extender::BuildStatusReport(snapshot);
   if (!report.ok()) return fail(kExitInternal, report.status().message());

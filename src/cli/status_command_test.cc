@@ -24,6 +24,7 @@
 #include "config/annotations.h"
 #include "config/cluster_yaml.h"
 #include "config/device_config_yaml.h"
+#include "config/dra_allocation.h"
 #include "config/pod_request.h"
 #include "config/pod_yaml.h"
 #include "core/sched/engine.h"
@@ -457,6 +458,43 @@ TEST_F(StatusCommandTest, MalformedInventoryIsANodeProblemAndTheOtherNodesAreLis
   Result text = Status("");
   EXPECT_EQ(text.exit_code, 0);
   EXPECT_THAT(text.out, HasSubstr("bad: unusable GPU inventory"));
+}
+
+TEST_F(StatusCommandTest, ClaimsPrismAllocatedHoldTheirDevices) {
+  // Prism on DRA (docs/dra.md): a claim's allocation with Prism's marker holds its GPU.
+  ASSERT_TRUE(
+      api_.Create("nodes", extender::testing::NodeJson("t4", {TestGpu{"Tesla T4", 15360, false}}))
+          .ok());
+  const json decision{{"node", "t4"},
+                      {"containers",
+                       {{{"name", config::DraRequestContainerName(0)},
+                         {"devices",
+                          {{{"uuid", "GPU-t4-0"},
+                            {"index", 0},
+                            {"mode", "hami-core"},
+                            {"memoryMiB", 15360},
+                            {"cores", 100}}}}}}}};
+  json claim{{"apiVersion", "resource.k8s.io/v1"},
+             {"kind", "ResourceClaim"},
+             {"metadata", {{"name", "c"}, {"namespace", "default"}}},
+             {"spec",
+              {{"devices",
+                {{"requests",
+                  {{{"name", "gpu"}, {"exactly", {{"deviceClassName", "gpu.prism.io"}}}}}}}}}},
+             {"status",
+              {{"allocation",
+                {{"devices",
+                  {{"results",
+                    {{{"request", "gpu"}, {"driver", "gpu.prism.io"}, {"pool", "t4"},
+                      {"device", "gpu-0"}}}},
+                   {"config", {config::DraAllocationMarker("pod-uid-1", "t4", decision)}}}}}}}}};
+  ASSERT_TRUE(api_.Create("resourceclaims", claim).ok());
+  const json j = StatusJson("");
+  ASSERT_EQ(j["nodes"].size(), 1u);
+  const json& pods = j["nodes"][0]["gpus"][0]["pods"];
+  ASSERT_EQ(pods.size(), 1u) << j.dump();
+  EXPECT_EQ(pods[0]["pod"], "dra:default/c");
+  EXPECT_TRUE(api_.CountRequests("GET", "/apis/resource.k8s.io/v1/resourceclaims") >= 1);
 }
 
 TEST_F(StatusCommandTest, UnreachableOrRefusingApiServerExitsThreeNamingTheServer) {

@@ -157,6 +157,26 @@ struct ResolvedClaims {
 
 }  // namespace
 
+absl::StatusOr<std::optional<DraClaimCharge>> DraChargeOf(const Json& claim) {
+  absl::StatusOr<config::DraAllocationRecord> record = config::ReadDraAllocation(claim);
+  if (!record.ok()) return record.status();
+  if (!record->allocated || !record->prism_marker) return std::nullopt;
+  if (record->decision.empty()) {
+    return absl::InvalidArgumentError("Prism's allocation marker carries no decision");
+  }
+  absl::StatusOr<config::DraClaimSpec> spec = config::ParseDraClaim(claim);
+  if (!spec.ok()) return spec.status();
+  if (!spec->prism) {
+    return absl::InvalidArgumentError("Prism's allocation marker on a claim of no Prism class");
+  }
+  absl::StatusOr<config::DraClaimSpec> chosen = config::DraChosenBy(*spec, record->requests);
+  if (!chosen.ok()) return chosen.status();
+  absl::StatusOr<sched::PodRequest> request = config::DraClaimRequest(*chosen);
+  if (!request.ok()) return request.status();
+  return DraClaimCharge{k8s::Namespace(claim), k8s::Name(claim), k8s::Uid(claim), record->node,
+                        std::move(*request), std::move(record->decision)};
+}
+
 DraAllocator::DraAllocator(DraAllocatorOptions options, k8s::Client* client, SchedulerCache* cache,
                            k8s::Informer* pods, k8s::Informer* nodes, DraEventSink events)
     : options_(std::move(options)),
@@ -262,10 +282,9 @@ void DraAllocator::OnClaim(const Json& claim) {
     state.spec_error = std::string(spec.status().message());
   }
   absl::StatusOr<config::DraAllocationRecord> record = config::ReadDraAllocation(claim);
-  std::optional<DraClaimCharge> charge;
+  absl::StatusOr<std::optional<DraClaimCharge>> charge = DraChargeOf(claim);
   if (!record.ok()) {
     state.allocated = true;
-    state.allocation_error = std::string(record.status().message());
   } else {
     state.allocated = record->allocated;
     state.reserved_for = record->reserved_for;
@@ -273,20 +292,8 @@ void DraAllocator::OnClaim(const Json& claim) {
     state.node = record->node;
     state.pod_uid = record->pod_uid;
     state.foreign = record->allocated && record->prism_devices && !record->prism_marker;
-    if (record->allocated && record->prism_marker && !record->decision.empty() && spec.ok() &&
-        spec->prism) {
-      absl::StatusOr<config::DraClaimSpec> chosen = config::DraChosenBy(state.spec, record->requests);
-      absl::StatusOr<sched::PodRequest> request =
-          chosen.ok() ? config::DraClaimRequest(*chosen)
-                      : absl::StatusOr<sched::PodRequest>(chosen.status());
-      if (request.ok()) {
-        charge = DraClaimCharge{ns, name, state.uid, record->node, std::move(*request),
-                                record->decision};
-      } else {
-        state.allocation_error = std::string(request.status().message());
-      }
-    }
   }
+  if (!charge.ok()) state.allocation_error = std::string(charge.status().message());
   if (!state.allocation_error.empty()) {
     LogWarning(kLog, "ResourceClaim ", key, ": ", state.allocation_error,
                "; its devices are not charged");
@@ -303,8 +310,8 @@ void DraAllocator::OnClaim(const Json& claim) {
     absl::MutexLock lock(&mu_);
     claim_states_[key] = std::move(state);
   }
-  if (charge.has_value()) {
-    cache_->ChargeDraClaim(std::move(*charge));
+  if (charge.ok() && charge->has_value()) {
+    cache_->ChargeDraClaim(std::move(**charge));
   } else {
     cache_->ReleaseDraClaim(ns, name);
   }

@@ -58,6 +58,12 @@ struct DraAllocatorOptions {
   absl::Duration retry_interval = absl::Seconds(2);
 };
 
+// What a ResourceClaim's allocation charges in the cache: nullopt when it holds none of Prism's
+// making (not allocated, or allocated by someone else); InvalidArgument naming the field for a
+// malformed allocation or marker. The one reader the scheduler's claim informer and `prism
+// status` share.
+absl::StatusOr<std::optional<DraClaimCharge>> DraChargeOf(const k8s::Json& claim);
+
 // (reason, message) events about an object; the scheduler's recorder.
 using DraEventSink = std::function<void(const k8s::Json& object, std::string_view kind,
                                         k8s::EventType type, std::string_view reason,

@@ -5,6 +5,7 @@
 // the pod is gone, template claims, and the refusals.
 #include "extender/dra_allocator.h"
 
+#include <set>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "config/dra_names.h"
 #include "config/dra_pod.h"
 #include "extender/scheduler.h"
+#include "extender/status.h"
 #include "extender/test_util.h"
 #include "k8s/test_util.h"
 #include "testing/fake_apiserver/fake_apiserver.h"
@@ -233,6 +235,20 @@ TEST_F(DraAllocatorTest, SeedExampleIsAllocatedByPrismAndTheNextPodMovesNothing)
     return n;
   };
   EXPECT_EQ(assigned(*scheduler_), 3);
+  // `prism status` shows each claim's devices under "dra:<namespace>/<claim>".
+  absl::StatusOr<StatusReport> report = BuildStatusReport(scheduler_->cache().Snapshot());
+  ASSERT_OK(report.status());
+  std::set<std::string> holders;
+  for (const StatusNode& n : report->nodes) {
+    for (const StatusGpu& g : n.gpus) {
+      for (const StatusPodShare& p : g.pods) holders.insert(StrCat(p.pod, " ", p.mig_instance));
+    }
+  }
+  EXPECT_EQ(holders.size(), 3u);
+  for (const std::string& d : seed_devices) {  // "gpu-0-mig-2g10gb-14-<start>"
+    EXPECT_EQ(holders.count(StrCat("dra:default/seed 2g.10gb@", d.substr(d.rfind('-') + 1))), 1u)
+        << StrJoin(std::vector<std::string>(holders.begin(), holders.end()), "; ");
+  }
   const std::string metrics = scheduler_->Metrics().body;
   EXPECT_THAT(metrics, HasSubstr("prism_dra_claims{state=\"charged\"} 2"));
   EXPECT_THAT(metrics, HasSubstr("prism_dra_allocator_events{kind=\"allocation\"} 2"));
