@@ -20,6 +20,7 @@
 #include "deviceplugin/node_agent.h"
 #include "deviceplugin/promtool.h"
 #include "extender/cache.h"
+#include "extender/dra_allocator.h"
 #include "extender/metrics.h"
 #include "extender/test_util.h"
 #include "nvml/sim_nvml.h"
@@ -195,7 +196,9 @@ std::string SchedulerMetricsText() {
   metrics.CountConfigReload("ok");
   metrics.CountRequeue("deleted");
   metrics.SetLeader(true);
-  return metrics.Render(cache);
+  // As `prism scheduler --dra` renders them (docs/dra.md).
+  const extender::DraAllocatorStats dra;
+  return metrics.Render(cache, &dra);
 }
 
 TEST(PromqlNamesTest, FindsMetricsAndNothingElse) {
