@@ -261,6 +261,7 @@ void SchedulerCache::UpsertPod(const Json& pod) {
   const std::string uid = k8s::Uid(pod);
   const std::string phase = k8s::PodPhase(pod);
   const std::string node = k8s::PodNodeName(pod);
+  const int32_t priority = PodPriority(pod);
   absl::MutexLock lock(&mu_);
   auto it = pods_.find(key);
   if (it != pods_.end() && it->second.uid != uid && !uid.empty()) {
@@ -295,6 +296,7 @@ void SchedulerCache::UpsertPod(const Json& pod) {
   if (it != pods_.end()) {
     PodEntry& e = it->second;
     if (e.annotations == decision && e.node == node && e.state != State::kAssumed) {
+      e.priority = priority;
       if (e.allocation_failed) return;
       if (e.charged && AllocationFailedLocked(key, e, all)) {
         LogInfo(kLog, "pod ", key, " got no GPU on ", node, " (node agent): releasing its charge");
@@ -331,6 +333,7 @@ void SchedulerCache::UpsertPod(const Json& pod) {
   entry.node = node;
   entry.state = State::kBound;
   entry.seq = ++seq_;
+  entry.priority = priority;
   entry.annotations = std::move(decision);
   if (!claimed.ok()) {
     // Nothing of it is charged: the node agent cannot allocate from a decision it cannot read

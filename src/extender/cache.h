@@ -278,6 +278,20 @@ class SchedulerCache {
   absl::StatusOr<BindTicket> BeginBind(const config::PodManifest& pod, const std::string& node);
   void FinishBind(const BindTicket& ticket, BindOutcome outcome);
 
+  // --- Preemption (cache_preemption.cc, docs/preemption.md) ---------------------------------
+  // For each node kube-scheduler proposed, the victims (UIDs) that let `pod` fit there: the
+  // proposed ones (the in-tree filters need them gone) plus the fewest lower-priority GPU pods
+  // Prism holds on the node whose release lets the engine place the pod; a node where no such set
+  // exists, or where the pod fits with no victim, is dropped. A proposed UID Prism does not hold
+  // is passed through; a node Prism does not know is passed through unchanged. Trials are bounded
+  // per node (sched::PreemptionLimits) and per request (`request_trials`). Nothing changes.
+  // InvalidArgument: an invalid pod request, a proposed victim Prism holds on another node or
+  // whose priority is not below `priority`.
+  absl::StatusOr<std::vector<NodeVictims>> Preempt(const config::PodManifest& pod,
+                                                   int32_t priority, bool preempt_never,
+                                                   const std::vector<NodeVictims>& proposed,
+                                                   int64_t request_trials = 20000);
+
   // --- DRA (cache_dra.cc) -------------------------------------------------------------------
   // Charges a claim's allocation (again, if it changed); a charge that no longer fits is a
   // problem the claim keeps (DraClaimProblem) until a rebuild finds room, as a pod's would.
@@ -345,6 +359,7 @@ class SchedulerCache {
     absl::Time problem_since = absl::InfinitePast();
     bool allocation_failed = false;
     std::string status_problem;  // The malformed allocation-status last counted.
+    int32_t priority = 0;        // spec.priority (PodPriority), from the informer.
     // A ResourceClaim's allocation (ChargeDraClaim), not a pod: `name` is the claim's, the
     // request is fixed at charge time, and it is never requeued or reported as a pod.
     bool dra = false;
@@ -424,6 +439,12 @@ class SchedulerCache {
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   CacheStats counters_ ABSL_GUARDED_BY(mu_);
 };
+
+// A pod's spec.priority (the API server resolves priorityClassName into it); 0 when absent or
+// not an int32, as corev1helpers.PodPriority reads a pod without one.
+int32_t PodPriority(const Json& pod);
+// Whether the pod's spec.preemptionPolicy is Never.
+bool PreemptsNever(const Json& pod);
 
 // The decision-bearing annotations of a pod (prism.io/decision and HAMi's keys), or empty.
 std::map<std::string, std::string> DecisionAnnotations(

@@ -1042,5 +1042,90 @@ TEST(AllocationProgressTest, AStatusTheDecoderRejectsIsNotProgress) {
       AllocationProgress::kPending);
 }
 
+
+// --- Preemption (docs/preemption.md) ---------------------------------------------------------
+
+class CachePreemptionTest : public CacheTest {
+ protected:
+  // n1: two 15 GiB T4s. GPU 0: a 8 GiB + b 6 GiB; GPU 1: c 10 GiB + d 4 GiB. n2: an empty T4.
+  CachePreemptionTest() {
+    cache_->UpsertNode(NodeJson("n1", {TestGpu{"T4", 15360}, TestGpu{"T4", 15360}}));
+    cache_->UpsertNode(NodeJson("n2", {TestGpu{"T4", 15360}}));
+    cache_->UpsertNode(NodeJson("cpu-only", {}));
+    Run("a", 8192, 0, 0);
+    Run("b", 6144, 0, 0);
+    Run("c", 10240, 1, 5);
+    Run("d", 4096, 1, 0);
+  }
+  // Scheduled on n1's GPU `gpu`, then seen bound by the informer with `priority`.
+  void Run(const std::string& name, int64_t mib, int gpu, int32_t priority) {
+    json pod = GpuPod(name, 1, mib, 10, {{"nvidia.com/use-gpuuuid", StrCat("GPU-n1-", gpu)}});
+    pod["spec"]["priority"] = priority;
+    cache_->UpsertPod(Schedule(pod, {"n1"}));
+  }
+  absl::StatusOr<std::vector<NodeVictims>> Preempt(const std::vector<NodeVictims>& proposed,
+                                                   int64_t mib = 10240, bool never = false) {
+    json hi = GpuPod("hi", 1, mib, 10);
+    hi["spec"]["priority"] = 100;
+    return cache_->Preempt(Manifest(hi), PodPriority(hi), never, proposed);
+  }
+};
+
+TEST_F(CachePreemptionTest, ProposedVictimsAreCompletedWithThePodOnTheRightGpu) {
+  const int64_t used = UsedMiB("n1");
+  // kube-scheduler proposed d (in-tree reasons) and a pod Prism does not hold; cpu-only has no
+  // GPUs, so Prism has nothing to say about it.
+  auto r = Preempt({{"n1", {"uid-default-d", "uid-cpu-pod"}, 1}, {"cpu-only", {"x"}, 0}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 2u);
+  EXPECT_EQ((*r)[0].node, "n1");
+  // c frees what d alone cannot, on d's GPU; a and b (GPU 0, lower priority) stay.
+  EXPECT_THAT((*r)[0].uids, ElementsAre("uid-default-c", "uid-default-d", "uid-cpu-pod"));
+  EXPECT_EQ((*r)[0].pdb_violations, 1);
+  EXPECT_EQ((*r)[1].node, "cpu-only");
+  EXPECT_THAT((*r)[1].uids, ElementsAre("x"));
+  EXPECT_EQ(UsedMiB("n1"), used);  // Nothing changed.
+  EXPECT_EQ(PreemptionResultToJson(*r).find("uid-default-a"), std::string::npos);
+}
+
+TEST_F(CachePreemptionTest, NodesWherePreemptionCannotHelpOrIsNotNeededAreDropped) {
+  // 20 GiB: larger than a T4.
+  auto big = Preempt({{"n1", {"uid-default-d"}, 0}}, 20480);
+  ASSERT_TRUE(big.ok()) << big.status();
+  EXPECT_THAT(*big, IsEmpty());
+  // n2 is empty: the pod fits without eviction.
+  auto empty = Preempt({{"n2", {}, 0}});
+  ASSERT_TRUE(empty.ok()) << empty.status();
+  EXPECT_THAT(*empty, IsEmpty());
+  auto never = Preempt({{"n1", {"uid-default-d"}, 0}}, 10240, /*never=*/true);
+  ASSERT_TRUE(never.ok());
+  EXPECT_THAT(*never, IsEmpty());
+}
+
+TEST_F(CachePreemptionTest, BadProposalsAreErrorsAndChangeNothing) {
+  const int64_t used = UsedMiB("n1");
+  auto elsewhere = Preempt({{"n2", {"uid-default-d"}, 0}});
+  ASSERT_FALSE(elsewhere.ok());
+  EXPECT_THAT(std::string(elsewhere.status().message()),
+              HasSubstr("proposed on node n2 is on node n1"));
+  // c's priority is not below an equal-priority preemptor's.
+  json peer = GpuPod("peer", 1, 10240, 10);
+  auto equal = cache_->Preempt(Manifest(peer), 5, false, {{"n1", {"uid-default-c"}, 0}});
+  ASSERT_FALSE(equal.ok());
+  EXPECT_THAT(std::string(equal.status().message()), HasSubstr("not below the preemptor's 5"));
+  EXPECT_EQ(UsedMiB("n1"), used);
+}
+
+TEST(PodPriorityTest, ReadsSpecPriorityAndPolicy) {
+  EXPECT_EQ(PodPriority(json{{"spec", {{"priority", 1000}}}}), 1000);
+  EXPECT_EQ(PodPriority(json{{"spec", {{"priority", -5}}}}), -5);
+  EXPECT_EQ(PodPriority(json{{"spec", json::object()}}), 0);
+  EXPECT_EQ(PodPriority(json{{"spec", {{"priority", "high"}}}}), 0);
+  EXPECT_EQ(PodPriority(json{{"spec", {{"priority", int64_t{1} << 40}}}}), 0);
+  EXPECT_TRUE(PreemptsNever(json{{"spec", {{"preemptionPolicy", "Never"}}}}));
+  EXPECT_FALSE(PreemptsNever(json{{"spec", {{"preemptionPolicy", "PreemptLowerPriority"}}}}));
+  EXPECT_FALSE(PreemptsNever(json::object()));
+}
+
 }  // namespace
 }  // namespace prism::extender

@@ -498,6 +498,27 @@ absl::StatusOr<bool> Scheduler::BoundAsDecided(const PodRef& pod) {
   return have == DecisionAnnotations(pod.annotations);
 }
 
+HttpReply Scheduler::Preempt(std::string_view body) {
+  const absl::Time t0 = absl::Now();
+  auto fail = [&](std::string_view result, int status, std::string_view why) {
+    LogWarning(kLog, "preempt: ", why);
+    metrics_.ObserveRequest("preempt", result, absl::ToDoubleSeconds(absl::Now() - t0));
+    return JsonReply(status, Json{{"Error", std::string(why)}});
+  };
+  absl::StatusOr<PreemptionArgs> args = ParsePreemptionArgs(body);
+  if (!args.ok()) return fail("bad-request", 400, ToStd(args.status().message()));
+  if (std::string why = NotServingReason(); !why.empty()) return fail("not-serving", 503, why);
+  absl::StatusOr<config::PodManifest> manifest = config::PodManifestFromJson(args->pod);
+  if (!manifest.ok()) {
+    return fail("bad-request", 400, StrCat("invalid pod: ", manifest.status().message()));
+  }
+  absl::StatusOr<std::vector<NodeVictims>> result = cache_.Preempt(
+      *manifest, PodPriority(args->pod), PreemptsNever(args->pod), args->nodes);
+  if (!result.ok()) return fail("bad-request", 400, ToStd(result.status().message()));
+  metrics_.ObserveRequest("preempt", "ok", absl::ToDoubleSeconds(absl::Now() - t0));
+  return HttpReply{200, PreemptionResultToJson(*result)};
+}
+
 HttpReply Scheduler::Bind(std::string_view body) {
   const absl::Time t0 = absl::Now();
   auto done = [&](std::string_view result, int status, std::string_view error) {

@@ -142,6 +142,9 @@ class Scheduler {
   HttpReply Filter(std::string_view body);
   HttpReply Prioritize(std::string_view body);
   HttpReply Bind(std::string_view body);
+  // ExtenderPreemptionArgs -> ExtenderPreemptionResult (docs/preemption.md, path A). The reply
+  // has no error field upstream: bad input is HTTP 400, not serving 503, with {"Error": why}.
+  HttpReply Preempt(std::string_view body);
   // `enforce_slice_limits`: the review refuses switches that turn slice limits off
   // (WebhookOptions::enforce_slice_limits; the /validate-slice-limits path).
   HttpReply Admission(std::string_view body, bool mutate, bool enforce_slice_limits = false);

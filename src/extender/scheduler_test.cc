@@ -217,6 +217,36 @@ TEST_F(SchedulerServiceTest, BadInputGetsClearErrorsAndTheSchedulerKeepsServing)
   EXPECT_EQ(Schedule(*s, pod, {"n1"}), "");
 }
 
+TEST_F(SchedulerServiceTest, PreemptVerbNamesTheVictimsByUid) {
+  CreateNode(NodeJson("n1", {TestGpu{}}));
+  auto s = Start(Options());
+  json low = GpuPod("low", 1, 30000);
+  low["spec"]["priority"] = 1;
+  low = CreatePod(low);
+  ASSERT_EQ(Schedule(*s, low, {"n1"}), "");
+  ASSERT_TRUE(WaitUntil([&] { return s->cache().EntryState("default/low") == "bound"; }));
+  json hi = GpuPod("hi", 1, 30000);
+  hi["spec"]["priority"] = 1000;
+  HttpReply r = s->Preempt(
+      json{{"Pod", hi}, {"NodeNameToMetaVictims", {{"n1", {{"Pods", json::array()}}}}}}.dump());
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(json::parse(r.body),
+            json::parse(StrCat(R"({"NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":")",
+                               k8s::Uid(low), R"("}],"NumPDBViolations":0}}})")));
+  // Bad input: 400 with the reason, and the scheduler keeps serving.
+  r = s->Preempt("{oops");
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(json::parse(r.body)["Error"].get<std::string>(), HasSubstr("not valid JSON"));
+  hi["spec"]["priority"] = 0;
+  r = s->Preempt(json{{"Pod", hi},
+                      {"NodeNameToMetaVictims",
+                       {{"n1", {{"Pods", json::array({{{"UID", k8s::Uid(low)}}})}}}}}}
+                     .dump());
+  EXPECT_EQ(r.status, 400);
+  EXPECT_THAT(json::parse(r.body)["Error"].get<std::string>(), HasSubstr("not below"));
+  EXPECT_EQ(s->cache().EntryState("default/low"), "bound");
+}
+
 TEST_F(SchedulerServiceTest, ApiServerErrorOnBindReleasesTheCharge) {
   CreateNode(NodeJson("n1", {TestGpu{}}));
   auto s = Start(Options());

@@ -153,6 +153,7 @@ absl::Status ExtenderServer::Start() {
     front.Handle("POST", "/prioritize",
                  [sched](std::string_view b) { return sched->Prioritize(b); });
     front.Handle("POST", "/bind", [sched](std::string_view b) { return sched->Bind(b); });
+    front.Handle("POST", "/preempt", [sched](std::string_view b) { return sched->Preempt(b); });
   }
   if (options_.serve_webhook) {
     for (const char* path : {"/mutate", "/webhook"}) {
