@@ -297,6 +297,7 @@ void SchedulerCache::UpsertPod(const Json& pod) {
     PodEntry& e = it->second;
     if (e.annotations == decision && e.node == node && e.state != State::kAssumed) {
       e.priority = priority;
+      e.priority_known = true;
       if (e.allocation_failed) return;
       if (e.charged && AllocationFailedLocked(key, e, all)) {
         LogInfo(kLog, "pod ", key, " got no GPU on ", node, " (node agent): releasing its charge");
@@ -334,6 +335,7 @@ void SchedulerCache::UpsertPod(const Json& pod) {
   entry.state = State::kBound;
   entry.seq = ++seq_;
   entry.priority = priority;
+  entry.priority_known = true;
   entry.annotations = std::move(decision);
   if (!claimed.ok()) {
     // Nothing of it is charged: the node agent cannot allocate from a decision it cannot read

@@ -360,6 +360,9 @@ class SchedulerCache {
     bool allocation_failed = false;
     std::string status_problem;  // The malformed allocation-status last counted.
     int32_t priority = 0;        // spec.priority (PodPriority), from the informer.
+    // Whether `priority` came from the informer (a pod Prism just bound may not have been seen
+    // yet): a pod of unknown priority is never chosen as a victim.
+    bool priority_known = false;
     // A ResourceClaim's allocation (ChargeDraClaim), not a pod: `name` is the claim's, the
     // request is fixed at charge time, and it is never requeued or reported as a pod.
     bool dra = false;

@@ -72,14 +72,19 @@ absl::StatusOr<std::vector<NodeVictims>> SchedulerCache::Preempt(
                                                  ") proposed on node ", proposed[n].node,
                                                  " is on node ", e.node));
       }
-      if (e.priority >= priority) {
+      if (e.priority_known && e.priority >= priority) {
         return absl::InvalidArgumentError(
             StrCat("victim ", *k->second, " has priority ", e.priority,
                    ", not below the preemptor's ", priority));
       }
       const bool held = e.charged && (e.state == State::kBound || e.state == State::kUncertain);
       if (held) {
-        work[n].required.push_back({*k->second, e.priority});
+        // Not seen by the informer yet: kube-scheduler proposed it, so it is below the preemptor.
+        const int32_t known = e.priority_known
+                                  ? e.priority
+                                  : (priority == std::numeric_limits<int32_t>::min() ? priority
+                                                                                     : priority - 1);
+        work[n].required.push_back({*k->second, known});
       } else {
         work[n].passed_through.push_back(uid);  // Holds nothing in the engine now.
       }
@@ -101,8 +106,9 @@ absl::StatusOr<std::vector<NodeVictims>> SchedulerCache::Preempt(
     std::vector<sched::PreemptionCandidate> candidates;
     for (const std::string& key : PodsOnNodeLocked(node.node)) {
       const PodEntry& e = pods_.find(key)->second;
-      if (e.dra || !e.charged || (e.state != State::kBound && e.state != State::kUncertain)) {
-        continue;
+      if (e.dra || !e.charged || !e.priority_known ||
+          (e.state != State::kBound && e.state != State::kUncertain)) {
+        continue;  // Not a running pod, or one whose priority Prism has not seen.
       }
       const auto& required = work[n].required;
       if (std::any_of(required.begin(), required.end(),

@@ -1116,6 +1116,21 @@ TEST_F(CachePreemptionTest, BadProposalsAreErrorsAndChangeNothing) {
   EXPECT_EQ(UsedMiB("n1"), used);
 }
 
+TEST_F(CachePreemptionTest, APodWhosePriorityIsNotSeenYetIsNeverChosen) {
+  // Bound by Prism, not yet seen by the informer: its priority is unknown.
+  json e = GpuPod("e", 1, 15360, 10);
+  e["spec"]["priority"] = 0;
+  json bound = Schedule(e, {"n2"});
+  auto unseen = Preempt({{"n2", {}, 0}});
+  ASSERT_TRUE(unseen.ok()) << unseen.status();
+  EXPECT_THAT(*unseen, IsEmpty());
+  cache_->UpsertPod(bound);
+  auto seen = Preempt({{"n2", {}, 0}});
+  ASSERT_TRUE(seen.ok()) << seen.status();
+  ASSERT_EQ(seen->size(), 1u);
+  EXPECT_THAT((*seen)[0].uids, ElementsAre("uid-default-e"));
+}
+
 TEST(PodPriorityTest, ReadsSpecPriorityAndPolicy) {
   EXPECT_EQ(PodPriority(json{{"spec", {{"priority", 1000}}}}), 1000);
   EXPECT_EQ(PodPriority(json{{"spec", {{"priority", -5}}}}), -5);

@@ -224,12 +224,16 @@ TEST_F(SchedulerServiceTest, PreemptVerbNamesTheVictimsByUid) {
   low["spec"]["priority"] = 1;
   low = CreatePod(low);
   ASSERT_EQ(Schedule(*s, low, {"n1"}), "");
-  ASSERT_TRUE(WaitUntil([&] { return s->cache().EntryState("default/low") == "bound"; }));
   json hi = GpuPod("hi", 1, 30000);
   hi["spec"]["priority"] = 1000;
-  HttpReply r = s->Preempt(
-      json{{"Pod", hi}, {"NodeNameToMetaVictims", {{"n1", {{"Pods", json::array()}}}}}}.dump());
-  ASSERT_EQ(r.status, 200) << r.body;
+  const std::string args =
+      json{{"Pod", hi}, {"NodeNameToMetaVictims", {{"n1", {{"Pods", json::array()}}}}}}.dump();
+  // Until the informer shows `low` bound, its priority is unknown and it is never a victim.
+  HttpReply r;
+  ASSERT_TRUE(WaitUntil([&] {
+    r = s->Preempt(args);
+    return r.status == 200 && json::parse(r.body)["NodeNameToMetaVictims"].contains("n1");
+  })) << r.body;
   EXPECT_EQ(json::parse(r.body),
             json::parse(StrCat(R"({"NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":")",
                                k8s::Uid(low), R"("}],"NumPDBViolations":0}}})")));
