@@ -215,20 +215,20 @@ TEST(PreemptionArgsTest, MalformedAndOversizedRequestsNameTheField) {
   EXPECT_THAT(message("{" + pod + R"(,"NodeNameToMetaVictims":[]})"),
               HasSubstr("NodeNameToMetaVictims: expected an object, got array"));
   EXPECT_THAT(message("{" + pod + R"(,"NodeNameToMetaVictims":{"n1":{"Pods":[{}]}}})"),
-              HasSubstr(R"(NodeNameToMetaVictims["n1"].Pods[0].UID: missing)"));
+              HasSubstr("NodeNameToMetaVictims['n1'].Pods[0].UID: missing"));
   EXPECT_THAT(message("{" + pod + R"(,"NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":""}]}}})"),
               HasSubstr("Pods[0].UID: missing"));
   EXPECT_THAT(
       message("{" + pod + R"(,"NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":"a"},{"UID":"a"}]}}})"),
-      HasSubstr(R"(Pods[1]: pod "a" listed twice)"));
+      HasSubstr("Pods[1]: pod 'a' listed twice"));
   EXPECT_THAT(message("{" + pod + R"(,"NodeNameToMetaVictims":{"n1":{},"n1":{}}})"),
-              HasSubstr(R"(node "n1" listed twice)"));
+              HasSubstr("node 'n1' listed twice"));
   EXPECT_THAT(message("{" + pod + R"(,"NodeNameToMetaVictims":{"":{}}})"),
               HasSubstr("node name of 0 bytes"));
   EXPECT_THAT(message("{" + pod + R"(,"NodeNameToMetaVictims":{"n1":{"NumPDBViolations":-1}}})"),
               HasSubstr("NumPDBViolations: expected a non-negative integer"));
   EXPECT_THAT(message("{" + pod + R"(,"NodeNameToMetaVictims":{"n1":7}})"),
-              HasSubstr(R"(["n1"]: expected an object, got number)"));
+              HasSubstr("['n1']: expected an object, got number"));
   EXPECT_THAT(message("{" + pod + R"(,"NodeNameToVictims":{"n1":{"Pods":[{"uid":"x"}]}}})"),
               HasSubstr("Pods[0].metadata.uid: missing"));
 
@@ -249,7 +249,7 @@ TEST(PreemptionArgsTest, MalformedAndOversizedRequestsNameTheField) {
   EXPECT_EQ(message(victims(2, 1), limits), "ok");
   EXPECT_THAT(message(victims(3, 1), limits), HasSubstr("3 nodes, more than the limit of 2"));
   EXPECT_THAT(message(victims(1, 3), limits), HasSubstr("3 victims, more than the limit of 2"));
-  EXPECT_THAT(message(victims(2, 2), limits), HasSubstr(R"(["n1"].Pods: 2 victims)"));
+  EXPECT_THAT(message(victims(2, 2), limits), HasSubstr("['n1'].Pods: 2 victims"));
   EXPECT_THAT(message(victims(1, 1, "uuuuu"), limits), HasSubstr("UID of 7 bytes, more than 4"));
 }
 
