@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/numbers.h"
+
 #include "base/log.h"
 #include "base/strings.h"
 #include "config/dra_names.h"
@@ -254,11 +256,26 @@ void DraAllocator::Event(const Json& object, std::string_view kind, k8s::EventTy
 // --- Informer feed ----------------------------------------------------------------------------
 
 void DraAllocator::OnClaim(const Json& claim) {
+  absl::MutexLock feed(&claim_feed_mu_);
   const std::string ns = k8s::Namespace(claim);
   const std::string name = k8s::Name(claim);
   const std::string key = k8s::ObjectKey(ns, name);
   ClaimState state;
   state.uid = k8s::Uid(claim);
+  // The leader feeds the claims it writes at once (WriteAllocation); the informer's events
+  // arrive later, possibly older ones first: an older version never replaces a newer one.
+  // (resourceVersions are opaque, but the API server's are integers; others compare as -1.)
+  if (!absl::SimpleAtoi(Str(claim, {"metadata", "resourceVersion"}), &state.resource_version)) {
+    state.resource_version = -1;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = claim_states_.find(key);
+    if (it != claim_states_.end() && it->second.uid == state.uid &&
+        it->second.resource_version > state.resource_version && state.resource_version >= 0) {
+      return;
+    }
+  }
   state.finalizer = HasFinalizer(claim, config::kDraAllocationFinalizer);
   state.deleting = Find(claim, {"metadata", "deletionTimestamp"}) != nullptr;
   if (const Json* owners = Find(claim, {"metadata", "ownerReferences"});
@@ -303,21 +320,26 @@ void DraAllocator::OnClaim(const Json& claim) {
                " holds devices of driver gpu.prism.io allocated outside Prism (no Prism marker): "
                "the node agent will not prepare them");
   }
+  bool allocating = false;
   {
     // Every claim is kept (others' with their spec dropped): "known and not Prism's" is how a
     // pod's claims are told apart from claims not seen yet.
     if (!state.prism) state.spec = config::DraClaimSpec();
     absl::MutexLock lock(&mu_);
     claim_states_[key] = std::move(state);
+    allocating = allocating_.count(key) > 0;
   }
   if (charge.ok() && charge->has_value()) {
     cache_->ChargeDraClaim(std::move(**charge));
-  } else {
+  } else if (!allocating) {
+    // (A claim the leader is allocating right now is charged already and written next: an
+    // event from before the write must not drop that charge.)
     cache_->ReleaseDraClaim(ns, name);
   }
 }
 
 void DraAllocator::OnClaimDeleted(const Json& claim) {
+  absl::MutexLock feed(&claim_feed_mu_);
   const std::string ns = k8s::Namespace(claim);
   const std::string name = k8s::Name(claim);
   {
@@ -652,6 +674,18 @@ absl::StatusOr<DraAllocator::DraDecision> DraAllocator::Decide(const Json& pod) 
                              : StrCat("the pod's allocated claims are on node ", node,
                                       ", which does not admit it"));
   }
+  // From the first charge until the writes are done (AllocateFor), informer events of these
+  // claims must not drop their charges (OnClaim).
+  std::vector<std::string> keys;
+  for (const config::DraClaimSpec& c : to_allocate) keys.push_back(k8s::ObjectKey(ns, c.name));
+  {
+    absl::MutexLock lock(&mu_);
+    allocating_.insert(keys.begin(), keys.end());
+  }
+  auto done_allocating = [&] {
+    absl::MutexLock lock(&mu_);
+    for (const std::string& k : keys) allocating_.erase(k);
+  };
   // Prioritized lists: the combinations of alternatives in upstream's order, the first that
   // the engine can place wins (at most kMaxDraChoices searches per pod and attempt).
   const size_t choices = std::min(config::DraChoiceCount(to_allocate), kMaxDraChoices);
@@ -693,6 +727,7 @@ absl::StatusOr<DraAllocator::DraDecision> DraAllocator::Decide(const Json& pod) 
     last = placed.status();
     invalid = false;
   }
+  done_allocating();
   {
     absl::MutexLock lock(&mu_);
     ++stats_.allocation_failures;
@@ -712,6 +747,17 @@ absl::Status DraAllocator::AllocateFor(const Json& pod, bool gated) {
   if (decided->claims.empty()) return gated ? RemoveGate(pod) : absl::OkStatus();
   const std::vector<config::DraClaimSpec>& to_allocate = decided->claims;
   const std::vector<Json>& allocations = decided->allocations;
+  struct AllocatingDone {
+    DraAllocator* self;
+    std::vector<std::string> keys;
+    ~AllocatingDone() {
+      absl::MutexLock lock(&self->mu_);
+      for (const std::string& k : keys) self->allocating_.erase(k);
+    }
+  } allocating_done{this, {}};
+  for (const config::DraClaimSpec& c : to_allocate) {
+    allocating_done.keys.push_back(k8s::ObjectKey(ns, c.name));
+  }
   for (size_t i = 0; i < to_allocate.size(); ++i) {
     absl::Status s = WriteAllocation(ns, to_allocate[i].name, allocations[i]);
     if (!s.ok()) {
@@ -766,7 +812,11 @@ absl::Status DraAllocator::WriteAllocation(const std::string& ns, const std::str
   Json update = *with_finalizer;
   update["status"]["allocation"] = allocation;
   absl::StatusOr<Json> written = client_->Update(k8s::kResourceClaims, ns, update, "status");
-  return written.status();
+  if (!written.ok()) return written.status();
+  // The claim as written, at once: Filter (served by this leader) must pin the pod the moment
+  // its gate is gone, not when the claim informer catches up. The informer's event is the same.
+  OnClaim(*written);
+  return absl::OkStatus();
 }
 
 absl::Status DraAllocator::RemoveGate(const Json& pod) {

@@ -137,6 +137,7 @@ class DraAllocator {
     bool deleting = false;
     std::string allocation_error;  // A malformed allocation (charged as nothing).
     std::vector<std::string> owner_pods;  // Controller owner references' UIDs.
+    int64_t resource_version = -1;        // metadata.resourceVersion as an integer, or -1.
   };
   void OnClaim(const k8s::Json& claim);
   void OnClaimDeleted(const k8s::Json& claim);
@@ -175,8 +176,14 @@ class DraAllocator {
   std::unique_ptr<k8s::Informer> templates_;
   std::unique_ptr<k8s::Informer> slices_;
 
+  // Serializes the claim feed (informer events and the leader's own writes) with its cache
+  // updates, so that a claim's charge follows the order of its versions. Taken before the
+  // cache's lock and mu_.
+  absl::Mutex claim_feed_mu_;
   mutable absl::Mutex mu_;
   std::map<std::string, ClaimState, std::less<>> claim_states_ ABSL_GUARDED_BY(mu_);
+  // Claims the leader has charged and is writing (Decide to the end of AllocateFor).
+  std::set<std::string, std::less<>> allocating_ ABSL_GUARDED_BY(mu_);
   // Pods with spec.resourceClaims not bound yet (key -> uid), and every live pod with claims by
   // UID (for deallocation: is the pod a claim was allocated for still there?).
   std::map<std::string, std::string, std::less<>> unbound_pods_ ABSL_GUARDED_BY(mu_);
