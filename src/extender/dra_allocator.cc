@@ -22,20 +22,14 @@ using k8s::Json;
 
 constexpr char kLog[] = "dra-allocator";
 
-const Json* Find(const Json& object, std::initializer_list<const char*> path) {
-  const Json* at = &object;
-  for (const char* key : path) {
-    if (!at->is_object()) return nullptr;
-    auto it = at->find(key);
-    if (it == at->end() || it->is_null()) return nullptr;
-    at = &*it;
-  }
-  return at;
+// k8s::Find, with an explicit null read as absent (an "allocation": null is no allocation).
+const Json* Find(const Json& object, std::initializer_list<std::string_view> path) {
+  const Json* v = k8s::Find(object, path);
+  return v != nullptr && !v->is_null() ? v : nullptr;
 }
 
-std::string Str(const Json& object, std::initializer_list<const char*> path) {
-  const Json* v = Find(object, path);
-  return v != nullptr && v->is_string() ? v->get<std::string>() : "";
+std::string Str(const Json& object, std::initializer_list<std::string_view> path) {
+  return k8s::GetString(object, path);
 }
 
 bool HasFinalizer(const Json& object, std::string_view name) {
@@ -159,14 +153,17 @@ struct ResolvedClaims {
 
 }  // namespace
 
-absl::StatusOr<std::optional<DraClaimCharge>> DraChargeOf(const Json& claim) {
-  absl::StatusOr<config::DraAllocationRecord> record = config::ReadDraAllocation(claim);
+namespace {
+
+// DraChargeOf from a claim's decoded spec and allocation (OnClaim decodes them once for both).
+absl::StatusOr<std::optional<DraClaimCharge>> ChargeFrom(
+    const Json& claim, const absl::StatusOr<config::DraClaimSpec>& spec,
+    const absl::StatusOr<config::DraAllocationRecord>& record) {
   if (!record.ok()) return record.status();
   if (!record->allocated || !record->prism_marker) return std::nullopt;
   if (record->decision.empty()) {
     return absl::InvalidArgumentError("Prism's allocation marker carries no decision");
   }
-  absl::StatusOr<config::DraClaimSpec> spec = config::ParseDraClaim(claim);
   if (!spec.ok()) return spec.status();
   if (!spec->prism) {
     return absl::InvalidArgumentError("Prism's allocation marker on a claim of no Prism class");
@@ -176,7 +173,13 @@ absl::StatusOr<std::optional<DraClaimCharge>> DraChargeOf(const Json& claim) {
   absl::StatusOr<sched::PodRequest> request = config::DraClaimRequest(*chosen);
   if (!request.ok()) return request.status();
   return DraClaimCharge{k8s::Namespace(claim), k8s::Name(claim), k8s::Uid(claim), record->node,
-                        std::move(*request), std::move(record->decision)};
+                        std::move(*request), record->decision};
+}
+
+}  // namespace
+
+absl::StatusOr<std::optional<DraClaimCharge>> DraChargeOf(const Json& claim) {
+  return ChargeFrom(claim, config::ParseDraClaim(claim), config::ReadDraAllocation(claim));
 }
 
 DraAllocator::DraAllocator(DraAllocatorOptions options, k8s::Client* client, SchedulerCache* cache,
@@ -288,10 +291,10 @@ void DraAllocator::OnClaim(const Json& claim) {
       }
     }
   }
-  absl::StatusOr<config::DraClaimSpec> spec = config::ParseDraClaim(claim);
+  const absl::StatusOr<config::DraClaimSpec> spec = config::ParseDraClaim(claim);
   if (spec.ok()) {
     state.prism = spec->prism;
-    state.spec = std::move(*spec);
+    state.spec = *spec;
   } else {
     // A claim naming Prism's classes in a way Prism cannot allocate: Prism's nonetheless (it
     // must not be left to first fit), with the reason for the pod's events.
@@ -299,7 +302,7 @@ void DraAllocator::OnClaim(const Json& claim) {
     state.spec_error = std::string(spec.status().message());
   }
   absl::StatusOr<config::DraAllocationRecord> record = config::ReadDraAllocation(claim);
-  absl::StatusOr<std::optional<DraClaimCharge>> charge = DraChargeOf(claim);
+  absl::StatusOr<std::optional<DraClaimCharge>> charge = ChargeFrom(claim, spec, record);
   if (!record.ok()) {
     state.allocated = true;
   } else {

@@ -375,7 +375,8 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     ASSERT_NO_FATAL_FAILURE(StartAgent());
   }
 
-  void StartDriver() {
+  // A client of the fake API server over its kubeconfig (HTTPS, its CA), without rate limit.
+  void NewClient(std::unique_ptr<k8s::Client>* out) {
     absl::StatusOr<k8s::ClusterConfig> cluster = k8s::ParseKubeconfig(api_->KubeconfigYaml());
     ASSERT_TRUE(cluster.ok()) << cluster.status();
     k8s::ClientOptions client_options;
@@ -383,7 +384,11 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     absl::StatusOr<std::unique_ptr<k8s::Client>> client =
         k8s::Client::Create(*cluster, client_options);
     ASSERT_TRUE(client.ok()) << client.status();
-    client_ = std::move(*client);
+    *out = std::move(*client);
+  }
+
+  void StartDriver() {
+    ASSERT_NO_FATAL_FAILURE(NewClient(&client_));
     DriverOptions o;
     o.scheduler_name = scheduler_name_;
     o.weight = weight_;

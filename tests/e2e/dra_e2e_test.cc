@@ -60,14 +60,7 @@ class DraDeployTest : public DeploySeedTest {
   DraDeployTest() { bundle_dir_ = "examples/dra"; }
 
   void StartDraKubelet() {
-    absl::StatusOr<k8s::ClusterConfig> cluster = k8s::ParseKubeconfig(api_->KubeconfigYaml());
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    k8s::ClientOptions client_options;
-    client_options.qps = 0;
-    absl::StatusOr<std::unique_ptr<k8s::Client>> client =
-        k8s::Client::Create(*cluster, client_options);
-    ASSERT_TRUE(client.ok()) << client.status();
-    kubelet_client_ = std::move(*client);
+    ASSERT_NO_FATAL_FAILURE(NewClient(&kubelet_client_));
     kubelet::FakeDraKubeletOptions o;
     o.registry_dir = (dir_ / "plugins_registry").string();
     o.cdi_dir = (dir_ / "cdi").string();

@@ -14,13 +14,8 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string Str(const json& object, std::initializer_list<const char*> path) {
-  const json* at = &object;
-  for (const char* key : path) {
-    if (!at->is_object() || !at->contains(key)) return "";
-    at = &(*at)[key];
-  }
-  return at->is_string() ? at->get<std::string>() : "";
+std::string Str(const json& object, std::initializer_list<std::string_view> path) {
+  return k8s::GetString(object, path);
 }
 
 // The nodes an allocation's nodeSelector admits (matchFields metadata.name In), or nullopt when
