@@ -1,6 +1,7 @@
 // src/core/sched/engine_internal.h: the placement engine's private data structures (the shapes
 // of its caches, per-evaluation scratch state and candidate options), apart from the engine's
-// algorithm in engine.cc. Included by engine.cc only; not part of the engine's interface.
+// algorithm (Engine::Impl, engine_impl.h). Included by the engine's files only; not part of its
+// interface.
 #pragma once
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 // src/core/sched/workload_fragmentation.h: how much free GPU the target workload could not use
 // (FGD's fragmentation, Weng et al., ATC '23), per GPU and per node, and the caches that keep a
 // node's score cheap when many shapes score the same node state. Part of the placement engine
-// (included by engine.cc only); not part of its interface.
+// (included by the engine's files only); not part of its interface.
 #pragma once
 
 #include <cstdint>
