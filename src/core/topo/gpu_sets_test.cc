@@ -1,0 +1,185 @@
+#include "core/topo/gpu_sets.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "base/strings.h"
+
+namespace prism::topo {
+namespace {
+
+// A topology from `nvidia-smi topo -m`-style rows ("X NV1 SYS ...") and NUMA nodes.
+NodeTopology Topology(const std::vector<std::string>& rows, std::vector<int> numa) {
+  NodeTopology t;
+  t.numa_node = std::move(numa);
+  for (const std::string& row : rows) {
+    std::vector<GpuLink> links;
+    for (std::string_view token : StrSplit(row, ' ', true)) {
+      if (token == "X") {
+        links.push_back(GpuLink{});
+        continue;
+      }
+      absl::StatusOr<GpuLink> link = ParseLink(token);
+      EXPECT_TRUE(link.ok()) << token;
+      links.push_back(link.ok() ? *link : GpuLink{});
+    }
+    t.links.push_back(std::move(links));
+  }
+  return t;
+}
+
+// DGX-1 V100's hybrid cube-mesh (docs/topology.md): quads 0-3 and 4-7 are fully NVLinked.
+NodeTopology Dgx1() {
+  return Topology({"X NV1 NV1 NV2 NV2 SYS SYS SYS", "NV1 X NV2 NV1 SYS NV2 SYS SYS",
+                   "NV1 NV2 X NV2 SYS SYS NV1 SYS", "NV2 NV1 NV2 X SYS SYS SYS NV1",
+                   "NV2 SYS SYS SYS X NV1 NV1 NV2", "SYS NV2 SYS SYS NV1 X NV2 NV1",
+                   "SYS SYS NV1 SYS NV1 NV2 X NV2", "SYS SYS SYS NV1 NV2 NV1 NV2 X"},
+                  {0, 0, 0, 0, 1, 1, 1, 1});
+}
+
+// HGX H100: every pair through NVSwitch, GPUs 0-3 on NUMA node 0 and 4-7 on 1.
+NodeTopology HgxH100() {
+  std::vector<std::string> rows;
+  for (int a = 0; a < 8; ++a) {
+    std::vector<std::string> row;
+    for (int b = 0; b < 8; ++b) row.push_back(a == b ? "X" : "NVS18");
+    rows.push_back(StrJoin(row, " "));
+  }
+  return Topology(rows, {0, 0, 0, 0, 1, 1, 1, 1});
+}
+
+// Two sockets, two PCIe switches per socket, no NVLink.
+NodeTopology Pcie8() {
+  return Topology({"X PIX NODE NODE SYS SYS SYS SYS", "PIX X NODE NODE SYS SYS SYS SYS",
+                   "NODE NODE X PIX SYS SYS SYS SYS", "NODE NODE PIX X SYS SYS SYS SYS",
+                   "SYS SYS SYS SYS X PIX NODE NODE", "SYS SYS SYS SYS PIX X NODE NODE",
+                   "SYS SYS SYS SYS NODE NODE X PIX", "SYS SYS SYS SYS NODE NODE PIX X"},
+                  {0, 0, 0, 0, 1, 1, 1, 1});
+}
+
+// `count` of `gpus` (all equally good to the engine unless `classes` says otherwise).
+SetRequest Request(int count, std::vector<int> gpus, std::vector<int> classes = {},
+                   std::vector<int> busy = {}) {
+  SetRequest r;
+  r.count = count;
+  r.candidates = std::move(gpus);
+  r.pref_class = classes.empty() ? std::vector<int>(r.candidates.size(), 0) : std::move(classes);
+  r.idle.assign(8, true);
+  for (int b : busy) r.idle[b] = false;
+  return r;
+}
+
+const std::vector<int> kAll = {0, 1, 2, 3, 4, 5, 6, 7};
+
+TEST(GpuSetsTest, FourGpusOnADgx1TakeAnNvLinkQuad) {
+  EXPECT_EQ(ChooseGpuSet(Dgx1(), Request(4, kAll)), (std::vector<int>{0, 1, 2, 3}));
+  // Quad 0-3 partly taken: the other quad, not a set with a cross-socket pair.
+  EXPECT_EQ(ChooseGpuSet(Dgx1(), Request(4, {0, 2, 3, 4, 5, 6, 7}, {}, {1})),
+            (std::vector<int>{4, 5, 6, 7}));
+}
+
+TEST(GpuSetsTest, TwoGpusTakeTheDoubleNvLinkPair) {
+  // 0-3 has two NVLinks, 0-1 one: the better pair wins even though 0-1 comes first.
+  const std::vector<int> set = ChooseGpuSet(Dgx1(), Request(2, kAll));
+  ASSERT_EQ(set.size(), 2u);
+  EXPECT_EQ(Dgx1().Link(set[0], set[1]).nvlinks, 2);
+}
+
+TEST(GpuSetsTest, OnNvSwitchTheNumaNodeDecides) {
+  // Every pair is alike; GPU 1 is taken, so 0, 2, 3 + one of 4-7 would span two NUMA nodes.
+  EXPECT_EQ(ChooseGpuSet(HgxH100(), Request(4, {0, 2, 3, 4, 5, 6, 7}, {}, {1})),
+            (std::vector<int>{4, 5, 6, 7}));
+  EXPECT_EQ(ChooseGpuSet(HgxH100(), Request(4, kAll)), (std::vector<int>{0, 1, 2, 3}));
+}
+
+TEST(GpuSetsTest, OneGpuKeepsTheIntactQuadForLaterPods) {
+  // Quad 0-3 idle, quad 4-7 has only GPU 7 idle: a one-GPU pod takes 7, which harms no quad.
+  EXPECT_EQ(ChooseGpuSet(Dgx1(), Request(1, {0, 1, 2, 3, 7}, {}, {4, 5, 6})),
+            (std::vector<int>{7}));
+}
+
+TEST(GpuSetsTest, ByDefaultTheInterconnectNeverOverridesTheEnginesPreference) {
+  // The engine prefers 1 and 2 (class 0: e.g. partly used GPUs a share packs onto); the
+  // NVLink pair 0-3 is class 1. Only equally preferred sets are compared by interconnect.
+  const SetRequest r = Request(2, {1, 2, 0, 3}, {0, 0, 1, 1});
+  EXPECT_EQ(ChooseGpuSet(Dgx1(), r), (std::vector<int>{1, 2}));
+  SetRequest first = r;
+  first.topology_first = true;
+  const std::vector<int> set = ChooseGpuSet(Dgx1(), first);
+  ASSERT_EQ(set.size(), 2u);
+  EXPECT_EQ(Dgx1().Link(set[0], set[1]).nvlinks, 2) << set[0] << "," << set[1];
+}
+
+TEST(GpuSetsTest, RequiredTiersRefuseSetsThatMissThem) {
+  SetRequest r = Request(2, kAll);
+  r.required = Tier::kNvLink;
+  EXPECT_TRUE(ChooseGpuSet(Pcie8(), r).empty());
+  r.required = Tier::kSwitch;
+  EXPECT_EQ(ChooseGpuSet(Pcie8(), r), (std::vector<int>{0, 1}));
+  // Four GPUs within one socket are NUMA-tier; one per socket is not.
+  SetRequest numa = Request(4, {0, 1, 4, 5, 6, 7});
+  numa.required = Tier::kNuma;
+  EXPECT_EQ(ChooseGpuSet(Pcie8(), numa), (std::vector<int>{4, 5, 6, 7}));
+  numa.candidates = {0, 1, 2, 4, 5, 6};
+  numa.pref_class.assign(6, 0);
+  EXPECT_TRUE(ChooseGpuSet(Pcie8(), numa).empty());
+}
+
+TEST(GpuSetsTest, NumaBindNeedsOneKnownNumaNode) {
+  SetRequest r = Request(2, {0, 4, 5});
+  r.same_numa = true;
+  EXPECT_EQ(ChooseGpuSet(HgxH100(), r), (std::vector<int>{4, 5}));
+  NodeTopology unknown = HgxH100();
+  unknown.numa_node.assign(8, kNumaUnknown);
+  EXPECT_TRUE(ChooseGpuSet(unknown, r).empty());
+  r.count = 1;  // One GPU is always on one NUMA node.
+  EXPECT_EQ(ChooseGpuSet(unknown, r).size(), 1u);
+}
+
+TEST(GpuSetsTest, WithoutTopologyTheEnginesOrderStands) {
+  EXPECT_EQ(ChooseGpuSet(NodeTopology{}, Request(3, {5, 2, 7, 0})), (std::vector<int>{5, 2, 7}));
+  EXPECT_TRUE(ChooseGpuSet(NodeTopology{}, Request(5, {5, 2, 7, 0})).empty());
+}
+
+TEST(GpuSetsTest, LargeNodesAreSearchedGreedilyAndStillMeetTheTier) {
+  // 16 GPUs in two NVSwitch islands of 8 joined by PCIe: 8 of 16 is past exhaustive search.
+  std::vector<std::string> rows;
+  for (int a = 0; a < 16; ++a) {
+    std::vector<std::string> row;
+    for (int b = 0; b < 16; ++b) row.push_back(a == b ? "X" : (a / 8 == b / 8 ? "NVS12" : "SYS"));
+    rows.push_back(StrJoin(row, " "));
+  }
+  std::vector<int> numa(16, 0);
+  for (int g = 8; g < 16; ++g) numa[g] = 1;
+  const NodeTopology t = Topology(rows, numa);
+  SetRequest r;
+  r.count = 8;
+  for (int g = 1; g < 16; ++g) r.candidates.push_back(g);  // GPU 0 taken: island 0 has 7.
+  r.pref_class.assign(r.candidates.size(), 0);
+  r.idle.assign(16, true);
+  r.idle[0] = false;
+  r.required = Tier::kNvLink;
+  EXPECT_EQ(ChooseGpuSet(t, r), (std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15}));
+}
+
+TEST(GpuSetsTest, TiersAndScores) {
+  EXPECT_EQ(SetTier(Dgx1(), std::vector<int>{0, 1, 2, 3}), Tier::kNvLink);
+  EXPECT_EQ(SetTier(Dgx1(), std::vector<int>{0, 5}), Tier::kAny);
+  EXPECT_EQ(SetTier(Pcie8(), std::vector<int>{0, 1}), Tier::kSwitch);
+  EXPECT_EQ(SetTier(Pcie8(), std::vector<int>{0, 2}), Tier::kNuma);
+  EXPECT_EQ(SetTier(Pcie8(), std::vector<int>{3}), Tier::kNvLink);
+  EXPECT_EQ(LinkScore({LinkTier::kNvLink, 2}), 200);
+  EXPECT_EQ(LinkScore({LinkTier::kSystem, 0}), 10);
+  EXPECT_EQ(LinkScore({}), 0);
+  for (Tier t : {Tier::kAny, Tier::kNuma, Tier::kSwitch, Tier::kNvLink}) {
+    auto parsed = ParseTier(TierName(t));
+    ASSERT_TRUE(parsed.ok());
+    EXPECT_EQ(*parsed, t);
+  }
+  EXPECT_FALSE(ParseTier("NVLINK").ok());
+}
+
+}  // namespace
+}  // namespace prism::topo
