@@ -8,7 +8,7 @@ PACKAGES=(
   libcurl4-openssl-dev libssl-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   prometheus-cpp-dev
-  coinor-libclp-dev
+  coinor-libclp-dev coinor-libcbc-dev
   clang libclang-rt-dev
   mmdebstrap buildah  # the container image from Debian packages (tools/image, docs/image.md)
 )

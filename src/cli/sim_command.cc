@@ -25,7 +25,7 @@
 #include "config/device_config_yaml.h"
 #include "core/mig/gpu_model.h"
 #include "sim/ceiling.h"
-#include "sim/offline_packing.h"
+#include "sim/pattern_packing.h"
 #include "sim/policy.h"
 #include "sim/report.h"
 #include "sim/simulator.h"
@@ -276,8 +276,9 @@ absl::Status ComputeCeilingRuns(const sim::Cluster& cluster, const sim::Workload
                                           table_point ? kTableSegments : 1, {mapping}));
     if (pack && table_point) {
       ASSIGN_OR_RETURN(sim::CeilingBound bound, sim::ComputeCeiling(cluster, pods, {mapping}));
-      packing_run->curve[pct] =
-          static_cast<double>(sim::PackOffline(cluster, pods, &bound).gpu_milli) * 100 / capacity;
+      ASSIGN_OR_RETURN(sim::OfflinePacking packed,
+                       sim::PackWithPatterns(cluster, pods, &bound, {mapping}));
+      packing_run->curve[pct] = static_cast<double>(packed.gpu_milli) * 100 / capacity;
     }
   }
   bound_run->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -174,11 +174,17 @@ bool UsableGuide(const CeilingBound* guide, const Cluster& cluster, size_t pods)
 
 // Best fit, pods largest first if `decreasing` (else in arrival order), guided by the LP's
 // solution if `guide`.
+// With `start` (and no guide), on top of its placements, which are kept.
 OfflinePacking BestFit(const Cluster& cluster, std::span<const PodRequest> pods,
-                       const CeilingBound* guide, bool decreasing) {
+                       const CeilingBound* guide, bool decreasing,
+                       const OfflinePacking* start = nullptr) {
+  std::vector<bool> placed(pods.size(), false);
+  if (start != nullptr) {
+    for (const auto& [i, p] : start->placements) placed[i] = true;
+  }
   std::vector<size_t> order;
   for (size_t i = 0; i < pods.size(); ++i) {
-    if (pods[i].gpu_count > 0) order.push_back(i);
+    if (pods[i].gpu_count > 0 && !placed[i]) order.push_back(i);
   }
   if (decreasing) std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
     const PodRequest& x = pods[a];
@@ -200,6 +206,9 @@ OfflinePacking BestFit(const Cluster& cluster, std::span<const PodRequest> pods,
     std::vector<int> node_model;
     for (const NodeSpec& n : cluster.nodes()) node_model.push_back(n.gpu_count > 0 ? n.model : -1);
     Packer packer(cluster, std::move(node_model));
+    if (start != nullptr) {
+      for (const auto& [i, p] : start->placements) place(packer, i, p);
+    }
     for (size_t i : order) place(packer, i, packer.Choose(pods[i], anywhere));
     return out;
   }
@@ -236,6 +245,11 @@ OfflinePacking BestFit(const Cluster& cluster, std::span<const PodRequest> pods,
 }
 
 }  // namespace
+
+OfflinePacking CompletePacking(const Cluster& cluster, std::span<const PodRequest> pods,
+                               const OfflinePacking& start) {
+  return BestFit(cluster, pods, nullptr, true, &start);
+}
 
 OfflinePacking PackOffline(const Cluster& cluster, std::span<const PodRequest> pods,
                            const CeilingBound* guide) {

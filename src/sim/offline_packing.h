@@ -38,4 +38,10 @@ struct OfflinePacking {
 OfflinePacking PackOffline(const Cluster& cluster, std::span<const PodRequest> pods,
                            const CeilingBound* guide = nullptr);
 
+// Plain best-fit decreasing of the pods `start` leaves out, on top of `start`'s
+// placements (kept as they are; REQUIRES: feasible, software-shared GPUs): the
+// pattern packing's last step.
+OfflinePacking CompletePacking(const Cluster& cluster, std::span<const PodRequest> pods,
+                               const OfflinePacking& start);
+
 }  // namespace prism::sim
