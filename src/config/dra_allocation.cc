@@ -144,6 +144,34 @@ std::optional<ProfileNeed> CatalogProfileNeed(std::string_view name) {
   return out;
 }
 
+// A slice's shareID and consumedCapacity from the engine's grant `d` for request `r`.
+absl::StatusOr<json> DraShareResult(const std::string& who, const std::string& gpu,
+                                    const DraDeviceRequest& r, const sched::DeviceAssignment& d,
+                                    const std::string& claim_uid, size_t index) {
+  if (d.IsMig()) {
+    return absl::FailedPreconditionError(
+        StrCat(who, ": the decision gives a MIG instance of ", gpu, ", not a share of the GPU"));
+  }
+  if (claim_uid.empty()) {
+    return absl::FailedPreconditionError(StrCat(who, ": the claim has no UID to derive a shareID"));
+  }
+  DraShareAmount amount;
+  amount.memory_mib = d.memory_mib;
+  // Percent, rounded up: what the container's CUDA_DEVICE_SM_LIMIT will be.
+  amount.cores_percent = std::min<int32_t>(
+      kDraShareMaxCores, std::max<int32_t>(1, (d.cores_permille * kDraShareMaxCores +
+                                               sched::kPermille - 1) / sched::kPermille));
+  amount.slots = 1;
+  if ((r.share.memory_mib && d.memory_mib < *r.share.memory_mib) ||
+      (r.share.cores_percent && amount.cores_percent < *r.share.cores_percent)) {
+    return absl::FailedPreconditionError(
+        StrCat(who, ": the decision grants ", d.memory_mib, " MiB and ", amount.cores_percent,
+               " % of ", gpu, ", less than the claim asks"));
+  }
+  return json{{"shareID", DraShareId(claim_uid, r.name, index)},
+              {"consumedCapacity", DraConsumedCapacityJson(amount)}};
+}
+
 constexpr char kSupportedForms[] =
     "device.attributes[\"gpu.prism.io\"].profile == \"<profile>\" (class mig.gpu.prism.io) or "
     "device.capacity[\"gpu.prism.io\"].memory.compareTo(quantity(\"<quantity>\")) >= 0";
@@ -176,6 +204,10 @@ absl::Status ApplySelector(std::string_view expression, std::string_view field,
                       {"device", ".", "capacity", "[", "@", "]", ".", "memory", ".", "compareTo",
                        "(", "quantity", "(", "$", ")", ")", ">=", "#0"},
                       &value)) {
+    if (req->kind == DraDeviceKind::kSlice) {
+      return Invalid(field, StrCat(quoted, ": a share of class ", kDraSliceClass,
+                                   " asks its memory in capacity.requests.memory"));
+    }
     absl::StatusOr<int64_t> bytes = ParseQuantity(value);
     if (!bytes.ok()) {
       return Invalid(field, StrCat(quoted, ": ", bytes.status().message()));
@@ -198,12 +230,11 @@ absl::StatusOr<DraDeviceRequest> ParseExactly(const json& exactly, const std::st
   } else if (req.device_class == kDraMigClass) {
     req.kind = DraDeviceKind::kMigPartition;
   } else if (req.device_class == kDraSliceClass) {
-    return NotYet(StrCat(field, ".deviceClassName"),
-                  StrCat("class ", kDraSliceClass, " (software slices) is not allocated yet"));
+    req.kind = DraDeviceKind::kSlice;
   } else {
     return Invalid(StrCat(field, ".deviceClassName"),
                    StrCat(QuoteBounded(req.device_class), " is not one of Prism's DeviceClasses (",
-                          kDraWholeGpuClass, ", ", kDraMigClass,
+                          kDraWholeGpuClass, ", ", kDraMigClass, ", ", kDraSliceClass,
                           "); a claim is allocated whole, "
                           "so it cannot mix Prism's and other classes"));
   }
@@ -231,9 +262,19 @@ absl::StatusOr<DraDeviceRequest> ParseExactly(const json& exactly, const std::st
   ASSIGN_OR_RETURN(const bool admin,
                    jf::BoolMember(exactly, "adminAccess", StrCat(field, ".adminAccess"), false));
   if (admin) return NotYet(StrCat(field, ".adminAccess"), "admin access is not supported");
+  if (req.kind == DraDeviceKind::kSlice) {
+    if (auto it = exactly.find("capacity"); it != exactly.end()) {
+      ASSIGN_OR_RETURN(req.share, ParseDraCapacityRequests(*it, StrCat(field, ".capacity")));
+    }
+  }
   for (const char* key : {"capacity", "derivedAttributes"}) {
+    if (req.kind == DraDeviceKind::kSlice && std::string_view(key) == "capacity") continue;
     if (auto it = exactly.find(key); it != exactly.end() && !it->is_null() && !it->empty()) {
-      return NotYet(StrCat(field, ".", key), "not supported yet");
+      return NotYet(StrCat(field, ".", key),
+                    StrCat("not supported yet", std::string_view(key) == "capacity"
+                                                    ? StrCat(" (only class ", kDraSliceClass,
+                                                             " takes capacity requests)")
+                                                    : std::string()));
     }
   }
   const std::string sel_field = StrCat(field, ".selectors");
@@ -470,15 +511,15 @@ absl::StatusOr<DraPodRequest> BuildDraPodRequest(sched::PodRequest base,
       if (!r.first_available.empty()) {
         return Invalid(who, "a prioritized list must be resolved first (DraChoose)");
       }
-      if (!first.empty() && (!pod_kind || *pod_kind != r.kind)) {
-        return Invalid(
-            who,
-            StrCat("asks for ",
-                   r.kind == DraDeviceKind::kWholeGpu ? "whole GPUs" : "MIG partitions",
-                   " besides ", first, ": a pod's GPUs are all whole GPUs or all MIG partitions"));
+      const bool mig = r.kind == DraDeviceKind::kMigPartition;
+      if (!first.empty() &&
+          (!pod_kind || (*pod_kind == DraDeviceKind::kMigPartition) != mig)) {
+        return Invalid(who, StrCat("asks for ",
+                                   mig ? "MIG partitions" : "whole GPUs or shares of GPUs",
+                                   " besides ", first,
+                                   ": a pod's GPUs are all MIG partitions or none is"));
       }
-      const sched::ModeMask mode =
-          r.kind == DraDeviceKind::kWholeGpu ? sched::kModeHamiCore : sched::kModeMig;
+      const sched::ModeMask mode = mig ? sched::kModeMig : sched::kModeHamiCore;
       if ((base.modes & mode) == 0) {
         return Invalid(who, "the pod's nvidia.com/vgpu-mode excludes these devices");
       }
@@ -487,7 +528,17 @@ absl::StatusOr<DraPodRequest> BuildDraPodRequest(sched::PodRequest base,
       sched::ContainerRequest c;
       c.name = StrCat("claim:", claim.name, "/", r.name);
       c.gpu.count = r.count;
-      if (r.kind == DraDeviceKind::kWholeGpu) {
+      if (r.kind == DraDeviceKind::kSlice) {
+        // Unset capacities consume their defaults: all the memory, all the cores.
+        if (r.share.memory_mib) {
+          c.gpu.memory_mib = *r.share.memory_mib;
+        } else {
+          c.gpu.memory_permille = sched::kPermille;
+        }
+        c.gpu.cores_permille = r.share.cores_percent
+                                   ? *r.share.cores_percent * (sched::kPermille / kDraShareMaxCores)
+                                   : sched::kPermille;
+      } else if (r.kind == DraDeviceKind::kWholeGpu) {
         c.gpu.cores_permille = sched::kPermille;
         if (r.min_memory_mib > 0) {
           c.gpu.memory_mib = r.min_memory_mib;
@@ -508,8 +559,10 @@ absl::StatusOr<DraPodRequest> BuildDraPodRequest(sched::PodRequest base,
       base.containers.push_back(std::move(c));
     }
   }
-  if (pod_kind)
-    base.modes = *pod_kind == DraDeviceKind::kWholeGpu ? sched::kModeHamiCore : sched::kModeMig;
+  if (pod_kind) {
+    base.modes =
+        *pod_kind == DraDeviceKind::kMigPartition ? sched::kModeMig : sched::kModeHamiCore;
+  }
   // A profile selector asks for that exact profile; the engine takes the smallest profile that
   // covers memory and compute, which on another model is another profile (1g.5gb's memory is
   // a 1g.10gb on an H100). So the pod goes to the models that have every profile it names.
@@ -588,7 +641,8 @@ absl::StatusOr<std::vector<json>> BuildDraAllocations(const DraPodRequest& pod,
       return absl::FailedPreconditionError(
           StrCat(who, ": the decision gives ", ca.devices.size(), " devices, not ", r.count));
     }
-    for (const sched::DeviceAssignment& d : ca.devices) {
+    for (size_t di = 0; di < ca.devices.size(); ++di) {
+      const sched::DeviceAssignment& d = ca.devices[di];
       const std::string gpu = StrCat("GPU ", d.gpu_index, " (", d.uuid, ") of node ", node);
       auto minor = minors.find(d.uuid);
       if (minor == minors.end()) {
@@ -596,7 +650,11 @@ absl::StatusOr<std::vector<json>> BuildDraAllocations(const DraPodRequest& pod,
             StrCat(who, ": ", gpu, " has no device minor (not published by the node)"));
       }
       std::string device;
-      if (r.kind == DraDeviceKind::kWholeGpu) {
+      json share;  // A slice's shareID and consumedCapacity.
+      if (r.kind == DraDeviceKind::kSlice) {
+        ASSIGN_OR_RETURN(share, DraShareResult(who, gpu, r, d, claim.uid, di));
+        device = DraGpuDeviceName(minor->second);
+      } else if (r.kind == DraDeviceKind::kWholeGpu) {
         if (d.IsMig() || d.cores_permille < sched::kPermille) {
           return absl::FailedPreconditionError(StrCat(
               who, ": the decision gives a share or MIG instance of ", gpu, ", not the whole GPU"));
@@ -625,8 +683,10 @@ absl::StatusOr<std::vector<json>> BuildDraAllocations(const DraPodRequest& pod,
         }
         device = DraMigDeviceName(minor->second, prof, d.start);
       }
-      results[slot.claim].push_back(json{
-          {"request", r.name}, {"driver", kDraDriverName}, {"pool", node}, {"device", device}});
+      json result{
+          {"request", r.name}, {"driver", kDraDriverName}, {"pool", node}, {"device", device}};
+      for (auto& [k, v] : share.items()) result[k] = std::move(v);
+      results[slot.claim].push_back(std::move(result));
     }
   }
   for (size_t ci = 0; ci < claims.size(); ++ci) {

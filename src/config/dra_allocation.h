@@ -9,7 +9,8 @@
 // ("spec.devices.requests[1].exactly.count: ..."):
 //   requests[]            at most DeviceRequestsMaxSize = 32; `name` a DNS label, unique
 //   exactly               deviceClassName one of Prism's classes (gpu.prism.io: whole GPU;
-//                         mig.gpu.prism.io: MIG partition); allocationMode "" or ExactCount;
+//                         mig.gpu.prism.io: MIG partition; slice.gpu.prism.io: a share of a
+//                         GPU, config/dra_share.h); allocationMode "" or ExactCount;
 //                         count 1..32, and at most AllocationResultsMaxSize = 32 devices in
 //                         the claim (one result each); selectors at most 32, each a CEL
 //                         expression of at most CELSelectorExpressionMaxLength = 10 KiB in one
@@ -21,11 +22,15 @@
 //                           device.capacity["gpu.prism.io"].memory.compareTo(quantity("<q>")) >= 0
 //                             a device with at least that much memory (the published capacity
 //                             `memory`; upstream's own spelling of a capacity minimum, see
-//                             CapacityRequirements in types.go)
+//                             CapacityRequirements in types.go); not for slices, which ask
+//                             capacity.requests.memory instead
 //                         anything else is InvalidArgument quoting the expression (bounded)
+//   capacity              slice class only: requests {memory, cores[, slots: 1]}
+//                         (ParseDraCapacityRequests)
 // Refused with Unimplemented naming the field (valid Kubernetes that Prism does not allocate
-// yet): allocationMode All, adminAccess, capacity, derivedAttributes, class slice.gpu.prism.io,
-// constraints, and config for driver gpu.prism.io (Prism defines no claim parameters).
+// yet): allocationMode All, adminAccess, capacity of whole GPUs and MIG partitions,
+// derivedAttributes, constraints, and config for driver gpu.prism.io (Prism defines no claim
+// parameters).
 // firstAvailable (at most 8 alternatives, each decoded as `exactly` is) is read into
 // DraDeviceRequest::first_available. Ignored: tolerations (Prism's devices carry no taints yet) and config of other
 // drivers (a claim Prism allocates holds only Prism's devices, so no other driver sees it).
@@ -48,6 +53,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
+#include "config/dra_share.h"
 #include "core/sched/cluster.h"
 #include "core/sched/decision.h"
 #include "core/sched/request.h"
@@ -68,7 +74,8 @@ inline constexpr size_t kMaxDraClaimsPerPod = 32;
 inline constexpr char kDraMarkerApiVersion[] = "gpu.prism.io/v1alpha1";
 inline constexpr char kDraMarkerKind[] = "PrismAllocation";
 
-enum class DraDeviceKind : uint8_t { kWholeGpu, kMigPartition };
+// kSlice: a share of a GPU not in MIG mode (class slice.gpu.prism.io, docs/dra.md §1.4).
+enum class DraDeviceKind : uint8_t { kWholeGpu, kMigPartition, kSlice };
 
 struct DraDeviceRequest {
   std::string name;  // requests[].name
@@ -81,6 +88,7 @@ struct DraDeviceRequest {
   // allocation's results name it); the fields above are then unused but `name` and `count`
   // (the largest alternative's). Resolved by DraChoose before BuildDraPodRequest.
   std::vector<DraDeviceRequest> first_available;
+  DraShareRequest share;  // Slices: capacity.requests.
   friend bool operator==(const DraDeviceRequest&, const DraDeviceRequest&) = default;
 };
 
@@ -127,14 +135,18 @@ struct DraPodRequest {
 // memory per request of Prism's claims, named "claim:<claim>/<request>", asking for:
 //   whole GPU: count GPUs, cores 1000/1000 (exclusive), memory the selector's or 1000/1000;
 //   MIG:       count instances of memory max(the profile's smallest memory over the catalog
-//              models that have it, the selector's, 1 MiB) and, with a profile, its compute share.
+//              models that have it, the selector's, 1 MiB) and, with a profile, its compute share;
+//   slice:     count GPUs (distinct, as for nvidia.com/gpu), each with the share's memory (MiB;
+//              unset: all of it, 1000/1000) and cores (percent x 10; unset: 1000/1000), exactly
+//              what a HAMi pod asking nvidia.com/gpumem and nvidia.com/gpucores gets.
 // The engine takes the smallest plain profile that covers a MIG request, so a profile selector
 // gets that profile wherever it can be placed on a model that has it; the pod is therefore kept
 // to the catalog models that have every profile its requests name (PodRequest::use_types, unless
 // the pod sets nvidia.com/use-gputype itself; none: InvalidArgument), and BuildDraAllocations
 // checks the profile and refuses a decision that placed another. The pod's mode (PodRequest::
 // modes) is one for all its GPUs, so a pod asks either for whole GPUs or for MIG partitions,
-// and not besides extended-resource GPUs (InvalidArgument naming the claim and request); the
+// (whole GPUs and slices are both the hami-core mode and mix), and not besides
+// extended-resource GPUs (InvalidArgument naming the claim and request); the
 // mode must be one `base.modes` (nvidia.com/vgpu-mode) allows. Claims with `prism = false`
 // are skipped.
 absl::StatusOr<DraPodRequest> BuildDraPodRequest(sched::PodRequest base,
@@ -155,7 +167,10 @@ using DraGpuMinors = std::map<std::string, uint32_t, std::less<>>;
 // status.allocation for each claim in `claims` (empty JSON for claims with `prism = false`), from
 // `decision` for `pod` (BuildDraPodRequest's result, decided on `cluster`):
 //   devices.results[]  {request, driver gpu.prism.io, pool <node>, device <published name>} per
-//                      device, in request order (config/dra_names.h, the node agent's names)
+//                      device, in request order (config/dra_names.h, the node agent's names);
+//                      a slice's result also has shareID (DraShareId of the claim's UID, the
+//                      request and the result's index) and consumedCapacity (what the decision
+//                      grants: memory MiB, cores percent rounded up, slots 1)
 //   devices.config[]   Prism's marker: {source FromClass, opaque {driver gpu.prism.io,
 //                      parameters {apiVersion gpu.prism.io/v1alpha1, kind PrismAllocation,
 //                      pod <uid>, node <node>}}} (docs/dra.md §2.4)

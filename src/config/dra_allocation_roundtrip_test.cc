@@ -160,7 +160,7 @@ TEST(DraAllocationRoundTripTest, WholeGpus) {
 
   // Both GPUs are taken now: a third whole GPU does not fit anywhere.
   DraClaimSpec more{
-      "default", "more", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 0, {}}}};
+      "default", "more", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 0, {}, {}}}};
   absl::StatusOr<DraPodRequest> pod = BuildDraPodRequest({}, {more});
   ASSERT_TRUE(pod.ok());
   EXPECT_FALSE(engine.Schedule(pod->request).scheduled);
@@ -249,7 +249,7 @@ TEST(DraAllocationRoundTripTest, RefusesDecisionsThatDoNotFit) {
   EXPECT_THAT(std::string(out.status().message()), HasSubstr("asks for 3g.20gb"));
   // A whole-GPU request given a MIG instance.
   DraClaimSpec whole{
-      "default", "w", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 0, {}}}};
+      "default", "w", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 0, {}, {}}}};
   absl::StatusOr<DraPodRequest> wpod = BuildDraPodRequest({}, {whole});
   ASSERT_TRUE(wpod.ok());
   out = BuildDraAllocations(*wpod, {whole}, r.decision, engine.cluster(), Minors(f.mig_gpus));

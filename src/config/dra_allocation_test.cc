@@ -82,8 +82,9 @@ TEST(DraClaimTest, BadInputNamesTheField) {
   // An unknown class in Prism's domain.
   ExpectError(Claim({Request("a", {{"deviceClassName", "foo.gpu.prism.io"}})}),
               absl::StatusCode::kInvalidArgument, "requests[0].exactly.deviceClassName");
-  ExpectError(Claim({Request("a", {{"deviceClassName", "slice.gpu.prism.io"}})}),
-              absl::StatusCode::kUnimplemented, "requests[0].exactly.deviceClassName");
+  ExpectError(Claim({Request("a", {{"deviceClassName", "slice.gpu.prism.io"},
+                                   {"capacity", {{"requests", {{"cores", "150"}}}}}})}),
+              absl::StatusCode::kInvalidArgument, "requests[0].exactly.capacity.requests");
   // Counts: 0, negative, past the 32 results, floats; and 32 split over two requests + 1.
   for (json count : {json(0), json(-1), json(33), json(1.5), json("2")}) {
     ExpectError(Claim({Request("a", {{"deviceClassName", "gpu.prism.io"}, {"count", count}})}),
@@ -196,10 +197,10 @@ TEST(DraClaimTest, FirstAvailableAlternativesInOrder) {
 
 TEST(DraPodRequestTest, OneContainerPerRequest) {
   DraClaimSpec a{
-      "ns", "a", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 2, "", 0, {}}}};
+      "ns", "a", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 2, "", 0, {}, {}}}};
   DraClaimSpec foreign{"ns", "nic", "", false, {}};
   DraClaimSpec b{
-      "ns", "b", "", true, {{"more", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 40000, {}}}};
+      "ns", "b", "", true, {{"more", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 40000, {}, {}}}};
   sched::PodRequest base;
   base.name = "p";
   base.containers.push_back({"main", false, 1000, 1 << 30, {}});
@@ -221,9 +222,9 @@ TEST(DraPodRequestTest, OneContainerPerRequest) {
 
 TEST(DraPodRequestTest, RefusesMixedKindsAndExtendedResources) {
   DraClaimSpec whole{
-      "ns", "a", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 0, {}}}};
+      "ns", "a", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 0, {}, {}}}};
   DraClaimSpec mig{
-      "ns", "b", "", true, {{"mig", "mig.gpu.prism.io", DraDeviceKind::kMigPartition, 1, "", 0, {}}}};
+      "ns", "b", "", true, {{"mig", "mig.gpu.prism.io", DraDeviceKind::kMigPartition, 1, "", 0, {}, {}}}};
   absl::StatusOr<DraPodRequest> pod = BuildDraPodRequest({}, {whole, mig});
   ASSERT_FALSE(pod.ok());
   EXPECT_THAT(std::string(pod.status().message()), HasSubstr("ResourceClaim b request mig"));
@@ -240,7 +241,7 @@ TEST(DraPodRequestTest, RefusesMixedKindsAndExtendedResources) {
 TEST(DraPodRequestTest, AProfileSelectorKeepsThePodToModelsThatHaveIt) {
   // 1g.5gb exists on the 40 GB A100s only; on an H100 the same memory is a 1g.10gb.
   DraClaimSpec small{"ns", "s", "", true,
-                     {{"mig", "mig.gpu.prism.io", DraDeviceKind::kMigPartition, 1, "1g.5gb", 0, {}}}};
+                     {{"mig", "mig.gpu.prism.io", DraDeviceKind::kMigPartition, 1, "1g.5gb", 0, {}, {}}}};
   absl::StatusOr<DraPodRequest> pod = BuildDraPodRequest({}, {small});
   ASSERT_TRUE(pod.ok()) << pod.status();
   ASSERT_FALSE(pod->request.use_types.empty());
@@ -249,7 +250,7 @@ TEST(DraPodRequestTest, AProfileSelectorKeepsThePodToModelsThatHaveIt) {
   }
   // No model has both 1g.5gb and 1g.20gb.
   DraClaimSpec big{"ns", "b", "", true,
-                   {{"mig", "mig.gpu.prism.io", DraDeviceKind::kMigPartition, 1, "1g.20gb", 0, {}}}};
+                   {{"mig", "mig.gpu.prism.io", DraDeviceKind::kMigPartition, 1, "1g.20gb", 0, {}, {}}}};
   pod = BuildDraPodRequest({}, {small, big});
   ASSERT_FALSE(pod.ok());
   EXPECT_THAT(std::string(pod.status().message()), HasSubstr("no GPU model has both 1g.5gb"));

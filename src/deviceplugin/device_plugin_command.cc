@@ -78,6 +78,7 @@ struct Flags {
   std::string dra_registry_dir = kubelet::kKubeletRegistryDir;
   std::string dra_plugin_dir;  // Empty: <kubelet plugins dir>/<driver name>.
   double dra_republish_seconds = 30;
+  bool dra_consumable_capacity = false;
 };
 
 absl::StatusOr<std::pair<std::string, int>> ParseAddress(const std::string& address) {
@@ -212,6 +213,8 @@ absl::Status Run(const Flags& flags) {
     dra_options.vgpu = options.vgpu;
     dra_options.gpus = dra_gpus;
     dra_options.mig_worker = on_worker;
+    dra_options.consumable_capacity = flags.dra_consumable_capacity;
+    dra_options.split_count = options.split_count;
     dra_driver = std::make_unique<deviceplugin::DraDriver>(dra_options, client.get());
     RETURN_IF_ERROR(Annotate(dra_driver->Start(), "starting the DRA driver"));
     // The claims' instances are taken back before the agent trims idle ones.
@@ -229,8 +232,11 @@ absl::Status Run(const Flags& flags) {
     server_options.plugin_dir = flags.dra_plugin_dir.empty() ? StrCat(kubelet::kKubeletPluginsDir,
                                                                       "/", flags.dra_driver_name)
                                                              : flags.dra_plugin_dir;
-    dra_slices = std::make_unique<deviceplugin::DraSlicePublisher>(flags.dra_driver_name,
-                                                                   flags.node_name, client.get());
+    deviceplugin::DraPublishOptions publish;
+    publish.consumable_capacity = flags.dra_consumable_capacity;
+    publish.split_count = options.split_count;
+    dra_slices = std::make_unique<deviceplugin::DraSlicePublisher>(
+        flags.dra_driver_name, flags.node_name, client.get(), publish);
     server_options.on_registered = [&dra_slices, dra_gpus]() {
       ASSIGN_OR_RETURN(std::vector<deviceplugin::DraGpu> gpus, dra_gpus());
       return dra_slices->Publish(gpus).status();
@@ -421,6 +427,12 @@ void AddDevicePluginCommand(CLI::App& app, int* exit_code) {
                   "Seconds between re-readings of the GPUs for the ResourceSlices (published "
                   "again only when something changed)")
       ->check(CLI::Range(0.05, 3600.0))
+      ->capture_default_str();
+  cmd->add_option("--dra-consumable-capacity", flags->dra_consumable_capacity,
+                  "Publish GPUs not in MIG mode as shared devices (allowMultipleAllocations, "
+                  "capacities memory/cores/slots) and prepare shares of them: needs the "
+                  "DRAConsumableCapacity feature gate (alpha in Kubernetes 1.34/1.35, on from "
+                  "1.36) on the API server (docs/dra.md §1.4)")
       ->capture_default_str();
   cmd->callback([flags, exit_code] {
     // libcurl and gRPC write to sockets the peer may have closed.

@@ -10,6 +10,7 @@
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "config/dra_share.h"
 #include "config/names.h"
 #include "deviceplugin/dra_claim.h"
 
@@ -87,6 +88,20 @@ absl::StatusOr<PreparedDevice> DeviceFromJson(const json& j, const std::string& 
   if (d.IsMig() && d.mig_start < 0) {
     return absl::InvalidArgumentError(StrCat(field, ".migStart: required with migProfile"));
   }
+  ASSIGN_OR_RETURN(d.share_id, jf::StringMember(j, "shareId", StrCat(field, ".shareId"), ""));
+  if (!d.share_id.empty() && !config::IsDraShareId(d.share_id)) {
+    // It names the share's region file: held to the API's rule for shareIDs.
+    return absl::InvalidArgumentError(StrCat(field, ".shareId: not a UID in normalized form"));
+  }
+  ASSIGN_OR_RETURN(d.share_memory_mib, jf::IntMember(j, "memoryMib", StrCat(field, ".memoryMib"),
+                                                     0, int64_t{1} << 40, 0));
+  ASSIGN_OR_RETURN(const int64_t cores,
+                   jf::IntMember(j, "coresPercent", StrCat(field, ".coresPercent"), 0,
+                                 config::kDraShareMaxCores, 0));
+  ASSIGN_OR_RETURN(const int64_t slots,
+                   jf::IntMember(j, "slots", StrCat(field, ".slots"), 0, 1000, 0));
+  d.share_cores_percent = static_cast<int32_t>(cores);
+  d.share_slots = static_cast<int32_t>(slots);
   return d;
 }
 
@@ -128,6 +143,12 @@ json ToJson(const PreparedClaim& c) {
       entry["gpuInstanceId"] = d.gpu_instance_id;
       entry["computeInstanceId"] = d.compute_instance_id;
       entry["migUuid"] = d.mig_uuid;
+    }
+    if (d.IsShare()) {
+      entry["shareId"] = d.share_id;
+      entry["memoryMib"] = d.share_memory_mib;
+      entry["coresPercent"] = d.share_cores_percent;
+      entry["slots"] = d.share_slots;
     }
     devices.push_back(std::move(entry));
   }

@@ -60,10 +60,15 @@ absl::StatusOr<DraAllocationResult> ParseResult(const json& r, const std::string
   }
   if (auto it = r.find("shareID"); it != r.end() && !it->is_null()) {
     ASSIGN_OR_RETURN(std::string share, jf::String(*it, StrCat(field, ".shareID")));
-    if (share.empty() || !config::IsPodUid(share)) {
-      return Invalid(StrCat(field, ".shareID"), share, "a UID");
+    if (!config::IsDraShareId(share)) {
+      return Invalid(StrCat(field, ".shareID"), share,
+                     "a UID in RFC 4122 normalized form (8-4-4-4-12 lower-case hex)");
     }
     out.share_id = std::move(share);
+  }
+  if (auto it = r.find("consumedCapacity"); it != r.end() && !it->is_null()) {
+    ASSIGN_OR_RETURN(out.consumed,
+                     config::ParseDraConsumedCapacity(*it, StrCat(field, ".consumedCapacity")));
   }
   return out;
 }

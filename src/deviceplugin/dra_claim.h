@@ -11,7 +11,9 @@
 //   driver         a DNS subdomain of at most DriverNameMaxLength = 63 bytes
 //   pool           DNS subdomains joined by '/', at most PoolNameMaxLength = 253 bytes
 //   device         a DNS label
-//   shareID        a UUID (only with DRAConsumableCapacity)
+//   shareID        a UUID in RFC 4122 normalized form (validation.go validateUID; only with
+//                  DRAConsumableCapacity)
+//   consumedCapacity  memory, cores, slots (config/dra_share.h)
 // Unknown fields are ignored (the API grows). Pure; thread-safe.
 #pragma once
 
@@ -25,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
 
+#include "config/dra_share.h"
 #include "k8s/resource.h"
 
 namespace prism::deviceplugin {
@@ -53,6 +56,7 @@ struct DraAllocationResult {
   std::string pool;
   std::string device;
   std::optional<std::string> share_id;
+  std::optional<config::DraShareAmount> consumed;  // consumedCapacity, when present.
   friend bool operator==(const DraAllocationResult&, const DraAllocationResult&) = default;
 };
 

@@ -244,13 +244,15 @@ absl::StatusOr<std::vector<PreparedDevice>> DraDriver::PrepareLocked(const DraCl
   std::set<std::string> seen;
   std::vector<DraGpu> gpus;
   bool gpus_read = false;
-  // Devices other prepared claims hold.
+  // Devices other prepared claims hold (whole), and whole GPUs they hold shares of.
   std::map<std::string, std::string> held;
+  std::map<std::string, std::string> shared;
   const std::optional<PreparedClaim> earlier = checkpoint_.Get(claim.uid);  // Preparing.
   for (const PreparedClaim& c : checkpoint_.All()) {
     if (c.uid == claim.uid) continue;
     for (const PreparedDevice& d : c.devices) {
-      held[d.device] = StrCat(ClaimKey(c.namespace_name, c.name), " (", c.uid, ")");
+      (d.IsShare() ? shared : held)[d.device] =
+          StrCat(ClaimKey(c.namespace_name, c.name), " (", c.uid, ")");
     }
   }
   auto read_gpus = [&]() -> absl::Status {
@@ -277,9 +279,26 @@ absl::StatusOr<std::vector<PreparedDevice>> DraDriver::PrepareLocked(const DraCl
                                                   "'"));
     }
     if (r.share_id) {
-      return absl::UnimplementedError(StrCat(field, ": device '", r.device,
-                                             "' is allocated as a share (shareID ", *r.share_id,
-                                             "); this agent prepares whole GPUs only so far"));
+      const std::optional<uint32_t> minor = ParseGpuDeviceName(r.device);
+      if (!minor) {
+        return absl::NotFoundError(StrCat(field, ": no shared device '", r.device, "' in pool '",
+                                          options_.node_name, "' of driver ",
+                                          options_.driver_name));
+      }
+      if (!seen.insert(StrCat(r.device, "/", *r.share_id)).second) {
+        return absl::InvalidArgumentError(StrCat(field, ": share ", *r.share_id, " of device '",
+                                                 r.device, "' is allocated twice in this claim"));
+      }
+      if (auto it = held.find(r.device); it != held.end()) {
+        return absl::FailedPreconditionError(
+            StrCat(field, ": device '", r.device, "' is already prepared whole for ResourceClaim ",
+                   it->second));
+      }
+      RETURN_IF_ERROR(read_gpus());
+      ASSIGN_OR_RETURN(PreparedDevice device,
+                       CheckShare(claim.uid, field, r, *minor, gpus, devices));
+      devices.push_back(std::move(device));
+      continue;
     }
     if (std::optional<uint32_t> mig_minor = MigDeviceMinor(r.device)) {
       if (!seen.insert(r.device).second) {
@@ -309,6 +328,18 @@ absl::StatusOr<std::vector<PreparedDevice>> DraDriver::PrepareLocked(const DraCl
     if (auto it = held.find(r.device); it != held.end()) {
       return absl::FailedPreconditionError(StrCat(
           field, ": device '", r.device, "' is already prepared for ResourceClaim ", it->second));
+    }
+    if (auto it = shared.find(r.device); it != shared.end()) {
+      return absl::FailedPreconditionError(StrCat(field, ": device '", r.device,
+                                                  "' is shared by ResourceClaim ", it->second,
+                                                  " and cannot be prepared whole"));
+    }
+    for (const PreparedDevice& d : devices) {
+      if (d.IsShare() && d.device == r.device) {
+        return absl::InvalidArgumentError(StrCat(field, ": device '", r.device,
+                                                 "' is allocated whole and as a share in this "
+                                                 "claim"));
+      }
     }
     RETURN_IF_ERROR(read_gpus());
     const DraGpu* gpu = nullptr;
@@ -341,9 +372,14 @@ absl::StatusOr<std::vector<PreparedDevice>> DraDriver::PrepareLocked(const DraCl
                        absl::ToUnixMillis(absl::Now()), /*preparing=*/true, devices};
   const bool mig = std::any_of(devices.begin(), devices.end(),
                                [](const PreparedDevice& d) { return d.IsMig(); });
-  if (mig) {
-    // Recorded before any NVML call: a restart then knows what to adopt or release.
+  const bool share = std::any_of(devices.begin(), devices.end(),
+                                 [](const PreparedDevice& d) { return d.IsShare(); });
+  if (mig || share) {
+    // Recorded before any NVML call or region file: a restart then knows what to adopt or
+    // release, and the shares count against their GPU from now on.
     RETURN_IF_ERROR(checkpoint_.Put(record));
+  }
+  if (mig) {
     const EnsureMode mode = earlier ? EnsureMode::kAdopt : EnsureMode::kAllocate;
     if (absl::Status realized = RealizeMig(claim.uid, devices, gpus, mode); !realized.ok()) {
       (void)checkpoint_.Remove(claim.uid);
@@ -354,8 +390,15 @@ absl::StatusOr<std::vector<PreparedDevice>> DraDriver::PrepareLocked(const DraCl
     std::error_code ec;
     fs::remove(DraCdiSpecPath(options_.cdi_dir, claim.uid), ec);
     if (mig) (void)ReleaseMig(claim.uid);
+    if (share) (void)RemoveShareRegions(claim.uid, devices);
     (void)checkpoint_.Remove(claim.uid);
   };
+  if (share) {
+    if (absl::Status made = MakeShareRegions(claim.uid, devices); !made.ok()) {
+      undo();
+      return made;
+    }
+  }
   if (absl::Status written = WriteSpec(claim.uid, devices, gpus); !written.ok()) {
     undo();
     return written;
@@ -390,6 +433,15 @@ absl::Status DraDriver::WriteSpec(const std::string& uid,
     realized.gpu_index = gpu->index;
     realized.gpu_uuid = gpu->uuid;
     realized.gpu_memory_mib = gpu->memory_mib;
+    ContainerIdentity who;
+    std::string cdi_name = StrCat(uid, "-", d.device);
+    if (d.IsShare()) {
+      // A slice as the device-plugin path gives one: limits, region file, library.
+      realized.memory_mib = d.share_memory_mib;
+      realized.cores_permille = d.share_cores_percent * (sched::kPermille / 100);
+      who = ContainerIdentity{uid, StrCat(d.device, "_", d.share_id), false};
+      cdi_name = StrCat(cdi_name, "-", d.share_id);
+    }
     if (d.IsMig()) {
       realized.mode = sched::GpuMode::kMig;
       realized.profile = d.mig_profile;
@@ -398,11 +450,11 @@ absl::Status DraDriver::WriteSpec(const std::string& uid,
       realized.compute_instance_id = d.compute_instance_id;
       realized.mig_uuid = d.mig_uuid;
     }
-    // Whole GPU or MIG instance: no limits, no region, no preload; the toolkit's device-list
-    // mount, which composes when a container gets several devices. Not NVIDIA_VISIBLE_DEVICES:
-    // each CDI device setting it, the runtime would keep only the last device's (the spec sets
-    // it to "void" once, below).
-    ContainerEdits edits = BuildContainerEdits({realized}, ContainerIdentity{}, options_.vgpu);
+    // Whole GPU or MIG instance: no limits, no region, no preload; a share: its limits (as
+    // device 0 of its container). Each with the toolkit's device-list mount, which composes when
+    // a container gets several devices. Not NVIDIA_VISIBLE_DEVICES: each CDI device setting it,
+    // the runtime would keep only the last device's (the spec sets it to "void" once, below).
+    ContainerEdits edits = BuildContainerEdits({realized}, who, options_.vgpu);
     std::erase_if(edits.env, [](const auto& e) { return e.first == "NVIDIA_VISIBLE_DEVICES"; });
     if (options_.device_nodes.enabled) {
       ASSIGN_OR_RETURN(std::vector<DeviceNodeEdit> nodes,
@@ -411,8 +463,7 @@ absl::Status DraDriver::WriteSpec(const std::string& uid,
         if (control_paths.count(n.path) == 0) edits.device_nodes.push_back(std::move(n));
       }
     }
-    list.push_back(
-        json{{"name", StrCat(uid, "-", d.device)}, {"containerEdits", EditsJson(edits)}});
+    list.push_back(json{{"name", cdi_name}, {"containerEdits", EditsJson(edits)}});
   }
   json spec{{"cdiVersion", kCdiVersion}, {"kind", kDraCdiKind}, {"devices", list}};
   // Once for the spec, as the NVIDIA container toolkit's CDI specs do (nvcdi wrapper.go,
@@ -443,6 +494,7 @@ absl::Status DraDriver::Unprepare(const DraClaimRef& ref) {
     // The record stays until the instances are released: a failure is retried by the kubelet.
     RETURN_IF_ERROR(ReleaseMig(ref.uid));
   }
+  if (record) RETURN_IF_ERROR(RemoveShareRegions(ref.uid, record->devices));
   RETURN_IF_ERROR(checkpoint_.Remove(ref.uid));
   if (known) {
     LogInfo(kLog, "unprepared ResourceClaim ", ClaimKey(ref.namespace_name, ref.name), " (",

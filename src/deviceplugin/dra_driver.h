@@ -19,12 +19,17 @@
 // mode (DraMigDevices): the claim is recorded as preparing before any NVML call, the instance is
 // made profile@start by the node agent's MIG realizer (the device-plugin path's own, so neither
 // path takes what the other holds), and the record completed with its UUID. A GPU in MIG mode
-// has no whole-GPU device. Shares of a GPU (a result with a shareID) are refused with an error
-// naming the device. The CDI devices carry device nodes and the toolkit's device-list mounts,
+// has no whole-GPU device. Shares of a GPU (a result with a shareID, with consumable capacity
+// on: DraDriverOptions::consumable_capacity) are checked against the GPU's memory, cores and
+// slots together with every share prepared on it (under the driver's lock: concurrent calls
+// cannot overcommit it), recorded as preparing, given their region file
+// (<vgpu host dir>/regions/<claim-uid>_<device>_<shareID>) and the limits of libprism-vgpu exactly
+// as the device-plugin path gives a slice (container_edits.h: the same code), CDI device
+// "<uid>-<device>-<shareID>"; a whole GPU and a share of it never both. The CDI devices carry device nodes and the toolkit's device-list mounts,
 // which compose when a container gets several; NVIDIA_VISIBLE_DEVICES is "void" once for the
 // spec, as the NVIDIA container toolkit's CDI specs have it (nvcdi wrapper.go, GetCommonEdits). Errors start with
 // "ResourceClaim <ns>/<name>: " and name the result ("status.allocation.devices.results[i]").
-// Unprepare releases the claim's MIG instances (destroyed unless processes run on them or the
+// Unprepare removes the claim's region files, releases its MIG instances (destroyed unless processes run on them or the
 // agent keeps them idle for reuse, --max-idle-instances), then removes its spec and record; a claim never prepared (or already unprepared)
 // is success, as the kubelet expects. Thread-safe: claims may be prepared concurrently; the
 // local part (checks, spec, record) runs under one lock so that two claims cannot both take a
@@ -127,6 +132,11 @@ struct DraDriverOptions {
   // partitions are refused. The realizer is the device-plugin path's own, so the two paths see
   // each other's instances: neither takes nor destroys one the other holds.
   std::function<absl::Status(const std::function<void(nvml::Nvml&, MigRealizer&)>&)> mig_worker;
+  // GPUs not in MIG mode are published shared (DraPublishOptions::consumable_capacity), so
+  // results with a shareID are prepared as shares; off: such results are refused.
+  bool consumable_capacity = false;
+  // Shares of one GPU at most (the published `slots`, deviceSplitCount).
+  int32_t split_count = 10;
   // Prepare only allocations Prism's scheduler wrote: status.allocation.devices.config carries
   // Prism's FromClass marker naming this node (docs/dra.md §1.6 step 1). Any other allocation of
   // Prism's devices (kube-scheduler's first fit for a pod that bypassed Prism, another tool's)
@@ -141,6 +151,10 @@ struct DraPrepareResult {
 
 // "prism.io/claim=<uid>-<device>".
 std::string DraCdiDeviceId(std::string_view claim_uid, std::string_view device);
+// A share's region file name in RegionDir: "<claim-uid>_<device>_<shareID>" (RegionFileName of
+// the claim UID and "<device>_<shareID>"; none of the three holds '_', and a pod's region name
+// "<pod-uid>_<container>" has one '_' only, so no two are the same file).
+std::string DraShareRegionName(std::string_view claim_uid, const PreparedDevice& device);
 // "<cdi_dir>/prism.io-claim-<uid>.json".
 std::string DraCdiSpecPath(std::string_view cdi_dir, std::string_view claim_uid);
 
@@ -175,6 +189,18 @@ class DraDriver {
   absl::Status RealizeMig(const std::string& uid, std::vector<PreparedDevice>& devices,
                           const std::vector<DraGpu>& gpus, EnsureMode mode);
   absl::Status ReleaseMig(const std::string& uid);
+  // A share of result `r` on whole-GPU device `minor`: the GPU exists and is not in MIG mode,
+  // no claim holds it whole, and its consumedCapacity fits next to the shares of other prepared
+  // claims and of `in_claim`.
+  absl::StatusOr<PreparedDevice> CheckShare(const std::string& claim_uid, const std::string& field,
+                                            const DraAllocationResult& r, uint32_t minor,
+                                            const std::vector<DraGpu>& gpus,
+                                            const std::vector<PreparedDevice>& in_claim) const;
+  // The region files of the claim's limited shares (node_files.h), made / removed.
+  absl::Status MakeShareRegions(const std::string& uid,
+                                const std::vector<PreparedDevice>& devices) const;
+  absl::Status RemoveShareRegions(const std::string& uid,
+                                  const std::vector<PreparedDevice>& devices) const;
   // A MIG device of result `r`: published on GPU `minor`, not overlapping a partition this
   // claim or another prepared one holds. Returns the device to prepare (no instance yet).
   absl::StatusOr<PreparedDevice> CheckMigDevice(const std::string& claim_uid,

@@ -58,6 +58,10 @@ grpc::Status Prepare(DraDriver* driver, int max_claims, const Request& request,
       device->set_pool_name(d.pool);
       device->set_device_name(d.device);
       for (const std::string& id : d.cdi_device_ids) device->add_cdi_device_ids(id);
+      // v1 only: the kubelet tells shares of one device apart by it.
+      if constexpr (requires { device->set_share_id(d.share_id); }) {
+        if (d.IsShare()) device->set_share_id(d.share_id);
+      }
     }
   }
   return grpc::Status::OK;

@@ -2,14 +2,18 @@
 
 #include <algorithm>
 #include <functional>
+#include <climits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "base/json_fields.h"
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "config/dra_share.h"
 #include "config/names.h"
+#include "config/quantity.h"
 #include "deviceplugin/dra_claim.h"
 #include "deviceplugin/dra_mig.h"
 #include "k8s/client.h"
@@ -54,10 +58,83 @@ json CounterMap(const std::map<std::string, int64_t>& counters) {
   return out;
 }
 
+// A quantity member of `object`, as an integer (rounded up, as Quantity.Value()).
+absl::StatusOr<int64_t> QuantityAt(const json& object, const char* key, const std::string& field) {
+  const json* v = Member(object, key);
+  if (v == nullptr || !v->is_string()) {
+    return absl::InvalidArgumentError(StrCat(field, ".", key, ": expected a quantity"));
+  }
+  absl::StatusOr<int64_t> q = config::ParseQuantity(v->get<std::string>());
+  if (!q.ok()) return absl::InvalidArgumentError(StrCat(field, ".", key, ": ", q.status().message()));
+  return *q;
+}
+
+// validateMultiAllocatableDeviceCapacity / validateSingleAllocatableDeviceCapacity and
+// validateRequestPolicy with its helpers (pkg/apis/resource/validation/validation.go).
+absl::Status ValidateCapacity(const json& capacity, bool shared, const std::string& field) {
+  ASSIGN_OR_RETURN(const int64_t value, QuantityAt(capacity, "value", field));
+  const json* policy = Member(capacity, "requestPolicy");
+  if (policy == nullptr) return absl::OkStatus();
+  const std::string pf = field + ".requestPolicy";
+  auto invalid = [&](std::string_view what) {
+    return absl::InvalidArgumentError(StrCat(pf, ": ", what));
+  };
+  if (!shared) return invalid("allowMultipleAllocations must be true");
+  const json* values = Member(*policy, "validValues");
+  const json* range = Member(*policy, "validRange");
+  if (values != nullptr && range != nullptr) {
+    return invalid("exactly one policy can be specified, not validValues and validRange");
+  }
+  if (values == nullptr && range == nullptr) return absl::OkStatus();
+  if (Member(*policy, "default") == nullptr) return invalid("default: required");
+  ASSIGN_OR_RETURN(const int64_t def, QuantityAt(*policy, "default", pf));
+  if (values != nullptr) {
+    if (!values->is_array() || values->empty() || values->size() > config::kDraMaxValidValues) {
+      return invalid(StrCat("validValues: expected 1..", config::kDraMaxValidValues, " values"));
+    }
+    bool found = false;
+    int64_t previous = INT64_MIN;
+    for (const json& v : *values) {
+      if (!v.is_string()) return invalid("validValues: expected quantities");
+      absl::StatusOr<int64_t> q = config::ParseQuantity(v.get<std::string>());
+      if (!q.ok()) return invalid(StrCat("validValues: ", q.status().message()));
+      if (*q < previous) return invalid("validValues: values must be sorted in ascending order");
+      if (*q == previous) return invalid("validValues: duplicate value");
+      if (*q > value) return invalid("validValues: option is larger than capacity value");
+      found = found || *q == def;
+      previous = *q;
+    }
+    if (!found) return invalid("default value is not valid according to the requestPolicy");
+    return absl::OkStatus();
+  }
+  const std::string rf = pf + ".validRange";
+  if (Member(*range, "min") == nullptr) return invalid("validRange.min: required");
+  ASSIGN_OR_RETURN(const int64_t min, QuantityAt(*range, "min", rf));
+  if (min > value) return invalid("validRange.min: larger than capacity value");
+  if (def < min) return invalid("validRange.min: default is less than min");
+  std::optional<int64_t> max;
+  if (Member(*range, "max") != nullptr) {
+    ASSIGN_OR_RETURN(max, QuantityAt(*range, "max", rf));
+    if (min > *max) return invalid("validRange.max: min is larger than max");
+    if (*max > value) return invalid("validRange.max: larger than capacity value");
+    if (def > *max) return invalid("validRange.max: default is more than max");
+  }
+  if (Member(*range, "step") != nullptr) {
+    ASSIGN_OR_RETURN(const int64_t step, QuantityAt(*range, "step", rf));
+    if (step <= 0) return invalid("validRange.step: must be positive");
+    if (min + step > value) return invalid("validRange.step: one step is larger than capacity");
+    if ((def - min) % step != 0 || (max && (*max - min) % step != 0)) {
+      return invalid("validRange.step: value is not a multiple of the step from min");
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::vector<json> BuildWholeGpuSlices(const std::string& driver, const std::string& node,
-                                      const std::vector<DraGpu>& gpus, int64_t generation) {
+                                      const std::vector<DraGpu>& gpus, int64_t generation,
+                                      const DraPublishOptions& options) {
   std::vector<DraGpu> sorted = gpus;
   std::sort(sorted.begin(), sorted.end(),
             [](const DraGpu& a, const DraGpu& b) { return a.minor < b.minor; });
@@ -69,9 +146,15 @@ std::vector<json> BuildWholeGpuSlices(const std::string& driver, const std::stri
     if (!g.mig_enabled) {
       json attributes{{"type", {{"string", "gpu"}}}, {"uuid", {{"string", g.uuid}}}};
       if (!g.product_name.empty()) attributes["productName"] = {{"string", g.product_name}};
-      devices.push_back(json{{"name", DraGpuDeviceName(g.minor)},
-                             {"attributes", attributes},
-                             {"capacity", {{"memory", {{"value", StrCat(g.memory_mib, "Mi")}}}}}});
+      json device{{"name", DraGpuDeviceName(g.minor)},
+                  {"attributes", attributes},
+                  {"capacity", {{"memory", {{"value", StrCat(g.memory_mib, "Mi")}}}}}};
+      if (options.consumable_capacity) {
+        // One device serves both classes: a whole-GPU claim consumes the defaults (all of it).
+        device["allowMultipleAllocations"] = true;
+        device["capacity"] = config::DraSharedGpuCapacity(g.memory_mib, options.split_count);
+      }
+      devices.push_back(std::move(device));
     } else {
       const std::vector<DraMigDevice> mig = DraMigDevices(g);
       if (mig.empty()) continue;
@@ -266,6 +349,14 @@ absl::Status ValidatePoolSlices(const std::vector<json>& slices) {
                                                  " attributes and capacities, more than ",
                                                  kMaxAttributesAndCapacities));
       }
+      if (const json* capacity = Member(d, "capacity"); capacity != nullptr && capacity->is_object()) {
+        const json* multi = Member(d, "allowMultipleAllocations");
+        const bool multiple = multi != nullptr && multi->is_boolean() && multi->get<bool>();
+        for (const auto& [capacity_name, c] : capacity->items()) {
+          RETURN_IF_ERROR(
+              ValidateCapacity(c, multiple, StrCat(where, f, ".capacity.", capacity_name)));
+        }
+      }
       if (const json* consumes = Member(d, "consumesCounters")) {
         if (!consumes->is_array() || consumes->size() > kMaxCounterConsumptionsPerDevice) {
           return absl::InvalidArgumentError(StrCat(where, f, ".consumesCounters: at most ",
@@ -304,8 +395,9 @@ absl::Status ValidatePoolSlices(const std::vector<json>& slices) {
   return absl::OkStatus();
 }
 
-DraSlicePublisher::DraSlicePublisher(std::string driver, std::string node, k8s::Client* client)
-    : driver_(std::move(driver)), node_(std::move(node)), client_(client) {}
+DraSlicePublisher::DraSlicePublisher(std::string driver, std::string node, k8s::Client* client,
+                                     DraPublishOptions options)
+    : driver_(std::move(driver)), node_(std::move(node)), client_(client), options_(options) {}
 
 absl::StatusOr<int64_t> DraSlicePublisher::Publish(const std::vector<DraGpu>& gpus) {
   absl::MutexLock lock(&mu_);
@@ -329,14 +421,14 @@ absl::StatusOr<int64_t> DraSlicePublisher::Publish(const std::vector<DraGpu>& gp
     const std::string name = (*meta)["name"].get<std::string>();
     existing[name] = std::move(slice);
   }
-  std::vector<json> desired = BuildWholeGpuSlices(driver_, node_, gpus, generation);
+  std::vector<json> desired = BuildWholeGpuSlices(driver_, node_, gpus, generation, options_);
   bool same = desired.size() == existing.size();
   for (const json& slice : desired) {
     auto it = existing.find(slice["metadata"]["name"].get<std::string>());
     same = same && it != existing.end() && Comparable(it->second) == Comparable(slice);
   }
   if (same) return generation;
-  desired = BuildWholeGpuSlices(driver_, node_, gpus, generation + 1);
+  desired = BuildWholeGpuSlices(driver_, node_, gpus, generation + 1, options_);
   RETURN_IF_ERROR(ValidatePoolSlices(desired));
   for (json& slice : desired) {
     const std::string name = slice["metadata"]["name"].get<std::string>();

@@ -4,6 +4,10 @@
 // One pool per node, named after the node, with spec.nodeName set; one slice per GPU:
 //   - not in MIG mode: its device "gpu-<minor>" with attributes type "gpu", uuid, productName
 //     (NVIDIA's DRA driver's names for the same facts) and capacity memory (the GPU's, in Mi);
+//     with consumable capacity on (DraPublishOptions, --dra-consumable-capacity; Kubernetes'
+//     DRAConsumableCapacity gate, alpha in 1.34/1.35) the same device is shared: it has
+//     allowMultipleAllocations: true and capacities memory, cores and slots with their
+//     requestPolicy (config/dra_share.h, docs/dra.md §1.4);
 //   - in MIG mode, layout owned by the agent (dynamic): every partition (DraMigDevices, dra_mig.h),
 //     type "mig", parentUUID, profile, placementStart, placementSize, migMode, capacities memory
 //     and multiprocessors, each consuming counters of the GPU's counter set;
@@ -55,10 +59,20 @@ inline constexpr size_t kMaxCounterSetsPerSlice = 8;
 inline constexpr size_t kMaxCountersPerSet = 32;
 inline constexpr size_t kMaxCounterConsumptionsPerDevice = 2;
 
+struct DraPublishOptions {
+  // Publish GPUs not in MIG mode as shared devices (docs/dra.md §1.4). Off by default: the
+  // examples' Kubernetes (1.34) has DRAConsumableCapacity off, and its API server drops the
+  // fields on write.
+  bool consumable_capacity = false;
+  // The `slots` capacity: shares of one GPU at most (deviceSplitCount).
+  int32_t split_count = 10;
+};
+
 // The slices (objects without resourceVersion) the node has now, at `generation`.
 std::vector<nlohmann::json> BuildWholeGpuSlices(const std::string& driver, const std::string& node,
                                                 const std::vector<DraGpu>& gpus,
-                                                int64_t generation);
+                                                int64_t generation,
+                                                const DraPublishOptions& options = {});
 
 // The API's rules that, broken, make a pool unusable or a write fail (§1.3): driver and pool
 // names, nodeName, one generation and resourceSliceCount across the slices, that count equal
@@ -67,14 +81,20 @@ std::vector<nlohmann::json> BuildWholeGpuSlices(const std::string& driver, const
 // or sharedCounters in a slice, not both; at most 8 counter sets per slice, 1..32 counters per
 // set, set names unique in the pool; at most 2 consumesCounters per device, each naming a set and
 // counters the pool has (validation.go validateResourceSliceSpec, validateCounterSet,
-// validateDeviceCounterConsumption; the allocator's buildPool). InvalidArgument naming the slice
-// and field.
+// validateDeviceCounterConsumption; the allocator's buildPool); a capacity's requestPolicy only
+// on a device with allowMultipleAllocations, with a default, validValues (sorted, at most 10,
+// none past the capacity, the default among them) or validRange (min, default >= min, max
+// between min and the capacity, min + step within the capacity, default and max on the step)
+// but not both (validateMultiAllocatableDeviceCapacity, validateRequestPolicy,
+// validateRequestPolicyRange, validateRequestPolicyValidValues). InvalidArgument naming the
+// slice and field.
 absl::Status ValidatePoolSlices(const std::vector<nlohmann::json>& slices);
 
 class DraSlicePublisher {
  public:
   // `client` must outlive the publisher.
-  DraSlicePublisher(std::string driver, std::string node, k8s::Client* client);
+  DraSlicePublisher(std::string driver, std::string node, k8s::Client* client,
+                    DraPublishOptions options = {});
 
   // Makes the node's published slices those of `gpus` (see above). Returns the generation the
   // pool has afterwards.
@@ -84,6 +104,7 @@ class DraSlicePublisher {
   const std::string driver_;
   const std::string node_;
   k8s::Client* const client_;
+  const DraPublishOptions options_;
   absl::Mutex mu_;
 };
 

@@ -175,16 +175,17 @@ class EnginePolicy : public Policy {
                            DraDevice{g, -1, -1});
     }
     if (shared_gpus && options_.dra) {
-      // Say so before the run rather than leave shares unplaced: the mapping refuses them.
+      // Say so before the run rather than leave shares unplaced. A trace share asks memory as
+      // a fraction of whichever GPU it gets; a claim of the slice class asks it in bytes
+      // (config/dra_share.h), so the two would not be the same request.
       for (const PodRequest& p : context.workload->pods) {
         if (p.gpu_count == 0 || p.gpu_milli >= kMilliPerGpu) continue;
-        absl::StatusOr<config::DraClaimSpec> claim = config::ParseDraClaim(ClaimFor(p));
-        if (!claim.ok()) {
-          return Annotate(claim.status(),
-                          StrCat("pod ", p.name, " asks for ", p.gpu_milli,
-                                 "/1000 of a GPU not in MIG mode, as a ResourceClaim of class ",
-                                 config::kDraSliceClass));
-        }
+        return absl::UnimplementedError(
+            StrCat("pod ", p.name, " asks for ", p.gpu_milli,
+                   "/1000 of a GPU not in MIG mode: a ResourceClaim of class ",
+                   config::kDraSliceClass,
+                   " asks memory in bytes, not as a share of whichever GPU it gets: shares "
+                   "are not simulated under DRA"));
       }
     }
     return absl::OkStatus();
