@@ -17,6 +17,7 @@
 #include "config/device_config_yaml.h"
 #include "config/dra_names.h"
 #include "config/dra_pod.h"
+#include "config/dra_share.h"
 #include "extender/scheduler.h"
 #include "extender/status.h"
 #include "extender/test_util.h"
@@ -436,6 +437,79 @@ TEST_F(DraAllocatorTest, ForeignAllocationsAndBadClaimsAreRefusedNotAllocated) {
   ASSERT_TRUE(WaitUntil([&] { return !scheduler_->dra()->NeedsGate(DraPod("x", "theirs")); }));
   const json theirs = Submit(DraPod("theirs-pod", "theirs"));
   EXPECT_FALSE(config::HasDraSchedulingGate(theirs));
+}
+
+json SliceSpec(json requests) {
+  json spec = ClaimSpec(config::kDraSliceClass, 1);
+  spec["devices"]["requests"][0]["exactly"]["capacity"] = {{"requests", std::move(requests)}};
+  return spec;
+}
+
+TEST_F(DraAllocatorTest, SharesOfAGpuArePlacedChargedAndRefusedWhenTheyCannotFit) {
+  // 60 % and 4 GiB of the T4 (the only GPU not in MIG mode).
+  ASSERT_OK(
+      api_->Create("resourceclaims", Claim("a", SliceSpec({{"memory", "4Gi"}, {"cores", "60"}}))));
+  ASSERT_TRUE(WaitUntil([&] { return scheduler_->dra()->NeedsGate(DraPod("x", "a")); }));
+  Submit(DraPod("pa", "a"));
+  ASSERT_TRUE(WaitUntil([&] { return !Gated("pa"); }, absl::Seconds(10)))
+      << Get("resourceclaims", "a").dump();
+  const json claim = Get("resourceclaims", "a");
+  const json& result = claim["status"]["allocation"]["devices"]["results"][0];
+  EXPECT_EQ(result["device"], "gpu-0");
+  EXPECT_EQ(result["pool"], kOther);
+  EXPECT_EQ(result["shareID"],
+            config::DraShareId(claim["metadata"]["uid"].get<std::string>(), "gpus", 0));
+  EXPECT_EQ(result["consumedCapacity"],
+            json::parse(R"({"memory":"4096Mi","cores":"60","slots":"1"})"));
+  EXPECT_EQ(FilterAndBind("pa"), "");
+
+  // 50 % more does not fit next to it (charged): the pod stays gated with the engine's reason.
+  ASSERT_OK(api_->Create("resourceclaims", Claim("b", SliceSpec({{"cores", "50"}}))));
+  ASSERT_TRUE(WaitUntil([&] { return scheduler_->dra()->NeedsGate(DraPod("x", "b")); }));
+  Submit(DraPod("pb", "b"));
+  ASSERT_TRUE(WaitUntil([&] { return !Events("FailedAllocation").empty(); }, absl::Seconds(10)));
+  EXPECT_TRUE(Gated("pb"));
+  // More memory than any GPU has, and an impossible shape: events, never a crash.
+  ASSERT_OK(api_->Create("resourceclaims", Claim("big", SliceSpec({{"memory", "64Gi"}}))));
+  ASSERT_OK(api_->Create("resourceclaims", Claim("odd", SliceSpec({{"cores", "150"}}))));
+  ASSERT_TRUE(WaitUntil([&] { return scheduler_->dra()->NeedsGate(DraPod("x", "odd")); }));
+  Submit(DraPod("pbig", "big"));
+  Submit(DraPod("podd", "odd"));
+  ASSERT_TRUE(
+      WaitUntil([&] { return !Events("InvalidResourceClaim").empty(); }, absl::Seconds(10)));
+  EXPECT_THAT(Events("InvalidResourceClaim")[0]["message"].get<std::string>(),
+              HasSubstr("capacity.requests"));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (const json& e : Events("FailedAllocation")) {
+          if (e["involvedObject"]["name"] == "pbig") return true;
+        }
+        return false;
+      },
+      absl::Seconds(10)));
+  EXPECT_TRUE(Gated("pbig") && Gated("podd"));
+
+  // A restarted scheduler charges the share from the claim alone.
+  SchedulerOptions o;
+  o.initial_config = config::DefaultDeviceConfig();
+  o.cache.engine = DefaultEngineOptions();
+  o.dra = true;
+  Scheduler restarted(std::move(o), client_.get());
+  ASSERT_OK(restarted.Start());
+  ASSERT_TRUE(restarted.WaitForSync(absl::Seconds(10)));
+  ASSERT_TRUE(WaitUntil([&] {
+    for (const GpuSnapshot& g : restarted.cache().GpuSnapshots()) {
+      if (g.cores_used_permille == 600) return true;
+    }
+    return false;
+  }));
+  EXPECT_EQ(restarted.cache().DraClaimProblem("default", "a"), "");
+
+  // The first pod ends: its share is deallocated and the waiting one fits.
+  ASSERT_OK(api_->Delete("pods", "default", "pa"));
+  ASSERT_TRUE(WaitUntil([&] { return !Gated("pb") && Allocated("b"); }, absl::Seconds(15)))
+      << Get("resourceclaims", "b").dump();
+  EXPECT_FALSE(Allocated("big"));
 }
 
 }  // namespace
