@@ -42,6 +42,7 @@ DRA_OBJECTS = {("ClusterRole", "prism-device-plugin-dra"),
                ("ValidatingAdmissionPolicyBinding", "prism-node-scoped-resourceslices"),
                ("DeviceClass", DRA_DRIVER),
                ("DeviceClass", f"mig.{DRA_DRIVER}"),
+               ("DeviceClass", f"slice.{DRA_DRIVER}"),
                ("ClusterRole", "prism-scheduler-dra"),
                ("ClusterRoleBinding", "prism-scheduler-dra"),
                ("MutatingWebhookConfiguration", "prism-dra-gate")}
@@ -56,7 +57,7 @@ def with_dra(agent_ds):
     ds = copy.deepcopy(agent_ds)
     c = pod_spec(ds)["containers"][0]
     assert c["name"] == "device-plugin"
-    c["args"].append("--dra=true")
+    c["args"] += ["--dra=true", "--dra-consumable-capacity=true"]
     for name, path in DRA_HOST_DIRS.items():
         c["volumeMounts"].append({"name": name, "mountPath": path})
     for name, path in DRA_HOST_DIRS.items():
@@ -231,8 +232,16 @@ class DraChartTest(DraOptIn, unittest.TestCase):
         off = helm_render.render_objects(CHART, {"simulation": {"enabled": True}}, namespace=NS)
         c_on = container(find(on, "DaemonSet", "prism-device-plugin"), "device-plugin")
         c_off = container(find(off, "DaemonSet", "prism-device-plugin"), "device-plugin")
-        self.assertEqual(set(c_on["args"]) - set(c_off["args"]), {"--dra=true"})
+        self.assertEqual(set(c_on["args"]) - set(c_off["args"]),
+                         {"--dra=true", "--dra-consumable-capacity=true"})
         self.assertEqual(len(c_on["volumeMounts"]) - len(c_off["volumeMounts"]), 2)
+        # dra.consumableCapacity=false: whole GPUs and MIG partitions only.
+        plain = helm_render.render_objects(CHART, {"dra": {"enabled": True,
+                                                           "consumableCapacity": False}},
+                                           namespace=NS)
+        args = container(find(plain, "DaemonSet", "prism-device-plugin"), "device-plugin")["args"]
+        self.assertIn("--dra=true", args)
+        self.assertNotIn("--dra-consumable-capacity=true", args)
 
 
 class DraOverlayWiringTest(DraOverlay, Wiring, unittest.TestCase):
