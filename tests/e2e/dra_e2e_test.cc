@@ -9,7 +9,10 @@
 //     the allocation names; the next pod's 1g.5gb comes beside them without moving anything;
 //   - a competing first fit (a pod of another scheduler, which Prism's gate does not hold: the
 //     stand-in's DynamicResources plugin allocates the claim itself) never reaches a container:
-//     the node agent refuses to prepare an allocation Prism did not make.
+//     the node agent refuses to prepare an allocation Prism did not make;
+//   - a share of a GPU (class slice.gpu.prism.io, consumable capacity as examples/dra turns it on)
+//     placed by Prism's engine on the GPU a device-plugin HAMi slice pod already uses, prepared
+//     with its limits in the CDI spec the container gets.
 #include "tests/e2e/deploy_seed_fixture.h"
 
 #include "config/dra_names.h"
@@ -163,6 +166,78 @@ TEST_P(DraDeployTest, SeedExampleThroughDraAndACompetingFirstFitIsRefused) {
 
 INSTANTIATE_TEST_SUITE_P(Dra, DraDeployTest,
                          ::testing::Values(NodeCase{"a100", kA100Gpus, {}, {}}), CaseName);
+
+json SliceClaim(const std::string& name, const std::string& memory, int cores) {
+  json claim = MigClaim(name, 1, "unused");
+  json& exactly = claim["spec"]["devices"]["requests"][0]["exactly"];
+  exactly = {{"deviceClassName", config::kDraSliceClass},
+             {"capacity", {{"requests", {{"memory", memory}, {"cores", std::to_string(cores)}}}}}};
+  return claim;
+}
+
+bool HasEnv(const kubelet::DraCreatedContainer& c, const std::string& entry) {
+  return std::find(c.edits.env.begin(), c.edits.env.end(), entry) != c.edits.env.end();
+}
+
+class DraShareDeployTest : public DraDeployTest {};
+
+TEST_P(DraShareDeployTest, AShareClaimIsPackedBesideADevicePluginSlicePod) {
+  ASSERT_NO_FATAL_FAILURE(StartDraKubelet());
+  ASSERT_NO_FATAL_FAILURE(StartInstall(GetParam()));
+  ASSERT_TRUE(dra_kubelet_->WaitForPlugin(config::kDraDriverName, absl::Seconds(30)))
+      << Slurp(agent_.log);
+
+  // 1. A HAMi pod through the device-plugin path: 10000 MiB and 30 % of one GPU.
+  json hami{{"apiVersion", "v1"},
+            {"kind", "Pod"},
+            {"metadata", {{"name", "hami"}, {"namespace", "default"}}},
+            {"spec",
+             {{"containers",
+               {{{"name", "main"},
+                 {"image", "cuda"},
+                 {"resources",
+                  {{"limits",
+                    {{"nvidia.com/gpu", "1"},
+                     {"nvidia.com/gpumem", "10000"},
+                     {"nvidia.com/gpucores", "30"}}}}}}}}}}};
+  const std::string hami_uid = Submit(hami);
+  ASSERT_FALSE(hami_uid.empty());
+  absl::StatusOr<kubelet::CreatedContainer> slice = Run(Pod("hami"), hami_uid);
+  ASSERT_TRUE(slice.ok()) << slice.status() << Slurp(agent_.log);
+  EXPECT_EQ(slice->env["CUDA_DEVICE_MEMORY_LIMIT_0"], "10000m");
+  const std::string gpu = slice->env["NVIDIA_VISIBLE_DEVICES"];
+  ASSERT_EQ(gpu.rfind("GPU-", 0), 0u) << gpu;
+
+  // 2. A claim for 8 GiB and 40 % of a GPU: Prism's engine packs it onto the same GPU.
+  ASSERT_TRUE(api_->Create("resourceclaims", SliceClaim("share", "8Gi", 40)).ok());
+  absl::SleepFor(absl::Milliseconds(300));  // The scheduler's claim informer sees it.
+  ASSERT_FALSE(Submit(ClaimPod("share-pod", "share")).empty());
+  ASSERT_TRUE(driver_->WaitBound({"default/share-pod"}, absl::Seconds(30)))
+      << Slurp(scheduler_.log) << driver_->TimelineTable({"default/share-pod"});
+  const json claim = *api_->Get("resourceclaims", "default", "share");
+  const json& result = claim["status"]["allocation"]["devices"]["results"][0];
+  EXPECT_EQ(result["device"], "gpu-0");
+  EXPECT_EQ(result["consumedCapacity"]["cores"], "40");
+  const std::string share_id = result.value("shareID", "");
+  EXPECT_EQ(share_id.size(), 36u) << claim.dump();
+  absl::StatusOr<kubelet::DraCreatedContainer> shared = RunClaimPod("share-pod", "share");
+  ASSERT_TRUE(shared.ok()) << shared.status() << Slurp(agent_.log);
+  EXPECT_EQ(shared->cdi_devices,
+            std::vector<std::string>{StrCat("prism.io/claim=", k8s::Uid(claim), "-gpu-0-", share_id)});
+  // The limits libprism-vgpu reads, on the HAMi pod's GPU.
+  EXPECT_TRUE(HasEnv(*shared, "CUDA_DEVICE_MEMORY_LIMIT_0=8192m"));
+  EXPECT_TRUE(HasEnv(*shared, "CUDA_DEVICE_SM_LIMIT=40"));
+  bool on_gpu = false;
+  for (const auto& m : shared->edits.mounts) {
+    on_gpu = on_gpu || m.container_path == "/var/run/nvidia-container-devices/" + gpu;
+  }
+  EXPECT_TRUE(on_gpu) << "the share is not on " << gpu;
+}
+
+INSTANTIATE_TEST_SUITE_P(Dra, DraShareDeployTest,
+                         ::testing::Values(NodeCase{"a100_shared",
+                                                    "gpus:\n  - model: A100-PCIE-40GB\n", {}, {}}),
+                         CaseName);
 
 }  // namespace
 }  // namespace prism::e2e
