@@ -188,18 +188,9 @@ TEST_P(DraShareDeployTest, AShareClaimIsPackedBesideADevicePluginSlicePod) {
       << Slurp(agent_.log);
 
   // 1. A HAMi pod through the device-plugin path: 10000 MiB and 30 % of one GPU.
-  json hami{{"apiVersion", "v1"},
-            {"kind", "Pod"},
-            {"metadata", {{"name", "hami"}, {"namespace", "default"}}},
-            {"spec",
-             {{"containers",
-               {{{"name", "main"},
-                 {"image", "cuda"},
-                 {"resources",
-                  {{"limits",
-                    {{"nvidia.com/gpu", "1"},
-                     {"nvidia.com/gpumem", "10000"},
-                     {"nvidia.com/gpucores", "30"}}}}}}}}}}};
+  json hami = MigPod("hami", 1, 10000);
+  hami["metadata"].erase("annotations");  // Not MIG: a software slice.
+  hami["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpucores"] = "30";
   const std::string hami_uid = Submit(hami);
   ASSERT_FALSE(hami_uid.empty());
   absl::StatusOr<kubelet::CreatedContainer> slice = Run(Pod("hami"), hami_uid);
@@ -222,8 +213,8 @@ TEST_P(DraShareDeployTest, AShareClaimIsPackedBesideADevicePluginSlicePod) {
   EXPECT_EQ(share_id.size(), 36u) << claim.dump();
   absl::StatusOr<kubelet::DraCreatedContainer> shared = RunClaimPod("share-pod", "share");
   ASSERT_TRUE(shared.ok()) << shared.status() << Slurp(agent_.log);
-  EXPECT_EQ(shared->cdi_devices,
-            std::vector<std::string>{StrCat("prism.io/claim=", k8s::Uid(claim), "-gpu-0-", share_id)});
+  EXPECT_EQ(shared->cdi_devices, std::vector<std::string>{StrCat("prism.io/claim=", k8s::Uid(claim),
+                                                                 "-gpu-0-", share_id)});
   // The limits libprism-vgpu reads, on the HAMi pod's GPU.
   EXPECT_TRUE(HasEnv(*shared, "CUDA_DEVICE_MEMORY_LIMIT_0=8192m"));
   EXPECT_TRUE(HasEnv(*shared, "CUDA_DEVICE_SM_LIMIT=40"));
@@ -235,8 +226,8 @@ TEST_P(DraShareDeployTest, AShareClaimIsPackedBesideADevicePluginSlicePod) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dra, DraShareDeployTest,
-                         ::testing::Values(NodeCase{"a100_shared",
-                                                    "gpus:\n  - model: A100-PCIE-40GB\n", {}, {}}),
+                         ::testing::Values(NodeCase{
+                             "a100_shared", "gpus:\n  - model: A100-PCIE-40GB\n", {}, {}}),
                          CaseName);
 
 }  // namespace
