@@ -159,8 +159,11 @@ TEST(DraAllocationRoundTripTest, WholeGpus) {
   EXPECT_EQ(marker["opaque"]["parameters"]["pod"], kPodUid);
 
   // Both GPUs are taken now: a third whole GPU does not fit anywhere.
-  DraClaimSpec more{
-      "default", "more", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 0, {}, {}}}};
+  DraClaimSpec more{"default",
+                    "more",
+                    "",
+                    true,
+                    {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 0, {}, {}}}};
   absl::StatusOr<DraPodRequest> pod = BuildDraPodRequest({}, {more});
   ASSERT_TRUE(pod.ok());
   EXPECT_FALSE(engine.Schedule(pod->request).scheduled);

@@ -199,8 +199,11 @@ TEST(DraPodRequestTest, OneContainerPerRequest) {
   DraClaimSpec a{
       "ns", "a", "", true, {{"gpu", "gpu.prism.io", DraDeviceKind::kWholeGpu, 2, "", 0, {}, {}}}};
   DraClaimSpec foreign{"ns", "nic", "", false, {}};
-  DraClaimSpec b{
-      "ns", "b", "", true, {{"more", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 40000, {}, {}}}};
+  DraClaimSpec b{"ns",
+                 "b",
+                 "",
+                 true,
+                 {{"more", "gpu.prism.io", DraDeviceKind::kWholeGpu, 1, "", 40000, {}, {}}}};
   sched::PodRequest base;
   base.name = "p";
   base.containers.push_back({"main", false, 1000, 1 << 30, {}});

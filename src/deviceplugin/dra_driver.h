@@ -25,13 +25,15 @@
 // cannot overcommit it), recorded as preparing, given their region file
 // (<vgpu host dir>/regions/<claim-uid>_<device>_<shareID>) and the limits of libprism-vgpu exactly
 // as the device-plugin path gives a slice (container_edits.h: the same code), CDI device
-// "<uid>-<device>-<shareID>"; a whole GPU and a share of it never both. The CDI devices carry device nodes and the toolkit's device-list mounts,
-// which compose when a container gets several; NVIDIA_VISIBLE_DEVICES is "void" once for the
-// spec, as the NVIDIA container toolkit's CDI specs have it (nvcdi wrapper.go, GetCommonEdits). Errors start with
+// "<uid>-<device>-<shareID>"; a whole GPU and a share of it never both. The CDI devices carry
+// device nodes and the toolkit's device-list mounts, which compose when a container gets
+// several; NVIDIA_VISIBLE_DEVICES is "void" once for the spec, as the NVIDIA container toolkit's
+// CDI specs have it (nvcdi wrapper.go, GetCommonEdits). Errors start with
 // "ResourceClaim <ns>/<name>: " and name the result ("status.allocation.devices.results[i]").
-// Unprepare removes the claim's region files, releases its MIG instances (destroyed unless processes run on them or the
-// agent keeps them idle for reuse, --max-idle-instances), then removes its spec and record; a claim never prepared (or already unprepared)
-// is success, as the kubelet expects. Thread-safe: claims may be prepared concurrently; the
+// Unprepare removes the claim's region files, releases its MIG instances (destroyed unless
+// processes run on them or the agent keeps them idle for reuse, --max-idle-instances), then
+// removes its spec and record; a claim never prepared (or already unprepared) is success, as the
+// kubelet expects. Thread-safe: claims may be prepared concurrently; the
 // local part (checks, spec, record) runs under one lock so that two claims cannot both take a
 // device.
 #pragma once
