@@ -107,6 +107,36 @@ std::vector<PodRequest> ShapeMix() {
   return mix;
 }
 
+// Wirings of 8-GPU machines (docs/topology.md): NVSwitch with two NUMA nodes (HGX), two NVLink
+// quads joined across sockets (DGX-1-like), PCIe switch pairs on two sockets.
+topo::NodeTopology BenchTopology(int kind) {
+  topo::NodeTopology t;
+  t.links.assign(8, std::vector<topo::GpuLink>(8));
+  for (int a = 0; a < 8; ++a) {
+    t.numa_node.push_back(a / 4);
+    for (int b = 0; b < 8; ++b) {
+      if (a == b) continue;
+      topo::GpuLink& l = t.links[a][b];
+      const bool same_half = a / 4 == b / 4;
+      switch (kind % 3) {
+        case 0:
+          l = {topo::LinkTier::kNvSwitch, 18};
+          break;
+        case 1:
+          l = same_half ? topo::GpuLink{topo::LinkTier::kNvLink, 1 + (a + b) % 2}
+                        : topo::GpuLink{topo::LinkTier::kSystem, 0};
+          break;
+        default:
+          l = !same_half       ? topo::GpuLink{topo::LinkTier::kSystem, 0}
+              : a / 2 == b / 2 ? topo::GpuLink{topo::LinkTier::kSwitch, 0}
+                               : topo::GpuLink{topo::LinkTier::kNode, 0};
+          break;
+      }
+    }
+  }
+  return t;
+}
+
 struct Fixture {
   std::unique_ptr<Engine> engine;
   std::vector<PodRequest> mix;
@@ -114,12 +144,29 @@ struct Fixture {
   std::mt19937 rng{42};
   int next_id = 0;
 
-  explicit Fixture(int nodes) {
+  // `wired`: every node's GPU wiring is known (BenchTopology). `multi_gpu_mix`: the mix adds
+  // multi-GPU pods that use it (2 and 4 whole GPUs, one preferring interconnect, one numa-bound).
+  explicit Fixture(int nodes, bool wired = false, bool multi_gpu_mix = false) {
     const DeviceConfig config = BenchConfig();
-    auto state = ClusterState::Build(BenchNodes(nodes), config);
+    std::vector<NodeSpec> specs = BenchNodes(nodes);
+    if (wired) {
+      for (size_t i = 0; i < specs.size(); ++i) specs[i].topology = BenchTopology(i / 4);
+    }
+    auto state = ClusterState::Build(specs, config);
     PRISM_CHECK(state.ok());
     engine = std::make_unique<Engine>(std::move(*state), config);
     mix = ShapeMix();
+    if (multi_gpu_mix) {
+      PodRequest two = mix[3];  // Whole GPUs.
+      two.containers[0].gpu.count = 2;
+      PodRequest four = two;
+      four.containers[0].gpu.count = 4;
+      PodRequest preferred = four;
+      preferred.topology.preferred = true;
+      PodRequest bound = two;
+      bound.topology.numa_bind = true;
+      mix.insert(mix.end(), {two, four, preferred, bound});
+    }
     engine->SetTargetWorkload(TargetWorkload::FromPods(mix, 1.0));
     // Load to ~60 % of the GPUs with some churn.
     const double target = 0.6 * nodes * 8;
@@ -210,6 +257,39 @@ void BM_Decision(benchmark::State& state) {
 BENCHMARK(BM_Decision)
     ->Arg(1000)
     ->Arg(5000)
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(20000);
+
+// BM_Decision on nodes whose wiring is known (arg 1 = 1) against the same cluster and mix
+// topology-blind (arg 1 = 0): what topology-aware GPU choice costs a decision.
+void BM_DecisionWired(benchmark::State& state) {
+  const int nodes = static_cast<int>(state.range(0));
+  Fixture f(nodes, /*wired=*/state.range(1) != 0, /*multi_gpu_mix=*/true);
+  for (const PodRequest& p : f.mix) f.engine->Schedule(p, false);
+  std::vector<double> micros;
+  std::vector<double> cpu_micros;
+  for (auto _ : state) {
+    PodRequest p = f.Next();
+    const double c0 = ThreadCpuMicros();
+    const auto t0 = std::chrono::steady_clock::now();
+    ScheduleResult r = f.engine->Schedule(p, /*explain=*/false);
+    const auto t1 = std::chrono::steady_clock::now();
+    cpu_micros.push_back(ThreadCpuMicros() - c0);
+    const double us = std::chrono::duration<double, std::micro>(t1 - t0).count();
+    micros.push_back(us);
+    state.SetIterationTime(us / 1e6);
+    if (r.scheduled) {
+      PRISM_CHECK(f.engine->Apply(p.Key(), r.decision).ok());
+      f.live.push_back(p.Key());
+    }
+    f.ReleaseOne();
+  }
+  ReportPercentiles(state, micros, cpu_micros);
+}
+BENCHMARK(BM_DecisionWired)
+    ->Args({1000, 0})
+    ->Args({1000, 1})
     ->UseManualTime()
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(20000);

@@ -1,5 +1,7 @@
 #include "config/pod_request.h"
 
+#include <algorithm>
+#include <iterator>
 #include <limits>
 
 #include "base/status_macros.h"
@@ -172,8 +174,52 @@ absl::StatusOr<sched::PodRequest> BuildPodRequest(const PodManifest& pod,
     req.gpu_policy = *v;
     RETURN_IF_ERROR(Annotate(sched::ParseGpuPolicy(*v).status(),
                              StrCat("pod ", pod.Key(), ": ", kGpuPolicyAnnotation)));
+    // HAMi's topology-aware policy (one link of a comma chain): the best-connected GPUs first.
+    for (const std::string& part : CommaList(*v)) {
+      if (AsciiLower(part) == "topology-aware") req.topology.preferred = true;
+    }
   }
+  RETURN_IF_ERROR(ReadTopologyAnnotations(pod, &req.topology));
   return req;
+}
+
+absl::Status ReadTopologyAnnotations(const PodManifest& pod, sched::TopologyRequest* topology) {
+  if (auto it = pod.annotations.find(kNumaBindAnnotation); it != pod.annotations.end()) {
+    // HAMi reads it with Go's strconv.ParseBool; a value that is not a boolean is an error here
+    // rather than silently "no binding".
+    static constexpr std::string_view kTrue[] = {"1", "t", "T", "TRUE", "true", "True"};
+    static constexpr std::string_view kFalse[] = {"0", "f", "F", "FALSE", "false", "False"};
+    const std::string& v = it->second;
+    if (std::find(std::begin(kTrue), std::end(kTrue), v) != std::end(kTrue)) {
+      topology->numa_bind = true;
+    } else if (std::find(std::begin(kFalse), std::end(kFalse), v) == std::end(kFalse)) {
+      return absl::InvalidArgumentError(StrCat("pod ", pod.Key(), ": ", kNumaBindAnnotation, " ",
+                                               QuoteBounded(v), " is not a boolean (true, false)"));
+    }
+  }
+  auto it = pod.annotations.find(kGpuTopologyAnnotation);
+  if (it == pod.annotations.end()) return absl::OkStatus();
+  const std::string value = AsciiLower(StripWhitespace(it->second));
+  const std::string where = StrCat("pod ", pod.Key(), ": ", kGpuTopologyAnnotation, " ",
+                                   QuoteBounded(it->second));
+  if (value == "preferred") {
+    topology->preferred = true;
+    return absl::OkStatus();
+  }
+  if (value == "required") {
+    topology->required = topo::Tier::kNvLink;
+    return absl::OkStatus();
+  }
+  constexpr std::string_view kRequired = "required:";
+  if (value.substr(0, kRequired.size()) == kRequired) {
+    absl::StatusOr<topo::Tier> tier = topo::ParseTier(value.substr(kRequired.size()));
+    if (tier.ok() && *tier != topo::Tier::kAny) {
+      topology->required = *tier;
+      return absl::OkStatus();
+    }
+  }
+  return absl::InvalidArgumentError(
+      StrCat(where, ": expected preferred, required or required:<nvlink|pcie-switch|numa>"));
 }
 
 absl::StatusOr<int64_t> ExtendedResourceCount(const PodManifest& pod,

@@ -64,11 +64,20 @@ inline constexpr char kUseGpuUuidAnnotation[] = "nvidia.com/use-gpuuuid";
 inline constexpr char kNoUseGpuUuidAnnotation[] = "nvidia.com/nouse-gpuuuid";
 inline constexpr char kNodePolicyAnnotation[] = "hami.io/node-scheduler-policy";
 inline constexpr char kGpuPolicyAnnotation[] = "hami.io/gpu-scheduler-policy";
+inline constexpr char kNumaBindAnnotation[] = "nvidia.com/numa-bind";
+// Prism's interconnect request: "preferred", "required" (= "required:nvlink") or
+// "required:<tier>" with tier nvlink, pcie-switch or numa (docs/annotations.md).
+inline constexpr char kGpuTopologyAnnotation[] = "prism.io/gpu-topology";
 
 // InvalidArgument naming the container and resource (or annotation) for a
 // malformed quantity, a negative or out-of-range value, an unknown mode.
 absl::StatusOr<sched::PodRequest> BuildPodRequest(const PodManifest& pod,
                                                   const sched::DeviceConfig& config);
+
+// The pod's interconnect request from nvidia.com/numa-bind and prism.io/gpu-topology into
+// `topology` (BuildPodRequest calls it; HAMi's topology-aware policy is read with the GPU
+// policy). InvalidArgument naming the annotation for a value it does not know.
+absl::Status ReadTopologyAnnotations(const PodManifest& pod, sched::TopologyRequest* topology);
 
 // How many of the extended resource `resource` (e.g. nvidia.com/gpu) `container` of `pod` asks
 // for: its limit, else its request, else 0. Extended resources are whole numbers (the API server

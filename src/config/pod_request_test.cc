@@ -271,6 +271,51 @@ TEST(PodRequestTest, Annotations) {
   EXPECT_THAT(std::string(BuildPodRequest(p, {}).status().message()), HasSubstr("fastest"));
 }
 
+TEST(PodRequestTest, TopologyAnnotations) {
+  PodManifest p = Manifest({{"nvidia.com/gpu", "4"}});
+  auto req = BuildPodRequest(p, {});
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_FALSE(req->topology.Any());
+  // HAMi's spellings: the topology-aware policy (also in a chain) and numa-bind as Go's
+  // strconv.ParseBool reads it.
+  p.annotations = {{"hami.io/gpu-scheduler-policy", "binpack, Topology-Aware"},
+                   {"nvidia.com/numa-bind", "True"}};
+  req = BuildPodRequest(p, {});
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_TRUE(req->topology.preferred);
+  EXPECT_TRUE(req->topology.numa_bind);
+  EXPECT_EQ(req->topology.required, topo::Tier::kAny);
+  EXPECT_NE(req->ShapeKey(), BuildPodRequest(Manifest({{"nvidia.com/gpu", "4"}}), {})->ShapeKey());
+  p.annotations = {{"nvidia.com/numa-bind", "0"}};
+  ASSERT_TRUE(BuildPodRequest(p, {}).ok());
+  EXPECT_FALSE(BuildPodRequest(p, {})->topology.numa_bind);
+  // Prism's annotation.
+  const std::pair<const char*, topo::Tier> required[] = {
+      {"required", topo::Tier::kNvLink},
+      {"required:nvlink", topo::Tier::kNvLink},
+      {" Required:PCIE-Switch ", topo::Tier::kSwitch},
+      {"required:numa", topo::Tier::kNuma}};
+  for (const auto& [value, tier] : required) {
+    p.annotations = {{"prism.io/gpu-topology", value}};
+    req = BuildPodRequest(p, {});
+    ASSERT_TRUE(req.ok()) << value << ": " << req.status();
+    EXPECT_EQ(req->topology.required, tier) << value;
+    EXPECT_FALSE(req->topology.preferred) << value;
+  }
+  p.annotations = {{"prism.io/gpu-topology", "preferred"}};
+  EXPECT_TRUE(BuildPodRequest(p, {})->topology.preferred);
+  // Values it does not know are errors naming the annotation and the value.
+  for (const char* bad : {"yes", "", "required:any", "required:", "required:nvswitch", "best"}) {
+    p.annotations = {{"prism.io/gpu-topology", bad}};
+    auto status = BuildPodRequest(p, {}).status();
+    EXPECT_FALSE(status.ok()) << bad;
+    EXPECT_THAT(std::string(status.message()), HasSubstr("prism.io/gpu-topology")) << bad;
+  }
+  p.annotations = {{"nvidia.com/numa-bind", "yes"}};
+  EXPECT_THAT(std::string(BuildPodRequest(p, {}).status().message()),
+              HasSubstr("nvidia.com/numa-bind 'yes' is not a boolean"));
+}
+
 TEST(PodRequestTest, BadInputIsAClearError) {
   EXPECT_THAT(
       std::string(BuildPodRequest(Manifest({{"nvidia.com/gpu", "two"}}), {}).status().message()),

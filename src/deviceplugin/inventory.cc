@@ -86,16 +86,20 @@ std::string BoundFault(const std::string& reason) {
 
 // The topology as published (docs/topology.md): per GPU position its NUMA node and CPU list,
 // the link matrix as `nvidia-smi topo -m` rows, and what is unknown.
+// A part the value lacks (CPU lists, links, NUMA nodes) is written as unknown, so that what is
+// written always decodes.
 json EncodeTopology(const topo::NodeTopology& t) {
+  const int gpus = static_cast<int>(std::max(t.numa_node.size(), t.links.size()));
   json links = json::array();
-  for (size_t a = 0; a < t.links.size(); ++a) {
+  json numa = json::array();
+  for (int a = 0; a < gpus; ++a) {
     std::vector<std::string> row;
-    for (size_t b = 0; b < t.links[a].size(); ++b) {
-      row.push_back(a == b ? "X" : topo::FormatLink(t.links[a][b]));
-    }
+    for (int b = 0; b < gpus; ++b) row.push_back(a == b ? "X" : topo::FormatLink(t.Link(a, b)));
     links.push_back(StrJoin(row, " "));
+    numa.push_back(t.NumaNode(a));
   }
-  json out{{"numaNodes", t.numa_node}, {"cpus", t.cpu_affinity}, {"links", std::move(links)}};
+  json out{{"numaNodes", std::move(numa)}, {"links", std::move(links)}};
+  if (t.cpu_affinity.size() == static_cast<size_t>(gpus)) out["cpus"] = t.cpu_affinity;
   if (!t.unknown.empty()) {
     json unknown = json::array();
     // Discovery bounds them (nvml::kMaxTopologyUnknownLineBytes); the decoder refuses longer.

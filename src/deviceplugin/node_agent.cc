@@ -607,6 +607,7 @@ absl::StatusOr<sched::Decision> NodeAgent::PlaceLocally(PodEntry& pod) {
   node.cpu_milli = int64_t{1} << 40;
   node.memory_bytes = int64_t{1} << 60;
   node.gpus = ToGpuSpecs(inventory);
+  node.topology = inventory.topology;
   absl::StatusOr<sched::ClusterState> state =
       sched::ClusterState::Build({node}, options_.device_config);
   if (!state.ok()) return Annotate(state.status(), StrCat("placing ", who, " on this node"));

@@ -1,6 +1,7 @@
 #include "extender/scheduler.h"
 
 #include <memory>
+#include <set>
 #include <string>
 
 #include "gmock/gmock.h"
@@ -8,6 +9,7 @@
 
 #include "config/annotations.h"
 #include "config/device_config_yaml.h"
+#include "core/topo/test_topologies.h"
 #include "extender/test_util.h"
 #include "k8s/objects.h"
 #include "k8s/test_util.h"
@@ -150,6 +152,41 @@ TEST_F(SchedulerServiceTest, FilterPrioritizeBindAnnotatesThePod) {
 
 // Issue 13 #4: Filter used to assume any pod it was sent, so invented pods reserved the
 // cluster's GPUs for the assume TTL. Only pods the informer knows are assumed.
+// docs/topology.md, "Placement": the wiring in the node agent's inventory annotation reaches the
+// engine through the extender's node decoding.
+TEST_F(SchedulerServiceTest, MultiGpuPodsGetWellConnectedGpusFromTheInventorysTopology) {
+  auto node = [](const std::string& name, prism::topo::NodeTopology topology) {
+    deviceplugin::NodeInventory inv = testing::Inventory(name, std::vector<TestGpu>(8));
+    inv.topology = std::move(topology);
+    json n = NodeJson(name, {});
+    n["metadata"]["annotations"][deviceplugin::kInventoryAnnotation] =
+        deviceplugin::EncodeInventory(inv);
+    return n;
+  };
+  CreateNode(node("dgx", prism::topo::testing::Dgx1()));
+  CreateNode(node("pcie", prism::topo::testing::Pcie8()));
+  auto s = Start(Options());
+  // Half of DGX quad 0-3 taken: a 4-GPU pod gets quad 4-7 (without topology: 0, 1, 4, 5).
+  json pinned =
+      CreatePod(GpuPod("pinned", 2, 0, 0, {{"nvidia.com/use-gpuuuid", "GPU-dgx-2,GPU-dgx-3"}}));
+  ASSERT_EQ(Schedule(*s, pinned, {"dgx"}), "") << s->Filter(Args(pinned, {"dgx"})).body;
+  json train = CreatePod(GpuPod("train", 4, 0));
+  ASSERT_EQ(Schedule(*s, train, {"dgx"}), "");
+  ASSERT_OK_AND_ASSIGN(json bound, api_->Get("pods", "default", "train"));
+  json decision = json::parse(
+      bound["metadata"]["annotations"][config::kPrismDecisionAnnotation].get<std::string>());
+  std::set<int> gpus;
+  for (const json& d : decision["containers"][0]["devices"]) gpus.insert(d["index"].get<int>());
+  EXPECT_EQ(gpus, (std::set<int>{4, 5, 6, 7})) << decision.dump();
+  // NVLink required: the PCIe node is refused with the reason, per GPU.
+  json needs = CreatePod(GpuPod("needs-nvlink", 2, 0, 0, {{"prism.io/gpu-topology", "required"}}));
+  HttpReply f = s->Filter(Args(needs, {"pcie"}));
+  ASSERT_EQ(f.status, 200) << f.body;
+  json fr = json::parse(f.body);
+  EXPECT_TRUE(fr["NodeNames"].empty()) << f.body;
+  EXPECT_THAT(fr.dump(), HasSubstr("8/8 TopologyNotFit")) << f.body;
+}
+
 TEST_F(SchedulerServiceTest, InventedPodsAreNotAssumed) {
   CreateNode(NodeJson("n1", {TestGpu{}}));
   auto s = Start(Options());

@@ -555,6 +555,7 @@ absl::StatusOr<std::optional<sched::NodeSpec>> NodeSpecFromJson(const Json& node
                                              inventory.status().message()));
   }
   spec.gpus = deviceplugin::ToGpuSpecs(*inventory);
+  spec.topology = inventory->topology;  // Positions = the inventory's GPU order, as spec.gpus.
   spec.simulated = inventory->simulated;
   // CPU and memory: kube-scheduler checks them with every pod in view; the engine sees only GPU
   // pods, so its check is a weaker duplicate. Without allocatable (a bare test node) there is no

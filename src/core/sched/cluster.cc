@@ -417,7 +417,7 @@ bool ClusterState::SameNodeState(int a, int b) const {
   const NodeInfo& x = nodes_[a];
   const NodeInfo& y = nodes_[b];
   if (x.cpu_milli != y.cpu_milli || x.memory_bytes != y.memory_bytes ||
-      x.gpu_count != y.gpu_count || x.removed != y.removed ||
+      x.gpu_count != y.gpu_count || x.removed != y.removed || x.topology != y.topology ||
       node_usage_[a].cpu_used != node_usage_[b].cpu_used ||
       node_usage_[a].memory_used != node_usage_[b].memory_used) {
     return false;
@@ -444,7 +444,7 @@ uint64_t ClusterState::NodeStateHash(int n) const {
   const NodeInfo& info = nodes_[n];
   const NodeUsage& usage = node_usage_[n];
   uint64_t h = absl::HashOf(info.cpu_milli, info.memory_bytes, info.gpu_count, info.removed,
-                            usage.cpu_used, usage.memory_used);
+                            info.topology, usage.cpu_used, usage.memory_used);
   for (int g = info.first_gpu; g < info.first_gpu + info.gpu_count; ++g) {
     // What tells GPUs apart most often; SameNodeState compares the rest.
     const GpuUsage& u = gpu_usage_[g];

@@ -36,11 +36,14 @@
 #include "core/sched/decision.h"
 #include "core/sched/device_config.h"
 #include "core/sched/request.h"
+#include "core/topo/topology.h"
 
 namespace prism::sched {
 
 // Most MIG instances one GPU can hold (8 memory slices).
 inline constexpr int kMaxMigInstances = 8;
+// Most distinct node topologies kept (ClusterState::InternTopology).
+inline constexpr size_t kMaxTopologies = 256;
 
 // ---------------------------------------------------------------------------
 // Inputs (what a cluster file or the extender's node annotations describe).
@@ -73,6 +76,8 @@ struct NodeSpec {
   // Descriptive only (the engine ignores it): the node's GPUs are simulated, as its inventory
   // says; `prism status` marks such nodes.
   bool simulated = false;
+  // How the GPUs are wired, by position in `gpus` (docs/topology.md); empty when unknown.
+  topo::NodeTopology topology;
 };
 
 // ---------------------------------------------------------------------------
@@ -166,6 +171,7 @@ struct NodeInfo {
   int32_t first_gpu = 0;  // GPUs first_gpu .. first_gpu + gpu_count - 1.
   int32_t gpu_count = 0;
   bool removed = false;  // An empty slot left by RemoveNode(): fits nothing.
+  int32_t topology = -1;  // Into ClusterState::topology(); -1: unknown (topology-blind).
 };
 
 struct NodeUsage {
@@ -210,6 +216,10 @@ class ClusterState {
   const NodeUsage& node_usage(int n) const { return node_usage_[n]; }
   const GpuInfo& gpu(int g) const { return gpus_[g]; }
   const GpuUsage& gpu_usage(int g) const { return gpu_usage_[g]; }
+  // The node's GPU wiring (positions = local GPU index), or null when unknown.
+  const topo::NodeTopology* topology(int n) const {
+    return nodes_[n].topology < 0 ? nullptr : &topologies_[nodes_[n].topology];
+  }
   const std::vector<TemplateSet>& template_sets() const { return template_sets_; }
   const TemplateSet* template_set_of(int g) const {
     return gpus_[g].template_set < 0 ? nullptr : &template_sets_[gpus_[g].template_set];
@@ -307,6 +317,8 @@ class ClusterState {
   void RetireGpu(int gpu);
   std::vector<std::string> DropPodsOn(int node);
   void MarkChanged(int node);
+  // NodeInfo::topology for `spec` (interned); InvalidArgument when its size is not the GPUs'.
+  absl::StatusOr<int32_t> InternTopology(const NodeSpec& spec);
 
   std::vector<NodeInfo> nodes_;
   std::vector<NodeUsage> node_usage_;
@@ -316,6 +328,8 @@ class ClusterState {
   std::vector<std::string> gpu_type_names_;
   std::unordered_map<std::string, int> gpu_type_by_name_;
   std::vector<TemplateSet> template_sets_;
+  // Distinct node topologies (nodes of one machine type share one), NodeInfo::topology.
+  std::vector<topo::NodeTopology> topologies_;
   // Template set of (knownMigGeometries entry, model), so equal GPUs share one.
   std::map<std::pair<size_t, const mig::GpuModel*>, int> template_set_ids_;
   std::unordered_map<std::string, int> node_index_;

@@ -387,6 +387,28 @@ void ClusterState::PlaceGpus(int node_id, ResolvedGpus gpus) {
   }
 }
 
+absl::StatusOr<int32_t> ClusterState::InternTopology(const NodeSpec& spec) {
+  const topo::NodeTopology& t = spec.topology;
+  if (t.empty()) return -1;
+  const size_t gpus = spec.gpus.size();
+  bool fits = (t.numa_node.empty() || t.numa_node.size() == gpus) &&
+              (t.links.empty() || t.links.size() == gpus);
+  for (const std::vector<topo::GpuLink>& row : t.links) fits = fits && row.size() == gpus;
+  if (!fits) {
+    return absl::InvalidArgumentError(
+        StrCat("node ", spec.name, ": its topology does not describe its ", gpus, " GPUs (",
+               t.numa_node.size(), " NUMA nodes, ", t.links.size(), " link rows)"));
+  }
+  for (size_t i = 0; i < topologies_.size(); ++i) {
+    if (topologies_[i] == t) return static_cast<int32_t>(i);
+  }
+  // Distinct wirings are few (one per machine type); a bound keeps a hostile stream of node
+  // updates from growing the table without end: past it a node is placed topology-blind.
+  if (topologies_.size() >= kMaxTopologies) return -1;
+  topologies_.push_back(t);
+  return static_cast<int32_t>(topologies_.size() - 1);
+}
+
 void ClusterState::RetireGpu(int g) {
   gpu_by_uuid_.erase(gpus_[g].uuid);
   gpus_[g].node = -1;
@@ -409,8 +431,10 @@ absl::StatusOr<ClusterState> ClusterState::Build(const std::vector<NodeSpec>& no
     }
     const int node_id = static_cast<int>(state.nodes_.size());
     ASSIGN_OR_RETURN(ResolvedGpus gpus, state.ResolveGpus(*spec, config, node_id));
+    ASSIGN_OR_RETURN(const int32_t topology, state.InternTopology(*spec));
     NodeInfo info;
     info.name = spec->name;
+    info.topology = topology;
     info.cpu_milli = spec->cpu_milli;
     info.memory_bytes = spec->memory_bytes;
     info.first_gpu = static_cast<int32_t>(state.gpus_.size());
@@ -438,6 +462,7 @@ absl::StatusOr<std::vector<std::string>> ClusterState::UpsertNode(const NodeSpec
                                                                   const DeviceConfig& config) {
   const int existing = FindNode(spec.name);
   const int node_id = existing >= 0 ? existing : node_count();
+  ASSIGN_OR_RETURN(const int32_t topology, InternTopology(spec));
   ASSIGN_OR_RETURN(ResolvedGpus gpus, ResolveGpus(spec, config, node_id));
   std::vector<std::string> dropped;
   if (existing < 0) {
@@ -462,6 +487,7 @@ absl::StatusOr<std::vector<std::string>> ClusterState::UpsertNode(const NodeSpec
   info.cpu_milli = spec.cpu_milli;
   info.memory_bytes = spec.memory_bytes;
   info.removed = false;
+  info.topology = topology;
   PlaceGpus(node_id, std::move(gpus));
   MarkChanged(node_id);
   return dropped;

@@ -40,6 +40,10 @@ std::string_view ReasonName(Reason reason) {
       return "CardMigTopologyInfeasible";
     case Reason::kAllocatedCardsInsufficientRequest:
       return "AllocatedCardsInsufficientRequest";
+    case Reason::kNumaNotFit:
+      return "NumaNotFit";
+    case Reason::kTopologyNotFit:
+      return "TopologyNotFit";
     case Reason::kCount:
       break;
   }

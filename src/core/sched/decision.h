@@ -88,6 +88,8 @@ enum class Reason : uint8_t {
   kCardComputeUnitsExhausted,
   kCardMigTopologyInfeasible,
   kAllocatedCardsInsufficientRequest,
+  kNumaNotFit,      // numa-bind: the GPUs that fit are on different (or unknown) NUMA nodes.
+  kTopologyNotFit,  // No set of the GPUs that fit meets the pod's required interconnect.
   kCount,
 };
 inline constexpr int kReasonCount = static_cast<int>(Reason::kCount);

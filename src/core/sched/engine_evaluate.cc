@@ -128,6 +128,33 @@ double Engine::Impl::NodeScore(const Resolved& rp, int node,
   return 0;
 }
 
+int Engine::Impl::TopologyGrade(int node) const {
+  const topo::NodeTopology* topology = cluster_.topology(node);
+  if (topology == nullptr) return 0;
+  int grade = -1;  // No multi-GPU container yet.
+  std::vector<int> gpus;
+  for (size_t i = 0; i < recs_.size(); ++i) {
+    // recs_ holds each container's devices together.
+    if (i > 0 && recs_[i].container == recs_[i - 1].container) continue;
+    gpus.clear();
+    for (size_t j = i; j < recs_.size() && recs_[j].container == recs_[i].container; ++j) {
+      if (std::find(gpus.begin(), gpus.end(), recs_[j].gpu) == gpus.end()) {
+        gpus.push_back(recs_[j].gpu);
+      }
+    }
+    if (gpus.size() < 2) continue;
+    bool one_numa = true;
+    for (int g : gpus) {
+      one_numa = one_numa && topology->NumaNode(g) != topo::kNumaUnknown &&
+                 topology->NumaNode(g) == topology->NumaNode(gpus[0]);
+    }
+    const int container_grade =
+        2 * static_cast<int>(topo::SetTier(*topology, gpus)) + (one_numa ? 1 : 0);
+    grade = grade < 0 ? container_grade : std::min(grade, container_grade);
+  }
+  return std::max(grade, 0);
+}
+
 bool Engine::Impl::EvaluateNode(const Resolved& rp, int node, double* score, NodeFailure* failure,
                                 bool keep_choice) {
   const NodeInfo& n = cluster_.node(node);
@@ -248,7 +275,10 @@ bool Engine::Impl::EvaluateNode(const Resolved& rp, int node, double* score, Nod
     double waste = 0;
     for (const DeviceRec& r : recs_) waste += r.waste;
     CollectChangedGpus(n.gpu_count);
-    const double sc = NodeScore(rp, node, view_, waste);
+    double sc = NodeScore(rp, node, view_, waste);
+    // Interconnect over packing when the pod asks (TopologyRequest::preferred): scores of one
+    // pod stay far below this weight (fragmentation in GPUs, utilization in [0, 1]).
+    if (rp.pod.topology.preferred) sc += kTopologyGradeWeight * TopologyGrade(node);
     if (!found || sc > best_score) {
       found = true;
       best_score = sc;

@@ -60,6 +60,8 @@ class Engine::Impl {
   std::vector<const GpuUsage*> slice_view_;
   std::vector<SeenSliceGpu> seen_gpus_;  // PlaceSlices: FragWithGpu per GPU state tried.
   std::vector<int> changed_gpus_;        // EvaluateNode: local GPUs the pod's choice changes.
+  std::vector<int> chosen_gpus_;         // ChooseSliceGpus' answer.
+  topo::SetRequest set_request_;         // ChooseSliceGpus' question (kept for its buffers).
 
   // --- Setup --------------------------------------------------------------
 
@@ -129,6 +131,16 @@ class Engine::Impl {
   // Picks `count` distinct hami-core GPUs for container `ci`. Returns false,
   // with per-GPU reasons, when too few fit.
   bool PlaceSlices(const Resolved& rp, int ci, int node, bool* too_few);
+
+  // Of the GPUs ranked_ (best first), the container's into chosen_gpus_: by the node's wiring
+  // and the pod's TopologyRequest (topo::ChooseGpuSet), or the first `count` on a node whose
+  // wiring is unknown. False, with the candidates' reasons, when no set meets the request.
+  bool ChooseSliceGpus(const Resolved& rp, const ContainerRequest& c, int node);
+
+  // What a pod that prefers interconnect gains on `node` from the choice in recs_: the
+  // weakest tier its multi-GPU containers got (0 any .. 3 NVLink) times two, plus one when each
+  // such container is on one NUMA node. 0 for a node of unknown wiring.
+  int TopologyGrade(int node) const;
 
   // Compute units (per-mille of the GPU) a request really needs of a MIG GPU.
   static int32_t RequestedUnits(const GpuInfo& gi, const GpuRequest& req);

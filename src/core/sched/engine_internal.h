@@ -24,6 +24,9 @@ namespace prism::sched::engine_internal {
 
 inline constexpr double kInfeasible = -std::numeric_limits<double>::infinity();
 inline constexpr uint8_t kNoReason = 0xFF;
+// A pod preferring interconnect: each grade of its set (Engine::Impl::TopologyGrade) outweighs
+// any difference its other score terms make between nodes.
+inline constexpr double kTopologyGradeWeight = 1e6;
 // Absurdity limits for requests (beyond any real pod).
 inline constexpr int32_t kMaxGpusPerContainer = 128;
 inline constexpr int64_t kMaxGpuMemoryMib = int64_t{1} << 30;  // 1 PiB.

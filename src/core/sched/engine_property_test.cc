@@ -46,6 +46,22 @@ struct World {
   DeviceConfig config;
 };
 
+// A wiring of `gpus` GPUs, real or not: every link tier, NUMA nodes partly unknown.
+topo::NodeTopology RandomTopology(std::mt19937& rng, int gpus) {
+  static const topo::GpuLink kLinks[] = {
+      {topo::LinkTier::kNvLink, 1}, {topo::LinkTier::kNvLink, 2}, {topo::LinkTier::kNvSwitch, 12},
+      {topo::LinkTier::kSwitch, 0}, {topo::LinkTier::kMultiSwitch, 0},
+      {topo::LinkTier::kHostBridge, 0}, {topo::LinkTier::kNode, 0}, {topo::LinkTier::kSystem, 0},
+      {}};
+  topo::NodeTopology t;
+  t.links.assign(gpus, std::vector<topo::GpuLink>(gpus));
+  for (int a = 0; a < gpus; ++a) {
+    t.numa_node.push_back(rng() % 5 == 0 ? topo::kNumaUnknown : static_cast<int>(rng() % 2));
+    for (int b = 0; b < a; ++b) t.links[a][b] = t.links[b][a] = kLinks[rng() % 9];
+  }
+  return t;
+}
+
 World RandomWorld(std::mt19937& rng) {
   World w;
   w.config = HamiDefaultConfig();
@@ -96,6 +112,7 @@ World RandomWorld(std::mt19937& rng) {
       }
       node.gpus.push_back(spec);
     }
+    if (gpus > 0 && rng() % 2 == 0) node.topology = RandomTopology(rng, gpus);
     w.nodes.push_back(node);
   }
   return w;
@@ -167,6 +184,19 @@ PodRequest RandomPod(std::mt19937& rng, int id) {
   static const char* kGpuPolicies[] = {"", "binpack", "spread", "fgd"};
   p.node_policy = kNodePolicies[rng() % 6];
   p.gpu_policy = kGpuPolicies[rng() % 4];
+  switch (rng() % 8) {
+    case 0:
+      p.topology.preferred = true;
+      break;
+    case 1:
+      p.topology.required = static_cast<topo::Tier>(1 + rng() % 3);
+      break;
+    case 2:
+      p.topology.numa_bind = true;
+      break;
+    default:
+      break;
+  }
   return p;
 }
 
@@ -653,6 +683,9 @@ World SmallWorld(std::mt19937& rng) {
 
 PodRequest SmallPod(std::mt19937& rng, int id) {
   PodRequest p = RandomPod(rng, id);
+  // The brute-force oracle knows no wiring (SmallWorld has none); a required tier on such a node
+  // refuses what the oracle would fit (EngineTopologyTest covers it).
+  p.topology = TopologyRequest{};
   p.containers.resize(std::min<size_t>(p.containers.size(), 2));
   for (ContainerRequest& c : p.containers) {
     c.init = false;

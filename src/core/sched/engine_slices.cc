@@ -151,6 +151,48 @@ bool Engine::Impl::ScratchIsPristine(int gpus) const {
   return true;
 }
 
+bool Engine::Impl::ChooseSliceGpus(const Resolved& rp, const ContainerRequest& c, int node) {
+  const TopologyRequest& want = rp.pod.topology;
+  const int count = c.gpu.count;
+  // One GPU meets every tier and is on one NUMA node.
+  const bool constrained = count > 1 && (want.required != topo::Tier::kAny || want.numa_bind);
+  const topo::NodeTopology* topology = cluster_.topology(node);
+  chosen_gpus_.clear();
+  if (topology == nullptr && !constrained) {
+    // Topology-blind: the engine's first `count`.
+    for (int k = 0; k < count; ++k) chosen_gpus_.push_back(ranked_[k].second);
+    return true;
+  }
+  if (topology != nullptr) {
+    const NodeInfo& n = cluster_.node(node);
+    set_request_.count = count;
+    set_request_.candidates.clear();
+    set_request_.pref_class.clear();
+    for (size_t k = 0; k < ranked_.size(); ++k) {
+      set_request_.candidates.push_back(ranked_[k].second);
+      const bool same = k > 0 && ranked_[k].first == ranked_[k - 1].first;
+      set_request_.pref_class.push_back(k == 0 ? 0
+                                               : set_request_.pref_class.back() + (same ? 0 : 1));
+    }
+    set_request_.idle.assign(n.gpu_count, false);
+    for (int l = 0; l < n.gpu_count; ++l) {
+      if (cluster_.gpu(n.first_gpu + l).mode != GpuMode::kHamiCore) continue;
+      const GpuUsage u = SliceUsageAfter(scratch_[l]);
+      set_request_.idle[l] = u.tasks == 0 && u.memory_used_mib == 0 && u.cores_used == 0;
+    }
+    set_request_.topology_first = want.preferred;
+    set_request_.required = want.required;
+    set_request_.same_numa = want.numa_bind;
+    chosen_gpus_ = topo::ChooseGpuSet(*topology, set_request_);
+    if (!chosen_gpus_.empty()) return true;
+  }
+  // No set meets the pod's interconnect (or the node's wiring is unknown, which meets none).
+  const Reason why =
+      want.required == topo::Tier::kAny ? Reason::kNumaNotFit : Reason::kTopologyNotFit;
+  for (const auto& [pref, l] : ranked_) reasons_[l] = static_cast<uint8_t>(why);
+  return false;
+}
+
 double Engine::Impl::FragWithGpuOnce(int node, int64_t cpu_after, int64_t mem_after, int l,
                                      const ScratchGpu& before, const GpuUsage& after) {
   const int g = cluster_.node(node).first_gpu + l;
@@ -230,8 +272,8 @@ bool Engine::Impl::PlaceSlices(const Resolved& rp, int ci, int node, bool* too_f
   }
   std::stable_sort(ranked_.begin(), ranked_.end(),
                    [](const auto& a, const auto& b) { return a.first > b.first; });
-  for (int k = 0; k < c.gpu.count; ++k) {
-    const int l = ranked_[k].second;
+  if (!ChooseSliceGpus(rp, c, node)) return false;
+  for (const int l : chosen_gpus_) {
     const GpuInfo& gi = cluster_.gpu(n.first_gpu + l);
     const int64_t need = DeviceMemoryNeed(c.gpu, gi.memory_mib);
     AddSlice(scratch_[l], c, need);

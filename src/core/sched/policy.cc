@@ -56,11 +56,12 @@ absl::StatusOr<GpuPolicy> ParseGpuPolicy(std::string_view name) {
     if (p == "binpack") return GpuPolicy::kBinpack;
     if (p == "spread") return GpuPolicy::kSpread;
     if (p == "fgd" || p == "prism") return GpuPolicy::kFgd;
+    // topology-aware is read beside this (PodRequest::topology); numa and mutex are ignored.
     if (p == "topology-aware" || p == "numa" || p == "mutex") continue;
     return absl::InvalidArgumentError(
         StrCat("unknown GPU scheduler policy '", part,
-               "' (expected binpack, spread or fgd; HAMi's topology-aware, numa and mutex are "
-               "accepted and ignored)"));
+               "' (expected binpack, spread or fgd; HAMi's topology-aware prefers well-connected "
+               "GPUs, numa and mutex are accepted and ignored)"));
   }
   if (!any) return absl::InvalidArgumentError("empty GPU scheduler policy");
   return GpuPolicy::kSpread;

@@ -65,6 +65,10 @@ std::string PodRequest::ShapeKey() const {
   list('u', nouse_uuids);
   if (!node_policy.empty()) StrAppend(&key, "N", node_policy.size(), ':', node_policy);
   if (!gpu_policy.empty()) StrAppend(&key, "G", gpu_policy.size(), ':', gpu_policy);
+  if (topology.Any()) {
+    StrAppend(&key, "X", topology.preferred ? 1 : 0, static_cast<int>(topology.required),
+              topology.numa_bind ? 1 : 0);
+  }
   return key;
 }
 

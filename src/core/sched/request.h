@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "core/topo/gpu_sets.h"
+
 namespace prism::sched {
 
 inline constexpr int32_t kPermille = 1000;
@@ -55,6 +57,21 @@ struct ContainerRequest {
   GpuRequest gpu;
 };
 
+// What a pod asks of its multi-GPU containers' interconnect (docs/topology.md, "Placement").
+struct TopologyRequest {
+  // The interconnect first, over packing: within a node (the best-connected set its GPUs
+  // allow) and across nodes (a node that gives a better tier wins). HAMi's
+  // `hami.io/gpu-scheduler-policy: topology-aware`, Prism's `prism.io/gpu-topology: preferred`.
+  bool preferred = false;
+  // Every pair of a container's GPUs meets this tier, or the node is refused
+  // (`prism.io/gpu-topology: required[:<tier>]`).
+  topo::Tier required = topo::Tier::kAny;
+  // Every GPU of a container on one NUMA node (HAMi's `nvidia.com/numa-bind: "true"`).
+  bool numa_bind = false;
+  bool Any() const { return preferred || required != topo::Tier::kAny || numa_bind; }
+  friend bool operator==(const TopologyRequest&, const TopologyRequest&) = default;
+};
+
 // A pod as the engine sees it: requests plus the scheduling annotations.
 struct PodRequest {
   std::string namespace_name;
@@ -70,6 +87,7 @@ struct PodRequest {
   // Policy names (see policy.h); empty = the engine's default.
   std::string node_policy;  // hami.io/node-scheduler-policy.
   std::string gpu_policy;   // hami.io/gpu-scheduler-policy.
+  TopologyRequest topology;
 
   // Kubernetes' effective request: max(largest init container, sum of the others).
   int64_t EffectiveCpuMilli() const;

@@ -1,0 +1,154 @@
+// The engine on nodes whose GPU wiring is known (docs/topology.md, "Placement"): a multi-GPU
+// container gets well-connected GPUs without losing packing, a pod that prefers interconnect
+// picks the node that gives it, and a required tier or numa-bind refuses what misses it.
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+#include "core/sched/engine.h"
+#include "core/sched/test_util.h"
+#include "core/topo/test_topologies.h"
+
+namespace prism::sched {
+namespace {
+
+using namespace ::prism::sched::testing;  // NOLINT: test builders.
+using ::prism::topo::testing::Dgx1;
+using ::prism::topo::testing::HgxH100;
+using ::prism::topo::testing::Pcie8;
+
+NodeSpec EightGpus(const std::string& name, topo::NodeTopology topology) {
+  NodeSpec n = Node(name, 96, 1024, 8, Gpu("V100-SXM2-32GB", GpuMode::kHamiCore, 32768));
+  for (size_t g = 0; g < n.gpus.size(); ++g) n.gpus[g].uuid = name + "-gpu" + std::to_string(g);
+  n.topology = std::move(topology);
+  return n;
+}
+
+std::set<int> GpusOf(const Decision& d) {
+  std::set<int> out;
+  for (const ContainerAssignment& c : d.containers) {
+    for (const DeviceAssignment& dev : c.devices) out.insert(dev.gpu_index);
+  }
+  return out;
+}
+
+// Whole GPUs: all of their memory and compute.
+PodRequest Whole(const std::string& name, int gpus) { return GpuPod(name, gpus, 32768, 100); }
+
+TEST(EngineTopologyTest, FourGpusOnADgx1TakeAnNvLinkQuad) {
+  Engine engine = MakeEngine({EightGpus("dgx", Dgx1())}, DeviceConfig{});
+  // Take GPU 1 first (a one-GPU pod): the next 4-GPU pod cannot have quad 0-3 whole.
+  PodRequest one = Whole("one", 1);
+  one.use_uuids = {"dgx-gpu1"};
+  ScheduleResult r1 = engine.Place(one);
+  ASSERT_TRUE(r1.scheduled) << r1.Summary();
+  ScheduleResult r4 = engine.Place(Whole("four", 4));
+  ASSERT_TRUE(r4.scheduled) << r4.Summary();
+  EXPECT_EQ(GpusOf(r4.decision), (std::set<int>{4, 5, 6, 7}));
+}
+
+TEST(EngineTopologyTest, WithoutTopologyTheChoiceIsTheEnginesAsBefore) {
+  Engine engine = MakeEngine({EightGpus("plain", {})}, DeviceConfig{});
+  PodRequest one = Whole("one", 1);
+  one.use_uuids = {"plain-gpu1"};
+  ASSERT_TRUE(engine.Place(one).scheduled);
+  ScheduleResult r4 = engine.Place(Whole("four", 4));
+  ASSERT_TRUE(r4.scheduled) << r4.Summary();
+  EXPECT_EQ(GpusOf(r4.decision), (std::set<int>{0, 2, 3, 4}));
+}
+
+TEST(EngineTopologyTest, OneGpuPodsLeaveTheIntactQuadAlone) {
+  Engine engine = MakeEngine({EightGpus("dgx", Dgx1())}, DeviceConfig{});
+  // Quad 4-7 has three GPUs taken; a one-GPU pod then takes its last GPU, not one of 0-3.
+  for (const char* uuid : {"dgx-gpu4", "dgx-gpu5", "dgx-gpu6"}) {
+    PodRequest p = Whole(uuid, 1);
+    p.use_uuids = {uuid};
+    ASSERT_TRUE(engine.Place(p).scheduled);
+  }
+  ScheduleResult r = engine.Place(Whole("next", 1));
+  ASSERT_TRUE(r.scheduled) << r.Summary();
+  EXPECT_EQ(GpusOf(r.decision), (std::set<int>{7}));
+}
+
+TEST(EngineTopologyTest, APodThatPrefersInterconnectPicksTheNodeThatGivesIt) {
+  // "a-pcie" sorts first and ties otherwise: packing alone puts the pod there.
+  const std::vector<NodeSpec> nodes = {EightGpus("a-pcie", Pcie8()), EightGpus("b-dgx", Dgx1())};
+  Engine plain = MakeEngine(nodes, DeviceConfig{});
+  ScheduleResult r = plain.Place(Whole("train", 4));
+  ASSERT_TRUE(r.scheduled) << r.Summary();
+  EXPECT_EQ(r.decision.node_name, "a-pcie");
+  // Within the PCIe node it still takes one socket's four GPUs.
+  EXPECT_EQ(GpusOf(r.decision), (std::set<int>{0, 1, 2, 3}));
+
+  Engine engine = MakeEngine(nodes, DeviceConfig{});
+  PodRequest train = Whole("train", 4);
+  train.topology.preferred = true;
+  r = engine.Place(train);
+  ASSERT_TRUE(r.scheduled) << r.Summary();
+  EXPECT_EQ(r.decision.node_name, "b-dgx");
+  EXPECT_EQ(GpusOf(r.decision), (std::set<int>{0, 1, 2, 3}));
+}
+
+TEST(EngineTopologyTest, ARequiredTierRefusesNodesThatCannotGiveIt) {
+  Engine engine = MakeEngine({EightGpus("a-pcie", Pcie8()), EightGpus("b-blind", {})},
+                             DeviceConfig{});
+  PodRequest pod = Whole("train", 2);
+  pod.topology.required = topo::Tier::kNvLink;
+  ScheduleResult r = engine.Schedule(pod, /*explain=*/true);
+  EXPECT_FALSE(r.scheduled);
+  ASSERT_EQ(r.failures.size(), 2u);
+  for (const auto& [node, failure] : r.failures) EXPECT_EQ(failure.ToString(), "8/8 TopologyNotFit");
+  // A PCIe-switch pair is there.
+  pod.topology.required = topo::Tier::kSwitch;
+  r = engine.Place(pod);
+  ASSERT_TRUE(r.scheduled) << r.Summary();
+  EXPECT_EQ(r.decision.node_name, "a-pcie");
+  EXPECT_EQ(GpusOf(r.decision), (std::set<int>{0, 1}));
+}
+
+TEST(EngineTopologyTest, NumaBindKeepsAContainerOnOneNumaNode) {
+  Engine engine = MakeEngine({EightGpus("hgx", HgxH100())}, DeviceConfig{});
+  for (const char* uuid : {"hgx-gpu0", "hgx-gpu1", "hgx-gpu2", "hgx-gpu4", "hgx-gpu5"}) {
+    PodRequest p = Whole(uuid, 1);
+    p.use_uuids = {uuid};
+    ASSERT_TRUE(engine.Place(p).scheduled);
+  }
+  // Free: 3 (NUMA 0), 6 and 7 (NUMA 1). Three GPUs are free, but not on one NUMA node.
+  PodRequest three = Whole("three", 3);
+  three.topology.numa_bind = true;
+  ScheduleResult r = engine.Schedule(three, /*explain=*/true);
+  EXPECT_FALSE(r.scheduled);
+  ASSERT_EQ(r.failures.size(), 1u);
+  EXPECT_EQ(r.failures[0].second.ToString(), "5/8 CardInsufficientMemory, 3/8 NumaNotFit");
+  PodRequest bound = Whole("bound", 2);
+  bound.topology.numa_bind = true;
+  r = engine.Place(bound);
+  ASSERT_TRUE(r.scheduled) << r.Summary();
+  EXPECT_EQ(GpusOf(r.decision), (std::set<int>{6, 7}));
+}
+
+TEST(EngineTopologyTest, NodesWiredDifferentlyAreNotTwins) {
+  auto state = ClusterState::Build(
+      {EightGpus("a", Dgx1()), EightGpus("b", Dgx1()), EightGpus("c", Pcie8()),
+       EightGpus("d", {})},
+      DeviceConfig{});
+  ASSERT_TRUE(state.ok()) << state.status();
+  EXPECT_TRUE(state->SameNodeState(state->FindNode("a"), state->FindNode("b")));
+  EXPECT_FALSE(state->SameNodeState(state->FindNode("a"), state->FindNode("c")));
+  EXPECT_FALSE(state->SameNodeState(state->FindNode("a"), state->FindNode("d")));
+  EXPECT_EQ(state->topology(state->FindNode("a")), state->topology(state->FindNode("b")));
+  EXPECT_EQ(state->topology(state->FindNode("d")), nullptr);
+}
+
+TEST(EngineTopologyTest, ATopologyOfTheWrongSizeIsAnErrorNamingTheNode) {
+  NodeSpec n = EightGpus("short", Dgx1());
+  n.gpus.pop_back();
+  auto state = ClusterState::Build({n}, DeviceConfig{});
+  ASSERT_FALSE(state.ok());
+  EXPECT_NE(state.status().message().find("short"), std::string_view::npos) << state.status();
+}
+
+}  // namespace
+}  // namespace prism::sched
