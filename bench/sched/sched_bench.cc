@@ -222,11 +222,9 @@ void ReportPercentiles(benchmark::State& state, std::vector<double>& micros,
   report(cpu_micros, "cpu_");
 }
 
-// Steady state: the shapes are known, nodes change between decisions.
-void BM_Decision(benchmark::State& state) {
-  const int nodes = static_cast<int>(state.range(0));
-  Fixture f(nodes);
-  // Warm: every shape's index exists.
+// Steady state: the shapes are known (every shape's index is warm), nodes change between
+// decisions: each decision is applied and an older pod released.
+void RunSteadyState(benchmark::State& state, Fixture& f) {
   for (const PodRequest& p : f.mix) f.engine->Schedule(p, false);
   std::vector<double> micros;
   std::vector<double> cpu_micros;
@@ -250,6 +248,12 @@ void BM_Decision(benchmark::State& state) {
   }
   ReportPercentiles(state, micros, cpu_micros);
   state.counters["scheduled_pct"] = 100.0 * scheduled / std::max<size_t>(1, micros.size());
+}
+
+void BM_Decision(benchmark::State& state) {
+  const int nodes = static_cast<int>(state.range(0));
+  Fixture f(nodes);
+  RunSteadyState(state, f);
   const ClusterState& cluster = f.engine->cluster();
   state.counters["state_B_per_node"] = static_cast<double>(cluster.MemoryBytes()) / nodes;
   state.counters["cache_B_per_node"] = static_cast<double>(f.engine->CacheMemoryBytes()) / nodes;
@@ -264,28 +268,9 @@ BENCHMARK(BM_Decision)
 // BM_Decision on nodes whose wiring is known (arg 1 = 1) against the same cluster and mix
 // topology-blind (arg 1 = 0): what topology-aware GPU choice costs a decision.
 void BM_DecisionWired(benchmark::State& state) {
-  const int nodes = static_cast<int>(state.range(0));
-  Fixture f(nodes, /*wired=*/state.range(1) != 0, /*multi_gpu_mix=*/true);
-  for (const PodRequest& p : f.mix) f.engine->Schedule(p, false);
-  std::vector<double> micros;
-  std::vector<double> cpu_micros;
-  for (auto _ : state) {
-    PodRequest p = f.Next();
-    const double c0 = ThreadCpuMicros();
-    const auto t0 = std::chrono::steady_clock::now();
-    ScheduleResult r = f.engine->Schedule(p, /*explain=*/false);
-    const auto t1 = std::chrono::steady_clock::now();
-    cpu_micros.push_back(ThreadCpuMicros() - c0);
-    const double us = std::chrono::duration<double, std::micro>(t1 - t0).count();
-    micros.push_back(us);
-    state.SetIterationTime(us / 1e6);
-    if (r.scheduled) {
-      PRISM_CHECK(f.engine->Apply(p.Key(), r.decision).ok());
-      f.live.push_back(p.Key());
-    }
-    f.ReleaseOne();
-  }
-  ReportPercentiles(state, micros, cpu_micros);
+  Fixture f(static_cast<int>(state.range(0)), /*wired=*/state.range(1) != 0,
+            /*multi_gpu_mix=*/true);
+  RunSteadyState(state, f);
 }
 BENCHMARK(BM_DecisionWired)
     ->Args({1000, 0})
