@@ -1,5 +1,5 @@
 // src/config/dra_allocation.h: Prism's engine chooses the devices of a pod's DRA claims
-// (docs/dra.md §2.4, issue 32): a ResourceClaim's spec decoded into what Prism supports, the
+// (docs/dra-design.md §2.4, issue 32): a ResourceClaim's spec decoded into what Prism supports, the
 // pod's claims turned into the engine's PodRequest, and the engine's Decision turned back into
 // each claim's status.allocation.
 //
@@ -70,11 +70,11 @@ inline constexpr int64_t kMaxDraResults = 32;
 inline constexpr size_t kMaxDraSubrequests = 8;
 // Prism's own bound on the claims of one pod it allocates for.
 inline constexpr size_t kMaxDraClaimsPerPod = 32;
-// The marker in status.allocation.devices.config (docs/dra.md §2.4).
+// The marker in status.allocation.devices.config (docs/dra-design.md §2.4).
 inline constexpr char kDraMarkerApiVersion[] = "gpu.prism.io/v1alpha1";
 inline constexpr char kDraMarkerKind[] = "PrismAllocation";
 
-// kSlice: a share of a GPU not in MIG mode (class slice.gpu.prism.io, docs/dra.md §1.4).
+// kSlice: a share of a GPU not in MIG mode (class slice.gpu.prism.io, docs/dra-design.md §1.4).
 enum class DraDeviceKind : uint8_t { kWholeGpu, kMigPartition, kSlice };
 
 struct DraDeviceRequest {
@@ -153,7 +153,7 @@ absl::StatusOr<DraPodRequest> BuildDraPodRequest(sched::PodRequest base,
                                                  const std::vector<DraClaimSpec>& claims);
 
 // Prism's marker, the entry of status.allocation.devices.config that says Prism allocated the
-// claim (docs/dra.md §2.4): {source FromClass, requests [], opaque {driver gpu.prism.io,
+// claim (docs/dra-design.md §2.4): {source FromClass, requests [], opaque {driver gpu.prism.io,
 // parameters {apiVersion gpu.prism.io/v1alpha1, kind PrismAllocation, pod, node[, decision]}}}.
 // Only writers of the claim's status can put it there; the node agent prepares nothing without
 // it (config/dra_pod.h ReadDraAllocation reads it back).
@@ -173,7 +173,7 @@ using DraGpuMinors = std::map<std::string, uint32_t, std::less<>>;
 //                      grants: memory MiB, cores percent rounded up, slots 1)
 //   devices.config[]   Prism's marker: {source FromClass, opaque {driver gpu.prism.io,
 //                      parameters {apiVersion gpu.prism.io/v1alpha1, kind PrismAllocation,
-//                      pod <uid>, node <node>}}} (docs/dra.md §2.4)
+//                      pod <uid>, node <node>}}} (docs/dra-design.md §2.4)
 //   nodeSelector       {nodeSelectorTerms: [{matchFields: [{key metadata.name, operator In,
 //                      values [<node>]}]}]}, as upstream's allocator writes it for devices of a
 //                      node-local slice (structured/internal/*/allocator_*.go, createNodeSelector)

@@ -15,11 +15,11 @@ namespace prism::config {
 
 // The DRA driver, and the one pool per node it publishes (named after the node).
 inline constexpr char kDraDriverName[] = "gpu.prism.io";
-// Prism's DeviceClasses: whole GPUs, MIG partitions, software slices (docs/dra.md §1.5).
+// Prism's DeviceClasses: whole GPUs, MIG partitions, software slices (docs/dra-design.md §1.5).
 inline constexpr char kDraWholeGpuClass[] = "gpu.prism.io";
 inline constexpr char kDraMigClass[] = "mig.gpu.prism.io";
 inline constexpr char kDraSliceClass[] = "slice.gpu.prism.io";
-// The finalizer Prism puts on claims it allocated (docs/dra.md §2.4).
+// The finalizer Prism puts on claims it allocated (docs/dra-design.md §2.4).
 inline constexpr char kDraAllocationFinalizer[] = "prism.io/dra-allocation";
 
 // "gpu-<minor>": a GPU not in MIG mode (NVIDIA's DRA driver's deviceinfo.go CanonicalName).

@@ -46,7 +46,7 @@ absl::StatusOr<std::string> Name(const json& object, const char* key, std::strin
   return name;
 }
 
-// Prism's marker among status.allocation.devices.config[] (docs/dra.md §2.4), or null.
+// Prism's marker among status.allocation.devices.config[] (docs/dra-design.md §2.4), or null.
 absl::StatusOr<const json*> FindMarker(const json& devices, std::string_view field) {
   ASSIGN_OR_RETURN(const json* config, Array(devices, "config", StrCat(field, ".config"), 64));
   if (config == nullptr) return nullptr;

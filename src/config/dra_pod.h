@@ -1,5 +1,5 @@
 // src/config/dra_pod.h: the scheduling half of Prism on DRA reads two things from the cluster
-// (docs/dra.md §2.4): which ResourceClaims a pod uses, and what a claim's status.allocation says
+// (docs/dra-design.md §2.4): which ResourceClaims a pod uses, and what a claim's status.allocation says
 // (whether Prism wrote it, for which pod and node, with which decision). Both come from objects
 // tenants write (the pod, the claim's spec) or that anyone with the claim status right writes, so
 // both are decoded typed and bounded, each error naming the field.

@@ -1,4 +1,4 @@
-// src/config/dra_share.h: a GPU share under DRA (docs/dra.md §1.4 "Whole and shared GPUs",
+// src/config/dra_share.h: a GPU share under DRA (docs/dra-design.md §1.4 "Whole and shared GPUs",
 // issues 31 and 32), the one model the node agent publishes and prepares with and the scheduler
 // allocates with.
 //

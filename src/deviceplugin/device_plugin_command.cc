@@ -432,7 +432,7 @@ void AddDevicePluginCommand(CLI::App& app, int* exit_code) {
                   "Publish GPUs not in MIG mode as shared devices (allowMultipleAllocations, "
                   "capacities memory/cores/slots) and prepare shares of them: needs the "
                   "DRAConsumableCapacity feature gate (alpha in Kubernetes 1.34/1.35, on from "
-                  "1.36) on the API server (docs/dra.md §1.4)")
+                  "1.36) on the API server (docs/dra-design.md §1.4)")
       ->capture_default_str();
   cmd->callback([flags, exit_code] {
     // libcurl and gRPC write to sockets the peer may have closed.

@@ -36,7 +36,7 @@ struct PreparedDevice {
   int gpu_instance_id = -1;
   int compute_instance_id = -1;
   std::string mig_uuid;
-  // A share of a GPU (docs/dra.md §1.6): its shareID and what it consumes (limits and region
+  // A share of a GPU (docs/dra-design.md §1.6): its shareID and what it consumes (limits and region
   // file from those).
   std::string share_id;
   int64_t share_memory_mib = 0;

@@ -2,7 +2,7 @@
 //
 // NodePrepareResources carries only a claim's namespace, name and UID; the plugin GETs the claim
 // (resource.k8s.io/v1 resourceclaims) and reads status.allocation.devices.results itself
-// (docs/dra.md §1.2, §1.6). Both come from outside the agent: the kubelet's request is checked
+// (docs/dra-design.md §1.2, §1.6). Both come from outside the agent: the kubelet's request is checked
 // against the API server's name rules before any of it names a file, and the claim is decoded
 // typed and bounded, each error naming the field ("status.allocation.devices.results[2].device:
 // ..."). Limits and formats are the API's (k8s.io/api v0.36.0 resource/v1 types.go):

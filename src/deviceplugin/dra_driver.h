@@ -1,4 +1,4 @@
-// src/deviceplugin/dra_driver.h: what the DRA kubelet plugin does for a claim (docs/dra.md §1.6).
+// src/deviceplugin/dra_driver.h: what the DRA kubelet plugin does for a claim (docs/dra-design.md §1.6).
 //
 // Prepare, per claim and independently of the other claims of the kubelet's call:
 //   1. the kubelet's reference is held to the API's name rules (it names files below);
@@ -140,7 +140,7 @@ struct DraDriverOptions {
   // Shares of one GPU at most (the published `slots`, deviceSplitCount).
   int32_t split_count = 10;
   // Prepare only allocations Prism's scheduler wrote: status.allocation.devices.config carries
-  // Prism's FromClass marker naming this node (docs/dra.md §1.6 step 1). Any other allocation of
+  // Prism's FromClass marker naming this node (docs/dra-design.md §1.6 step 1). Any other allocation of
   // Prism's devices (kube-scheduler's first fit for a pod that bypassed Prism, another tool's)
   // gets a per-claim error, so it never reaches a container.
   bool require_prism_allocation = true;

@@ -1,4 +1,4 @@
-// src/deviceplugin/dra_driver_share.cc: DraDriver's shares of a GPU (docs/dra.md §1.6), the
+// src/deviceplugin/dra_driver_share.cc: DraDriver's shares of a GPU (docs/dra-design.md §1.6), the
 // consumable-capacity half of Prepare and Unprepare. See dra_driver.h.
 #include <algorithm>
 #include <map>
@@ -16,7 +16,7 @@ namespace {
 constexpr char kLog[] = "dra";
 
 // What a share consumes: the result's consumedCapacity, a capacity it does not name (or names
-// as 0, below every minimum) taking the published default (docs/dra.md §1.4): all the memory,
+// as 0, below every minimum) taking the published default (docs/dra-design.md §1.4): all the memory,
 // all the cores, one slot. Upstream's allocator writes all three.
 config::DraShareAmount Consumed(const DraAllocationResult& r, const DraGpu& gpu) {
   config::DraShareAmount a = r.consumed.value_or(config::DraShareAmount{});

@@ -1,4 +1,4 @@
-// src/deviceplugin/dra_mig.h: MIG partitions as DRA partitionable devices (docs/dra.md §1.4).
+// src/deviceplugin/dra_mig.h: MIG partitions as DRA partitionable devices (docs/dra-design.md §1.4).
 //
 // A GPU whose MIG layout the agent owns (dynamic, docs/mig-manager.md) is published as every
 // profile x legal start of its model, each a device "gpu-<minor>-mig-<profile>-<profileID>-<start>"

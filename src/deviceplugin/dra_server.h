@@ -1,5 +1,5 @@
 // src/deviceplugin/dra_server.h: the DRA kubelet plugin's two gRPC endpoints
-// (docs/dra.md §1.1-§1.2).
+// (docs/dra-design.md §1.1-§1.2).
 //
 //   - Registration (/pluginregistration.Registration) on
 //     <registry_dir>/<driver>-reg.sock, the socket the kubelet's plugin watcher finds:

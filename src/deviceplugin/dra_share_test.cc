@@ -1,4 +1,4 @@
-// Shares of a GPU through the DRA kubelet plugin (docs/dra.md §1.4, §1.6): publication with
+// Shares of a GPU through the DRA kubelet plugin (docs/dra-design.md §1.4, §1.6): publication with
 // consumable capacity, Prepare (limits, region file, shareID, no overcommit, also from
 // concurrent calls), Unprepare, and an agent restart in between.
 #include "config/dra_share.h"

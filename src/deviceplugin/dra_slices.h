@@ -1,4 +1,4 @@
-// src/deviceplugin/dra_slices.h: the ResourceSlices the DRA plugin publishes (docs/dra.md §1.3,
+// src/deviceplugin/dra_slices.h: the ResourceSlices the DRA plugin publishes (docs/dra-design.md §1.3,
 // §1.4), whole GPUs only so far.
 //
 // One pool per node, named after the node, with spec.nodeName set; one slice per GPU:
@@ -7,7 +7,7 @@
 //     with consumable capacity on (DraPublishOptions, --dra-consumable-capacity; Kubernetes'
 //     DRAConsumableCapacity gate, alpha in 1.34/1.35) the same device is shared: it has
 //     allowMultipleAllocations: true and capacities memory, cores and slots with their
-//     requestPolicy (config/dra_share.h, docs/dra.md §1.4);
+//     requestPolicy (config/dra_share.h, docs/dra-design.md §1.4);
 //   - in MIG mode, layout owned by the agent (dynamic): every partition (DraMigDevices, dra_mig.h),
 //     type "mig", parentUUID, profile, placementStart, placementSize, migMode, capacities memory
 //     and multiprocessors, each consuming counters of the GPU's counter set;
@@ -60,7 +60,7 @@ inline constexpr size_t kMaxCountersPerSet = 32;
 inline constexpr size_t kMaxCounterConsumptionsPerDevice = 2;
 
 struct DraPublishOptions {
-  // Publish GPUs not in MIG mode as shared devices (docs/dra.md §1.4). Off by default: the
+  // Publish GPUs not in MIG mode as shared devices (docs/dra-design.md §1.4). Off by default: the
   // examples' Kubernetes (1.34) has DRAConsumableCapacity off, and its API server drops the
   // fields on write.
   bool consumable_capacity = false;

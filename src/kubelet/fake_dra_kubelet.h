@@ -1,7 +1,7 @@
 // src/kubelet/fake_dra_kubelet.h: the kubelet's DRA half, as a stand-in for tests (tests only).
 //
 // It speaks the real gRPC APIs over Unix sockets and follows upstream where a DRA plugin can
-// observe it (docs/dra.md §1.7; kubernetes/kubernetes, newest stored versions):
+// observe it (docs/dra-design.md §1.7; kubernetes/kubernetes, newest stored versions):
 //   - plugin discovery, pkg/kubelet/pluginmanager/pluginwatcher/plugin_watcher.go
 //     (traversePluginDir, handleCreateEvent): inotify on the plugins_registry directory; every
 //     socket found at start or created later is registered, names starting with '.' and files

@@ -1,5 +1,5 @@
 // The allocator a cluster gets from Dynamic Resource Allocation without Prism
-// (docs/simulator.md "DRA first-fit baseline", docs/dra.md §2.1): kube-scheduler
+// (docs/simulator.md "DRA first-fit baseline", docs/dra-design.md §2.1): kube-scheduler
 // chooses the node with its default scoring, and the DRA plugin's allocator takes
 // the first devices of that node that satisfy the claim, in name order.
 //

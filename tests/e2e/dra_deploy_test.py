@@ -47,7 +47,7 @@ DRA_OBJECTS = {("ClusterRole", "prism-device-plugin-dra"),
                ("ClusterRoleBinding", "prism-scheduler-dra"),
                ("MutatingWebhookConfiguration", "prism-dra-gate")}
 # The kubelet's directories: where `prism device-plugin` serves its sockets by default
-# (--dra-registry-dir, --dra-plugin-dir), and where the kubelet looks (docs/dra.md §1.1).
+# (--dra-registry-dir, --dra-plugin-dir), and where the kubelet looks (docs/dra-design.md §1.1).
 DRA_HOST_DIRS = {"kubelet-plugins-registry": "/var/lib/kubelet/plugins_registry",
                  "dra-plugin": f"/var/lib/kubelet/plugins/{DRA_DRIVER}"}
 
