@@ -250,7 +250,11 @@ void BM_MigReplay(benchmark::State& state) {
       for (InventoryGpu& g : inventory->gpus) {
         for (InventoryInstance& inst : g.instances) inst.in_use = false;
       }
-      sched::NodeSpec node{"n", 1 << 20, int64_t{1} << 40, ToGpuSpecs(*inventory)};
+      sched::NodeSpec node;
+      node.name = "n";
+      node.cpu_milli = 1 << 20;
+      node.memory_bytes = int64_t{1} << 40;
+      node.gpus = ToGpuSpecs(*inventory);
       auto cluster = sched::ClusterState::Build({node}, config);
       if (!cluster.ok()) {
         state.SkipWithError(std::string(cluster.status().message()).c_str());

@@ -144,7 +144,11 @@ TEST(DevicePluginCommandTest, ServesAllocatesReportsAndStopsOnSigterm) {
   ASSERT_TRUE(inventory.has_value()) << Slurp(log);
   auto decoded = DecodeInventory(*inventory);
   ASSERT_TRUE(decoded.ok());
-  sched::NodeSpec node{"n1", 8000, int64_t{64} << 30, ToGpuSpecs(*decoded)};
+  sched::NodeSpec node;
+  node.name = "n1";
+  node.cpu_milli = 8000;
+  node.memory_bytes = int64_t{64} << 30;
+  node.gpus = ToGpuSpecs(*decoded);
   const sched::DeviceConfig device_config = config::DefaultDeviceConfig();
   auto state = sched::ClusterState::Build({node}, device_config);
   ASSERT_TRUE(state.ok());
