@@ -536,11 +536,11 @@ void SchedulerCache::ChargeFromAnnotationsLocked(const std::string& key, PodEntr
 }
 
 void SchedulerCache::MaybeRebuildLocked(bool force) {
-  if (!dirty_) return;
-  if (force || options_.min_rebuild_interval <= absl::ZeroDuration() ||
-      options_.clock->Now() - last_rebuild_ >= options_.min_rebuild_interval) {
+  if (dirty_ && (force || options_.min_rebuild_interval <= absl::ZeroDuration() ||
+                 options_.clock->Now() - last_rebuild_ >= options_.min_rebuild_interval)) {
     RebuildLocked();
   }
+  SettleReservationsLocked();  // Before any decision (cache_preemption.cc).
 }
 
 void SchedulerCache::RebuildLocked() {

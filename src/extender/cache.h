@@ -52,6 +52,7 @@
 #include "core/sched/decision.h"
 #include "core/sched/device_config.h"
 #include "core/sched/engine.h"
+#include "core/sched/preemption.h"
 #include "extender/wire.h"
 #include "k8s/clock.h"
 
@@ -112,6 +113,23 @@ struct FilterOutcome {
   std::string Reason(std::string_view node) const;
   // "0/3 nodes are available: 2 CardInsufficientMemory, 1 node has no GPU inventory".
   std::string Summary(size_t candidates) const;
+};
+
+// A preemption Prism would make (SchedulerCache::PlanPreemption): the node, and the victims by
+// decreasing priority.
+struct PreemptionPlan {
+  std::string node;
+  struct Victim {
+    std::string namespace_name;
+    std::string name;
+    std::string uid;
+    int32_t priority = 0;
+  };
+  std::vector<Victim> victims;
+  std::string gpus;  // Where the preemptor goes once they are gone ("GPU-1 (10240 MiB)").
+  int64_t gpu_memory_freed_mib = 0;
+  int nodes_searched = 0;
+  int evaluations = 0;
 };
 
 struct BindTicket {
@@ -291,6 +309,38 @@ class SchedulerCache {
                                                    int32_t priority, bool preempt_never,
                                                    const std::vector<NodeVictims>& proposed,
                                                    int64_t request_trials = 20000);
+  // Filter's resolvable/unresolvable split (docs/preemption.md §2): of `failed` (nodes where the
+  // pod did not fit), those where evicting every lower-priority pod Prism holds there lets the
+  // engine place it. One trial per node (release them all, decide, put the node back exactly:
+  // Engine::SaveNode / RestoreNode on the live engine, under the lock), at most `max_trials`
+  // trials per call from a rotating offset; nodes past the budget are left out (unresolvable this
+  // time, looked at first next time). Empty for preemptionPolicy: Never or an invalid request.
+  std::vector<std::string_view> ResolvableNodes(const config::PodManifest& pod, int32_t priority,
+                                                bool preempt_never,
+                                                absl::Span<const std::string_view> failed,
+                                                int max_trials = 100);
+  // Path B (docs/preemption.md §2): where Prism would evict for `pod`. SelectVictims (on a copy
+  // of the engine) over `nodes`, at most max(10 % of them, 100) from a rotating offset, trials
+  // bounded per node and by `request_trials`; the node picked in pickOneNodeForPreemption's order
+  // (no PDB violations counted: Prism reads no PDBs; lowest highest victim priority, lowest sum
+  // of priorities, fewest victims, then request order). Victims exclude pods another
+  // reservation is already evicting. nullopt when no node helps. InvalidArgument: invalid request.
+  absl::StatusOr<std::optional<PreemptionPlan>> PlanPreemption(
+      const config::PodManifest& pod, int32_t priority, bool preempt_never,
+      const std::vector<std::string>& nodes, int64_t request_trials = 20000);
+  // Reserves `plan`'s node for the preemptor until `deadline` (nominated pod, §2): once every
+  // victim's charge is gone the preemptor's decision there is charged as its assumption, before
+  // any other decision is made, so a lower-priority pod cannot take the freed GPU; the
+  // preemptor's next Filter takes it. Ends when the preemptor is filtered again or bound
+  // (the reservation became its assumption), deleted (DropReservation), at `deadline`, or when
+  // it no longer fits there once the victims are gone (lapsed).
+  void Reserve(const config::PodManifest& pod, int32_t priority, const PreemptionPlan& plan,
+               absl::Time deadline);
+  void DropReservation(std::string_view key, std::string_view uid);
+  // Whether the pod (by UID) holds a reservation, charged or waiting for its victims.
+  bool HasReservation(std::string_view key, std::string_view uid) const;
+  // Reservations ended because the preemptor no longer fit once its victims were gone.
+  int64_t reservations_lapsed() const;
 
   // --- DRA (cache_dra.cc) -------------------------------------------------------------------
   // Charges a claim's allocation (again, if it changed); a charge that no longer fits is a
@@ -367,6 +417,25 @@ class SchedulerCache {
     // request is fixed at charge time, and it is never requeued or reported as a pod.
     bool dra = false;
   };
+  // A nominated preemptor's hold on a node (Reserve): `held` once charged as its assumption
+  // (the assumed entry with `seq`).
+  struct Reservation {
+    std::string uid;
+    std::string node;
+    int32_t priority = 0;
+    config::PodManifest manifest;
+    std::vector<std::pair<std::string, std::string>> victims;  // Key, UID.
+    absl::Time deadline;
+    bool held = false;
+    uint64_t seq = 0;
+  };
+  // Charges the reservations whose victims are gone, ends those that no longer apply (run
+  // before every decision: MaybeRebuildLocked).
+  void SettleReservationsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Pods Prism holds on `node` that may be evicted: charged, bound or uncertain, of a priority
+  // the informer has shown, not a DRA claim, not a victim of a reservation already.
+  std::vector<sched::PreemptionCandidate> EvictableLocked(const std::string& node)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The engine's and pods_'s key of a claim's charge.
   static std::string DraKey(std::string_view namespace_name, std::string_view claim);
   // ChargeDraClaim under the lock; false when the charge did not fit.
@@ -441,6 +510,9 @@ class SchedulerCache {
   uint64_t seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
   CacheStats counters_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Reservation, std::less<>> reservations_ ABSL_GUARDED_BY(mu_);  // By key.
+  uint64_t preemption_offset_ ABSL_GUARDED_BY(mu_) = 0;  // Rotates the nodes searched first.
+  int64_t reservations_lapsed_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // A pod's spec.priority (the API server resolves priorityClassName into it); 0 when absent or

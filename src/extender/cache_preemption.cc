@@ -7,12 +7,14 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 
 #include "base/log.h"
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "core/sched/preemption.h"
 #include "extender/cache.h"
+#include "k8s/objects.h"
 
 namespace prism::extender {
 namespace {
@@ -104,18 +106,12 @@ absl::StatusOr<std::vector<NodeVictims>> SchedulerCache::Preempt(
       continue;
     }
     std::vector<sched::PreemptionCandidate> candidates;
-    for (const std::string& key : PodsOnNodeLocked(node.node)) {
-      const PodEntry& e = pods_.find(key)->second;
-      if (e.dra || !e.charged || !e.priority_known ||
-          (e.state != State::kBound && e.state != State::kUncertain)) {
-        continue;  // Not a running pod, or one whose priority Prism has not seen.
-      }
+    for (sched::PreemptionCandidate& c : EvictableLocked(node.node)) {
       const auto& required = work[n].required;
-      if (std::any_of(required.begin(), required.end(),
-                      [&](const sched::PreemptionCandidate& r) { return r.key == key; })) {
-        continue;
+      if (std::none_of(required.begin(), required.end(),
+                       [&](const sched::PreemptionCandidate& r) { return r.key == c.key; })) {
+        candidates.push_back(std::move(c));
       }
-      candidates.push_back({key, e.priority});
     }
     sched::PreemptionLimits limits;
     limits.max_evaluations =
@@ -140,6 +136,233 @@ absl::StatusOr<std::vector<NodeVictims>> SchedulerCache::Preempt(
     out.push_back(std::move(victims));
   }
   return out;
+}
+
+std::vector<sched::PreemptionCandidate> SchedulerCache::EvictableLocked(const std::string& node) {
+  absl::flat_hash_set<std::string_view> evicting;  // Victims of reservations made already.
+  for (const auto& [key, r] : reservations_) {
+    for (const auto& [victim, uid] : r.victims) evicting.insert(uid);
+  }
+  std::vector<sched::PreemptionCandidate> out;
+  for (const std::string& key : PodsOnNodeLocked(node)) {
+    const PodEntry& e = pods_.find(key)->second;
+    if (e.dra || !e.charged || !e.priority_known || evicting.contains(e.uid) ||
+        (e.state != State::kBound && e.state != State::kUncertain)) {
+      continue;  // Not a running pod, one whose priority Prism has not seen, or going already.
+    }
+    out.push_back({key, e.priority});
+  }
+  return out;
+}
+
+std::vector<std::string_view> SchedulerCache::ResolvableNodes(
+    const config::PodManifest& pod, int32_t priority, bool preempt_never,
+    absl::Span<const std::string_view> failed, int max_trials) {
+  std::vector<std::string_view> out;
+  absl::MutexLock lock(&mu_);
+  MaybeRebuildLocked();
+  if (preempt_never || failed.empty()) return out;
+  absl::StatusOr<sched::PodRequest> request = config::BuildPodRequest(pod, config_);
+  if (!request.ok() || !request->WantsGpu() || !engine_->Validate(*request).ok()) return out;
+  // From a rotating offset, so that a budget smaller than the failed nodes reaches every node
+  // over the pod's retries, as kube-scheduler's GetOffsetAndNumCandidates does.
+  const size_t n = failed.size();
+  const size_t start = preemption_offset_ % n;
+  std::vector<size_t> found;
+  int trials = 0;
+  for (size_t i = 0; i < n && trials < max_trials; ++i) {
+    const size_t at = (start + i) % n;
+    const int id = NodeIdLocked(failed[at]);
+    if (id < 0) continue;  // No GPU inventory: eviction frees nothing Prism places.
+    std::vector<sched::PreemptionCandidate> lower;
+    for (sched::PreemptionCandidate& c : EvictableLocked(std::string(failed[at]))) {
+      if (c.priority < priority) lower.push_back(std::move(c));
+    }
+    if (lower.empty()) continue;
+    ++trials;
+    // Releasing more never hurts: if all of them gone is not enough, no subset is.
+    const sched::ClusterState::NodeSnapshot saved = engine_->SaveNode(id);
+    bool released = true;
+    for (const sched::PreemptionCandidate& c : lower) released = released && engine_->Release(c.key).ok();
+    const bool fits = released && engine_->Decide(*request, id).ok();
+    if (absl::Status s = engine_->RestoreNode(saved); !s.ok()) {
+      LogError(kLog, "putting node ", failed[at], " back after a preemption trial: ", s.message());
+      dirty_ = true;  // The next verb rebuilds from the pods.
+      break;
+    }
+    if (fits) found.push_back(at);
+  }
+  preemption_offset_ += static_cast<uint64_t>(std::max(trials, 1));
+  std::sort(found.begin(), found.end());
+  for (size_t at : found) out.push_back(failed[at]);
+  return out;
+}
+
+absl::StatusOr<std::optional<PreemptionPlan>> SchedulerCache::PlanPreemption(
+    const config::PodManifest& pod, int32_t priority, bool preempt_never,
+    const std::vector<std::string>& nodes, int64_t request_trials) {
+  absl::MutexLock lock(&mu_);
+  MaybeRebuildLocked();
+  ASSIGN_OR_RETURN(sched::PodRequest request, config::BuildPodRequest(pod, config_));
+  RETURN_IF_ERROR(engine_->Validate(request));
+  if (preempt_never || nodes.empty() || !request.WantsGpu()) return std::nullopt;
+  sched::Engine scratch = sched::MakeScratchEngine(*engine_);
+  sched::Preemptor preemptor;
+  preemptor.pod = std::move(request);
+  preemptor.priority = priority;
+  // calculateNumCandidates with minCandidateNodesPercentage 10 and minCandidateNodesAbsolute 100.
+  const size_t count = std::min(nodes.size(), std::max<size_t>(nodes.size() / 10, 100));
+  const size_t start = preemption_offset_++ % nodes.size();
+  // pickOneNodeForPreemption's order: (PDB violations: none counted) lowest highest victim
+  // priority, lowest sum of priorities, fewest victims, then the first searched.
+  using Rank = std::tuple<int32_t, int64_t, size_t, size_t>;
+  std::optional<std::pair<Rank, sched::VictimChoice>> best;
+  int64_t trials_left = request_trials;
+  int searched = 0;
+  int evaluations = 0;
+  for (size_t i = 0; i < count && trials_left > 0; ++i) {
+    const std::string& node = nodes[(start + i) % nodes.size()];
+    const int id = NodeIdLocked(node);
+    if (id < 0) continue;
+    sched::PreemptionLimits limits;
+    limits.max_evaluations =
+        static_cast<int>(std::clamp<int64_t>(trials_left, 2, limits.max_evaluations));
+    ASSIGN_OR_RETURN(sched::VictimChoice choice,
+                     sched::SelectVictims(scratch, preemptor, id, EvictableLocked(node), {}, limits));
+    ++searched;
+    evaluations += choice.evaluations;
+    trials_left -= choice.evaluations;
+    if (!choice.fits || choice.victims.empty()) continue;  // Upstream: "at least one victim".
+    int32_t highest = std::numeric_limits<int32_t>::min();
+    int64_t sum = 0;
+    for (const std::string& key : choice.victims) {
+      const int32_t p = pods_.find(key)->second.priority;
+      highest = std::max(highest, p);
+      sum += int64_t{p} + (int64_t{1} << 31);  // As upstream: every term >= 0.
+    }
+    Rank rank{highest, sum, choice.victims.size(), i};
+    if (!best || rank < best->first) best.emplace(rank, std::move(choice));
+  }
+  if (!best) return std::nullopt;
+  const sched::VictimChoice& choice = best->second;
+  PreemptionPlan plan;
+  plan.node = choice.decision.node_name;
+  plan.gpu_memory_freed_mib = choice.gpu_memory_freed_mib;
+  plan.nodes_searched = searched;
+  plan.evaluations = evaluations;
+  for (const std::string& key : choice.victims) {
+    const PodEntry& e = pods_.find(key)->second;
+    plan.victims.push_back({e.namespace_name, e.name, e.uid, e.priority});
+  }
+  std::vector<std::string> gpus;
+  for (const sched::ContainerAssignment& c : choice.decision.containers) {
+    for (const sched::DeviceAssignment& d : c.devices) {
+      gpus.push_back(StrCat(d.uuid, d.profile_name.empty() ? "" : StrCat(" ", d.profile_name), " (",
+                            d.memory_mib, " MiB)"));
+    }
+  }
+  plan.gpus = StrJoin(gpus, ", ");
+  return plan;
+}
+
+void SchedulerCache::Reserve(const config::PodManifest& pod, int32_t priority,
+                             const PreemptionPlan& plan, absl::Time deadline) {
+  absl::MutexLock lock(&mu_);
+  Reservation r;
+  r.uid = pod.uid;
+  r.node = plan.node;
+  r.priority = priority;
+  r.manifest = pod;
+  r.deadline = deadline;
+  for (const PreemptionPlan::Victim& v : plan.victims) {
+    r.victims.emplace_back(k8s::ObjectKey(v.namespace_name, v.name), v.uid);
+  }
+  reservations_.insert_or_assign(pod.Key(), std::move(r));
+  SettleReservationsLocked();
+}
+
+void SchedulerCache::DropReservation(std::string_view key, std::string_view uid) {
+  absl::MutexLock lock(&mu_);
+  auto it = reservations_.find(key);
+  if (it == reservations_.end() || (!uid.empty() && it->second.uid != uid)) return;
+  auto p = pods_.find(key);
+  if (it->second.held && p != pods_.end() && p->second.seq == it->second.seq &&
+      p->second.state == State::kAssumed) {
+    EraseLocked(std::string(key));  // The hold goes with it.
+  }
+  reservations_.erase(it);
+}
+
+bool SchedulerCache::HasReservation(std::string_view key, std::string_view uid) const {
+  absl::MutexLock lock(&mu_);
+  auto it = reservations_.find(key);
+  return it != reservations_.end() && it->second.uid == uid;
+}
+
+int64_t SchedulerCache::reservations_lapsed() const {
+  absl::MutexLock lock(&mu_);
+  return reservations_lapsed_;
+}
+
+void SchedulerCache::SettleReservationsLocked() {
+  if (reservations_.empty()) return;
+  const absl::Time now = options_.clock->Now();
+  // Higher priority first: when two wait on one node, the more important one gets the room.
+  std::vector<std::pair<int32_t, std::string>> order;
+  for (const auto& [key, r] : reservations_) order.emplace_back(-r.priority, key);
+  std::sort(order.begin(), order.end());
+  for (const auto& [neg, key] : order) {
+    Reservation& r = reservations_.find(key)->second;
+    auto p = pods_.find(key);
+    const bool mine = p != pods_.end() && p->second.uid == r.uid;
+    if (r.held && mine && p->second.seq == r.seq && p->second.state == State::kAssumed) {
+      if (now < r.deadline) continue;  // Still held (ExpireLocked ends it at the deadline).
+      EraseLocked(key);
+      reservations_.erase(key);
+      continue;
+    }
+    // Filtered again or bound since (its own decision now), another pod of that name, or past
+    // the deadline: done.
+    if (p != pods_.end() || now >= r.deadline) {
+      reservations_.erase(key);
+      continue;
+    }
+    r.held = false;  // Never charged yet, or dropped by a rebuild or a node update.
+    const bool victims_gone = std::all_of(r.victims.begin(), r.victims.end(), [&](const auto& v) {
+      auto e = pods_.find(v.first);
+      return e == pods_.end() || e->second.uid != v.second || !e->second.charged;
+    });
+    if (!victims_gone) continue;
+    const int id = NodeIdLocked(r.node);
+    absl::StatusOr<sched::PodRequest> request = config::BuildPodRequest(r.manifest, config_);
+    absl::StatusOr<sched::Decision> decision =
+        id < 0 || !request.ok() ? absl::FailedPreconditionError("node or request unusable")
+                                : engine_->Decide(*request, id);
+    if (!decision.ok() || !engine_->Apply(key, *decision).ok()) {
+      LogWarning(kLog, "reservation of ", key, " on ", r.node, " lapsed: ",
+                 decision.ok() ? "the decision could not be charged" : decision.status().message());
+      ++reservations_lapsed_;
+      reservations_.erase(key);
+      continue;
+    }
+    PodEntry entry;
+    entry.uid = r.uid;
+    entry.namespace_name = r.manifest.namespace_name;
+    entry.name = r.manifest.name;
+    entry.node = r.node;
+    entry.state = State::kAssumed;
+    entry.charged = true;
+    entry.seq = ++seq_;
+    entry.expires = r.deadline;
+    entry.manifest = r.manifest;
+    entry.request = std::move(*request);
+    expiries_.push(Expiry{entry.expires, entry.seq, key});
+    PutPodLocked(key, std::move(entry));
+    r.held = true;
+    r.seq = seq_;
+    ++generation_;
+    LogInfo(kLog, "reservation of ", key, " on ", r.node, " charged: its victims are gone");
+  }
 }
 
 }  // namespace prism::extender

@@ -72,6 +72,20 @@ SchedulerMetrics::SchedulerMetrics() : registry_(std::make_shared<prometheus::Re
                    .Name("prism_scheduler_requeues_total")
                    .Help("Pods with a decision that no longer holds, by action taken")
                    .Register(*registry_);
+  preemptions_ = &prometheus::BuildCounter()
+                      .Name("prism_scheduler_preemptions_total")
+                      .Help("Preemptions Prism started for GPU pods, by result")
+                      .Register(*registry_);
+  preemption_victims_ = &prometheus::BuildCounter()
+                             .Name("prism_scheduler_preemption_victims_total")
+                             .Help("Pods evicted by Prism's preemptions")
+                             .Register(*registry_)
+                             .Add({});
+  preemption_memory_freed_ = &prometheus::BuildCounter()
+                                  .Name("prism_scheduler_preemption_gpu_memory_freed_mib_total")
+                                  .Help("GPU memory (MiB) the evicted pods held")
+                                  .Register(*registry_)
+                                  .Add({});
   leader_ = &prometheus::BuildGauge()
                  .Name("prism_scheduler_leader")
                  .Help("1 while this replica serves the scheduling verbs")
@@ -114,6 +128,16 @@ void SchedulerMetrics::CountConfigReload(std::string_view result) {
 
 void SchedulerMetrics::CountRequeue(std::string_view result) {
   requeues_->Add({{"action", std::string(result)}}).Increment();
+}
+
+void SchedulerMetrics::CountPreemption(std::string_view result) {
+  preemptions_->Add({{"result", std::string(result)}}).Increment();
+}
+
+void SchedulerMetrics::CountPreemptionVictim() { preemption_victims_->Increment(); }
+
+void SchedulerMetrics::AddPreemptionMemoryFreed(int64_t mib) {
+  preemption_memory_freed_->Increment(static_cast<double>(mib));
 }
 
 void SchedulerMetrics::SetLeader(bool leader) { leader_->Set(leader ? 1 : 0); }

@@ -33,6 +33,11 @@ class SchedulerMetrics {
   void CountConfigReload(std::string_view result);
   void CountRequeue(std::string_view result);
   void SetLeader(bool leader);
+  // Prism-driven preemptions (preemptor.h), by result: succeeded|no-candidate|aborted|failed; the
+  // victims evicted and the GPU memory they held.
+  void CountPreemption(std::string_view result);
+  void CountPreemptionVictim();
+  void AddPreemptionMemoryFreed(int64_t mib);
   // End to end, for the pods this replica binds: from the pod's metadata.creationTimestamp to
   // its successful bind, and to the node agent reporting every GPU container's devices ready
   // (prism.io/allocation-status).
@@ -50,6 +55,9 @@ class SchedulerMetrics {
   prometheus::Family<prometheus::Counter>* bind_failures_;
   prometheus::Family<prometheus::Counter>* config_reloads_;
   prometheus::Family<prometheus::Counter>* requeues_;
+  prometheus::Family<prometheus::Counter>* preemptions_;
+  prometheus::Counter* preemption_victims_;
+  prometheus::Counter* preemption_memory_freed_;
   prometheus::Gauge* leader_;
   prometheus::Histogram* creation_to_bind_;
   prometheus::Histogram* creation_to_ready_;

@@ -167,6 +167,8 @@ absl::Status Scheduler::Start() {
                                               },
                                               [this](const Json& p) {
                                                 cache_.DeletePod(p);
+                                                cache_.DropReservation(k8s::ObjectKey(p),
+                                                                       k8s::Uid(p));
                                                 ForgetAwaitingDevices(p);
                                               }});
   if (!options_.config_map_name.empty()) {
@@ -187,6 +189,13 @@ absl::Status Scheduler::Start() {
     k8s::EventRecorderOptions event_options;
     event_options.component = options_.scheduler_name;
     events_ = std::make_unique<k8s::EventRecorder>(client_, event_options);
+  }
+  if (options_.preemption.enabled) {
+    preemptor_ = std::make_unique<PreemptionRunner>(
+        options_.preemption, options_.scheduler_name, &cache_, client_, &metrics_,
+        [this](const Json& object, k8s::EventType type, std::string_view reason,
+               std::string_view message) { RecordEvent(object, "Pod", type, reason, message); });
+    preemptor_->Start();
   }
   if (options_.dra) {
     DraAllocatorOptions dra_options = options_.dra_options;
@@ -241,6 +250,7 @@ void Scheduler::Stop() {
     stopping_ = true;
   }
   if (ticker_.joinable()) ticker_.join();
+  if (preemptor_) preemptor_->Stop();
   if (elector_) elector_->Stop();
   if (dra_) dra_->Stop();
   if (pods_) pods_->Stop();
@@ -386,11 +396,34 @@ HttpReply Scheduler::Filter(std::string_view body) {
       outcome.feasible.empty() && (outcome.wants_gpu || !outcome.request_status.ok());
   const std::string summary = unschedulable ? outcome.Summary(args->node_names.size()) : "";
   result.node_names = std::move(outcome.feasible);
-  // No preemption verb: kube-scheduler cannot tell whether evicting pods frees GPUs, so every
-  // GPU reason is unresolvable (no pointless preemption attempts).
-  result.failed_unresolvable_nodes.reserve(outcome.failed.size());
+  // The resolvable split (docs/preemption.md §2), only when no node fits (kube-scheduler
+  // preempts only then): a GPU failure is FailedNodes where evicting the lower-priority pods
+  // Prism holds there lets the pod fit, FailedAndUnresolvableNodes otherwise. The informer's
+  // pod says the priority and policy when there is one (not the request's copy).
+  const Json& priority_source = assume ? *known : args->pod;
+  std::vector<std::string_view> resolvable;
+  if (unschedulable && outcome.request_status.ok() && options_.preemption.enabled) {
+    std::vector<std::string_view> failed;
+    failed.reserve(outcome.failed.size());
+    for (const FilterOutcome::FailedNode& f : outcome.failed) failed.push_back(f.node);
+    resolvable = cache_.ResolvableNodes(*manifest, PodPriority(priority_source),
+                                        PreemptsNever(priority_source), failed,
+                                        options_.preemption.filter_trials);
+  }
+  const absl::flat_hash_set<std::string_view> resolvable_set(resolvable.begin(), resolvable.end());
+  result.failed_unresolvable_nodes.reserve(outcome.failed.size() - resolvable.size());
   for (const FilterOutcome::FailedNode& f : outcome.failed) {
-    result.failed_unresolvable_nodes.emplace_back(f.node, outcome.reasons[f.reason]);
+    (resolvable_set.contains(f.node) ? result.failed_nodes : result.failed_unresolvable_nodes)
+        .emplace_back(f.node, outcome.reasons[f.reason]);
+  }
+  // Path B: kube-scheduler does not preempt for a GPU-only shortage, so the leader does (only
+  // for a pod the informer has; at most once while its reservation lasts).
+  if (!resolvable.empty() && assume && preemptor_) {
+    std::vector<std::string> nodes(resolvable.begin(), resolvable.end());
+    if (preemptor_->Enqueue(*known, std::move(nodes))) {
+      LogInfo(kLog, "pod ", manifest->Key(), ": ", resolvable.size(),
+              " nodes could take it by preemption; preempting");
+    }
   }
   if (args->nodes.has_value()) {
     const absl::flat_hash_set<std::string_view> keep(result.node_names.begin(),
@@ -412,13 +445,14 @@ HttpReply Scheduler::Filter(std::string_view body) {
     result_label = outcome.request_status.ok() ? "unschedulable" : "invalid-request";
     std::string message = summary;
     int listed = 0;
-    for (const auto& [node, reason] : result.failed_unresolvable_nodes) {
+    for (const FilterOutcome::FailedNode& f : outcome.failed) {
       if (listed++ >= options_.event_node_reasons) {
         StrAppend(&message, "; ...");
         break;
       }
       // Node names come from the request: bounded and escaped.
-      StrAppend(&message, "; ", k8s::EventName(node, 63), ": ", reason);
+      StrAppend(&message, "; ", k8s::EventName(f.node, 63), ": ", outcome.reasons[f.reason],
+                resolvable_set.contains(f.node) ? " (preemption may help)" : "");
     }
     LogInfo(kLog, "pod ", manifest->Key(), ": ", message);
     // About the pod the informer has (same UID), never the request's own object: the request

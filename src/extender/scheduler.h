@@ -43,6 +43,7 @@
 #include "extender/cache.h"
 #include "extender/dra_allocator.h"
 #include "extender/metrics.h"
+#include "extender/preemptor.h"
 #include "extender/webhook.h"
 #include "k8s/client.h"
 #include "k8s/event_recorder.h"
@@ -84,6 +85,9 @@ struct SchedulerOptions {
   // allocated node. Needs resource.k8s.io/v1 (Kubernetes 1.34+).
   bool dra = false;
   DraAllocatorOptions dra_options;
+  // Prism-driven preemption for GPU pods (preemptor.h, docs/preemption.md §2): the resolvable
+  // split in Filter and, on the leader, evictions for a pod no node fits.
+  PreemptionOptions preemption;
 };
 
 // The nodes Filter passed, per pod (by UID), for Bind to check. Bounded: entries older than
@@ -162,6 +166,7 @@ class Scheduler {
 
   SchedulerCache& cache() { return cache_; }
   DraAllocator* dra() { return dra_.get(); }
+  PreemptionRunner* preemptor() { return preemptor_.get(); }
   FilterMemory& filter_memory() { return filter_memory_; }
   SchedulerMetrics& metrics() { return metrics_; }
   const SchedulerOptions& options() const { return options_; }
@@ -197,6 +202,7 @@ class Scheduler {
   HttpReply FilterDra(const ExtenderArgs& args, const k8s::Json& pod,
                       const DraAllocator::PodNodeVerdict& verdict);
   std::unique_ptr<k8s::EventRecorder> events_;
+  std::unique_ptr<PreemptionRunner> preemptor_;
   std::unique_ptr<k8s::LeaderElector> elector_;
   std::atomic<bool> leader_{false};
   std::atomic<bool> started_{false};

@@ -1,0 +1,185 @@
+// The cache's side of path B (docs/preemption.md §2): Filter's resolvable split, the plan, and the
+// nominated preemptor's reservation.
+#include <memory>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+#include "config/device_config_yaml.h"
+#include "config/pod_json.h"
+#include "extender/cache.h"
+#include "extender/test_util.h"
+#include "k8s/clock.h"
+
+namespace prism::extender {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using json = nlohmann::json;
+using testing::GpuPod;
+using testing::NodeJson;
+using testing::TestGpu;
+using testing::Views;
+
+config::PodManifest Manifest(const json& pod) {
+  absl::StatusOr<config::PodManifest> m = config::PodManifestFromJson(pod);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return *m;
+}
+
+class ReservationTest : public ::testing::Test {
+ protected:
+  // n1: two 15 GiB T4s. GPU 0: a 8 GiB + b 6 GiB (priority 0); GPU 1: c 10 GiB (priority 5) +
+  // d 4 GiB (priority 0). n2: one T4 full with e (priority 200).
+  ReservationTest() {
+    CacheOptions options;
+    options.engine = DefaultEngineOptions();
+    options.clock = &clock_;
+    cache_ = std::make_unique<SchedulerCache>(config::DefaultDeviceConfig(), options);
+    cache_->UpsertNode(NodeJson("n1", {TestGpu{"T4", 15360}, TestGpu{"T4", 15360}}));
+    cache_->UpsertNode(NodeJson("n2", {TestGpu{"T4", 15360}}));
+    pods_["a"] = Run("a", "n1", 8192, 0, 0);
+    pods_["b"] = Run("b", "n1", 6144, 0, 0);
+    pods_["c"] = Run("c", "n1", 10240, 1, 5);
+    pods_["d"] = Run("d", "n1", 4096, 1, 0);
+    pods_["e"] = Run("e", "n2", 15360, 0, 200);
+  }
+  json Run(const std::string& name, const std::string& node, int64_t mib, int gpu,
+           int32_t priority) {
+    json pod = GpuPod(name, 1, mib, 10, {{"nvidia.com/use-gpuuuid", StrCat("GPU-", node, "-", gpu)}});
+    pod["spec"]["priority"] = priority;
+    const config::PodManifest m = Manifest(pod);
+    FilterOutcome f = cache_->Filter(m, Views({node}));
+    EXPECT_EQ(f.assumed_node, node) << f.Summary(1);
+    absl::StatusOr<BindTicket> t = cache_->BeginBind(m, node);
+    EXPECT_TRUE(t.ok()) << t.status();
+    cache_->FinishBind(*t, BindOutcome::kBound);
+    pod["spec"]["nodeName"] = node;
+    for (const auto& [k, v] : t->annotations) pod["metadata"]["annotations"][k] = v;
+    cache_->UpsertPod(pod);
+    return pod;
+  }
+  static json Pod(const std::string& name, int64_t mib, int32_t priority) {
+    json pod = GpuPod(name, 1, mib, 10);
+    pod["spec"]["priority"] = priority;
+    return pod;
+  }
+  std::vector<std::string_view> Resolvable(const json& pod, bool never = false) {
+    return cache_->ResolvableNodes(Manifest(pod), PodPriority(pod), never, Views(nodes_));
+  }
+  int64_t UsedMiB() {
+    int64_t used = 0;
+    for (const GpuSnapshot& g : cache_->GpuSnapshots()) used += g.memory_used_mib;
+    return used;
+  }
+
+  k8s::FakeClock clock_;
+  std::unique_ptr<SchedulerCache> cache_;
+  std::map<std::string, json> pods_;
+  const std::vector<std::string> nodes_ = {"n1", "n2", "unknown"};
+};
+
+TEST_F(ReservationTest, AFailureIsResolvableOnlyWhereEvictingLowerPriorityPodsLetsThePodFit) {
+  const int64_t used = UsedMiB();
+  // n1 frees a T4 from lower-priority pods; n2's pod outranks it; "unknown" has no inventory.
+  EXPECT_THAT(Resolvable(Pod("hi", 10240, 100)), ElementsAre("n1"));
+  // Larger than any GPU: nothing helps.
+  EXPECT_THAT(Resolvable(Pod("huge", 20480, 100)), IsEmpty());
+  // preemptionPolicy: Never, and a pod with no lower-priority pod anywhere.
+  EXPECT_THAT(Resolvable(Pod("hi", 10240, 100), /*never=*/true), IsEmpty());
+  EXPECT_THAT(Resolvable(Pod("low", 10240, 0)), IsEmpty());
+  // Priority 3: only a, b and d may go; a and b together free GPU 0.
+  EXPECT_THAT(Resolvable(Pod("mid", 10240, 3)), ElementsAre("n1"));
+  // Priority 3 and 12 GiB: a + b free 15 GiB on GPU 0, so still n1; 15 GiB too (GPU 0 whole).
+  EXPECT_THAT(Resolvable(Pod("mid", 15360, 3)), ElementsAre("n1"));
+  // Nothing changed: every trial put the node back.
+  EXPECT_EQ(UsedMiB(), used);
+  EXPECT_TRUE(cache_->ChargedDecision("default/a").has_value());
+  EXPECT_TRUE(cache_->Filter(Manifest(Pod("x", 4096, 0)), Views(nodes_)).feasible.empty());
+}
+
+TEST_F(ReservationTest, TheTrialBudgetBoundsTheSplitAndRotates) {
+  const json hi = Pod("hi", 10240, 100);
+  const std::vector<std::string> twice = {"n1", "n1"};
+  int found = 0;
+  for (int i = 0; i < 2; ++i) {
+    found += static_cast<int>(
+        cache_->ResolvableNodes(Manifest(hi), 100, false, Views(twice), /*max_trials=*/1).size());
+  }
+  EXPECT_EQ(found, 2);  // One trial a call.
+}
+
+TEST_F(ReservationTest, ThePlanEvictsTheFewestLowestPodsOnTheGpuWhereThatSuffices) {
+  const json hi = Pod("hi", 10240, 100);
+  auto plan = cache_->PlanPreemption(Manifest(hi), 100, false, {"n2", "n1"});
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(plan->has_value());
+  // One pod on GPU 1 (c, priority 5) beats two on GPU 0 (a and b, priority 0): fewest victims.
+  EXPECT_EQ((*plan)->node, "n1");
+  ASSERT_EQ((*plan)->victims.size(), 1u);
+  EXPECT_EQ((*plan)->victims[0].uid, "uid-default-c");
+  EXPECT_EQ((*plan)->gpu_memory_freed_mib, 10240);
+  EXPECT_NE((*plan)->gpus.find("GPU-n1-1"), std::string::npos) << (*plan)->gpus;
+  // An equal-priority pod: nothing below it fits the bill on n2.
+  auto none = cache_->PlanPreemption(Manifest(hi), 100, false, {"n2"});
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(none->has_value());
+  auto never = cache_->PlanPreemption(Manifest(hi), 100, true, {"n1"});
+  ASSERT_TRUE(never.ok());
+  EXPECT_FALSE(never->has_value());
+}
+
+TEST_F(ReservationTest, TheFreedGpuIsHeldForThePreemptorNotALowerPriorityPod) {
+  const json hi = Pod("hi", 10240, 100);
+  auto plan = cache_->PlanPreemption(Manifest(hi), 100, false, {"n1"});
+  ASSERT_TRUE(plan.ok() && plan->has_value());
+  cache_->Reserve(Manifest(hi), 100, **plan, clock_.Now() + absl::Minutes(2));
+  EXPECT_TRUE(cache_->HasReservation("default/hi", "uid-default-hi"));
+  // Victims being evicted are not candidates again: another preemptor finds a and b instead.
+  auto second = cache_->PlanPreemption(Manifest(Pod("hi2", 10240, 100)), 100, false, {"n1"});
+  ASSERT_TRUE(second.ok() && second->has_value());
+  EXPECT_EQ((*second)->victims.size(), 2u);
+  // c terminates: its GPU goes to the reservation at once.
+  cache_->DeletePod(pods_["c"]);
+  const json lo = Pod("lo", 10240, 1);
+  EXPECT_TRUE(cache_->Filter(Manifest(lo), Views(nodes_)).feasible.empty());
+  EXPECT_EQ(cache_->EntryState("default/hi"), "assumed");
+  // The preemptor's own Filter takes it, and Bind charges it there.
+  FilterOutcome f = cache_->Filter(Manifest(hi), Views(nodes_));
+  EXPECT_EQ(f.assumed_node, "n1") << f.Summary(3);
+  absl::StatusOr<BindTicket> t = cache_->BeginBind(Manifest(hi), "n1");
+  ASSERT_TRUE(t.ok()) << t.status();
+  cache_->FinishBind(*t, BindOutcome::kBound);
+  EXPECT_FALSE(cache_->HasReservation("default/hi", "uid-default-hi"));
+  EXPECT_TRUE(cache_->Filter(Manifest(lo), Views(nodes_)).feasible.empty());
+}
+
+TEST_F(ReservationTest, AReservationEndsAtItsDeadlineOrWithItsPod) {
+  const json hi = Pod("hi", 10240, 100);
+  auto plan = cache_->PlanPreemption(Manifest(hi), 100, false, {"n1"});
+  ASSERT_TRUE(plan.ok() && plan->has_value());
+  cache_->Reserve(Manifest(hi), 100, **plan, clock_.Now() + absl::Minutes(2));
+  cache_->DeletePod(pods_["c"]);
+  const json lo = Pod("lo", 10240, 1);
+  EXPECT_TRUE(cache_->Filter(Manifest(lo), Views(nodes_), false).feasible.empty());
+  clock_.Advance(absl::Minutes(3));
+  EXPECT_THAT(cache_->Filter(Manifest(lo), Views(nodes_), false).feasible, ElementsAre("n1"));
+  EXPECT_FALSE(cache_->HasReservation("default/hi", "uid-default-hi"));
+  // Deleted preemptor: dropped, hold and all. A whole T4: d goes from GPU 1.
+  const json whole = Pod("whole", 15360, 100);
+  auto again = cache_->PlanPreemption(Manifest(whole), 100, false, {"n1"});
+  ASSERT_TRUE(again.ok() && again->has_value());
+  ASSERT_EQ((*again)->victims.size(), 1u);
+  EXPECT_EQ((*again)->victims[0].name, "d");
+  cache_->Reserve(Manifest(whole), 100, **again, clock_.Now() + absl::Minutes(2));
+  cache_->DeletePod(pods_["d"]);
+  EXPECT_TRUE(cache_->Filter(Manifest(lo), Views(nodes_), false).feasible.empty());
+  EXPECT_EQ(cache_->EntryState("default/whole"), "assumed");
+  cache_->DropReservation("default/whole", "uid-default-whole");
+  EXPECT_EQ(cache_->EntryState("default/whole"), "");
+  EXPECT_THAT(cache_->Filter(Manifest(lo), Views(nodes_), false).feasible, ElementsAre("n1"));
+}
+
+}  // namespace
+}  // namespace prism::extender
