@@ -21,6 +21,7 @@
 
 #include "base/status_macros.h"
 #include "base/strings.h"
+#include "testing/fake_apiserver/eviction.h"
 #include "testing/fake_apiserver/patch.h"
 #include "testing/fake_apiserver/resources.h"
 #include "testing/fake_apiserver/selectors.h"
@@ -800,7 +801,7 @@ void FakeApiServer::Impl::HandleApi(const httplib::Request& req, httplib::Respon
   const ResourceInfo* info = FindResource(prefix, plural);
   if (info == nullptr || (ns_in_path && !info->namespaced)) return not_found();
   if (!sub.empty() && !(sub == "status" && info->has_status) &&
-      !(sub == "binding" && info->plural == "pods" && prefix == "/api/v1")) {
+      !((sub == "binding" || sub == "eviction") && info->plural == "pods" && prefix == "/api/v1")) {
     return not_found();
   }
   if (info->namespaced && !ns_in_path && !(req.method == "GET" && name.empty())) {
@@ -843,7 +844,17 @@ void FakeApiServer::Impl::HandleApi(const httplib::Request& req, httplib::Respon
     if (!status.ok()) return fail(status);
     return reply(201, StatusObject(201, "", ""));
   }
-  if (method == "PUT" && !name.empty() && sub != "binding") {
+  if (method == "POST" && sub == "eviction") {  // eviction.h
+    absl::StatusOr<EvictionRequest> eviction =
+        ParseEviction(Json::parse(req.body, nullptr, false), name, record->query);
+    if (!eviction.ok()) return fail(eviction.status());
+    absl::MutexLock lock(&mu_);
+    absl::StatusOr<Json> pod = GetLocked(*info, ns, name);
+    absl::Status s = pod.ok() ? CheckEviction(*eviction, *pod) : pod.status();
+    if (s.ok() && !eviction->dry_run) s = DeleteLocked(*info, ns, name, Json::object()).status();
+    return s.ok() ? reply(201, StatusObject(201, "", "")) : fail(s);
+  }
+  if (method == "PUT" && !name.empty() && sub != "binding" && sub != "eviction") {
     Json body = Json::parse(req.body, nullptr, false);
     if (body.is_discarded()) {
       return fail(absl::InvalidArgumentError("the body of the request was in an unknown format"));
@@ -853,7 +864,7 @@ void FakeApiServer::Impl::HandleApi(const httplib::Request& req, httplib::Respon
     if (!updated.ok()) return fail(updated.status());
     return reply(200, *updated);
   }
-  if (method == "PATCH" && !name.empty() && sub != "binding") {
+  if (method == "PATCH" && !name.empty() && sub != "binding" && sub != "eviction") {
     std::string content_type = req.get_header_value("Content-Type");
     if (size_t semi = content_type.find(';'); semi != std::string::npos) {
       content_type.resize(semi);

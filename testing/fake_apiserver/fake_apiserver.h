@@ -1,7 +1,7 @@
 // testing/fake_apiserver/fake_apiserver.h: an in-memory Kubernetes API server for tests.
 //
 // Speaks the real HTTP/JSON API (over HTTP, or HTTPS with a certificate from a throwaway CA) for
-// the resources Prism uses: nodes (+status), pods (+status, +binding), events (core and
+// the resources Prism uses: nodes (+status), pods (+status, +binding, +eviction: eviction.h), events (core and
 // events.k8s.io), configmaps, coordination.k8s.io leases, and resource.k8s.io/v1 resourceclaims
 // (+status), deviceclasses and resourceslices; namespaced and all-namespace paths. (DRA's
 // validation rules, allocation NoModify and finalizers are not modelled yet.)

@@ -427,6 +427,9 @@ class Wiring:
         expected = {
             "prism-scheduler": {("", "pods"): {"get", "list", "watch", "delete"},
                                 ("", "pods/binding"): {"create"},
+                                # Preemption (path B): DisruptionTarget, then the eviction.
+                                ("", "pods/status"): {"patch"},
+                                ("", "pods/eviction"): {"create"},
                                 ("", "nodes"): {"list", "watch"},
                                 ("", "events"): {"create", "patch"}},
             # Its own Node by name (get, patch); which Node: prism-node-scoped-writes.
