@@ -8,6 +8,7 @@
 #include "base/status_macros.h"
 #include "core/mig/layout.h"
 #include "sim/lp_solver.h"
+#include "sim/node_patterns.h"
 #include "sim/simulator.h"
 
 namespace prism::sim {
@@ -18,71 +19,36 @@ constexpr double kPerMilli = 1.0 / kMilliPerGpu;
 // A pattern enters the LP when its reduced cost exceeds this (GPUs).
 constexpr double kPricingTolerance = 1e-9;
 
-// Nodes of one kind.
-struct NodeGroup {
-  int model = -1;
-  const mig::GpuModel* mig_model = nullptr;
-  int gpus_per_node = 0;
-  int64_t cpu_per_node = 0;
-  int64_t memory_per_node = 0;
-  int64_t nodes = 0;
+// Nodes of one kind (GroupNodesForPacking's groups) with their rows in the LP.
+struct NodeGroup : PackGroup {
   // Slot kinds: shares (milli) on shared GPUs, profile indices on MIG GPUs.
   std::vector<int> kinds;
   std::vector<int> slot_rows;  // Per kind.
   int gpu_row = -1, cpu_row = -1, memory_row = -1;
 
-  int64_t gpus() const { return nodes * gpus_per_node; }
+  int64_t node_count() const { return static_cast<int64_t>(nodes.size()); }
+  int64_t gpus() const { return node_count() * gpus_per_node; }
 };
 
-// Pods with the same request.
-struct PodClass {
-  int gpu_count = 0;
-  int gpu_milli = 0;
-  int64_t cpu = 0;
-  int64_t memory = 0;
-  uint64_t model_mask = 0;
-  int64_t count = 0;
+// Pods with the same request (ClassifyPodsForPacking's classes).
+struct PodClass : PackClass {
+  int64_t count() const { return static_cast<int64_t>(pods.size()); }
 };
 
 std::vector<NodeGroup> GroupNodes(const Cluster& cluster, std::vector<int>* node_group) {
-  std::map<std::tuple<int, const mig::GpuModel*, int, int64_t, int64_t>, size_t> index;
   std::vector<NodeGroup> groups;
-  node_group->assign(cluster.node_count(), -1);
-  for (int i = 0; i < cluster.node_count(); ++i) {
-    const NodeSpec& n = cluster.node(i);
-    if (n.gpu_count <= 0) continue;
-    auto key = std::make_tuple(n.model, n.mig_model, n.gpu_count, n.milli_cpu, n.memory_mib);
-    auto [it, inserted] = index.emplace(key, groups.size());
-    if (inserted) {
-      NodeGroup g;
-      g.model = n.model;
-      g.mig_model = n.mig_model;
-      g.gpus_per_node = n.gpu_count;
-      g.cpu_per_node = n.milli_cpu;
-      g.memory_per_node = n.memory_mib;
-      groups.push_back(g);
-    }
-    ++groups[it->second].nodes;
-    (*node_group)[i] = static_cast<int>(it->second);
+  for (PackGroup& g : GroupNodesForPacking(cluster, node_group)) {
+    NodeGroup group;
+    static_cast<PackGroup&>(group) = std::move(g);
+    groups.push_back(std::move(group));
   }
   return groups;
 }
 
 std::vector<PodClass> ClassifyPods(std::span<const PodRequest> pods, std::vector<int>* pod_class) {
-  std::map<std::tuple<int, int, int64_t, int64_t, uint64_t>, size_t> index;
   std::vector<PodClass> classes;
-  pod_class->assign(pods.size(), -1);
-  for (size_t i = 0; i < pods.size(); ++i) {
-    const PodRequest& p = pods[i];
-    if (p.gpu_count <= 0 || p.gpu_milli <= 0) continue;
-    auto key = std::make_tuple(p.gpu_count, p.gpu_milli, p.milli_cpu, p.memory_mib, p.model_mask);
-    auto [it, inserted] = index.emplace(key, classes.size());
-    if (inserted) {
-      classes.push_back(PodClass{p.gpu_count, std::min(p.gpu_milli, kMilliPerGpu), p.milli_cpu,
-                                 p.memory_mib, p.model_mask, 0});
-    }
-    ++classes[it->second].count;
-    (*pod_class)[i] = static_cast<int>(it->second);
+  for (PackClass& c : ClassifyPodsForPacking(pods, pod_class)) {
+    classes.push_back(PodClass{std::move(c)});
   }
   return classes;
 }
@@ -177,7 +143,7 @@ class CeilingLp {
     }
     double arrived = 0;
     for (const PodClass& c : classes_) {
-      arrived += static_cast<double>(c.count) * c.gpu_count * c.gpu_milli;
+      arrived += static_cast<double>(c.count()) * c.gpu_count * c.gpu_milli;
     }
     out.arrived_gpu_milli = static_cast<int64_t>(arrived);
     out.lp_objective_milli = lp_.objective() * kMilliPerGpu;
@@ -197,10 +163,10 @@ class CeilingLp {
   void Build() {
     std::vector<int> supply_rows;
     for (const PodClass& c : classes_) {
-      supply_rows.push_back(lp_.AddRow(-LinearProgram::kInfinity, static_cast<double>(c.count)));
+      supply_rows.push_back(lp_.AddRow(-LinearProgram::kInfinity, static_cast<double>(c.count())));
     }
     for (NodeGroup& g : groups_) {
-      const double nodes = static_cast<double>(g.nodes);
+      const double nodes = static_cast<double>(g.node_count());
       g.gpu_row = lp_.AddRow(-LinearProgram::kInfinity, static_cast<double>(g.gpus()));
       // CPU and memory rows count in nodes' worth, so their coefficients stay near 1.
       g.cpu_row = lp_.AddRow(-LinearProgram::kInfinity, nodes);
@@ -237,7 +203,7 @@ class CeilingLp {
               g.memory_per_node > 0 ? static_cast<double>(c.memory) / g.memory_per_node : 0.0};
           const int column =
               lp_.AddColumn(static_cast<double>(c.gpu_count) * c.gpu_milli * kPerMilli,
-                            static_cast<double>(c.count), rows, coefs);
+                            static_cast<double>(c.count()), rows, coefs);
           assignments_.push_back({static_cast<int>(ci), static_cast<int>(gi),
                                   column});
         }

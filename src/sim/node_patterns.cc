@@ -44,6 +44,16 @@ class ShareProgram : public GpuPrograms {
     int q = kMilliPerGpu;
     for (int c : classes_) q = std::gcd(q, all[c].gpu_milli);
     m_ = kMilliPerGpu / q;
+    // Classes with the same share and CPU units are interchangeable here: the program only
+    // ever chooses the most valuable (the first of equals), so the others are left out.
+    std::map<std::pair<int, int>, int> best_of;
+    for (int c : classes_) {
+      auto [it, inserted] = best_of.emplace(std::make_pair(all[c].gpu_milli, units[c]), c);
+      if (!inserted && values[c] > values[it->second] + kTolerance) it->second = c;
+    }
+    std::erase_if(classes_, [&](int c) {
+      return best_of.at(std::make_pair(all[c].gpu_milli, units[c])) != c;
+    });
     f_ = Table<double>(m_ + 1, u_ + 1, 0.0);
     choice_ = Table<int>(m_ + 1, u_ + 1, -3);
     for (int m = 0; m <= m_; ++m) {
@@ -198,11 +208,13 @@ std::string NodePattern::Key() const {
   return key;
 }
 
-std::vector<PackGroup> GroupNodesForPacking(const Cluster& cluster) {
+std::vector<PackGroup> GroupNodesForPacking(const Cluster& cluster, std::vector<int>* node_group) {
   std::map<std::tuple<int, const mig::GpuModel*, int, int64_t, int64_t>, size_t> index;
   std::vector<PackGroup> groups;
+  if (node_group != nullptr) node_group->assign(cluster.node_count(), -1);
   for (int i = 0; i < cluster.node_count(); ++i) {
     const NodeSpec& n = cluster.node(i);
+    // Cluster refuses GPUs without a model; the check keeps model indices valid regardless.
     if (n.gpu_count <= 0 || n.model < 0) continue;
     auto key = std::make_tuple(n.model, n.mig_model, n.gpu_count, n.milli_cpu, n.memory_mib);
     auto [it, inserted] = index.emplace(key, groups.size());
@@ -210,6 +222,7 @@ std::vector<PackGroup> GroupNodesForPacking(const Cluster& cluster) {
       groups.push_back(PackGroup{n.model, n.mig_model, n.gpu_count, n.milli_cpu, n.memory_mib, {}});
     }
     groups[it->second].nodes.push_back(i);
+    if (node_group != nullptr) (*node_group)[i] = static_cast<int>(it->second);
   }
   return groups;
 }

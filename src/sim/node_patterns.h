@@ -63,9 +63,13 @@ struct NodePattern {
   std::string Key() const;
 };
 
-// Nodes and pods grouped as the pattern packing sees them: groups by (model,
-// MIG geometry, GPUs, CPU, memory), classes by request; CPU-only pods left out.
-std::vector<PackGroup> GroupNodesForPacking(const Cluster& cluster);
+// Nodes and pods grouped as the pattern packing and the ceiling (ceiling.h) see
+// them, in order of first appearance: groups by (model, MIG geometry, GPUs, CPU,
+// memory), nodes without GPUs left out; classes by request, CPU-only pods and
+// shares outside 1..1000 milli-GPU per GPU (which no PodRequest has) left out.
+// `node_group` / `pod_class` (optional for nodes): each one's index, or -1.
+std::vector<PackGroup> GroupNodesForPacking(const Cluster& cluster,
+                                            std::vector<int>* node_group = nullptr);
 std::vector<PackClass> ClassifyPodsForPacking(std::span<const PodRequest> pods,
                                               std::vector<int>* pod_class);
 

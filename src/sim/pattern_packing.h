@@ -29,10 +29,11 @@ struct PatternPackingOptions {
   MigMapping mig_mapping = MigMapping::kMemory;
   // Column generation rounds (each prices one pattern per node group).
   int max_rounds = 60;
-  // CPU resolution of the pricing program (node_patterns.h).
-  int cpu_units = 64;
+  // CPU resolution of the pricing program (node_patterns.h). 32 and 40 nodes: the
+  // same mean on seeds 42-51 as 64 and 100, at 40 % of the time (docs/results/ceiling.md).
+  int cpu_units = 32;
   // Branch-and-bound nodes of the integer program.
-  int max_nodes = 100;
+  int max_nodes = 40;
 };
 
 struct PatternPackingStats {
