@@ -7,6 +7,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include "nlohmann/json.hpp"
@@ -160,6 +161,68 @@ spec:
       EXPECT_EQ(j[0]["node"], "t4-node") << j[0].dump();
     }
   }
+}
+
+// Issue 33, "Done when": on a DGX-1 V100 and an 8-GPU two-socket PCIe server (the shipped
+// examples/plan/topology-*.yaml), a 4-GPU pod gets an NVLink quad on one socket and a 2-GPU pod
+// an NVLink pair; `required` refuses a node that cannot, saying so.
+TEST_F(PlanCommandTest, MultiGpuPodsGetWellConnectedGpus) {
+  Result r = Run("--cluster " + Example("topology-cluster.yaml") + " " +
+                 Example("topology-pods.yaml"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 4u);
+  auto gpus = [](const nlohmann::json& pod) {
+    std::set<int> out;
+    for (const auto& d : pod["containers"][0]["devices"]) out.insert(d["index"].get<int>());
+    return out;
+  };
+  EXPECT_EQ(j[0]["pod"], "default/train-4");
+  EXPECT_EQ(j[0]["node"], "dgx1");
+  EXPECT_EQ(gpus(j[0]), (std::set<int>{0, 1, 2, 3}));  // NVLink quad, socket 0.
+  // The pair: the PCIe server's NVLink-bridged pair (0-1, 2-3, 4-5 or 6-7).
+  EXPECT_EQ(j[1]["node"], "pcie");
+  const std::set<int> pair = gpus(j[1]);
+  ASSERT_EQ(pair.size(), 2u);
+  EXPECT_EQ(*pair.begin() / 2, *pair.rbegin() / 2);
+  EXPECT_EQ(j[2]["node"], "dgx1");  // Only the DGX's other quad is all NVLink.
+  EXPECT_EQ(gpus(j[2]), (std::set<int>{4, 5, 6, 7}));
+  EXPECT_EQ(j[3]["node"], "pcie");  // One socket's four.
+  const std::set<int> numa = gpus(j[3]);
+  EXPECT_TRUE(numa == (std::set<int>{0, 1, 2, 3}) || numa == (std::set<int>{4, 5, 6, 7}));
+
+  // Without the DGX, the NVLink requirement cannot be met, and the reason says so.
+  const std::string pcie_only = Write("pcie.yaml", R"(nodes:
+  - name: pcie
+    cpu: "128"
+    memory: 1Ti
+    gpus: [{model: A100-PCIE-40GB, mode: hami-core, count: 8}]
+    topology: {machine: pcie-8gpu-nvlink-pairs}
+)");
+  const std::string pod = Write("pod.yaml", R"(apiVersion: v1
+kind: Pod
+metadata: {name: needs-nvlink-4, annotations: {prism.io/gpu-topology: required}}
+spec:
+  containers:
+    - name: trainer
+      resources: {limits: {nvidia.com/gpu: 4}}
+)");
+  r = Run("--cluster " + pcie_only + " " + pod);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json refused = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(refused[0]["unschedulable"].get<bool>());
+  EXPECT_THAT(refused[0]["reason"].get<std::string>(), HasSubstr("TopologyNotFit"));
+  // A wiring the cluster file gets wrong is an error naming the node.
+  const std::string bad = Write("bad.yaml", R"(nodes:
+  - name: odd
+    cpu: "8"
+    memory: 64Gi
+    gpus: [{model: T4, count: 3}]
+    topology: {machine: dgx1-v100}
+)");
+  r = Run("--cluster " + bad + " " + pod);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("nodes[0].topology"));
 }
 
 TEST_F(PlanCommandTest, BadInput) {

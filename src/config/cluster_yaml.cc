@@ -8,6 +8,7 @@
 #include "config/pod_yaml.h"
 #include "config/quantity.h"
 #include "config/yaml_util.h"
+#include "nvml/sim/sim_topology.h"
 
 namespace prism::config {
 namespace {
@@ -105,6 +106,7 @@ absl::StatusOr<sched::NodeSpec> ParseNode(const YAML::Node& n, const std::string
   sched::NodeSpec spec;
   bool has_cpu = false;
   bool has_memory = false;
+  YAML::Node topology;
   for (auto it = n.begin(); it != n.end(); ++it) {
     const std::string key = it->first.Scalar();
     const std::string kpath = StrCat(path, ".", key);
@@ -123,6 +125,8 @@ absl::StatusOr<sched::NodeSpec> ParseNode(const YAML::Node& n, const std::string
       if (!bytes.ok()) return Annotate(bytes.status(), kpath);
       spec.memory_bytes = *bytes;
       has_memory = true;
+    } else if (key == "topology") {
+      topology = v;  // Read once the GPUs are known, whatever the key order.
     } else if (key == "gpus") {
       if (!v.IsSequence()) return absl::InvalidArgumentError(StrCat(kpath, ": expected a list"));
       for (size_t i = 0; i < v.size(); ++i) {
@@ -139,6 +143,14 @@ absl::StatusOr<sched::NodeSpec> ParseNode(const YAML::Node& n, const std::string
   if (!has_memory) return absl::InvalidArgumentError(StrCat(path, ".memory: missing"));
   if (spec.gpus.size() > 256) {
     return absl::InvalidArgumentError(StrCat(path, ": more than 256 GPUs"));
+  }
+  if (topology) {
+    // The NVML simulator's `topology:` (a machine, or the wiring spelled out), as the node
+    // agent's discovery would read it (docs/topology.md, "Placement").
+    absl::StatusOr<nvml::sim::SimTopology> wiring =
+        nvml::sim::ParseSimTopology(topology, spec.gpus.size());
+    if (!wiring.ok()) return Annotate(wiring.status(), StrCat(path, ".topology"));
+    spec.topology = nvml::sim::AsDiscovered(*wiring);
   }
   return spec;
 }

@@ -11,6 +11,7 @@
 #include <fstream>
 
 #include "nvml/dl_nvml.h"
+#include "nvml/sim/sim_topology.h"
 #include "nvml/sim_nvml.h"
 
 namespace prism::nvml {
@@ -110,6 +111,20 @@ TEST_P(TopologyDiscoveryTest, PcieServerWithBridgePairs) {
   const topo::NodeTopology four = Discover();
   EXPECT_EQ(four.Link(0, 1), (GpuLink{LinkTier::kSwitch, 0}));
   EXPECT_EQ(four.Link(1, 2), (GpuLink{LinkTier::kHostBridge, 0}));
+}
+
+// sim::AsDiscovered (what `prism plan` models a machine with) is what discovery reads from it.
+TEST_P(TopologyDiscoveryTest, AsDiscoveredAgreesWithDiscoveryOnEveryMachine) {
+  for (const std::string& machine : sim::SimMachineNames()) {
+    for (int gpus : {2, 4, 8}) {
+      absl::StatusOr<sim::SimTopology> wiring = sim::SimMachineTopology(machine, gpus);
+      if (!wiring.ok()) continue;  // The machine has another GPU count.
+      Open(Gpus(gpus) + "topology: {machine: " + machine + "}\n");
+      topo::NodeTopology discovered = Discover();
+      discovered.unknown.clear();
+      EXPECT_EQ(sim::AsDiscovered(*wiring), discovered) << machine;
+    }
+  }
 }
 
 // A backend or driver that says nothing gives no topology (and the inventory stays as before).

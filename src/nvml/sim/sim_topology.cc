@@ -150,6 +150,30 @@ int NvLinkPcieLevel(const std::vector<int>& numa, size_t a, size_t b) {
 
 }  // namespace
 
+topo::NodeTopology AsDiscovered(const SimTopology& t) {
+  topo::NodeTopology out;
+  const size_t n = t.pairs.size();
+  if (n == 0) return out;
+  out.numa_node = t.numa;
+  out.numa_node.resize(n, topo::kNumaUnknown);
+  out.cpu_affinity = t.cpus;
+  out.cpu_affinity.resize(n);
+  out.links.assign(n, std::vector<topo::GpuLink>(n));
+  for (size_t a = 0; a < n; ++a) {
+    for (size_t b = a + 1; b < n; ++b) {
+      const std::string ab = Token(t.pairs[a][b]);
+      if (ab != Token(t.pairs[b][a])) {
+        out.unknown.push_back(StrCat("GPUs ", a, " and ", b, " disagree (", ab, " vs ",
+                                     Token(t.pairs[b][a]), ")"));
+        continue;
+      }
+      absl::StatusOr<topo::GpuLink> link = topo::ParseLink(ab);
+      if (link.ok()) out.links[a][b] = out.links[b][a] = *link;
+    }
+  }
+  return out;
+}
+
 int SimTopology::SwitchLinks(int gpu) const {
   if (gpu < 0 || static_cast<size_t>(gpu) >= pairs.size()) return 0;
   int most = 0;

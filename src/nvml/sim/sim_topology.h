@@ -19,6 +19,8 @@
 
 #include "absl/status/statusor.h"
 
+#include "core/topo/topology.h"
+
 namespace YAML {
 class Node;
 class Emitter;
@@ -54,6 +56,12 @@ absl::StatusOr<SimTopology> ParseSimTopology(const YAML::Node& node, size_t gpu_
 // Writes it back: `machine:` (with the `numa`/`cpus` that differ from the machine's) when the
 // wiring is the machine's, else spelled out.
 void EmitSimTopology(YAML::Emitter& out, const SimTopology& topology);
+
+// What topology discovery (nvml/topology.h, DiscoverTopology) reads from simulated GPUs wired as
+// `topology` (the topology test checks the two agree for every machine): for tools that model a
+// node without simulating NVML (`prism plan`'s cluster files). A pair whose two directions
+// disagree is unknown, with a line in `unknown`.
+topo::NodeTopology AsDiscovered(const SimTopology& topology);
 
 // The fake bus ID of the NVSwitch a GPU's switch links end at.
 inline constexpr std::string_view kSimNvSwitchBusId = "00000000:C1:00.0";
