@@ -144,7 +144,7 @@ struct BindTicket {
 enum class BindOutcome { kBound, kFailed, kUncertain };
 
 // A ResourceClaim's allocation of Prism's devices, charged like a bound pod's decision for as
-// long as the claim stays allocated (docs/dra.md §2.4, "State and restart"): `request` is
+// long as the claim stays allocated (docs/dra-design.md §2.4, "State and restart"): `request` is
 // config::DraClaimRequest of the claim, `annotations` the decision its allocation's marker
 // carries ({"prism.io/decision": ...}).
 struct DraClaimCharge {

@@ -1,4 +1,4 @@
-// src/extender/cache_dra.cc: the SchedulerCache's DRA side (docs/dra.md §2.4). A ResourceClaim
+// src/extender/cache_dra.cc: the SchedulerCache's DRA side (docs/dra-design.md §2.4). A ResourceClaim
 // whose allocation holds Prism's devices is charged as an entry of its own, keyed
 // "dra:<namespace>/<claim>", for as long as the claim stays allocated: a claim outlives the pod
 // it was allocated for when other pods share it, and a restarted scheduler rebuilds the charge

@@ -796,7 +796,7 @@ absl::Status DraAllocator::AllocateFor(const Json& pod, bool gated) {
 absl::Status DraAllocator::WriteAllocation(const std::string& ns, const std::string& claim,
                                            const Json& allocation) {
   // 1. Prism's finalizer first: a claim Prism allocated must not be deleted before Prism
-  //    deallocates it (docs/dra.md §2.2: nobody else will).
+  //    deallocates it (docs/dra-design.md §2.2: nobody else will).
   absl::StatusOr<Json> with_finalizer = client_->MutateWithRetry(
       k8s::kResourceClaims, ns, claim,
       [&](Json& c) -> absl::Status {

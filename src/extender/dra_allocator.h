@@ -93,7 +93,7 @@ class DraAllocator {
   void Stop();
   bool Synced() const;
 
-  // Webhook, pod CREATE: whether the pod must wait for Prism's allocation (docs/dra.md §2.4).
+  // Webhook, pod CREATE: whether the pod must wait for Prism's allocation (docs/dra-design.md §2.4).
   bool NeedsGate(const k8s::Json& pod) const;
 
   // Extender Filter: for a pod with claims of Prism's classes, the node its claims were

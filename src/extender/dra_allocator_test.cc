@@ -1,4 +1,4 @@
-// Prism allocating its own DRA devices (dra_allocator.h, docs/dra.md §2.4) through the real
+// Prism allocating its own DRA devices (dra_allocator.h, docs/dra-design.md §2.4) through the real
 // scheduler service against the fake API server: the webhook's gate, the leader's allocation
 // (claims' finalizer and status.allocation, then the gate removed), Filter pinning the pod to the
 // allocated node, Bind, re-allocation after a deallocation behind Prism's back, deallocation when
@@ -382,7 +382,7 @@ TEST_F(DraAllocatorTest, FirstAvailableTakesTheFirstAlternativeThatFits) {
 }
 
 TEST_F(DraAllocatorTest, ALeaderStoppedBetweenFinalizerAndAllocationIsUndone) {
-  // Step 1 of docs/dra.md §2.4 done (Prism's finalizer), step 2 never: nobody uses the claim, so
+  // Step 1 of docs/dra-design.md §2.4 done (Prism's finalizer), step 2 never: nobody uses the claim, so
   // the next leader removes the finalizer, and the claim can be deleted.
   json claim = Claim("half", ClaimSpec(config::kDraWholeGpuClass, 1));
   claim["metadata"]["finalizers"] = json::array({config::kDraAllocationFinalizer});

@@ -247,7 +247,7 @@ std::string SchedulerMetrics::Render(SchedulerCache& cache, const DraAllocatorSt
     families.push_back(std::move(*f));
   }
   if (dra != nullptr) {
-    // prism scheduler --dra (docs/dra.md §2.4).
+    // prism scheduler --dra (docs/dra-design.md §2.4).
     MetricFamily claims = Gauges("prism_dra_claims",
                                  "Allocated ResourceClaims of Prism's devices in the scheduler's "
                                  "view, by state (charged; problem: not charged)");

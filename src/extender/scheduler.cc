@@ -465,7 +465,7 @@ HttpReply Scheduler::Filter(std::string_view body) {
 HttpReply Scheduler::FilterDra(const ExtenderArgs& args, const Json& pod,
                                const DraAllocator::PodNodeVerdict& verdict) {
   // The pod's GPUs are its claims' devices, charged with the claims: Filter only keeps
-  // kube-scheduler on the node they were allocated to (docs/dra.md §2.4, "The extender").
+  // kube-scheduler on the node they were allocated to (docs/dra-design.md §2.4, "The extender").
   FilterResult result;
   const std::string uid = k8s::Uid(pod);
   std::vector<std::string_view> passed;

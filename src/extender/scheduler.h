@@ -80,7 +80,7 @@ struct SchedulerOptions {
   absl::Duration filter_memory_ttl = absl::Minutes(10);
   size_t filter_memory_pods = 10000;
   size_t filter_memory_nodes = size_t{4} << 20;  // 32 MiB of hashes.
-  // DRA (docs/dra.md §2.4): Prism allocates the ResourceClaims of its device classes itself
+  // DRA (docs/dra-design.md §2.4): Prism allocates the ResourceClaims of its device classes itself
   // (DraAllocator): the webhook gates such pods, the leader allocates, Filter pins them to the
   // allocated node. Needs resource.k8s.io/v1 (Kubernetes 1.34+).
   bool dra = false;

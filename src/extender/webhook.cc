@@ -516,7 +516,7 @@ PodReview ReviewPodCreateDevices(const json& pod, const std::string& ns, const s
                                  const sched::DeviceConfig& config);
 
 // A pod whose claims Prism allocates waits behind Prism's scheduling gate, on Prism's scheduler
-// (docs/dra.md §2.3, §2.4). Gates can only be set at creation, so this runs on CREATE only.
+// (docs/dra-design.md §2.3, §2.4). Gates can only be set at creation, so this runs on CREATE only.
 void AddDraGate(const json& pod, bool mutate, const WebhookOptions& options, PodReview& review) {
   if (!mutate || !review.allowed || !options.dra_gate || !options.dra_gate(pod)) return;
   const json& spec = pod.contains("spec") && pod["spec"].is_object() ? pod["spec"] : json::object();

@@ -88,7 +88,7 @@ struct WebhookOptions {
   // Refuse kSliceLimitEnv switches (set per request: the server's /validate-slice-limits path,
   // which the webhook entry selecting the enforcing namespaces calls).
   bool enforce_slice_limits = false;
-  // DRA (docs/dra.md §2.4): whether a pod being created must wait behind the scheduling gate
+  // DRA (docs/dra-design.md §2.4): whether a pod being created must wait behind the scheduling gate
   // prism.io/allocate until Prism has allocated its ResourceClaims (DraAllocator::NeedsGate).
   // Such a pod is also routed to Prism's scheduler, as GPU pods are. Unset: no gating.
   std::function<bool(const nlohmann::json& pod)> dra_gate;

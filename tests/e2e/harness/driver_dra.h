@@ -1,7 +1,7 @@
 // tests/e2e/harness/driver_dra.h: the kube-scheduler stand-in's DRA half (tests only), following
 // kube-scheduler's DynamicResources plugin and SchedulingGates plugin (kubernetes/kubernetes,
 // pkg/scheduler/framework/plugins/dynamicresources/dynamicresources.go, newest stored version;
-// docs/dra.md §2.1):
+// docs/dra-design.md §2.1):
 //   - SchedulingGates.PreEnqueue: a pod with any spec.schedulingGates is not scheduled; it comes
 //     back when an update removes them (the driver's informer sees the update).
 //   - DynamicResources.PreEnqueue: every claim the pod names must exist (template claims: named in
