@@ -72,20 +72,31 @@ inline json SeedPod(const fs::path& root) {
   return pod;
 }
 
+// A pod asking `gpus` GPUs of `memory_mib` each, with `annotations`.
+inline json GpuPod(const std::string& name, int gpus, int memory_mib, json annotations = json::object()) {
+  json pod{{"apiVersion", "v1"},
+           {"kind", "Pod"},
+           {"metadata", {{"name", name}, {"namespace", "default"}}},
+           {"spec",
+            {{"containers",
+              {{{"name", "main"},
+                {"image", "cuda"},
+                {"resources",
+                 {{"limits",
+                   {{"nvidia.com/gpu", std::to_string(gpus)},
+                    {"nvidia.com/gpumem", std::to_string(memory_mib)}}}}}}}}}}};
+  if (!annotations.empty()) pod["metadata"]["annotations"] = std::move(annotations);
+  return pod;
+}
+
 inline json MigPod(const std::string& name, int gpus, int memory_mib) {
-  return json{
-      {"apiVersion", "v1"},
-      {"kind", "Pod"},
-      {"metadata",
-       {{"name", name}, {"namespace", "default"}, {"annotations", {{"nvidia.com/vgpu-mode", "mig"}}}}},
-      {"spec",
-       {{"containers",
-         {{{"name", "main"},
-           {"image", "cuda"},
-           {"resources",
-            {{"limits",
-              {{"nvidia.com/gpu", std::to_string(gpus)},
-               {"nvidia.com/gpumem", std::to_string(memory_mib)}}}}}}}}}}};
+  return GpuPod(name, gpus, memory_mib, {{"nvidia.com/vgpu-mode", "mig"}});
+}
+
+// A software slice of one GPU (`gpu_uuid`: pinned there with nvidia.com/use-gpuuuid).
+inline json SlicePod(const std::string& name, int memory_mib, const std::string& gpu_uuid = "") {
+  return GpuPod(name, 1, memory_mib,
+                gpu_uuid.empty() ? json::object() : json{{"nvidia.com/use-gpuuuid", gpu_uuid}});
 }
 
 struct NodeCase {

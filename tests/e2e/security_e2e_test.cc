@@ -13,21 +13,6 @@ namespace fs = std::filesystem;
 using json = nlohmann::json;
 using ::testing::HasSubstr;
 
-// A slice pod: one GPU with `memory_mib` of its memory.
-json SlicePod(const std::string& name, int memory_mib) {
-  return json{{"apiVersion", "v1"},
-              {"kind", "Pod"},
-              {"metadata", {{"name", name}, {"namespace", "default"}}},
-              {"spec",
-               {{"containers",
-                 {{{"name", "main"},
-                   {"image", "cuda"},
-                   {"resources",
-                    {{"limits",
-                      {{"nvidia.com/gpu", "1"},
-                       {"nvidia.com/gpumem", std::to_string(memory_mib)}}}}}}}}}}};
-}
-
 // Issue 38, cases 1 and 3, on the shipped configuration (a T4 for slices): a tenant copies a
 // scheduled pod's annotations onto a pod that asks for no GPU and presets its node. Through the
 // shipped webhooks the annotations are stripped (mutating) and refused (validating); with
