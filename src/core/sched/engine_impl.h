@@ -181,6 +181,12 @@ class Engine::Impl {
 
   bool PlaceMig(const Resolved& rp, int oi, int node);
 
+  // Whether recs_ holds a MIG instance of container `ci` (placed earlier in this evaluation).
+  bool ContainerHasMig(int ci) const;
+  // How GPU `l` connects to container `ci`'s instances in recs_: the weakest link score
+  // (topo::LinkScore) to their GPUs, 100000 for the same GPU.
+  int LinkToContainer(const topo::NodeTopology& topology, int ci, int l) const;
+
   DeviceRec MigRec(int ci, int l, int g, const GpuUsage& u, const MigInstance& inst) const;
 
   // --- Node scores ----------------------------------------------------------

@@ -404,10 +404,16 @@ bool Engine::Impl::PlaceMig(const Resolved& rp, int oi, int node) {
       }
     }
   }
+  // A container's later instances go where its earlier ones are well connected (the same GPU
+  // first): a tie-break among equally good GPUs, or before the GPU policy for a pod that
+  // prefers interconnect (docs/topology.md, "Placement").
+  const topo::NodeTopology* topology = c.gpu.count > 1 ? cluster_.topology(node) : nullptr;
   for (int k = 0; k < needed; ++k) {
     int best_l = -1;
     MigOption best;
     GpuPref best_pref;
+    int best_link = 0;
+    const bool linked = topology != nullptr && ContainerHasMig(ci);
     // GPUs judged this round with nothing of the pod on them. A later GPU of the same class
     // and state gets the same option and preference, and the order below is strict, so it
     // cannot win: only its reason is copied (a node of 8 idle GPUs judges one, not 8).
@@ -424,7 +430,8 @@ bool Engine::Impl::PlaceMig(const Resolved& rp, int oi, int node) {
       }
       uint8_t reason = kNoReason;
       const ScratchGpu& s = scratch_[l];
-      if (s.Untouched()) {
+      // With a link term, GPUs of one state differ by where they sit: each is judged.
+      if (s.Untouched() && !linked) {
         int same = -1;
         for (int j = 0; j < judged_count && same < 0; ++j) {
           const int lj = judged[j];
@@ -449,6 +456,8 @@ bool Engine::Impl::PlaceMig(const Resolved& rp, int oi, int node) {
       }
       reasons_[l] = kNoReason;
       const GpuPref pref = MigPref(rp.gpu_policy, g, s, o);
+      const int link = linked ? LinkToContainer(*topology, ci, l) : 0;
+      const bool link_first = linked && rp.pod.topology.preferred;
       // The smallest grant first (compute beyond the request, then memory), whatever the
       // policy: the policy chooses among GPUs that give the pod the same instance size, so a
       // grant never grows with other pods' shapes (see BestTemplateOption).
@@ -458,11 +467,15 @@ bool Engine::Impl::PlaceMig(const Resolved& rp, int oi, int node) {
         better = o.waste < best.waste;
       } else if (!better && o.grant_memory != best.grant_memory) {
         better = o.grant_memory < best.grant_memory;
+      } else if (!better && link_first && link != best_link) {
+        better = link > best_link;
       } else if (!better) {
         same_grant = true;
         better = pref > best_pref;
       }
-      if (!better && same_grant && pref == best_pref) {
+      if (!better && same_grant && pref == best_pref && link != best_link) {
+        better = link > best_link;
+      } else if (!better && same_grant && pref == best_pref) {
         // Same GPU-level preference: the better within-GPU outcome, then fewer ops.
         if (o.usable_after != best.usable_after) {
           better = o.usable_after > best.usable_after;
@@ -474,6 +487,7 @@ bool Engine::Impl::PlaceMig(const Resolved& rp, int oi, int node) {
         best_l = l;
         best = o;
         best_pref = pref;
+        best_link = link;
       }
     }
     if (best_l < 0) return false;
@@ -491,6 +505,23 @@ bool Engine::Impl::PlaceMig(const Resolved& rp, int oi, int node) {
     recs_.push_back(rec);
   }
   return true;
+}
+
+bool Engine::Impl::ContainerHasMig(int ci) const {
+  for (const DeviceRec& r : recs_) {
+    if (r.container == ci && r.mode == GpuMode::kMig) return true;
+  }
+  return false;
+}
+
+int Engine::Impl::LinkToContainer(const topo::NodeTopology& topology, int ci, int l) const {
+  int weakest = std::numeric_limits<int>::max();
+  for (const DeviceRec& r : recs_) {
+    if (r.container != ci || r.mode != GpuMode::kMig) continue;
+    // The same GPU beats any link (LinkScore tops out at 100 x 36 NVLinks).
+    weakest = std::min(weakest, r.gpu == l ? 100000 : topo::LinkScore(topology.Link(l, r.gpu)));
+  }
+  return weakest == std::numeric_limits<int>::max() ? 0 : weakest;
 }
 
 DeviceRec Engine::Impl::MigRec(int ci, int l, int g, const GpuUsage& u,

@@ -129,6 +129,24 @@ TEST(EngineTopologyTest, NumaBindKeepsAContainerOnOneNumaNode) {
   EXPECT_EQ(GpusOf(r.decision), (std::set<int>{6, 7}));
 }
 
+TEST(EngineTopologyTest, AMultiInstanceContainerStaysOnWellConnectedGpus) {
+  // Eight H100s in MIG placement mode, wired as a DGX-1. Free: 1, 4 and 5; GPU 1 is NVLinked to
+  // 5 (NV2) but not to 4 (SYS), which an index-ordered choice would take.
+  NodeSpec node = Node("mig", 96, 1024, 8, Gpu("H100-SXM5-80GB", GpuMode::kMig));
+  for (size_t g = 0; g < node.gpus.size(); ++g) node.gpus[g].uuid = "mig-gpu" + std::to_string(g);
+  for (int g : {0, 2, 3, 6, 7}) node.gpus[g].instances.push_back({"7g.80gb", 0, true});
+  node.topology = Dgx1();
+  Engine engine = MakeEngine({node}, DeviceConfig{});
+  // Four 3g.40gb: two GPUs' worth. The first two land on one GPU; the other two on the GPU best
+  // linked to it.
+  PodRequest pod = GpuPod("four", 4, 40000, 0, kModeMig);
+  ScheduleResult r = engine.Place(pod);
+  ASSERT_TRUE(r.scheduled) << r.Summary();
+  const std::set<int> gpus = GpusOf(r.decision);
+  ASSERT_EQ(gpus.size(), 2u);
+  EXPECT_EQ(gpus, (std::set<int>{1, 5}));
+}
+
 TEST(EngineTopologyTest, NodesWiredDifferentlyAreNotTwins) {
   auto state = ClusterState::Build(
       {EightGpus("a", Dgx1()), EightGpus("b", Dgx1()), EightGpus("c", Pcie8()),
