@@ -249,14 +249,12 @@ std::vector<int> CeilingPoints(const std::vector<int>& at, int max_pct) {
 }
 
 // The ceiling of one trace and seed: the LP bound (policy "ceiling") and the offline
-// packing (policy "offline-packing"; software-shared GPUs only) as curves sampled
-// at `points` (NaN elsewhere).
+// packing (policy "offline-packing") as curves sampled at `points` (NaN elsewhere).
 absl::Status ComputeCeilingRuns(const sim::Cluster& cluster, const sim::Workload& workload,
                                 sim::MigMapping mapping, const std::vector<int>& points,
                                 const std::vector<int>& pack_points, int max_pct,
                                 sim::RunResult* bound_run, sim::RunResult* packing_run) {
   const double capacity = static_cast<double>(cluster.total_gpu_milli());
-  const bool pack = !cluster.has_mig();
   for (sim::RunResult* r : {bound_run, packing_run}) {
     r->seed = workload.seed;
     r->curve.assign(max_pct + 1, std::nan(""));
@@ -274,7 +272,7 @@ absl::Status ComputeCeilingRuns(const sim::Cluster& cluster, const sim::Workload
     ASSIGN_OR_RETURN(bound_run->curve[pct],
                      sim::CurveCeilingPct(cluster, workload.pods, pct,
                                           table_point ? kTableSegments : 1, {mapping}));
-    if (pack && table_point) {
+    if (table_point) {
       ASSIGN_OR_RETURN(sim::CeilingBound bound, sim::ComputeCeiling(cluster, pods, {mapping}));
       ASSIGN_OR_RETURN(sim::OfflinePacking packed,
                        sim::PackWithPatterns(cluster, pods, &bound, {mapping}));
@@ -514,9 +512,7 @@ absl::Status RunSim(const SimFlags& f) {
       while (after != series.end() && after->trace == traces[t].name) ++after;
       const size_t at = static_cast<size_t>(after - series.begin());
       series.insert(series.begin() + static_cast<std::ptrdiff_t>(at), std::move(bound));
-      if (!cluster.has_mig()) {
-        series.insert(series.begin() + static_cast<std::ptrdiff_t>(at + 1), std::move(packing));
-      }
+      series.insert(series.begin() + static_cast<std::ptrdiff_t>(at + 1), std::move(packing));
     }
   }
 

@@ -167,8 +167,15 @@ TEST_F(SimCommandTest, BoundsTheMigBenchmark) {
   Result r = Run("--nodes nodes.csv --mig --policy hami-v2.10 --seeds 7 --at 100 --no-plot "
                  "--progress off");
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("ceiling"));
-  EXPECT_THAT(r.out, ::testing::Not(HasSubstr("offline-packing")));  // Shared GPUs only.
+  // Both sides of the MIG ceiling at 100 %: the LP bound and the offline packing under it.
+  auto at100 = [&](const std::string& row) {
+    const size_t line = r.out.find("\n" + row + " ");
+    EXPECT_NE(line, std::string::npos) << row << " missing in\n" << r.out;
+    return line == std::string::npos ? -1.0 : std::strtod(r.out.c_str() + line + row.size() + 2, nullptr);
+  };
+  const double bound = at100("ceiling"), packing = at100("offline-packing");
+  EXPECT_GT(packing, 50.0);
+  EXPECT_LE(packing, bound);
   EXPECT_THAT(r.out, ::testing::Not(HasSubstr("Where the unallocated GPU is")));
 }
 

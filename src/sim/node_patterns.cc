@@ -115,6 +115,22 @@ class MigProgram : public GpuPrograms {
              const std::vector<int>& units, int cpu_units, MigMapping mapping)
       : classes_(std::move(classes)), u_(cpu_units), best_(cpu_units + 1, 0.0),
         best_layout_(cpu_units + 1, -1) {
+    // Per profile, the classes it serves (ProfileServes is not cheap), of those with the
+    // same CPU units only the most valuable (the first of equals): the others are never
+    // chosen.
+    std::vector<std::vector<int>> serves(model.profiles.size());
+    for (size_t p = 0; p < model.profiles.size(); ++p) {
+      std::map<int, int> best_of;  // CPU units -> class
+      for (int c : classes_) {
+        if (!ProfileServes(model, static_cast<int>(p), all[c].gpu_milli, mapping)) continue;
+        auto [it, inserted] = best_of.emplace(units[c], c);
+        if (!inserted && values[c] > values[it->second] + kTolerance) it->second = c;
+      }
+      for (int c : classes_) {
+        auto it = best_of.find(units[c]);
+        if (it != best_of.end() && it->second == c) serves[p].push_back(c);
+      }
+    }
     std::vector<mig::ProfileCounts> seen;
     for (mig::Layout& layout : mig::EnumerateMaximalLayouts(model)) {
       mig::ProfileCounts counts = mig::CountProfiles(model, layout);
@@ -127,10 +143,8 @@ class MigProgram : public GpuPrograms {
         for (int u = 0; u <= u_; ++u) {
           double best = d.at(i, u);
           int choice = -1;  // The instance stays uncreated.
-          for (int c : classes_) {
-            if (units[c] > u || !ProfileServes(model, layout[i].profile, all[c].gpu_milli, mapping)) {
-              continue;
-            }
+          for (int c : serves[layout[i].profile]) {
+            if (units[c] > u) continue;
             const double v = d.at(i, u - units[c]) + values[c];
             if (v > best + kTolerance) best = v, choice = c;
           }

@@ -10,6 +10,7 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "sim/lp_solver.h"
+#include "sim/mig_completion.h"
 #include "sim/mip_solver.h"
 #include "sim/node_patterns.h"
 #include "sim/packing_check.h"
@@ -214,7 +215,8 @@ absl::StatusOr<OfflinePacking> PackWithPatterns(const Cluster& cluster,
   stats->mip_nodes = mip.nodes;
   stats->mip_optimal = mip.proven_optimal;
   OfflinePacking packing = Realize(master, mip.x, groups, classes, pods);
-  if (!cluster.has_mig()) packing = CompletePacking(cluster, pods, packing);
+  packing = cluster.has_mig() ? CompleteMigPacking(cluster, pods, packing, options.mig_mapping)
+                               : CompletePacking(cluster, pods, packing);
   auto checked = CheckPacking(cluster, pods, packing.placements, options.mig_mapping);
   if (!checked.ok()) {
     return absl::InternalError(
