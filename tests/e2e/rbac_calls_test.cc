@@ -35,7 +35,10 @@
 #include "deviceplugin/dra_server.h"
 #include "deviceplugin/dra_slices.h"
 #include "deviceplugin/test_util.h"
+#include "extender/scheduler.h"
+#include "extender/test_util.h"
 #include "k8s/client.h"
+#include "k8s/config.h"
 #include "kubelet/fake_dra_kubelet.h"
 #include "migmanager/manager_test_fixture.h"
 #include "tests/e2e/harness/deploy_bundle.h"
@@ -435,6 +438,130 @@ TEST_F(RbacMigManagerTest, MigManagerUsesExactlyItsShippedRights) {
   manager_->Stop();
   ExpectRbacMatches(server_->Requests(), "prism-mig-manager",
                     {{"events patch", "repeats of one Event (event_recorder_test.cc)"}});
+}
+
+// --- the scheduler ---------------------------------------------------------------------------
+
+// The scheduler (extender::Scheduler, as `prism scheduler` wires it, with the shipped Deployment's
+// --leader-elect and --config-map, in the bundle's namespace) alone on a fake API server whose
+// state the test sets up directly (unrecorded), driven through its verbs as kube-scheduler calls
+// them: low-priority slices filtered and bound, a high-priority one that fits only by preemption
+// (dry-run eviction, DisruptionTarget status patch, eviction, Events), then bound; a pod no node
+// can hold, twice (a repeated FilteringFailed Event).
+TEST(RbacSchedulerTest, SchedulerUsesExactlyItsShippedRights) {
+  namespace ext = extender;
+  absl::StatusOr<DeployBundle> bundle = DeployBundle::Load(PRISM_SOURCE_DIR);
+  ASSERT_TRUE(bundle.ok()) << bundle.status();
+  const std::string ns = bundle->namespace_name();
+  const Object* deployment = bundle->Find("Deployment", "prism-scheduler");
+  ASSERT_NE(deployment, nullptr);
+  ext::SchedulerOptions options;
+  options.initial_config = config::DefaultDeviceConfig();
+  options.cache.engine = ext::DefaultEngineOptions();
+  options.tick = absl::Milliseconds(20);
+  options.cache.problem_grace = absl::Milliseconds(100);
+  options.config_namespace = options.lease_namespace = ns;
+  options.identity = "prism-scheduler-0";
+  for (const Json& arg : (*deployment)["spec"]["template"]["spec"]["containers"][0]["args"]) {
+    const std::string a = arg;
+    if (a == "--leader-elect") options.leader_elect = true;
+    if (a.rfind("--config-map=", 0) == 0) options.config_map_name = a.substr(a.find('=') + 1);
+    if (a.rfind("--scheduler-name=", 0) == 0) options.scheduler_name = a.substr(a.find('=') + 1);
+  }
+  ASSERT_TRUE(options.leader_elect) << "the shipped scheduler runs without leader election";
+  ASSERT_FALSE(options.config_map_name.empty());
+
+  fakeapi::FakeApiServer api;
+  ASSERT_TRUE(api.Start().ok());
+  const Object* cm = bundle->Find("ConfigMap", options.config_map_name);
+  ASSERT_NE(cm, nullptr) << options.config_map_name << " is not shipped";
+  ASSERT_TRUE(api.Create("configmaps", *cm).ok());
+  ASSERT_TRUE(
+      api.Create("nodes", ext::testing::NodeJson("n1", {ext::testing::TestGpu{"T4", 15360},
+                                                        ext::testing::TestGpu{"T4", 15360}}))
+          .ok());
+  absl::StatusOr<k8s::ClusterConfig> cluster = k8s::ParseKubeconfig(api.KubeconfigYaml());
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  absl::StatusOr<std::unique_ptr<k8s::Client>> client = k8s::Client::Create(*cluster);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ext::Scheduler scheduler(options, client->get());
+  ASSERT_TRUE(scheduler.Start().ok());
+  ASSERT_TRUE(scheduler.WaitForSync(absl::Seconds(10)));
+  ASSERT_TRUE(deviceplugin::testing::Eventually([&] { return scheduler.IsLeader(); }));
+
+  // A pod created (unrecorded) and seen by the scheduler's informer.
+  auto create = [&](Json pod, int32_t priority) {
+    pod["metadata"].erase("uid");
+    pod["spec"]["priority"] = priority;
+    pod["spec"]["schedulerName"] = options.scheduler_name;
+    absl::StatusOr<Json> created = api.Create("pods", pod);
+    EXPECT_TRUE(created.ok()) << created.status();
+    EXPECT_TRUE(deviceplugin::testing::Eventually(
+        [&] { return scheduler.InformerPod("default", k8s::Name(pod)).has_value(); }));
+    return created.ok() ? *created : pod;
+  };
+  auto filter = [&](const Json& pod) {
+    const Json args{{"Pod", pod}, {"Nodes", nullptr}, {"NodeNames", {"n1"}}};
+    const Json reply = Json::parse(scheduler.Filter(args.dump()).body);
+    return reply.value("NodeNames", Json::array());
+  };
+  auto bind = [&](const Json& pod) {
+    const Json args{{"PodName", k8s::Name(pod)},
+                    {"PodNamespace", "default"},
+                    {"PodUID", k8s::Uid(pod)},
+                    {"Node", "n1"}};
+    return Json::parse(scheduler.Bind(args.dump()).body).value("Error", "");
+  };
+  // GPU 0: a 8 GiB + b 6 GiB; GPU 1: c 10 GiB + d 4 GiB (priority 0).
+  for (const auto& [name, mib, gpu] : std::vector<std::tuple<std::string, int, int>>{
+           {"a", 8192, 0}, {"b", 6144, 0}, {"c", 10240, 1}, {"d", 4096, 1}}) {
+    const Json pod =
+        create(ext::testing::GpuPod(name, 1, mib, 10,
+                                    {{"nvidia.com/use-gpuuuid", absl::StrCat("GPU-n1-", gpu)}}),
+               0);
+    ASSERT_EQ(filter(pod), Json::array({"n1"})) << name;
+    ASSERT_EQ(bind(pod), "") << name;
+  }
+  ASSERT_TRUE(deviceplugin::testing::Eventually([&] {
+    auto c = scheduler.InformerPod("default", "c");
+    return c.has_value() && !k8s::PodNodeName(*c).empty();
+  }));
+  // The high-priority slice: no node now; the leader preempts c; then it is bound.
+  const Json hi = create(ext::testing::GpuPod("hi", 1, 10240, 10), 100);
+  EXPECT_EQ(filter(hi), Json::array());
+  ASSERT_TRUE(
+      deviceplugin::testing::Eventually([&] { return !api.Get("pods", "default", "c").ok(); }));
+  ASSERT_TRUE(scheduler.preemptor()->WaitIdle(absl::Seconds(10)));
+  ASSERT_TRUE(deviceplugin::testing::Eventually([&] { return filter(hi) == Json::array({"n1"}); }));
+  EXPECT_EQ(bind(hi), "");
+  // A Bind for a pod the informer does not know: read from the API server (pods get).
+  EXPECT_NE(bind(Json{{"metadata", {{"name", "unknown"}, {"uid", "uid-unknown"}}}}), "");
+  // A pending pod of a controller whose decision no longer holds (its GPU left the node's
+  // inventory): deleted so that its controller recreates it (pods delete).
+  Json owned = ext::testing::GpuPod("owned", 1, 512, 10, {{"nvidia.com/use-gpuuuid", "GPU-n1-1"}});
+  owned["metadata"]["ownerReferences"] = Json::array({{{"apiVersion", "apps/v1"},
+                                                       {"kind", "ReplicaSet"},
+                                                       {"name", "rs"},
+                                                       {"uid", "rs-1"},
+                                                       {"controller", true}}});
+  owned = create(owned, 0);
+  ASSERT_EQ(filter(owned), Json::array({"n1"}));
+  ASSERT_EQ(bind(owned), "");
+  ASSERT_TRUE(deviceplugin::testing::Eventually([&] {
+    auto o = scheduler.InformerPod("default", "owned");
+    return o.has_value() && !k8s::PodNodeName(*o).empty();
+  }));
+  ASSERT_TRUE(
+      api.Update("nodes", ext::testing::NodeJson("n1", {ext::testing::TestGpu{"T4", 15360}})).ok());
+  EXPECT_TRUE(deviceplugin::testing::Eventually(
+      [&] { return !api.Get("pods", "default", "owned").ok(); }, absl::Seconds(20)));
+  // A pod no GPU can hold, twice: the second FilteringFailed Event is the first one patched.
+  const Json huge = create(ext::testing::GpuPod("huge", 1, 40960, 10), 0);
+  EXPECT_EQ(filter(huge), Json::array());
+  EXPECT_EQ(filter(huge), Json::array());
+  absl::SleepFor(absl::Milliseconds(500));  // The recorder's writes, then the ticks'.
+  scheduler.Stop();
+  ExpectRbacMatches(api.Requests(), "prism-scheduler", {});  // Every right is used.
 }
 
 }  // namespace
