@@ -29,7 +29,9 @@
 #include "sim/policy.h"
 #include "sim/report.h"
 #include "sim/simulator.h"
+#include "sim/topology_report.h"
 #include "sim/trace.h"
+#include "sim/wiring.h"
 #include "sim/workload.h"
 #include "sim/yaml_input.h"
 
@@ -70,6 +72,8 @@ struct SimFlags {
   double lifetimes = 4;
   bool native_times = false;
   bool include_unscheduled = false;
+  // Wired nodes by GPU model and the multi-GPU interconnect metrics (sim/wiring.h).
+  bool topology = false;
 };
 
 struct TraceInput {
@@ -361,6 +365,15 @@ absl::Status RunSim(const SimFlags& f) {
   }
   sim::Cluster& cluster = *maybe_cluster;
   if (mig_model != nullptr) cluster.EnableMig(mig_model, f.mig_min_gpus);
+  int wired_nodes = 0;
+  if (f.topology) {
+    if (mig_model != nullptr) {
+      return absl::InvalidArgumentError(
+          "--topology measures multi-GPU pods on software-shared GPUs; it does not combine with "
+          "--mig");
+    }
+    ASSIGN_OR_RETURN(wired_nodes, sim::WireCluster(&cluster));
+  }
   std::vector<TraceInput> traces;
   if (!f.pod_files.empty()) {
     ASSIGN_OR_RETURN(traces, LoadPodYaml(f, device_config, cluster, gpu_memory_mib));
@@ -375,6 +388,9 @@ absl::Status RunSim(const SimFlags& f) {
     // no form for software shares yet.
     if (f.mig) {
       policies = {"hami-legacy", "hami-v2.10", "zambianco", "dra-first-fit", "prism", "prism-dra"};
+    } else if (f.topology) {
+      // Prism with and without the wiring against the peers' topology-aware choices.
+      policies = {"hami-topology", "nvidia-besteffort", "prism:topology=0", "prism"};
     } else {
       policies = {"random", "best-fit", "fgd", "dra-first-fit", "prism"};
     }
@@ -402,6 +418,10 @@ absl::Status RunSim(const SimFlags& f) {
                 .c_str()
           : "",
       f.departures ? ", with departures" : "");
+  if (f.topology) {
+    std::fprintf(stderr, "prism sim: --topology: %d nodes wired by GPU model (sim/wiring.h)\n",
+                 wired_nodes);
+  }
   std::vector<sim::RunResult> results(jobs.size());
   std::vector<absl::Status> errors(jobs.size());
   Progress progress(f.progress, jobs.size());
@@ -435,6 +455,7 @@ absl::Status RunSim(const SimFlags& f) {
       }
       sim::RunOptions options;
       options.mig_mapping = mapping;
+      options.topology_metrics = f.topology;
       options.max_arrived_pct = std::max(130, static_cast<int>(std::ceil(f.tune * 100)));
       // The breakdown is of shares of software-shared GPUs; MIG free space is not shares.
       if (mig_model == nullptr) options.waste_pcts = {100, 130};
@@ -545,10 +566,19 @@ absl::Status RunSim(const SimFlags& f) {
       std::fputs(sim::FormatVariantTable(policies_only, 130).c_str(), stdout);
     }
   }
+  if (f.topology) std::fputs(sim::FormatTopologyTable(series, f.at).c_str(), stdout);
   if (!f.csv.empty()) {
     RETURN_IF_ERROR(WriteFile(f.csv, f.departures ? sim::FormatChurnCsv(series, several)
                                                   : sim::FormatCsv(series, several)));
     std::fprintf(stderr, "wrote %s\n", f.csv.c_str());
+    if (f.topology) {
+      const fs::path csv(f.csv);
+      const std::string path =
+          (csv.parent_path() / StrCat(csv.stem().string(), "-topology", csv.extension().string()))
+              .string();
+      RETURN_IF_ERROR(WriteFile(path, sim::FormatTopologyCsv(series)));
+      std::fprintf(stderr, "wrote %s\n", path.c_str());
+    }
   }
   if (!f.no_plot && !f.plot.empty()) {
     for (const TraceInput& t : traces) {
@@ -645,6 +675,10 @@ void AddSimCommand(CLI::App& app, int* exit_code) {
                 "With departures: replay the trace's own creation/deletion times");
   cmd->add_flag("--include-unscheduled", flags->include_unscheduled,
                 "With departures: keep pods the trace never scheduled");
+  cmd->add_flag("--topology", flags->topology,
+                "Wire nodes by GPU model (DGX-1 V100, PCIe servers; docs/results/topology.md) and "
+                "report how pods of >= 2 GPUs are connected; default policies hami-topology, "
+                "nvidia-besteffort, prism:topology=0 (blind) and prism");
   cmd->callback([flags, mig, exit_code] {
     flags->mig = mig->count() > 0;
     absl::Status s = RunSim(*flags);

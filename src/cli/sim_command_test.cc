@@ -153,6 +153,26 @@ TEST_F(SimCommandTest, PrintsTheCeilingAndTheWasteBreakdown) {
   EXPECT_THAT(svg, HasSubstr("where the unallocated GPU is"));
 }
 
+TEST_F(SimCommandTest, TopologyWiresNodesAndPrintsTheInterconnectColumns) {
+  Result r = Run("--topology --policy nvidia-besteffort,prism --seeds 42 --at 100 --no-plot "
+                 "--no-ceiling --csv runs.csv --progress off");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--topology: 1189 nodes wired by GPU model"));
+  EXPECT_THAT(r.out, HasSubstr("pods of >= 2 GPUs on a set of the best tier"));
+  EXPECT_THAT(r.out, HasSubstr("policy              multi   best    best-2  best-4  best-8  split   "
+                               "avoid   alloc@100"));
+  EXPECT_THAT(Read("runs-topology.csv"),
+              StartsWith("trace,policy,seed,gpus,placed,best_tier,numa_split,"
+                         "numa_split_avoidable\ndefault,nvidia-besteffort,42,all,"));
+  // Without the flag: no such table.
+  Result plain = Run("--policy prism --seeds 42 --at 100 --no-plot --no-ceiling --progress off");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  EXPECT_THAT(plain.out, ::testing::Not(HasSubstr("best tier")));
+  Result mig = Run("--topology --mig --policy prism --seeds 1 --no-plot");
+  EXPECT_EQ(mig.exit_code, 1);
+  EXPECT_THAT(mig.err, HasSubstr("does not combine with --mig"));
+}
+
 TEST_F(SimCommandTest, NoCeilingLeavesItOut) {
   Result r = Run("--policy random --seeds 42 --no-plot --no-ceiling --progress off");
   ASSERT_EQ(r.exit_code, 0) << r.err;

@@ -80,6 +80,12 @@ struct DraMigDevice {
 };
 std::vector<DraMigDevice> DraMigDevicesInNameOrder(const mig::GpuModel& model, int gpu_count);
 
+// Topology-aware GPU choices of peers on software-shared GPUs (src/sim/topology_policies.cc):
+// HAMi's `topology-aware` GPU policy under its binpack node policy, and NVIDIA's device plugin
+// (go-gpuallocator's best-effort policy) under kube-scheduler's default node scores.
+std::unique_ptr<Policy> MakeHamiTopologyPolicy();
+std::unique_ptr<Policy> MakeNvidiaBestEffortPolicy();
+
 // InvalidArgument if the run's cluster has MIG GPUs.
 absl::Status RequireSharedGpus(const RunContext& context, std::string_view policy);
 

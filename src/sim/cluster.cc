@@ -78,6 +78,20 @@ int Cluster::EnableMig(const mig::GpuModel* model, int min_gpus) {
   return changed;
 }
 
+absl::Status Cluster::SetNodeTopology(int i, const topo::NodeTopology& topology) {
+  NodeSpec& n = nodes_[i];
+  if (topology.numa_node.size() != static_cast<size_t>(n.gpu_count) ||
+      topology.links.size() != static_cast<size_t>(n.gpu_count)) {
+    return absl::InvalidArgumentError(StrCat("node '", n.name, "' has ", n.gpu_count,
+                                             " GPUs; the topology is of ",
+                                             topology.links.size()));
+  }
+  auto it = std::find(topologies_.begin(), topologies_.end(), topology);
+  n.topology = static_cast<int>(it - topologies_.begin());
+  if (it == topologies_.end()) topologies_.push_back(topology);
+  return absl::OkStatus();
+}
+
 bool Cluster::has_mig() const {
   return std::any_of(nodes_.begin(), nodes_.end(),
                      [](const NodeSpec& n) { return n.mig_model != nullptr; });

@@ -20,6 +20,7 @@
 
 #include "core/mig/gpu_model.h"
 #include "core/mig/layout.h"
+#include "core/topo/topology.h"
 #include "sim/trace.h"
 
 namespace prism::sim {
@@ -36,6 +37,9 @@ struct NodeSpec {
   int model = -1;  // Index into Cluster::models(); -1 for a CPU-only node.
   // The MIG geometry of the node's GPUs; nullptr: software-shared GPUs.
   const mig::GpuModel* mig_model = nullptr;
+  // How the node's GPUs are wired: an index into Cluster::topologies(); -1: unknown (the
+  // default; `prism sim --topology` wires nodes by GPU model, sim/wiring.h).
+  int topology = -1;
 };
 
 class Cluster {
@@ -50,6 +54,14 @@ class Cluster {
   int EnableMig(const mig::GpuModel* model, int min_gpus = 1);
   // Makes the GPUs of node `i` MIG GPUs of `model` (nullptr: software-shared).
   void SetNodeMig(int i, const mig::GpuModel* model) { nodes_[i].mig_model = model; }
+  // Wires node `i` as `topology` (by GPU position; nodes wired alike share one copy).
+  // InvalidArgument when its size is not the node's GPU count.
+  absl::Status SetNodeTopology(int i, const topo::NodeTopology& topology);
+  // The wiring of node `i`, or nullptr when unknown.
+  const topo::NodeTopology* topology(int i) const {
+    return nodes_[i].topology < 0 ? nullptr : &topologies_[nodes_[i].topology];
+  }
+  bool wired() const { return !topologies_.empty(); }
 
   const std::vector<NodeSpec>& nodes() const { return nodes_; }
   const NodeSpec& node(int i) const { return nodes_[i]; }
@@ -70,6 +82,7 @@ class Cluster {
  private:
   std::vector<NodeSpec> nodes_;
   std::vector<std::string> models_;
+  std::vector<topo::NodeTopology> topologies_;
   std::vector<int> gpu_offset_;
   int total_gpus_ = 0;
   int64_t total_milli_cpu_ = 0;

@@ -71,6 +71,9 @@ class EnginePolicy : public Policy {
         }
         node.gpus.push_back(std::move(gpu));
       }
+      if (options_.use_topology && cluster_->topology(i) != nullptr) {
+        node.topology = *cluster_->topology(i);
+      }
       nodes.push_back(std::move(node));
     }
     sched::DeviceConfig config;
@@ -424,7 +427,8 @@ absl::StatusOr<double> ParseDouble(std::string_view key, std::string_view value)
 // unknown afterwards).
 std::optional<std::pair<double, double>> KnobRange(std::string_view key) {
   if (key == "coverage" || key == "bestfit_cpu_share") return std::pair{0.0, 1.0};
-  if (key == "quantize" || key == "cpu_pack" || key == "exact_gpu" || key == "profile_requests") {
+  if (key == "quantize" || key == "cpu_pack" || key == "exact_gpu" || key == "profile_requests" ||
+      key == "topology") {
     return std::pair{0.0, 1.0};
   }
   if (key == "split") return std::pair{1.0, 1000.0};
@@ -522,12 +526,14 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view 
         o.maintain_evaluations = static_cast<int64_t>(v);
       } else if (key == "profile_requests") {
         o.profile_requests = v != 0;
+      } else if (key == "topology") {
+        o.use_topology = v != 0;
       } else {
         return absl::InvalidArgumentError(
             StrCat("unknown policy option '", key,
                    "' (known: frag_weight, pack_weight, gpu, quantize, resolution, cpu_pack, "
                    "exact_gpu, cpu_balance, type_balance, split, coverage, bestfit_cpu_share, "
-                   "maintain, profile_requests)"));
+                   "maintain, profile_requests, topology)"));
       }
     }
   }

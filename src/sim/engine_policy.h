@@ -54,6 +54,10 @@ struct EnginePolicyOptions {
   // expresses, and the engine's MIG score counts the compute an instance grants beyond the
   // request (its waste), so `prism` and `prism-dra` can differ where that tips a choice.
   bool profile_requests = false;
+  // The engine gets each node's wiring (sched::NodeSpec::topology) when the cluster has one
+  // (`prism sim --topology`); false: topology-blind, the same engine without it (knob
+  // topology=0).
+  bool use_topology = true;
 };
 
 std::unique_ptr<Policy> MakeEnginePolicy(const EnginePolicyOptions& options);
@@ -63,7 +67,7 @@ std::unique_ptr<Policy> MakeEnginePolicy(const EnginePolicyOptions& options);
 // "prism-binpack", "prism-spread". A suffix ":key=value,..." sets engine knobs, e.g.
 // "prism:pack_weight=0.05,frag_weight=1" (keys: frag_weight, pack_weight,
 // gpu=binpack|spread|fgd, quantize=0|1, resolution=GPUs, cpu_pack=0|1, exact_gpu=0|1, split=N,
-// coverage=F, maintain=N, profile_requests=0|1; see core/sched/policy.h); ';' also separates
+// coverage=F, maintain=N, profile_requests=0|1, topology=0|1; see core/sched/policy.h); ';' also separates
 // knobs ("prism:cpu_pack=0;exact_gpu=0"), for `prism sim --policy`, whose list is
 // comma-separated.
 absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view name);

@@ -33,6 +33,12 @@ constexpr Entry kPolicies[] = {
     {"dra-first-fit",
      "DRA without Prism: kube-scheduler's default node scoring, then the first devices of the "
      "node in name order (MIG partitions, or HAMi-DRA-style consumable GPU capacity)"},
+    {"hami-topology",
+     "HAMi's topology-aware GPU policy (best-linked GPU set from pairwise link scores) under its "
+     "binpack node policy; for prism sim --topology"},
+    {"nvidia-besteffort",
+     "NVIDIA's device plugin: go-gpuallocator's best-effort GPU set under kube-scheduler's default "
+     "node scores; for prism sim --topology"},
     {"prism-dra",
      "Prism under DRA: each pod as a ResourceClaim through Prism's DRA mapping and engine "
      "(MIG partitions and whole GPUs; no software shares yet)"},
@@ -78,6 +84,8 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeBuiltinPolicy(std::string_view name,
   if (name == "hami-v2.10-binpack") return MakeHamiV210Policy(true);
   if (name == "zambianco") return MakeZambiancoPolicy();
   if (name == "dra-first-fit") return MakeDraFirstFitPolicy();
+  if (name == "hami-topology") return MakeHamiTopologyPolicy();
+  if (name == "nvidia-besteffort") return MakeNvidiaBestEffortPolicy();
   if (name.starts_with("prism")) return MakeEnginePolicyByName(name);
   return absl::InvalidArgumentError(
       StrCat("unknown policy '", name, "' (known: ", StrJoin(BuiltinPolicyNames(), ", "), ")"));

@@ -19,7 +19,10 @@ constexpr double kWarmup = 0.2;
 class Runner {
  public:
   Runner(const Cluster& cluster, Policy& policy, const RunOptions& options, RunResult* result)
-      : state_(&cluster, options.mig_mapping), policy_(policy), result_(result) {}
+      : state_(&cluster, options.mig_mapping),
+        policy_(policy),
+        result_(result),
+        topology_metrics_(options.topology_metrics) {}
 
   ClusterState& state() { return state_; }
 
@@ -29,8 +32,21 @@ class Runner {
     result_->arrived_gpu_milli += pod.TotalGpuMilli();
     std::optional<Placement> p = policy_.Place(state_, pod);
     if (p.has_value()) {
+      // What the node offered, before the pod takes its GPUs.
+      const topo::NodeTopology* topology = nullptr;
+      TopologyOffer offer;
+      if (topology_metrics_ && pod.gpu_count >= 2 && p->gpus.size() >= 2 && p->node >= 0 &&
+          p->node < state_.cluster().node_count()) {
+        topology = state_.cluster().topology(p->node);
+        if (topology != nullptr) offer = BestOffer(*topology, FittingGpus(p->node, pod), pod.gpu_count);
+      }
       absl::Status s = state_.Place(pod, *p);
       if (s.ok()) {
+        if (topology != nullptr) {
+          RecordPlacement(*topology, offer, p->gpus, &result_->topology);
+        } else if (topology_metrics_ && pod.gpu_count >= 2) {
+          ++result_->topology.unwired;
+        }
         ++result_->placed;
         RETURN_IF_ERROR(policy_.Placed(state_, pod, *p));
         return p;
@@ -50,9 +66,19 @@ class Runner {
   }
 
  private:
+  std::vector<int> FittingGpus(int node, const PodRequest& pod) const {
+    std::vector<int> fitting;
+    std::span<const int> left = state_.gpu_left(node);
+    for (int g = 0; g < static_cast<int>(left.size()); ++g) {
+      if (left[g] >= pod.gpu_milli) fitting.push_back(g);
+    }
+    return fitting;
+  }
+
   ClusterState state_;
   Policy& policy_;
   RunResult* result_;
+  bool topology_metrics_ = false;
 };
 
 absl::Status RunInflated(const Cluster& cluster, const Workload& workload,

@@ -20,6 +20,7 @@
 #include "sim/cluster.h"
 #include "sim/policy.h"
 #include "sim/waste.h"
+#include "sim/wiring.h"
 #include "sim/workload.h"
 
 namespace prism::sim {
@@ -31,6 +32,9 @@ struct RunOptions {
   // arrived demand reaches each of these % of capacity (the state after the last pod
   // that keeps it at or below; the ceiling's prefix, ceiling.h).
   std::vector<int> waste_pcts;
+  // Judge the interconnect of every placed pod of two or more GPUs on a wired node
+  // (RunResult::topology; `prism sim --topology`).
+  bool topology_metrics = false;
   // Called about every 1 % of the pods (done, total); may be empty.
   std::function<void(int64_t, int64_t)> progress;
 };
@@ -66,6 +70,8 @@ struct RunResult {
   std::vector<WasteBreakdown> waste;  // One per RunOptions::waste_pcts.
   // Runs with departures.
   ChurnSummary churn;
+  // RunOptions::topology_metrics.
+  TopologyStats topology;
 };
 
 // Errors: the policy's Begin() error.
