@@ -19,14 +19,28 @@ struct Option {
   mig::Instance instance;
 };
 
+// The profiles of `model` that serve `milli`, smallest first (ProfileServes is not cheap).
+std::vector<int> ServingProfiles(const mig::GpuModel& model, int milli, MigMapping mapping) {
+  std::vector<int> out;
+  for (int p = 0; p < static_cast<int>(model.profiles.size()); ++p) {
+    if (ProfileServes(model, p, milli, mapping)) out.push_back(p);
+  }
+  std::stable_sort(out.begin(), out.end(), [&](int a, int b) {
+    return model.profiles[a].memory_slices < model.profiles[b].memory_slices;
+  });
+  return out;
+}
+
 std::optional<Option> BestInstance(const mig::GpuModel& model, const mig::Occupancy& occ,
-                                   int milli, MigMapping mapping) {
+                                   const std::vector<int>& serving) {
   std::optional<Option> best;
   const int slices = model.memory_slices;
-  for (int p = 0; p < static_cast<int>(model.profiles.size()); ++p) {
+  const int free = slices - std::popcount(occ.memory_mask);
+  for (int p : serving) {
     const mig::GpuInstanceProfile& profile = model.profiles[p];
-    if (!ProfileServes(model, p, milli, mapping)) continue;
-    if (best && profile.memory_slices > std::get<0>(best->rank)) continue;
+    // Most GPUs are full by now: no start can fit where the free slices are too few.
+    if (profile.memory_slices > free) break;
+    if (best && profile.memory_slices > std::get<0>(best->rank)) break;
     for (int start : profile.starts) {
       if (!mig::CanAdd(model, occ, p, start)) continue;
       const uint32_t used = occ.memory_mask | mig::PlacementMask(model, p, start);
@@ -57,6 +71,8 @@ OfflinePacking CompleteMigPacking(const Cluster& cluster, std::span<const PodReq
   });
   for (size_t i : order) {
     const PodRequest& pod = pods[i];
+    const mig::GpuModel* serving_model = nullptr;
+    std::vector<int> serving;
     // (memory slices of the new instances, free slices they leave), lowest first.
     std::optional<std::pair<std::pair<int, int>, Placement>> best;
     for (int n = 0; n < cluster.node_count(); ++n) {
@@ -65,9 +81,13 @@ OfflinePacking CompleteMigPacking(const Cluster& cluster, std::span<const PodReq
           !state.ModelAllowed(n, pod) || !state.CpuMemoryFit(n, pod)) {
         continue;
       }
+      if (node.mig_model != serving_model) {
+        serving_model = node.mig_model;
+        serving = ServingProfiles(*serving_model, pod.gpu_milli, mapping);
+      }
       std::vector<std::pair<Option, int>> options;  // (option, GPU)
       for (int g = 0; g < node.gpu_count; ++g) {
-        auto o = BestInstance(*node.mig_model, state.occupancy(n, g), pod.gpu_milli, mapping);
+        auto o = BestInstance(*node.mig_model, state.occupancy(n, g), serving);
         if (o) options.emplace_back(*o, g);
       }
       if (static_cast<int>(options.size()) < pod.gpu_count) continue;

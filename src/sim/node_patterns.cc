@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <tuple>
 
@@ -107,6 +108,26 @@ class ShareProgram : public GpuPrograms {
   Table<int> choice_;
 };
 
+// The maximal layouts of `model` with distinct profile counts (layouts with the same
+// counts hold the same pods), computed once per model: pricing asks every round, from
+// the ceiling's threads, and the enumeration was a tenth of a MIG packing's time.
+const std::vector<mig::Layout>& DistinctMaximalLayouts(const mig::GpuModel& model) {
+  static std::mutex mu;
+  static std::map<const mig::GpuModel*, std::vector<mig::Layout>> cache;  // Never shrinks.
+  std::lock_guard<std::mutex> lock(mu);
+  auto [it, inserted] = cache.try_emplace(&model);
+  if (inserted) {
+    std::vector<mig::ProfileCounts> seen;
+    for (mig::Layout& layout : mig::EnumerateMaximalLayouts(model)) {
+      mig::ProfileCounts counts = mig::CountProfiles(model, layout);
+      if (std::find(seen.begin(), seen.end(), counts) != seen.end()) continue;
+      seen.push_back(std::move(counts));
+      it->second.push_back(std::move(layout));
+    }
+  }
+  return it->second;
+}
+
 // Instances of one MIG GPU: for each maximal layout, a pod (or none) per instance.
 class MigProgram : public GpuPrograms {
  public:
@@ -131,11 +152,7 @@ class MigProgram : public GpuPrograms {
         if (it != best_of.end() && it->second == c) serves[p].push_back(c);
       }
     }
-    std::vector<mig::ProfileCounts> seen;
-    for (mig::Layout& layout : mig::EnumerateMaximalLayouts(model)) {
-      mig::ProfileCounts counts = mig::CountProfiles(model, layout);
-      if (std::find(seen.begin(), seen.end(), counts) != seen.end()) continue;
-      seen.push_back(std::move(counts));
+    for (const mig::Layout& layout : DistinctMaximalLayouts(model)) {
       const int n = static_cast<int>(layout.size());
       Table<double> d(n + 1, u_ + 1, 0.0);
       Table<int> ch(n + 1, u_ + 1, -1);
@@ -158,7 +175,7 @@ class MigProgram : public GpuPrograms {
           best_layout_[u] = static_cast<int>(layouts_.size());
         }
       }
-      layouts_.push_back(std::move(layout));
+      layouts_.push_back(&layout);
       choices_.push_back(std::move(ch));
     }
     units_ = units;
@@ -169,7 +186,7 @@ class MigProgram : public GpuPrograms {
   void Extract(int u, int gpu, std::vector<PatternItem>* items) const override {
     const int l = best_layout_[u];
     if (l < 0) return;
-    const mig::Layout& layout = layouts_[l];
+    const mig::Layout& layout = *layouts_[l];
     for (int i = static_cast<int>(layout.size()); i > 0; --i) {
       const int c = choices_[l].at(i, u);
       if (c < 0) continue;
@@ -187,7 +204,7 @@ class MigProgram : public GpuPrograms {
   int u_;
   std::vector<double> best_;
   std::vector<int> best_layout_;
-  std::vector<mig::Layout> layouts_;
+  std::vector<const mig::Layout*> layouts_;  // Owned by DistinctMaximalLayouts.
   std::vector<Table<int>> choices_;
 };
 
