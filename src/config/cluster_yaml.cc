@@ -1,5 +1,6 @@
 #include "config/cluster_yaml.h"
 
+#include <optional>
 #include <set>
 
 #include "base/status_macros.h"
@@ -106,7 +107,7 @@ absl::StatusOr<sched::NodeSpec> ParseNode(const YAML::Node& n, const std::string
   sched::NodeSpec spec;
   bool has_cpu = false;
   bool has_memory = false;
-  YAML::Node topology;
+  std::optional<YAML::Node> topology;  // A default YAML::Node converts to true: not "absent".
   for (auto it = n.begin(); it != n.end(); ++it) {
     const std::string key = it->first.Scalar();
     const std::string kpath = StrCat(path, ".", key);
@@ -144,11 +145,11 @@ absl::StatusOr<sched::NodeSpec> ParseNode(const YAML::Node& n, const std::string
   if (spec.gpus.size() > 256) {
     return absl::InvalidArgumentError(StrCat(path, ": more than 256 GPUs"));
   }
-  if (topology) {
+  if (topology.has_value()) {
     // The NVML simulator's `topology:` (a machine, or the wiring spelled out), as the node
     // agent's discovery would read it (docs/topology.md, "Placement").
     absl::StatusOr<nvml::sim::SimTopology> wiring =
-        nvml::sim::ParseSimTopology(topology, spec.gpus.size());
+        nvml::sim::ParseSimTopology(*topology, spec.gpus.size());
     if (!wiring.ok()) return Annotate(wiring.status(), StrCat(path, ".topology"));
     spec.topology = nvml::sim::AsDiscovered(*wiring);
   }
