@@ -26,7 +26,8 @@ using ::testing::HasSubstr;
 
 // Two Tesla T4s for software slices.
 constexpr char kTwoT4s[] =
-    "gpus:\n  - model: Tesla T4\n    memory_mib: 15360\n  - model: Tesla T4\n    memory_mib: 15360\n";
+    "gpus:\n  - model: Tesla T4\n    memory_mib: 15360\n  - model: Tesla T4\n    memory_mib: "
+    "15360\n";
 
 struct PriorityClass {
   int32_t value = 0;
@@ -117,11 +118,11 @@ TEST_F(PreemptionE2eTest, TheOneVictimOnTheRightGpuGoesAndThePreemptorRunsThere)
   std::vector<std::string> calls;
   for (const fakeapi::RequestRecord& r : api_->Requests()) {
     const bool eviction = r.path.size() > 9 && r.path.substr(r.path.size() - 9) == "/eviction";
-    const bool status = r.method == "PATCH" && r.path.size() > 7 &&
-                        r.path.substr(r.path.size() - 7) == "/status";
+    const bool status =
+        r.method == "PATCH" && r.path.size() > 7 && r.path.substr(r.path.size() - 7) == "/status";
     if (!eviction && !status) continue;
-    calls.push_back(StrCat(r.method, " ", r.path, r.body.find("\"All\"") != std::string::npos
-                                                      ? " dry-run" : ""));
+    calls.push_back(StrCat(r.method, " ", r.path,
+                           r.body.find("\"All\"") != std::string::npos ? " dry-run" : ""));
   }
   const std::string c = "/api/v1/namespaces/default/pods/c";
   EXPECT_THAT(calls, ::testing::ElementsAre(StrCat("POST ", c, "/eviction dry-run"),
