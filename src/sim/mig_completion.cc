@@ -4,6 +4,7 @@
 #include <bit>
 #include <numeric>
 #include <optional>
+#include <set>
 #include <tuple>
 #include <vector>
 
@@ -58,9 +59,10 @@ OfflinePacking CompleteMigPacking(const Cluster& cluster, std::span<const PodReq
                                   const OfflinePacking& start, MigMapping mapping) {
   OfflinePacking out = start;
   ClusterState state(&cluster, mapping);
-  std::vector<bool> placed(pods.size(), false);
+  std::vector<bool> placed(pods.size(), false), touched(cluster.node_count(), false);
   for (const auto& [i, p] : start.placements) {
     if (state.Place(pods[i], p).ok()) placed[i] = true;
+    touched[p.node] = true;
   }
   std::vector<size_t> order;
   for (size_t i = 0; i < pods.size(); ++i) {
@@ -73,12 +75,19 @@ OfflinePacking CompleteMigPacking(const Cluster& cluster, std::span<const PodReq
     const PodRequest& pod = pods[i];
     const mig::GpuModel* serving_model = nullptr;
     std::vector<int> serving;
+    // Untouched nodes of one kind offer the same; the first of them stands for all.
+    std::set<std::tuple<const mig::GpuModel*, int, int64_t, int64_t>> untouched_seen;
     // (memory slices of the new instances, free slices they leave), lowest first.
     std::optional<std::pair<std::pair<int, int>, Placement>> best;
     for (int n = 0; n < cluster.node_count(); ++n) {
       const NodeSpec& node = cluster.node(n);
       if (node.mig_model == nullptr || node.gpu_count < pod.gpu_count ||
           !state.ModelAllowed(n, pod) || !state.CpuMemoryFit(n, pod)) {
+        continue;
+      }
+      if (!touched[n] &&
+          !untouched_seen.emplace(node.mig_model, node.gpu_count, node.milli_cpu, node.memory_mib)
+               .second) {
         continue;
       }
       if (node.mig_model != serving_model) {
@@ -109,6 +118,7 @@ OfflinePacking CompleteMigPacking(const Cluster& cluster, std::span<const PodReq
       if (!best || rank < best->first) best.emplace(rank, std::move(placement));
     }
     if (!best || !state.Place(pod, best->second).ok()) continue;
+    touched[best->second.node] = true;
     out.gpu_milli += pod.TotalGpuMilli();
     ++out.placed;
     out.placements.emplace_back(i, std::move(best->second));

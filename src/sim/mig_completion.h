@@ -18,7 +18,8 @@
 namespace prism::sim {
 
 // `start`: a feasible packing of `pods` whose MIG placements create one
-// instance per GPU and destroy none (PackWithPatterns' integer program);
+// instance per GPU and destroy none (PackWithPatterns' integer program), or
+// empty (then the result is a greedy packing, the integer program's start);
 // returned with the inserted pods appended. Placements on software-shared
 // GPUs in `start` are kept, and no pod is inserted there.
 OfflinePacking CompleteMigPacking(const Cluster& cluster, std::span<const PodRequest> pods,

@@ -9,7 +9,8 @@
 // by BestNodePattern against its duals. The master over the patterns generated
 // is then solved as an integer program (COIN-OR CBC, mip_solver.h, a node
 // budget), started from the better of the LP's solution rounded down and the
-// greedy packing (offline_packing.h), whose node contents are patterns too.
+// greedy packing (offline_packing.h; on MIG GPUs mig_completion.h from nothing),
+// whose node contents are patterns too.
 // Pods left out are then inserted greedily (best fit; on MIG GPUs mig_completion.h),
 // and the result is re-checked from scratch by CheckPacking (packing_check.h),
 // which shares no code with the packer. Deterministic: no clock, no threads.
