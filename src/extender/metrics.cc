@@ -76,6 +76,10 @@ SchedulerMetrics::SchedulerMetrics() : registry_(std::make_shared<prometheus::Re
                       .Name("prism_scheduler_preemptions_total")
                       .Help("Preemptions Prism started for GPU pods, by result")
                       .Register(*registry_);
+  // Every result from the start, at 0, so that the family renders before the first preemption.
+  for (const char* result : {"succeeded", "no-candidate", "aborted", "failed"}) {
+    preemptions_->Add({{"result", result}});
+  }
   preemption_victims_ = &prometheus::BuildCounter()
                              .Name("prism_scheduler_preemption_victims_total")
                              .Help("Pods evicted by Prism's preemptions")
