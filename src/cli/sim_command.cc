@@ -266,6 +266,9 @@ absl::Status ComputeCeilingRuns(const sim::Cluster& cluster, const sim::Workload
   bound_run->policy = "ceiling";
   packing_run->policy = "offline-packing";
   const auto start = std::chrono::steady_clock::now();
+  // Each point's packing starts from the patterns of the one before (fewer rounds; points
+  // ascend, and one seed's carry never reaches another's, so --jobs changes nothing).
+  sim::PatternCarry carry;
   for (int pct : points) {
     std::span<const sim::PodRequest> pods(workload.pods.data(),
                                           sim::PodsArrivedAt(cluster, workload.pods, pct));
@@ -279,7 +282,7 @@ absl::Status ComputeCeilingRuns(const sim::Cluster& cluster, const sim::Workload
     if (table_point) {
       ASSIGN_OR_RETURN(sim::CeilingBound bound, sim::ComputeCeiling(cluster, pods, {mapping}));
       ASSIGN_OR_RETURN(sim::OfflinePacking packed,
-                       sim::PackWithPatterns(cluster, pods, &bound, {mapping}));
+                       sim::PackWithPatterns(cluster, pods, &bound, {mapping}, nullptr, &carry));
       packing_run->curve[pct] = static_cast<double>(packed.gpu_milli) * 100 / capacity;
     }
   }

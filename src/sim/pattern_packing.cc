@@ -5,6 +5,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/status_macros.h"
@@ -78,6 +79,7 @@ class Master {
   }
 
   LinearProgram& lp() { return lp_; }
+  double value(int column) const { return lp_.value(column); }
   const IntegerProgram& program() const { return ip_; }
   int columns() const { return static_cast<int>(columns_.size()); }
   int group_of(int column) const { return columns_[column].group; }
@@ -177,13 +179,54 @@ OfflinePacking Realize(const Master& master, const std::vector<double>& x,
   return out;
 }
 
+using RequestKey = std::tuple<int, int, int64_t, int64_t, uint64_t>;
+
+RequestKey KeyOf(const PackClass& c) {
+  return {c.gpu_count, c.gpu_milli, c.cpu, c.memory, c.model_mask};
+}
+
+// The carried patterns whose pod requests have a class here, as columns of `master`.
+void AddCarried(const PatternCarry& carry, const std::vector<PackClass>& classes, int groups,
+                Master* master) {
+  std::map<RequestKey, int> index;
+  for (size_t c = 0; c < classes.size(); ++c) index[KeyOf(classes[c])] = static_cast<int>(c);
+  for (const PatternCarry::Pattern& p : carry.patterns) {
+    if (p.group < 0 || p.group >= groups) continue;
+    NodePattern pattern;
+    for (const PatternCarry::Item& item : p.items) {
+      auto it = index.find({item.gpu_count, item.gpu_milli, item.cpu, item.memory, item.model_mask});
+      if (it == index.end()) break;
+      pattern.items.push_back(PatternItem{it->second, item.gpus, item.instances});
+    }
+    if (pattern.items.size() == p.items.size()) master->Add(p.group, std::move(pattern));
+  }
+}
+
+// The patterns the master's LP uses, for the next call.
+PatternCarry CarryOf(const Master& master, const std::vector<PackClass>& classes) {
+  PatternCarry carry;
+  for (int j = 0; j < master.columns(); ++j) {
+    if (master.value(j) <= 1e-9) continue;
+    PatternCarry::Pattern p;
+    p.group = master.group_of(j);
+    for (const PatternItem& item : master.pattern(j).items) {
+      const PackClass& c = classes[item.pod_class];
+      p.items.push_back(PatternCarry::Item{c.gpu_count, c.gpu_milli, c.cpu, c.memory,
+                                           c.model_mask, item.gpus, item.instances});
+    }
+    carry.patterns.push_back(std::move(p));
+  }
+  return carry;
+}
+
 }  // namespace
 
 absl::StatusOr<OfflinePacking> PackWithPatterns(const Cluster& cluster,
                                                 std::span<const PodRequest> pods,
                                                 const CeilingBound* guide,
                                                 const PatternPackingOptions& options,
-                                                PatternPackingStats* stats) {
+                                                PatternPackingStats* stats,
+                                                PatternCarry* carry) {
   PatternPackingStats local;
   if (stats == nullptr) stats = &local;
   *stats = {};
@@ -197,6 +240,7 @@ absl::StatusOr<OfflinePacking> PackWithPatterns(const Cluster& cluster,
                                     : PackOffline(cluster, pods, guide);
   Master master(groups, classes);
   std::vector<double> greedy_start = AddGreedyPatterns(cluster, greedy, pod_class, groups, &master);
+  if (carry != nullptr) AddCarried(*carry, classes, static_cast<int>(groups.size()), &master);
   for (int round = 0; round < options.max_rounds; ++round) {
     RETURN_IF_ERROR(master.lp().Solve());
     stats->rounds = round + 1;
@@ -204,6 +248,7 @@ absl::StatusOr<OfflinePacking> PackWithPatterns(const Cluster& cluster,
   }
   RETURN_IF_ERROR(master.lp().Solve());
   stats->lp_gpus = master.lp().objective();
+  if (carry != nullptr) *carry = CarryOf(master, classes);
   stats->patterns = master.columns();
   // The LP's solution rounded down is feasible (every row is a packing row).
   std::vector<double> start(master.columns(), 0.0), floor_start(master.columns(), 0.0);

@@ -16,10 +16,13 @@
 // which shares no code with the packer. Deterministic: no clock, no threads.
 #pragma once
 
+#include <cstdint>
 #include <span>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
+#include "core/mig/layout.h"
 #include "sim/ceiling.h"
 #include "sim/cluster.h"
 #include "sim/offline_packing.h"
@@ -46,6 +49,29 @@ struct PatternPackingStats {
   bool mip_optimal = false;
 };
 
+// The node patterns one PackWithPatterns call's LP used, by pod request (not
+// class index), for the next call on the same cluster: columns of its master from
+// the start, so that its column generation needs fewer rounds (prism sim packs a
+// seed's points in increasing order: 20-50 rounds at 100-130 % become 6-25). A
+// pattern holds for any pods (the master's rows keep to the pods arrived), so a
+// carry changes the columns the packing sees, never its validity.
+struct PatternCarry {
+  struct Item {
+    int gpu_count = 0, gpu_milli = 0;
+    int64_t cpu = 0, memory = 0;
+    uint64_t model_mask = 0;
+    std::vector<int> gpus;
+    std::vector<mig::Instance> instances;
+  };
+  struct Pattern {
+    int group = -1;  // GroupNodesForPacking's index.
+    std::vector<Item> items;
+  };
+  std::vector<Pattern> patterns;
+};
+
+// `carry`: read first (its patterns become columns), then replaced by this
+// call's; nullptr for none.
 // `guide`: ComputeCeiling's result for the same pods, or nullptr; it guides the
 // greedy packing the integer program starts from (PackOffline), so the result is
 // never below PackOffline(cluster, pods, guide). Errors: Internal if a solver
@@ -54,6 +80,7 @@ absl::StatusOr<OfflinePacking> PackWithPatterns(const Cluster& cluster,
                                                 std::span<const PodRequest> pods,
                                                 const CeilingBound* guide = nullptr,
                                                 const PatternPackingOptions& options = {},
-                                                PatternPackingStats* stats = nullptr);
+                                                PatternPackingStats* stats = nullptr,
+                                                PatternCarry* carry = nullptr);
 
 }  // namespace prism::sim

@@ -82,6 +82,25 @@ TEST(PatternPackingTest, StaysWithinTheBoundAndAboveTheGreedyPackingOnRandomInst
   }
 }
 
+TEST(PatternPackingTest, CarriesPatternsToTheNextCallWhateverItsPods) {
+  Cluster c = SmallCluster({2, 2});
+  const std::vector<PodRequest> first = {Pod("a", 1, 600), Pod("b", 1, 400), Pod("c", 1, 500)};
+  PatternCarry carry;
+  auto p = PackWithPatterns(c, first, nullptr, {}, nullptr, &carry);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(carry.patterns.empty());
+  // A longer prefix uses them; pods of other requests ignore the patterns they cannot use.
+  std::vector<PodRequest> longer = first;
+  longer.push_back(Pod("d", 1, 500));
+  auto q = PackWithPatterns(c, longer, nullptr, {}, nullptr, &carry);
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->gpu_milli, 2000);
+  const std::vector<PodRequest> other = {Pod("x", 1, 700), Pod("y", 1, 300)};
+  auto r = PackWithPatterns(c, other, nullptr, {}, nullptr, &carry);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->gpu_milli, 1000);
+}
+
 TEST(PatternPackingTest, ComesWithinAFewHundredthsOfTheBoundOnTheDefaultTrace) {
   const Trace& trace = EmbeddedDefaultTrace();
   auto cluster = Cluster::FromTrace(trace.nodes);
