@@ -20,8 +20,9 @@ absl::StatusOr<int64_t> CheckPacking(const Cluster& cluster, std::span<const Pod
   for (const auto& [i, p] : placements) {
     if (i >= pods.size()) return absl::InvalidArgumentError(StrCat("no pod #", i));
     const PodRequest& pod = pods[i];
-    auto fail = [&](std::string_view what) {
-      return absl::FailedPreconditionError(StrCat("pod #", i, " (", pod.name, "): ", what));
+    const size_t index = i;  // A lambda may not capture a structured binding (clang, C++20).
+    auto fail = [&pod, index](std::string_view what) {
+      return absl::FailedPreconditionError(StrCat("pod #", index, " (", pod.name, "): ", what));
     };
     if (placed[i]) return fail("placed twice");
     placed[i] = true;
