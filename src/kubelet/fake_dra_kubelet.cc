@@ -445,8 +445,10 @@ class FakeDraKubelet::Impl {
       ASSIGN_OR_RETURN(drav1::NodePrepareResourcesResponse response, CallPrepare(driver, claims));
       absl::MutexLock lock(&mu_);
       for (const auto& [uid, result] : response.claims()) {
+        // A lambda may not capture a structured binding (clang, C++20): a named reference may.
+        const std::string& claim_uid = uid;
         auto req = std::find_if(claims.begin(), claims.end(),
-                                [&](const FakeDraClaim& c) { return c.uid == uid; });
+                                [&](const FakeDraClaim& c) { return c.uid == claim_uid; });
         if (req == claims.end()) {
           return absl::InternalError(
               StrCat("NodePrepareResources returned result for unknown claim UID ", uid));
@@ -536,8 +538,10 @@ class FakeDraKubelet::Impl {
       ASSIGN_OR_RETURN(drav1::NodeUnprepareResourcesResponse response,
                        CallUnprepare(driver, claims));
       for (const auto& [uid, result] : response.claims()) {
+        // A lambda may not capture a structured binding (clang, C++20): a named reference may.
+        const std::string& claim_uid = uid;
         auto req = std::find_if(claims.begin(), claims.end(),
-                                [&](const FakeDraClaim& c) { return c.uid == uid; });
+                                [&](const FakeDraClaim& c) { return c.uid == claim_uid; });
         if (req == claims.end()) {
           return absl::InternalError(
               StrCat("NodeUnprepareResources returned result for unknown claim UID ", uid));
