@@ -18,15 +18,10 @@ using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 using json = nlohmann::json;
 using testing::GpuPod;
+using testing::Manifest;
 using testing::NodeJson;
 using testing::TestGpu;
 using testing::Views;
-
-config::PodManifest Manifest(const json& pod) {
-  absl::StatusOr<config::PodManifest> m = config::PodManifestFromJson(pod);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return *m;
-}
 
 class ReservationTest : public ::testing::Test {
  protected:

@@ -20,15 +20,10 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using json = nlohmann::json;
 using testing::GpuPod;
+using testing::Manifest;
 using testing::NodeJson;
 using testing::TestGpu;
 using testing::Views;
-
-config::PodManifest Manifest(const json& pod) {
-  absl::StatusOr<config::PodManifest> m = config::PodManifestFromJson(pod);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return *m;
-}
 
 // The pod as the API server shows it after a Binding that carried `annotations`.
 json Bound(json pod, const std::string& node,
@@ -1041,7 +1036,6 @@ TEST(AllocationProgressTest, AStatusTheDecoderRejectsIsNotProgress) {
           AgentStatus({{"main", {{"error", "no GPU"}}}, {"other", {{"devices", "x"}}}}), main),
       AllocationProgress::kPending);
 }
-
 
 // --- Preemption (docs/preemption.md) ---------------------------------------------------------
 

@@ -101,15 +101,21 @@ class DraAllocatorTest : public ::testing::Test {
     ASSERT_OK(api_->Create("nodes", NodeJson(kOther, {TestGpu("Tesla T4", 15360, false)})));
     ASSERT_OK(api_->Create("resourceslices", Slice(kNode, StrCat("GPU-", kNode, "-0"), true)));
     ASSERT_OK(api_->Create("resourceslices", Slice(kOther, StrCat("GPU-", kOther, "-0"), false)));
-    SchedulerOptions o;
-    o.initial_config = config::DefaultDeviceConfig();
-    o.cache.engine = DefaultEngineOptions();
+    SchedulerOptions o = DraOptions();
     o.tick = absl::Milliseconds(20);
-    o.dra = true;
     o.dra_options.retry_interval = absl::Milliseconds(50);
     scheduler_ = std::make_unique<Scheduler>(std::move(o), client_.get());
     ASSERT_OK(scheduler_->Start());
     ASSERT_TRUE(scheduler_->WaitForSync(absl::Seconds(10)));
+  }
+
+  // A scheduler with DRA on, the device config and engine as shipped.
+  static SchedulerOptions DraOptions() {
+    SchedulerOptions o;
+    o.initial_config = config::DefaultDeviceConfig();
+    o.cache.engine = DefaultEngineOptions();
+    o.dra = true;
+    return o;
   }
 
   // The mutating webhook on CREATE, its patch applied, then the pod created.
@@ -256,11 +262,7 @@ TEST_F(DraAllocatorTest, SeedExampleIsAllocatedByPrismAndTheNextPodMovesNothing)
   EXPECT_THAT(metrics, HasSubstr("prism_dra_foreign_allocations 0"));
 
   // A restarted scheduler rebuilds the same charges from the claims alone.
-  SchedulerOptions o;
-  o.initial_config = config::DefaultDeviceConfig();
-  o.cache.engine = DefaultEngineOptions();
-  o.dra = true;
-  Scheduler restarted(std::move(o), client_.get());
+  Scheduler restarted(DraOptions(), client_.get());
   ASSERT_OK(restarted.Start());
   ASSERT_TRUE(restarted.WaitForSync(absl::Seconds(10)));
   ASSERT_TRUE(WaitUntil([&] { return assigned(restarted) == 3; })) << assigned(restarted);
@@ -490,11 +492,7 @@ TEST_F(DraAllocatorTest, SharesOfAGpuArePlacedChargedAndRefusedWhenTheyCannotFit
   EXPECT_TRUE(Gated("pbig") && Gated("podd"));
 
   // A restarted scheduler charges the share from the claim alone.
-  SchedulerOptions o;
-  o.initial_config = config::DefaultDeviceConfig();
-  o.cache.engine = DefaultEngineOptions();
-  o.dra = true;
-  Scheduler restarted(std::move(o), client_.get());
+  Scheduler restarted(DraOptions(), client_.get());
   ASSERT_OK(restarted.Start());
   ASSERT_TRUE(restarted.WaitForSync(absl::Seconds(10)));
   ASSERT_TRUE(WaitUntil([&] {

@@ -18,15 +18,10 @@ using ::testing::IsEmpty;
 using ::testing::Pair;
 using json = nlohmann::json;
 using testing::GpuPod;
+using testing::Manifest;
 using testing::NodeJson;
 using testing::TestGpu;
 using testing::Views;
-
-config::PodManifest Manifest(const json& pod) {
-  absl::StatusOr<config::PodManifest> m = config::PodManifestFromJson(pod);
-  EXPECT_TRUE(m.ok()) << m.status();
-  return *m;
-}
 
 json Bound(json pod, const std::string& node,
            const std::map<std::string, std::string>& annotations) {

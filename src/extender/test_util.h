@@ -11,15 +11,24 @@
 #include <utility>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 
 #include "base/strings.h"
+#include "config/pod_json.h"
 #include "core/mig/gpu_model.h"
 #include "deviceplugin/inventory.h"
 
 namespace prism::extender::testing {
 
 using nlohmann::json;
+
+// `pod` (v1.Pod JSON) as the cache reads it; a decoding error fails the test.
+inline config::PodManifest Manifest(const json& pod) {
+  absl::StatusOr<config::PodManifest> m = config::PodManifestFromJson(pod);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? *std::move(m) : config::PodManifest{};
+}
 
 // Views of `names` for SchedulerCache::Filter and Prioritize (which take the request's views).
 inline std::vector<std::string_view> Views(const std::vector<std::string>& names) {

@@ -10,12 +10,6 @@
 namespace prism::topo {
 namespace {
 
-// CompareLinks' order as one number.
-int64_t LinkRank(const GpuLink& l) {
-  if (!l.nvlink()) return static_cast<int64_t>(l.tier) * 1000;
-  return 100000 + l.nvlinks * 10 + (l.tier == LinkTier::kNvSwitch ? 1 : 0);
-}
-
 // A judged set; compared lexicographically, greater is better.
 using Key = std::array<int64_t, 6>;
 
@@ -48,7 +42,7 @@ class SetJudge {
       for (size_t j = 0; j < i; ++j) {
         const GpuLink link = topology_.Link(gpu, request_.candidates[set[j]]);
         if (!MeetsTier(link, request_.required)) return std::nullopt;
-        weakest = std::min(weakest, LinkRank(link));
+        weakest = std::min<int64_t>(weakest, LinkRank(link));
         link_score += LinkScore(link);
       }
     }

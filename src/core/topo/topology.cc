@@ -64,14 +64,15 @@ absl::StatusOr<GpuLink> ParseLink(std::string_view token) {
              " is not one of NV<n>, NVS<n>, BRD, PIX, PXB, PHB, NODE, SYS, ?"));
 }
 
+int LinkRank(const GpuLink& l) {
+  // PCIe tiers rank by enum order (kUnknown 0 .. kBoard 6); NVLinks above all of them.
+  if (!l.nvlink()) return static_cast<int>(l.tier) * 1000;
+  return 100000 + l.nvlinks * 10 + (l.tier == LinkTier::kNvSwitch ? 1 : 0);
+}
+
 int CompareLinks(const GpuLink& a, const GpuLink& b) {
-  auto rank = [](const GpuLink& l) {
-    // PCIe tiers rank by enum order (kUnknown 0 .. kBoard 6); NVLinks above all of them.
-    if (!l.nvlink()) return static_cast<int>(l.tier) * 1000;
-    return 100000 + l.nvlinks * 10 + (l.tier == LinkTier::kNvSwitch ? 1 : 0);
-  };
-  const int ra = rank(a);
-  const int rb = rank(b);
+  const int ra = LinkRank(a);
+  const int rb = LinkRank(b);
   return ra < rb ? -1 : (ra > rb ? 1 : 0);
 }
 

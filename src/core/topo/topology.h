@@ -58,6 +58,8 @@ absl::StatusOr<GpuLink> ParseLink(std::string_view token);
 // through NVSwitch) beats every PCIe path; NVLinks compare by count, then NVSwitch over direct;
 // PCIe paths by how close the common ancestor is; unknown is worst.
 int CompareLinks(const GpuLink& a, const GpuLink& b);
+// CompareLinks' order as one number: greater is the better connection.
+int LinkRank(const GpuLink& link);
 
 struct NodeTopology {
   // By GPU position (the inventory's GPU order, which is NVML index order). Empty vectors: no
