@@ -180,18 +180,50 @@ std::vector<int> ChooseGpuSet(const NodeTopology& topology, const SetRequest& re
       for (int j = i + 1; j < k; ++j) set[j] = set[j - 1] + 1;
     }
   } else {
-    // Greedy growth from every candidate: add the candidate that keeps the partial set best.
-    for (int seed = 0; seed < n; ++seed) {
+    // Greedy growth from at most kGreedySeeds starts: the engine's first candidate on each NUMA
+    // node (so that a set confined to another NUMA node is reached), then its next ones. Each
+    // step adds the candidate best linked to the set so far (its weakest link, then its link
+    // sum; the engine's preference first unless topology comes first), among those that keep
+    // `required` and `same_numa`. Only complete sets are judged in full: the cost stays
+    // O(seeds x count^2 x candidates).
+    std::vector<int> seeds;
+    std::vector<int> seeded_numa;
+    for (int c = 0; c < n && static_cast<int>(seeds.size()) < kGreedySeeds; ++c) {
+      const int numa = topology.NumaNode(request.candidates[c]);
+      if (std::find(seeded_numa.begin(), seeded_numa.end(), numa) != seeded_numa.end()) continue;
+      seeded_numa.push_back(numa);
+      seeds.push_back(c);
+    }
+    for (int c = 0; c < n && static_cast<int>(seeds.size()) < kGreedySeeds; ++c) {
+      if (std::find(seeds.begin(), seeds.end(), c) == seeds.end()) seeds.push_back(c);
+    }
+    for (const int seed : seeds) {
       set.assign(1, seed);
+      const int numa = topology.NumaNode(request.candidates[seed]);
       while (static_cast<int>(set.size()) < k) {
-        std::optional<Key> step_key;
+        std::array<int64_t, 3> step_key{};
         int step = -1;
         for (int c = 0; c < n; ++c) {
           if (std::find(set.begin(), set.end(), c) != set.end()) continue;
-          set.push_back(c);
-          std::optional<Key> key = judge.Judge(set);
-          set.pop_back();
-          if (key && (!step_key || *key > *step_key)) {
+          const int gpu = request.candidates[c];
+          if (request.same_numa && (numa == kNumaUnknown || topology.NumaNode(gpu) != numa)) {
+            continue;
+          }
+          int64_t weakest = std::numeric_limits<int64_t>::max();
+          int64_t sum = 0;
+          bool meets = true;
+          for (int member : set) {
+            const GpuLink link = topology.Link(gpu, request.candidates[member]);
+            meets = meets && MeetsTier(link, request.required);
+            weakest = std::min<int64_t>(weakest, LinkRank(link));
+            sum += LinkScore(link);
+          }
+          if (!meets) continue;
+          const int64_t pref = -request.pref_class[c];
+          const std::array<int64_t, 3> key = request.topology_first
+                                                 ? std::array<int64_t, 3>{weakest, sum, pref}
+                                                 : std::array<int64_t, 3>{pref, weakest, sum};
+          if (step < 0 || key > step_key) {
             step_key = key;
             step = c;
           }

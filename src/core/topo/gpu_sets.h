@@ -52,9 +52,12 @@ struct SetRequest {
   bool same_numa = false;  // nvidia.com/numa-bind: every GPU on one known NUMA node.
 };
 
-// At most this many sets are compared exhaustively; beyond, sets are grown greedily from every
-// candidate (C(16, 8) = 12,870 would be the worst case on a 16-GPU node).
+// At most this many sets are compared exhaustively; beyond (C(16, 8) = 12,870 would be the worst
+// case on a 16-GPU node), sets are grown greedily from at most kGreedySeeds starts (the first
+// candidate on each NUMA node, then the engine's next ones), so that a node of many GPUs and a
+// pod asking many costs a bounded search.
 inline constexpr int64_t kMaxSetsEnumerated = 4096;
+inline constexpr int kGreedySeeds = 16;
 
 // `count` positions from `candidates` (in the engine's order), or an empty vector when no set
 // meets `required` and `same_numa`. With an empty topology the engine's first `count` (when they

@@ -118,6 +118,31 @@ TEST(GpuSetsTest, LargeNodesAreSearchedGreedilyAndStillMeetTheTier) {
   EXPECT_EQ(ChooseGpuSet(t, r), (std::vector<int>{8, 9, 10, 11, 12, 13, 14, 15}));
 }
 
+TEST(GpuSetsTest, AVeryLargeNodeAndRequestStayABoundedSearch) {
+  // 256 GPUs in two NUMA halves of NVSwitch islands, 128 asked on one NUMA node: greedy, from at
+  // most kGreedySeeds starts (the whole search judges 16 complete sets).
+  constexpr int kGpus = 256;
+  NodeTopology t;
+  t.links.assign(kGpus, std::vector<GpuLink>(kGpus));
+  for (int a = 0; a < kGpus; ++a) {
+    t.numa_node.push_back(a < kGpus / 2 ? 0 : 1);
+    for (int b = 0; b < kGpus; ++b) {
+      if (a != b)
+        t.links[a][b] =
+            a / 128 == b / 128 ? GpuLink{LinkTier::kNvSwitch, 18} : GpuLink{LinkTier::kSystem, 0};
+    }
+  }
+  SetRequest r;
+  r.count = 128;
+  for (int g = 1; g < kGpus; ++g) r.candidates.push_back(g);  // GPU 0 taken: NUMA 0 has 127.
+  r.pref_class.assign(r.candidates.size(), 0);
+  r.idle.assign(kGpus, true);
+  r.same_numa = true;
+  std::vector<int> expected;
+  for (int g = 128; g < kGpus; ++g) expected.push_back(g);
+  EXPECT_EQ(ChooseGpuSet(t, r), expected);
+}
+
 TEST(GpuSetsTest, TiersAndScores) {
   EXPECT_EQ(SetTier(Dgx1(), std::vector<int>{0, 1, 2, 3}), Tier::kNvLink);
   EXPECT_EQ(SetTier(Dgx1(), std::vector<int>{0, 5}), Tier::kAny);
