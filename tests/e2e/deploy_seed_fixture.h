@@ -123,6 +123,13 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     ASSERT_TRUE(bundle.ok()) << bundle.status();
     bundle_ = std::move(*bundle);
     ns_ = bundle_.namespace_name();
+    if (!device_config_addition_.empty()) {
+      // A setting a user adds to the shipped device config, before anything reads it.
+      Object* cm = bundle_.Find("ConfigMap", "prism-device-config");
+      ASSERT_NE(cm, nullptr);
+      std::string& text = (*cm)["data"]["device-config.yaml"].get_ref<std::string&>();
+      text += device_config_addition_;
+    }
 
     fakeapi::FakeApiServerOptions api_options;
     api_options.tls = true;  // The production HTTPS client path, with a CA to verify.
@@ -574,6 +581,8 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
   fs::path dir_;
   // A kustomization directory under root_ to install instead of deploy/ (an overlay).
   std::string bundle_dir_;
+  // YAML appended to the shipped device-config.yaml (set in a test's constructor).
+  std::string device_config_addition_;
   DeployBundle bundle_;
   std::string ns_;
   std::unique_ptr<fakeapi::FakeApiServer> api_;

@@ -13,6 +13,7 @@
 // MoveAllToActiveOrBackoffQueue with EventAssignedPodDelete); the stand-in's periodic flush of its
 // unschedulable set retries at least as often.
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -171,6 +172,141 @@ TEST_F(PreemptionE2eTest, APdbRefusalEvictsNothingAndThePodWaitsSayingWhy) {
   ASSERT_TRUE(started.ok()) << started.status() << Slurp(scheduler_.log);
   EXPECT_THAT(started->env["NVIDIA_VISIBLE_DEVICES"], HasSubstr(gpu_[1]));
   for (const char* kept : {"a", "b", "d"}) EXPECT_TRUE(Exists(kept)) << kept;
+}
+
+// Issue 34's MIG case. An A100-SXM4-80GB in placement mode (`prism.migStrategy: placement`, the
+// device config's documented setting added to the shipped file: with the shipped
+// knownMigGeometries an A100 is in template mode, where a 3g instance needs the whole GPU idle)
+// full of 1g.10gb instances, one pod each. NVIDIA's placement rules (docs/mig.md, "Layout rules";
+// the MIG User Guide's -lgipp lattice): a 3g.40gb takes memory slices 0-3 (start 0) or 4-7
+// (start 4); a 1g.10gb at start s takes slice s. So a 3g.40gb fits once the pods at starts 4, 5
+// and 6 are gone (slice 7 is free), or once the four at 0-3 are; any other three free three
+// compute slices and 30 GiB but no placement.
+constexpr char kA100[] = "gpus:\n  - model: A100-SXM4-80GB\n    mig: {enabled: true}\n";
+constexpr int kProfile1g10gb = 19;
+constexpr int kProfile3g40gb = 9;
+
+class MigPreemptionE2eTest : public PreemptionE2eTest {
+ protected:
+  MigPreemptionE2eTest() { device_config_addition_ = "prism:\n  migStrategy: placement\n"; }
+
+  // Starts `name` (class `class_name`, one 1g.10gb) and records the start of its instance.
+  void RunOneSlice(const std::string& name, const std::string& class_name) {
+    json pod = Prioritized(MigPod(name, 1, 9000), class_name);
+    const std::string uid = Submit(pod);
+    ASSERT_FALSE(uid.empty());
+    absl::StatusOr<kubelet::CreatedContainer> started = Run(pod, uid);
+    ASSERT_TRUE(started.ok()) << name << ": " << started.status() << Slurp(agent_.log);
+    const std::string visible = started->env["NVIDIA_VISIBLE_DEVICES"];
+    uids_[name] = uid;
+    for (const auto& [start, uuid] : Instances()) {
+      if (!uuid.empty() && uuid == visible) start_[name] = start;
+    }
+    ASSERT_TRUE(start_.count(name)) << name << " runs on " << visible << ", no instance of GPU 0";
+  }
+
+  // The GPU is full: seven 1g.10gb instances at starts 0-6.
+  void ExpectSevenSlices() {
+    const nvml::sim::SimState state = deviceplugin::testing::ReadState(state_file_);
+    std::set<int> starts;
+    for (const auto& gi : state.gpus[0].gpu_instances) {
+      EXPECT_EQ(gi.profile_id, kProfile1g10gb) << "at " << gi.start;
+      starts.insert(gi.start);
+    }
+    EXPECT_EQ(starts, (std::set<int>{0, 1, 2, 3, 4, 5, 6}));
+  }
+
+  // The pods whose instance starts in [from, to].
+  std::set<std::string> PodsAt(int from, int to) {
+    std::set<std::string> out;
+    for (const auto& [name, start] : start_) {
+      if (start >= from && start <= to) out.insert(name);
+    }
+    return out;
+  }
+
+  // The pods asked about through the Eviction API (dry run or not) and marked DisruptionTarget.
+  std::set<std::string> Touched() {
+    std::set<std::string> out;
+    const std::string prefix = "/api/v1/namespaces/default/pods/";
+    for (const fakeapi::RequestRecord& r : api_->Requests()) {
+      if (r.path.rfind(prefix, 0) != 0) continue;
+      const std::string rest = r.path.substr(prefix.size());
+      const size_t slash = rest.find('/');
+      if (slash == std::string::npos) continue;
+      const std::string sub = rest.substr(slash + 1);
+      if (sub == "eviction" || (sub == "status" && r.method == "PATCH")) {
+        out.insert(rest.substr(0, slash));
+      }
+    }
+    return out;
+  }
+
+  // The preemptor preempts `victims` exactly, then runs on a 3g.40gb created at `start`, with
+  // every other instance as it was.
+  void ExpectPreemption(const std::set<std::string>& victims, int start) {
+    const std::map<int, std::string> before = Instances();
+    api_->ClearRequests();
+    json hi = Prioritized(MigPod("hi", 1, 30000), "serving");
+    const std::string hi_uid = Submit(hi);
+    ASSERT_FALSE(hi_uid.empty());
+    ASSERT_TRUE(WaitForEvent("hi", "Preempting", absl::Seconds(30))) << Slurp(scheduler_.log);
+    EXPECT_EQ(Touched(), victims);
+    for (const auto& [name, at] : start_) {
+      EXPECT_EQ(Exists(name), victims.count(name) == 0) << name << " at start " << at;
+    }
+    for (const std::string& v : victims) KubeletForgets(v);
+    absl::StatusOr<kubelet::CreatedContainer> started = Run(hi, hi_uid);
+    ASSERT_TRUE(started.ok()) << started.status() << Slurp(scheduler_.log) << Slurp(agent_.log);
+    EXPECT_EQ(started->env.count("PRISM_ALLOCATION_ERROR"), 0u)
+        << started->env["PRISM_ALLOCATION_ERROR"];
+    const nvml::sim::SimState state = deviceplugin::testing::ReadState(state_file_);
+    bool found = false;
+    for (const auto& gi : state.gpus[0].gpu_instances) {
+      if (gi.start != start) continue;
+      found = true;
+      EXPECT_EQ(gi.profile_id, kProfile3g40gb);
+      ASSERT_FALSE(gi.compute_instances.empty());
+      EXPECT_EQ(started->env["NVIDIA_VISIBLE_DEVICES"], gi.compute_instances[0].uuid);
+    }
+    EXPECT_TRUE(found) << "no GPU instance at start " << start << Slurp(agent_.log);
+    // The kept pods' instances are where they were.
+    const std::map<int, std::string> after = Instances();
+    for (const auto& [name, at] : start_) {
+      if (victims.count(name)) continue;
+      EXPECT_EQ(after.count(at) ? after.at(at) : "", before.at(at)) << name;
+    }
+    const std::vector<std::string> events = EventsAbout("hi");
+    EXPECT_THAT(events, ::testing::Contains(HasSubstr("3g.40gb")));
+  }
+
+  std::map<std::string, int> start_;  // Pod name -> its GPU instance's start.
+};
+
+TEST_F(MigPreemptionE2eTest, The3gGoesWhereThreeSlicesFreeAPlacementAndOnlyThoseGo) {
+  ASSERT_NO_FATAL_FAILURE(StartInstall(NodeCase{"a100", kA100, {}, {}}));
+  for (int i = 0; i < 7; ++i) ASSERT_NO_FATAL_FAILURE(RunOneSlice(StrCat("b", i), "batch"));
+  ASSERT_NO_FATAL_FAILURE(ExpectSevenSlices());
+  // Start 4 frees a placement with three victims, start 0 with four: the three at 4-6.
+  const std::set<std::string> victims = PodsAt(4, 6);
+  ASSERT_EQ(victims.size(), 3u);
+  ASSERT_NO_FATAL_FAILURE(ExpectPreemption(victims, 4));
+}
+
+TEST_F(MigPreemptionE2eTest, AnEqualPriorityPodOnTheCheapSideSendsItToTheOtherPlacement) {
+  ASSERT_NO_FATAL_FAILURE(StartInstall(NodeCase{"a100", kA100, {}, {}}));
+  // A serving pod (the preemptor's priority) first, then six batch pods.
+  ASSERT_NO_FATAL_FAILURE(RunOneSlice("s", "serving"));
+  for (int i = 0; i < 6; ++i) ASSERT_NO_FATAL_FAILURE(RunOneSlice(StrCat("b", i), "batch"));
+  ASSERT_NO_FATAL_FAILURE(ExpectSevenSlices());
+  // The engine packs toward high slots (docs/mig.md): the first pod is in the upper half, so
+  // the cheap placement (start 4, three victims) would take it. The 3g.40gb takes start 0
+  // instead, the four batch pods at 0-3 going.
+  ASSERT_GE(start_.at("s"), 4);
+  const std::set<std::string> victims = PodsAt(0, 3);
+  ASSERT_EQ(victims.size(), 4u);
+  ASSERT_NO_FATAL_FAILURE(ExpectPreemption(victims, 0));
+  EXPECT_TRUE(Exists("s"));
 }
 
 }  // namespace

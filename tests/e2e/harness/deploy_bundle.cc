@@ -13,6 +13,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <utility>
 
 #include "yaml-cpp/yaml.h"
 
@@ -361,6 +362,10 @@ const Object* DeployBundle::Find(const std::string& kind, const std::string& nam
     if (o.value("kind", "") == kind && o["metadata"].value("name", "") == name) return &o;
   }
   return nullptr;
+}
+
+Object* DeployBundle::Find(const std::string& kind, const std::string& name) {
+  return const_cast<Object*>(std::as_const(*this).Find(kind, name));
 }
 
 std::vector<const Object*> DeployBundle::All(const std::string& kind) const {

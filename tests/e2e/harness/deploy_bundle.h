@@ -44,6 +44,8 @@ class DeployBundle {
   const std::vector<Object>& objects() const { return objects_; }
   // The object of `kind` named `name`, or nullptr.
   const Object* Find(const std::string& kind, const std::string& name) const;
+  // The same, to change before use (a test's setting on top of the shipped files).
+  Object* Find(const std::string& kind, const std::string& name);
   // The objects of `kind`.
   std::vector<const Object*> All(const std::string& kind) const;
   const std::string& namespace_name() const { return namespace_; }
