@@ -303,6 +303,78 @@ absl::StatusOr<DraDeviceRequest> ParseExactly(const json& exactly, const std::st
   return req;
 }
 
+// spec.devices.constraints[] (resource/v1 DeviceConstraint: `requests`, and exactly one of
+// `matchAttribute` and `distinctAttribute`). Prism evaluates one kind, a numaNode match over one
+// request: the engine keeps a container's GPUs on one NUMA node, not several containers' together.
+// Everything else is Unimplemented naming the field, so a claim is never allocated without a
+// constraint it asked for.
+absl::Status ApplyConstraints(const json& devices, const std::string& field, DraClaimSpec* claim) {
+  ASSIGN_OR_RETURN(const json* constraints,
+                   Member(devices, "constraints", field, json::value_t::array));
+  if (constraints == nullptr) return absl::OkStatus();
+  if (constraints->size() > kMaxDraConstraints) {
+    return Invalid(field, StrCat(constraints->size(), " entries, more than ", kMaxDraConstraints));
+  }
+  for (size_t i = 0; i < constraints->size(); ++i) {
+    const std::string f = StrCat(field, "[", i, "]");
+    const json& c = (*constraints)[i];
+    if (!c.is_object()) return Invalid(f, "expected an object");
+    ASSIGN_OR_RETURN(const std::string match,
+                     jf::StringMember(c, "matchAttribute", StrCat(f, ".matchAttribute"), ""));
+    ASSIGN_OR_RETURN(const std::string distinct,
+                     jf::StringMember(c, "distinctAttribute", StrCat(f, ".distinctAttribute"), ""));
+    if (match.empty() == distinct.empty()) {
+      return Invalid(f, "exactly one of matchAttribute and distinctAttribute is required");
+    }
+    // The requests it covers: those named (a request or "<request>/<subrequest>", which for
+    // Prism's purpose is its request), or every request of the claim.
+    std::set<size_t> covered;
+    ASSIGN_OR_RETURN(const json* names,
+                     Member(c, "requests", StrCat(f, ".requests"), json::value_t::array));
+    if (names != nullptr && !names->empty()) {
+      if (names->size() > kMaxDraRequests) {
+        return Invalid(StrCat(f, ".requests"),
+                       StrCat(names->size(), " entries, more than ", kMaxDraRequests));
+      }
+      for (size_t j = 0; j < names->size(); ++j) {
+        const std::string nf = StrCat(f, ".requests[", j, "]");
+        if (!(*names)[j].is_string()) return Invalid(nf, "expected a string");
+        const std::string& name = (*names)[j].get_ref<const std::string&>();
+        const std::string_view main = std::string_view(name).substr(0, name.find('/'));
+        size_t found = claim->requests.size();
+        for (size_t r = 0; r < claim->requests.size(); ++r) {
+          if (claim->requests[r].name == main) found = r;
+        }
+        if (found == claim->requests.size()) {
+          return Invalid(nf, StrCat(QuoteBounded(name), " names no request of the claim"));
+        }
+        covered.insert(found);
+      }
+    } else {
+      for (size_t r = 0; r < claim->requests.size(); ++r) covered.insert(r);
+    }
+    if (!distinct.empty()) {
+      return NotYet(StrCat(f, ".distinctAttribute"),
+                    StrCat(QuoteBounded(distinct), ": distinctAttribute is not supported yet"));
+    }
+    if (match != kDraNumaNodeAttribute) {
+      return NotYet(StrCat(f, ".matchAttribute"),
+                    StrCat(QuoteBounded(match), ": the only attribute Prism matches is ",
+                           kDraNumaNodeAttribute));
+    }
+    if (covered.size() != 1) {
+      return NotYet(StrCat(f, ".requests"),
+                    StrCat("a ", kDraNumaNodeAttribute,
+                           " match across several requests is not supported yet (one request's "
+                           "devices are kept on one NUMA node)"));
+    }
+    DraDeviceRequest& r = claim->requests[*covered.begin()];
+    r.numa_match = true;
+    for (DraDeviceRequest& alt : r.first_available) alt.numa_match = true;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<DraClaimSpec> ParseDraClaimSpec(const json& spec, std::string_view field) {
@@ -399,9 +471,7 @@ absl::StatusOr<DraClaimSpec> ParseDraClaimSpec(const json& spec, std::string_vie
     }
     out.requests.push_back(std::move(req));
   }
-  if (auto c = devices->find("constraints"); c != devices->end() && !c->is_null() && !c->empty()) {
-    return NotYet(StrCat(devices_field, ".constraints"), "constraints are not supported yet");
-  }
+  RETURN_IF_ERROR(ApplyConstraints(*devices, StrCat(devices_field, ".constraints"), &out));
   const std::string config_field = StrCat(devices_field, ".config");
   ASSIGN_OR_RETURN(const json* config,
                    Member(*devices, "config", config_field, json::value_t::array));
@@ -528,6 +598,11 @@ absl::StatusOr<DraPodRequest> BuildDraPodRequest(sched::PodRequest base,
       sched::ContainerRequest c;
       c.name = StrCat("claim:", claim.name, "/", r.name);
       c.gpu.count = r.count;
+      if (r.numa_match && mig) {
+        return NotYet(who, StrCat("a ", kDraNumaNodeAttribute,
+                                  " constraint on MIG partitions is not supported yet"));
+      }
+      c.gpu.numa_match = r.numa_match;
       if (r.kind == DraDeviceKind::kSlice) {
         // Unset capacities consume their defaults: all the memory, all the cores.
         if (r.share.memory_mib) {

@@ -68,6 +68,11 @@ inline constexpr size_t kMaxDraCelBytes = 10 * 1024;
 inline constexpr int64_t kMaxDraResults = 32;
 // FirstAvailableDeviceRequestMaxSize: alternatives of one request.
 inline constexpr size_t kMaxDraSubrequests = 8;
+// DeviceConstraintsMaxSize: constraints of one claim (and requests one constraint names).
+inline constexpr size_t kMaxDraConstraints = 32;
+// The one constraint Prism evaluates (docs/dra.md, "Constraints"): Kubernetes' standard NUMA
+// attribute (k8s.io/dynamic-resource-allocation/deviceattribute, StandardDeviceAttributeNUMANode).
+inline constexpr char kDraNumaNodeAttribute[] = "resource.kubernetes.io/numaNode";
 // Prism's own bound on the claims of one pod it allocates for.
 inline constexpr size_t kMaxDraClaimsPerPod = 32;
 // The marker in status.allocation.devices.config (docs/dra-design.md §2.4).
@@ -89,6 +94,9 @@ struct DraDeviceRequest {
   // (the largest alternative's). Resolved by DraChoose before BuildDraPodRequest.
   std::vector<DraDeviceRequest> first_available;
   DraShareRequest share;  // Slices: capacity.requests.
+  // A constraint `matchAttribute: resource.kubernetes.io/numaNode` covers this request alone:
+  // every device it gets on one NUMA node the node publishes (sched::GpuRequest::numa_match).
+  bool numa_match = false;
   friend bool operator==(const DraDeviceRequest&, const DraDeviceRequest&) = default;
 };
 

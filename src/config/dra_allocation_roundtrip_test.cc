@@ -1,6 +1,7 @@
 // Claim JSON -> engine request -> a real engine decision -> status.allocation, whose devices
 // must be exactly devices the node agent publishes for the same GPUs (its slices, dra_slices.h)
 // and which the node agent's own claim decoder (dra_claim.h) reads back.
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -13,6 +14,7 @@
 #include "config/dra_names.h"
 #include "core/mig/gpu_model.h"
 #include "core/sched/test_util.h"
+#include "core/topo/test_topologies.h"
 #include "deviceplugin/dra_claim.h"
 #include "deviceplugin/dra_mig.h"
 #include "deviceplugin/dra_slices.h"
@@ -167,6 +169,67 @@ TEST(DraAllocationRoundTripTest, WholeGpus) {
   absl::StatusOr<DraPodRequest> pod = BuildDraPodRequest({}, {more});
   ASSERT_TRUE(pod.ok());
   EXPECT_FALSE(engine.Schedule(pod->request).scheduled);
+}
+
+// A claim's `matchAttribute: resource.kubernetes.io/numaNode`: the devices Prism allocates all
+// publish one value of that attribute, and a GPU that publishes none (its NUMA node unknown) is
+// never chosen, as upstream's allocator would not choose it.
+TEST(DraAllocationRoundTripTest, NumaNodeConstraintMatchesWhatTheNodePublishes) {
+  std::vector<dp::DraGpu> gpus;
+  sched::NodeSpec node = sched::testing::Node("numa", 32, 128, {});
+  const std::vector<int> numa = {0, 1, -1};
+  for (size_t i = 0; i < numa.size(); ++i) {
+    dp::DraGpu g;
+    g.minor = static_cast<uint32_t>(i);
+    g.index = static_cast<int>(i);
+    g.uuid = "GPU-numa-" + std::to_string(i);
+    g.memory_mib = 40960;
+    g.numa_node = numa[i];
+    gpus.push_back(g);
+    sched::GpuSpec s = sched::testing::Gpu("A100-SXM4-40GB", sched::GpuMode::kHamiCore);
+    s.uuid = g.uuid;
+    node.gpus.push_back(s);
+  }
+  // As the node agent's inventory carries it (Nvml::NumaNode, the same call DraGpu's comes from).
+  node.topology = topo::testing::Topology({"X SYS SYS", "SYS X SYS", "SYS SYS X"}, numa);
+  sched::Engine engine = sched::testing::MakeEngine({node}, {});
+  std::map<std::string, json> attributes;
+  for (const json& slice : dp::BuildWholeGpuSlices(kDraDriverName, "numa", gpus, 1)) {
+    for (const json& d : slice["spec"]["devices"]) attributes[d["name"]] = d["attributes"];
+  }
+  auto claim = [](const std::string& name, int count) {
+    json c = ClaimJson(name, {{"deviceClassName", "gpu.prism.io"}, {"count", count}});
+    c["spec"]["devices"]["constraints"] = {{{"matchAttribute", kDraNumaNodeAttribute}}};
+    return c;
+  };
+  // Two GPUs on one NUMA node: there are none (0, 1 and unknown).
+  absl::StatusOr<DraClaimSpec> two = ParseDraClaim(claim("two", 2));
+  ASSERT_TRUE(two.ok()) << two.status();
+  absl::StatusOr<DraPodRequest> pod = BuildDraPodRequest({}, {*two});
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  sched::ScheduleResult r = engine.Schedule(pod->request, /*explain=*/true);
+  ASSERT_FALSE(r.scheduled);
+  ASSERT_EQ(r.failures.size(), 1u);
+  EXPECT_THAT(r.failures[0].second.ToString(), HasSubstr("NumaNotFit"));
+  // One GPU at a time: GPUs 0 and 1, each with its numaNode; never GPU 2, which publishes none.
+  std::set<std::string> got;
+  for (const char* name : {"a", "b"}) {
+    std::string where;
+    std::vector<json> allocs = Allocate(engine, {claim(name, 1)},
+                                        {{"GPU-numa-0", 0}, {"GPU-numa-1", 1}, {"GPU-numa-2", 2}},
+                                        std::string("pod-") + name, &where);
+    ASSERT_EQ(allocs.size(), 1u);
+    for (const dp::DraAllocationResult& res : ReadBack(allocs[0])) {
+      EXPECT_TRUE(attributes[res.device].contains(kDraNumaNodeAttribute)) << res.device;
+      got.insert(res.device);
+    }
+  }
+  EXPECT_EQ(got, (std::set<std::string>{"gpu-0", "gpu-1"}));
+  absl::StatusOr<DraClaimSpec> third = ParseDraClaim(claim("c", 1));
+  ASSERT_TRUE(third.ok());
+  pod = BuildDraPodRequest({}, {*third});
+  ASSERT_TRUE(pod.ok());
+  EXPECT_FALSE(engine.Schedule(pod->request).scheduled) << "GPU 2's NUMA node is unknown";
 }
 
 TEST(DraAllocationRoundTripTest, MigSeedExample) {

@@ -156,7 +156,7 @@ TEST(DraClaimTest, BadInputNamesTheField) {
               absl::StatusCode::kInvalidArgument, "requests[0]");
   ExpectError(
       Claim({Request("a", whole)}, {{"constraints", {{{"matchAttribute", "gpu.prism.io/uuid"}}}}}),
-      absl::StatusCode::kUnimplemented, "spec.devices.constraints");
+      absl::StatusCode::kUnimplemented, "spec.devices.constraints[0].matchAttribute");
   ExpectError(
       Claim({Request("a", whole)},
             {{"config",
@@ -164,6 +164,66 @@ TEST(DraClaimTest, BadInputNamesTheField) {
       absl::StatusCode::kUnimplemented, "spec.devices.config[0].opaque");
   ExpectError(json{{"metadata", {{"name", "BAD NAME"}}}}, absl::StatusCode::kInvalidArgument,
               "metadata.name");
+}
+
+// A numaNode match over one request keeps that request's devices on one NUMA node; every other
+// constraint is refused by name rather than ignored (a claim is never allocated without it).
+TEST(DraClaimTest, NumaNodeConstraintOverOneRequest) {
+  const json whole{{"deviceClassName", "gpu.prism.io"}, {"count", 2}};
+  const json numa{{"matchAttribute", "resource.kubernetes.io/numaNode"}};
+  absl::StatusOr<DraClaimSpec> spec =
+      ParseDraClaim(Claim({Request("gpus", whole)}, {{"constraints", {numa}}}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->requests[0].numa_match);
+  // Named, also as "<request>/<subrequest>", with other requests beside it.
+  json named = numa;
+  named["requests"] = {"b/x"};
+  spec = ParseDraClaim(Claim(
+      {Request("a", whole),
+       json{{"name", "b"},
+            {"firstAvailable", {{{"name", "x"}, {"deviceClassName", "gpu.prism.io"}}}}}},
+      {{"constraints", {named}}}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->requests[0].numa_match);
+  EXPECT_TRUE(spec->requests[1].numa_match);
+  EXPECT_TRUE(spec->requests[1].first_available[0].numa_match);
+  // It reaches the engine as the container's numa_match.
+  spec = ParseDraClaim(Claim({Request("gpus", whole)}, {{"constraints", {numa}}}));
+  absl::StatusOr<DraPodRequest> pod = BuildDraPodRequest({}, {*spec});
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  ASSERT_EQ(pod->request.containers.size(), 1u);
+  EXPECT_TRUE(pod->request.containers[0].gpu.numa_match);
+  // What Prism does not evaluate is refused, naming the field.
+  ExpectError(Claim({Request("a", whole), Request("b", whole)}, {{"constraints", {numa}}}),
+              absl::StatusCode::kUnimplemented, "constraints[0].requests");
+  ExpectError(Claim({Request("a", whole)},
+                    {{"constraints", {{{"distinctAttribute", "gpu.prism.io/uuid"}}}}}),
+              absl::StatusCode::kUnimplemented, "constraints[0].distinctAttribute");
+  ExpectError(Claim({Request("a", whole)},
+                    {{"constraints", {{{"matchAttribute", "resource.kubernetes.io/pcieRoot"}}}}}),
+              absl::StatusCode::kUnimplemented, "'resource.kubernetes.io/pcieRoot'");
+  json both = numa;
+  both["distinctAttribute"] = "gpu.prism.io/uuid";
+  ExpectError(Claim({Request("a", whole)}, {{"constraints", {both}}}),
+              absl::StatusCode::kInvalidArgument, "exactly one of matchAttribute");
+  json unknown = numa;
+  unknown["requests"] = {"nope"};
+  ExpectError(Claim({Request("a", whole)}, {{"constraints", {unknown}}}),
+              absl::StatusCode::kInvalidArgument, "'nope' names no request of the claim");
+  json many = json::array();
+  for (int i = 0; i < 33; ++i) many.push_back(numa);
+  ExpectError(Claim({Request("a", whole)}, {{"constraints", many}}),
+              absl::StatusCode::kInvalidArgument, "33 entries, more than 32");
+  ExpectError(Claim({Request("a", whole)}, {{"constraints", "numa"}}),
+              absl::StatusCode::kInvalidArgument, "spec.devices.constraints: expected an array");
+  // MIG partitions: the engine keeps no NUMA rule for instances yet.
+  spec = ParseDraClaim(
+      Claim({Request("m", {{"deviceClassName", "mig.gpu.prism.io"}})}, {{"constraints", {numa}}}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  pod = BuildDraPodRequest({}, {*spec});
+  ASSERT_FALSE(pod.ok());
+  EXPECT_EQ(pod.status().code(), absl::StatusCode::kUnimplemented) << pod.status();
+  EXPECT_THAT(std::string(pod.status().message()), HasSubstr("on MIG partitions"));
 }
 
 TEST(DraClaimTest, FirstAvailableAlternativesInOrder) {

@@ -20,6 +20,7 @@
 #include "k8s/client.h"
 #include "nvml/gpu_state.h"
 #include "nvml/nvml.h"
+#include "nvml/topology.h"
 
 namespace prism::deviceplugin {
 namespace {
@@ -95,6 +96,11 @@ absl::StatusOr<std::vector<DraGpu>> ReadDraGpus(nvml::Nvml* nvml, const std::str
     gpu.uuid = info.uuid;
     gpu.memory_mib = info.memory_total_mib;
     gpu.product_name = info.name;
+    gpu.pci_bus_id = nvml::PciBusIdSysfsForm(info.pci_bus_id);
+    // Unknown (an old driver, a VM without NUMA) is not an error: the attribute is left out.
+    if (absl::StatusOr<int> numa = nvml->NumaNode(info.index); numa.ok() && *numa >= 0) {
+      gpu.numa_node = *numa;
+    }
     auto minor = minors.find(info.uuid);
     gpu.minor = minor != minors.end() ? minor->second : static_cast<uint32_t>(info.index);
     if (info.mig_capable) {

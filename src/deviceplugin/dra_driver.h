@@ -87,6 +87,10 @@ struct DraGpu {
   int64_t memory_mib = 0;
   bool mig_enabled = false;
   std::string product_name;  // nvmlDeviceGetName.
+  // "0000:07:00.0" (nvml::PciBusIdSysfsForm); empty when NVML's is malformed.
+  std::string pci_bus_id;
+  // The GPU's NUMA node (Nvml::NumaNode); -1 when the machine reports none or NVML cannot say.
+  int numa_node = -1;
   // In MIG mode (current, not only pending): the model (nvml::ModelForGpu), whether the agent
   // owns the layout (docs/mig-manager.md) and the instances that exist.
   std::shared_ptr<const mig::GpuModel> mig_model;

@@ -130,6 +130,107 @@ absl::Status ValidateCapacity(const json& capacity, bool shared, const std::stri
   return absl::OkStatus();
 }
 
+// A C identifier of at most 32 bytes (validateCIdentifier, resource.DeviceMaxIDLength).
+bool IsAttributeId(std::string_view id) {
+  if (id.empty() || id.size() > 32) return false;
+  for (size_t i = 0; i < id.size(); ++i) {
+    const char c = id[i];
+    const bool ok = c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                    (i > 0 && c >= '0' && c <= '9');
+    if (!ok) return false;
+  }
+  return true;
+}
+
+// semver.org 2.0.0, as validation.go's semverRe: MAJOR.MINOR.PATCH (no leading zeros), optional
+// -prerelease and +build of dot-separated identifiers.
+bool IsSemver(std::string_view v) {
+  auto numeric = [](std::string_view n) {
+    if (n.empty() || (n.size() > 1 && n[0] == '0')) return false;
+    return std::all_of(n.begin(), n.end(), [](char c) { return c >= '0' && c <= '9'; });
+  };
+  auto ident_char = [](char c) {
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '-';
+  };
+  const size_t plus = v.find('+');
+  const std::string_view build = plus == std::string_view::npos ? "" : v.substr(plus + 1);
+  v = v.substr(0, plus);
+  const size_t dash = v.find('-');
+  const std::string_view pre = dash == std::string_view::npos ? "" : v.substr(dash + 1);
+  const std::vector<std::string_view> core = StrSplit(v.substr(0, dash), '.');
+  if (core.size() != 3 || !std::all_of(core.begin(), core.end(), numeric)) return false;
+  if (dash != std::string_view::npos) {
+    for (std::string_view p : StrSplit(pre, '.')) {
+      if (p.empty() || !std::all_of(p.begin(), p.end(), ident_char)) return false;
+      const bool all_digits =
+          std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; });
+      if (all_digits && !numeric(p)) return false;
+    }
+  }
+  if (plus != std::string_view::npos) {
+    for (std::string_view b : StrSplit(build, '.')) {
+      if (b.empty() || !std::all_of(b.begin(), b.end(), ident_char)) return false;
+    }
+  }
+  return true;
+}
+
+// One device attribute as validation.go's validateQualifiedName and validateDeviceAttribute
+// take it: the name an identifier, or a driver-like domain and an identifier; the value exactly
+// one of bool, int, string (at most 64 bytes) and version (semver, at most 64 bytes).
+absl::Status ValidateAttribute(std::string_view name, const json& value, const std::string& f) {
+  const std::vector<std::string_view> parts = StrSplit(name, '/');
+  const bool name_ok =
+      parts.size() == 1 ? IsAttributeId(parts[0])
+                        : parts.size() == 2 && !parts[0].empty() && parts[0].size() <= 63 &&
+                              config::IsDnsSubdomain(parts[0]) && IsAttributeId(parts[1]);
+  if (!name_ok) {
+    return absl::InvalidArgumentError(
+        StrCat(f, ": ", config::QuoteBounded(name),
+               " is not a qualified name (an identifier of at most 32 bytes, optionally after a "
+               "domain and '/')"));
+  }
+  const std::string fa = StrCat(f, ".", name);
+  if (!value.is_object()) return absl::InvalidArgumentError(StrCat(fa, ": expected an object"));
+  int kinds = 0;
+  for (const auto& [kind, v] : value.items()) {
+    ++kinds;
+    if (kind == "bool" && v.is_boolean()) continue;
+    if (kind == "int" && v.is_number_integer()) continue;
+    if ((kind == "string" || kind == "version") && v.is_string()) {
+      const std::string& text = v.get_ref<const std::string&>();
+      if (text.size() > 64) {
+        return absl::InvalidArgumentError(StrCat(fa, ".", kind, ": longer than 64 bytes"));
+      }
+      if (kind == "version" && !IsSemver(text)) {
+        return absl::InvalidArgumentError(StrCat(fa, ".version: ", config::QuoteBounded(text),
+                                                 " is not a semver.org 2.0.0 version"));
+      }
+      continue;
+    }
+    return absl::InvalidArgumentError(
+        StrCat(fa, ": ", config::QuoteBounded(kind), " is not a bool, int, string or version"));
+  }
+  if (kinds != 1) {
+    return absl::InvalidArgumentError(StrCat(fa, ": exactly one value must be specified"));
+  }
+  return absl::OkStatus();
+}
+
+// Where the GPU sits, for claims' `matchAttribute` constraints and CEL selectors: NVIDIA's DRA
+// driver's `pcieBusID` (deviceinfo.go, GetDevice) and Kubernetes' standard attributes
+// (staging/src/k8s.io/dynamic-resource-allocation/deviceattribute/constants.go:
+// `resource.kubernetes.io/pciBusID`, and `numaNode` as a scalar int, the form that needs no
+// feature gate, left out for a device with no NUMA affinity as GetNUMANodeAttribute requires:
+// -1 would match every other NUMA-less device). A MIG partition is on its parent's bus.
+void AddPlacementAttributes(const DraGpu& g, json* attributes) {
+  if (!g.pci_bus_id.empty()) {
+    (*attributes)["pcieBusID"] = {{"string", g.pci_bus_id}};
+    (*attributes)[kDraAttributePciBusId] = {{"string", g.pci_bus_id}};
+  }
+  if (g.numa_node >= 0) (*attributes)[kDraAttributeNumaNode] = {{"int", g.numa_node}};
+}
+
 }  // namespace
 
 std::vector<json> BuildWholeGpuSlices(const std::string& driver, const std::string& node,
@@ -146,6 +247,7 @@ std::vector<json> BuildWholeGpuSlices(const std::string& driver, const std::stri
     if (!g.mig_enabled) {
       json attributes{{"type", {{"string", "gpu"}}}, {"uuid", {{"string", g.uuid}}}};
       if (!g.product_name.empty()) attributes["productName"] = {{"string", g.product_name}};
+      AddPlacementAttributes(g, &attributes);
       json device{{"name", DraGpuDeviceName(g.minor)},
                   {"attributes", attributes},
                   {"capacity", {{"memory", {{"value", StrCat(g.memory_mib, "Mi")}}}}}};
@@ -174,6 +276,7 @@ std::vector<json> BuildWholeGpuSlices(const std::string& driver, const std::stri
                         {"migMode", {{"string", d.fixed ? "static" : "dynamic"}}}};
         if (d.fixed) attributes["uuid"] = {{"string", d.mig_uuid}};
         if (!g.product_name.empty()) attributes["productName"] = {{"string", g.product_name}};
+        AddPlacementAttributes(g, &attributes);
         json device{{"name", d.device},
                     {"attributes", attributes},
                     {"capacity",
@@ -348,6 +451,12 @@ absl::Status ValidatePoolSlices(const std::vector<json>& slices) {
         return absl::InvalidArgumentError(StrCat(where, f, ": ", entries,
                                                  " attributes and capacities, more than ",
                                                  kMaxAttributesAndCapacities));
+      }
+      if (const json* attributes = Member(d, "attributes");
+          attributes != nullptr && attributes->is_object()) {
+        for (const auto& [attribute, value] : attributes->items()) {
+          RETURN_IF_ERROR(ValidateAttribute(attribute, value, StrCat(where, f, ".attributes")));
+        }
       }
       if (const json* capacity = Member(d, "capacity"); capacity != nullptr && capacity->is_object()) {
         const json* multi = Member(d, "allowMultipleAllocations");

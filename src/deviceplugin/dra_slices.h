@@ -2,15 +2,18 @@
 // §1.4), whole GPUs only so far.
 //
 // One pool per node, named after the node, with spec.nodeName set; one slice per GPU:
-//   - not in MIG mode: its device "gpu-<minor>" with attributes type "gpu", uuid, productName
-//     (NVIDIA's DRA driver's names for the same facts) and capacity memory (the GPU's, in Mi);
+//   - not in MIG mode: its device "gpu-<minor>" with attributes type "gpu", uuid, productName,
+//     pcieBusID (NVIDIA's DRA driver's names for the same facts), Kubernetes' standard
+//     resource.kubernetes.io/pciBusID and numaNode (where the GPU has one), and capacity memory
+//     (the GPU's, in Mi);
 //     with consumable capacity on (DraPublishOptions, --dra-consumable-capacity; Kubernetes'
 //     DRAConsumableCapacity gate, alpha in 1.34/1.35) the same device is shared: it has
 //     allowMultipleAllocations: true and capacities memory, cores and slots with their
 //     requestPolicy (config/dra_share.h, docs/dra-design.md §1.4);
 //   - in MIG mode, layout owned by the agent (dynamic): every partition (DraMigDevices, dra_mig.h),
-//     type "mig", parentUUID, profile, placementStart, placementSize, migMode, capacities memory
-//     and multiprocessors, each consuming counters of the GPU's counter set;
+//     type "mig", parentUUID, profile, placementStart, placementSize, migMode, the parent's
+//     productName, pcieBusID, pciBusID and numaNode, capacities memory and multiprocessors, each
+//     consuming counters of the GPU's counter set;
 //   - in MIG mode, layout owned by the MIG manager (static): its existing instances, fixed
 //     devices (with their uuid) that consume no counters.
 // The counter sets go into slices of their own, "<node>-gpu.prism.io-counters-<k>" (at most 8
@@ -58,6 +61,10 @@ inline constexpr size_t kMaxDevicesPerSliceWithCounters = 64;
 inline constexpr size_t kMaxCounterSetsPerSlice = 8;
 inline constexpr size_t kMaxCountersPerSet = 32;
 inline constexpr size_t kMaxCounterConsumptionsPerDevice = 2;
+
+// Kubernetes' standard device attributes the slices carry (deviceattribute/constants.go).
+inline constexpr char kDraAttributePciBusId[] = "resource.kubernetes.io/pciBusID";
+inline constexpr char kDraAttributeNumaNode[] = "resource.kubernetes.io/numaNode";
 
 struct DraPublishOptions {
   // Publish GPUs not in MIG mode as shared devices (docs/dra-design.md §1.4). Off by default: the

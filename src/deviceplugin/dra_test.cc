@@ -1,6 +1,7 @@
 // The DRA kubelet plugin (dra_driver.h, dra_server.h) between the fake DRA kubelet
 // (src/kubelet/fake_dra_kubelet.h) and the fake API server, over the real gRPC and REST paths.
 #include "deviceplugin/dra_test_fixture.h"
+#include "nvml/topology.h"
 
 namespace prism::deviceplugin {
 namespace {
@@ -121,6 +122,31 @@ TEST(DraSlicesTest, ValidationNamesWhatMakesAPoolUnusable) {
               s[0]["spec"]["devices"][0]["name"] = "GPU_0";
             }).find("spec.devices[0].name: not a DNS label"),
             std::string::npos);
+  // Attributes as validateQualifiedName and validateDeviceAttribute take them.
+  const std::vector<std::pair<json, std::string>> bad_attributes = {
+      {{{"9lives", {{"int", 1}}}}, "'9lives' is not a qualified name"},
+      {{{"a/b/c", {{"int", 1}}}}, "'a/b/c' is not a qualified name"},
+      {{{"Bad_Domain/x", {{"int", 1}}}}, "'Bad_Domain/x' is not a qualified name"},
+      {{{std::string(33, 'x'), {{"int", 1}}}}, "is not a qualified name"},
+      {{{"two", {{"int", 1}, {"string", "x"}}}}, "attributes.two: exactly one value"},
+      {{{"none", json::object()}}, "attributes.none: exactly one value"},
+      {{{"long", {{"string", std::string(65, 's')}}}}, "attributes.long.string: longer than 64"},
+      {{{"v", {{"version", "550.54"}}}}, "'550.54' is not a semver.org 2.0.0 version"},
+      {{{"v", {{"version", "01.2.3"}}}}, "'01.2.3' is not a semver.org 2.0.0 version"},
+      {{{"f", {{"float", 1.5}}}}, "'float' is not a bool, int, string or version"},
+  };
+  for (const auto& [attributes, want] : bad_attributes) {
+    const std::string got = broken([&](auto& s) {
+      for (const auto& [k, v] : attributes.items()) s[0]["spec"]["devices"][0]["attributes"][k] = v;
+    });
+    EXPECT_NE(got.find(want), std::string::npos) << attributes.dump() << " -> " << got;
+  }
+  for (const char* version : {"550.54.15", "1.0.0-rc.1+build.7", "0.0.0"}) {
+    std::vector<json> copy = slices;
+    copy[0]["spec"]["devices"][0]["attributes"]["driverVersion"] = {{"version", version}};
+    copy[0]["spec"]["devices"][0]["attributes"]["resource.kubernetes.io/x_y"] = {{"bool", true}};
+    EXPECT_TRUE(ValidatePoolSlices(copy).ok()) << version << ": " << ValidatePoolSlices(copy);
+  }
   // Names stay valid for the longest node names.
   const std::string node = std::string(60, 'n') + "." + std::string(60, 'o') + "." +
                            std::string(60, 'd') + "." + std::string(60, 'e');
@@ -506,6 +532,63 @@ TEST(DraGpusTest, MinorsFromTheDriverAndMigModeFromNvml) {
   EXPECT_FALSE((*read)[2].mig_enabled);
   EXPECT_EQ((*read)[2].memory_mib, 15360);
   EXPECT_EQ(DraGpuDeviceName((*read)[1].minor), "gpu-4");
+}
+
+// What a claim's matchAttribute constraint or CEL selector needs to keep devices together: the
+// PCI bus (NVIDIA's pcieBusID, Kubernetes' pciBusID) and the NUMA node, left out where the
+// machine reports none (upstream's GetNUMANodeAttribute refuses -1: it would match every other
+// NUMA-less device).
+TEST(DraGpusTest, PublishesWhereEachGpuSits) {
+  const fs::path dir = TestDir();
+  const std::string gpus = testing::WriteFile(dir / "gpus.yaml", R"(gpus:
+  - model: A100-SXM4-40GB
+    mig: {enabled: true}
+  - model: A100-SXM4-40GB
+  - model: A100-SXM4-40GB
+topology:
+  numa: [0, 1, -1]
+  matrix:
+    - X SYS SYS
+    - SYS X SYS
+    - SYS SYS X
+)");
+  auto nvml = nvml::OpenNvml("sim:" + gpus);
+  ASSERT_TRUE(nvml.ok()) << nvml.status();
+  auto read = ReadDraGpus(nvml->get(), (dir / "no-proc").string());
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->size(), 3u);
+  EXPECT_EQ((*read)[0].pci_bus_id, "0000:07:00.0");  // NVML's 00000000:07:00.0.
+  EXPECT_EQ((*read)[1].pci_bus_id, "0000:0f:00.0");  // Lower case, as sysfs writes it.
+  EXPECT_EQ((*read)[0].numa_node, 0);
+  EXPECT_EQ((*read)[1].numa_node, 1);
+  EXPECT_EQ((*read)[2].numa_node, -1);
+  const std::vector<json> slices = BuildWholeGpuSlices(kDriver, kNode, *read, 1);
+  ASSERT_TRUE(ValidatePoolSlices(slices).ok()) << ValidatePoolSlices(slices);
+  std::map<std::string, json> attributes;
+  for (const json& slice : slices) {
+    if (!slice["spec"].contains("devices")) continue;
+    for (const json& d : slice["spec"]["devices"]) attributes[d["name"]] = d["attributes"];
+  }
+  ASSERT_TRUE(attributes.contains("gpu-1") && attributes.contains("gpu-2"));
+  EXPECT_EQ(attributes["gpu-1"]["pcieBusID"]["string"], "0000:0f:00.0");
+  EXPECT_EQ(attributes["gpu-1"]["resource.kubernetes.io/pciBusID"]["string"], "0000:0f:00.0");
+  EXPECT_EQ(attributes["gpu-1"]["resource.kubernetes.io/numaNode"]["int"], 1);
+  EXPECT_FALSE(attributes["gpu-2"].contains("resource.kubernetes.io/numaNode"));
+  // Every partition of the MIG GPU carries its parent's place.
+  int partitions = 0;
+  for (const auto& [name, a] : attributes) {
+    if (name.rfind("gpu-0-mig-", 0) != 0) continue;
+    ++partitions;
+    EXPECT_EQ(a["resource.kubernetes.io/numaNode"]["int"], 0) << name;
+    EXPECT_EQ(a["pcieBusID"]["string"], "0000:07:00.0") << name;
+  }
+  EXPECT_GT(partitions, 0);
+  // A bus id NVML garbles is left out rather than published wrong.
+  EXPECT_EQ(nvml::PciBusIdSysfsForm("00000000:07:00.0"), "0000:07:00.0");
+  EXPECT_EQ(nvml::PciBusIdSysfsForm("0000:3B:00.1"), "0000:3b:00.1");
+  EXPECT_EQ(nvml::PciBusIdSysfsForm("garbage"), "");
+  EXPECT_EQ(nvml::PciBusIdSysfsForm("0000:07:00"), "");
+  EXPECT_EQ(nvml::PciBusIdSysfsForm("0000:0g:00.0"), "");
 }
 
 TEST(DraClaimTest, DecodesResultsAndNamesBadFields) {

@@ -18,6 +18,7 @@
 #include "core/topo/topology.h"
 #include "nvml/nvml_abi.h"
 #include "nvml/nvml_errors.h"
+#include "nvml/topology.h"
 
 extern char** environ;
 
@@ -547,15 +548,6 @@ absl::StatusOr<std::unique_ptr<XidEventWatcher>> DlNvml::WatchXidEvents(
 
 namespace {
 
-// "00000000:07:00.0" (NVML) -> "0000:07:00.0" (sysfs): the domain has 4 hex digits there.
-std::string SysfsPciName(std::string_view bus_id) {
-  const size_t colon = bus_id.find(':');
-  std::string_view domain = bus_id.substr(0, colon);
-  while (domain.size() > 4 && domain[0] == '0') domain.remove_prefix(1);
-  if (colon == std::string_view::npos) return AsciiLower(bus_id);
-  return AsciiLower(StrCat(domain, bus_id.substr(colon)));
-}
-
 absl::Status Missing(std::string_view symbol) {
   return absl::UnimplementedError(StrCat("the NVIDIA driver lacks ", symbol));
 }
@@ -568,7 +560,7 @@ absl::StatusOr<int> DlNvml::NumaNode(int gpu) {
   RETURN_IF_ERROR(NvmlError(sym_->nvmlDeviceGetPciInfo_v3(device, &pci), "nvmlDeviceGetPciInfo_v3",
                             StrCat("GPU ", gpu)));
   const std::string path = StrCat(sysfs_root_, "/bus/pci/devices/",
-                                  SysfsPciName(CString(pci.busId, sizeof(pci.busId))), "/numa_node");
+                                  PciBusIdSysfsForm(CString(pci.busId, sizeof(pci.busId))), "/numa_node");
   std::string sysfs_error;
   bool sysfs_said_none = false;
   if (std::ifstream in(path); in) {

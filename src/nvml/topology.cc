@@ -179,4 +179,21 @@ topo::NodeTopology DiscoverTopology(Nvml& nvml, const std::vector<GpuInfo>& gpus
   return t;
 }
 
+std::string PciBusIdSysfsForm(std::string_view nvml_bus_id) {
+  const size_t colon = nvml_bus_id.find(':');
+  if (colon == std::string_view::npos) return "";
+  std::string_view domain = nvml_bus_id.substr(0, colon);
+  while (domain.size() > 4 && domain[0] == '0') domain.remove_prefix(1);
+  std::string out = AsciiLower(StrCat(domain, nvml_bus_id.substr(colon)));
+  // dddd:bb:dd.f, as upstream's deviceattribute package checks it (bdfRegexp in pci.go).
+  static constexpr std::string_view kShape = "xxxx:xx:xx.x";
+  if (out.size() != kShape.size()) return "";
+  for (size_t i = 0; i < out.size(); ++i) {
+    const char c = out[i];
+    const bool hex = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f');
+    if (kShape[i] == 'x' ? !hex : c != kShape[i]) return "";
+  }
+  return out;
+}
+
 }  // namespace prism::nvml

@@ -7,6 +7,8 @@
 // line in `unknown` saying why. docs/topology.md describes the rules.
 #pragma once
 
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/topo/topology.h"
@@ -23,5 +25,10 @@ inline constexpr size_t kMaxTopologyUnknownLineBytes = 512;
 // could be learned (a backend without topology support): the same as "all unknown", and what
 // lets an inventory without topology stay as it was.
 topo::NodeTopology DiscoverTopology(Nvml& nvml, const std::vector<GpuInfo>& gpus);
+
+// A PCI bus id as sysfs and Kubernetes' standard attribute `resource.kubernetes.io/pciBusID` write
+// it, "0000:07:00.0" (lower case, a 4-digit domain), from NVML's "00000000:07:00.0". Empty when
+// the result is not of that form (BDF: 4:2:2.1 hex digits).
+std::string PciBusIdSysfsForm(std::string_view nvml_bus_id);
 
 }  // namespace prism::nvml

@@ -154,8 +154,10 @@ bool Engine::Impl::ScratchIsPristine(int gpus) const {
 bool Engine::Impl::ChooseSliceGpus(const Resolved& rp, const ContainerRequest& c, int node) {
   const TopologyRequest& want = rp.pod.topology;
   const int count = c.gpu.count;
-  // One GPU meets every tier and is on one NUMA node.
-  const bool constrained = count > 1 && (want.required != topo::Tier::kAny || want.numa_bind);
+  // One GPU meets every tier and is on one NUMA node; but a DRA numaNode constraint needs the
+  // node known even for one (numa_match).
+  const bool constrained =
+      c.gpu.numa_match || (count > 1 && (want.required != topo::Tier::kAny || want.numa_bind));
   const topo::NodeTopology* topology = cluster_.topology(node);
   chosen_gpus_.clear();
   if (topology == nullptr && !constrained) {
@@ -168,11 +170,15 @@ bool Engine::Impl::ChooseSliceGpus(const Resolved& rp, const ContainerRequest& c
     set_request_.count = count;
     set_request_.candidates.clear();
     set_request_.pref_class.clear();
+    int pref_class = 0;
     for (size_t k = 0; k < ranked_.size(); ++k) {
+      if (k > 0 && ranked_[k].first != ranked_[k - 1].first) ++pref_class;
+      // A GPU whose NUMA node is unknown never matches a numaNode constraint.
+      if (c.gpu.numa_match && topology->NumaNode(ranked_[k].second) == topo::kNumaUnknown) {
+        continue;
+      }
       set_request_.candidates.push_back(ranked_[k].second);
-      const bool same = k > 0 && ranked_[k].first == ranked_[k - 1].first;
-      set_request_.pref_class.push_back(k == 0 ? 0
-                                               : set_request_.pref_class.back() + (same ? 0 : 1));
+      set_request_.pref_class.push_back(pref_class);
     }
     set_request_.idle.assign(n.gpu_count, false);
     for (int l = 0; l < n.gpu_count; ++l) {
@@ -182,7 +188,7 @@ bool Engine::Impl::ChooseSliceGpus(const Resolved& rp, const ContainerRequest& c
     }
     set_request_.topology_first = want.preferred;
     set_request_.required = want.required;
-    set_request_.same_numa = want.numa_bind;
+    set_request_.same_numa = want.numa_bind || c.gpu.numa_match;
     chosen_gpus_ = topo::ChooseGpuSet(*topology, set_request_);
     if (!chosen_gpus_.empty()) return true;
   }

@@ -129,6 +129,40 @@ TEST(EngineTopologyTest, NumaBindKeepsAContainerOnOneNumaNode) {
   EXPECT_EQ(GpusOf(r.decision), (std::set<int>{6, 7}));
 }
 
+// A DRA claim's matchAttribute on resource.kubernetes.io/numaNode (GpuRequest::numa_match): as
+// numa-bind, but per container and with the NUMA node known even for one GPU, because upstream's
+// constraint refuses a device without the attribute.
+TEST(EngineTopologyTest, NumaMatchNeedsAKnownNumaNodeEvenForOneGpu) {
+  topo::NodeTopology partly = HgxH100();
+  partly.numa_node[0] = topo::kNumaUnknown;
+  Engine engine = MakeEngine({EightGpus("blind", {}), EightGpus("hgx", partly)}, DeviceConfig{});
+  PodRequest one = Whole("one", 1);
+  one.containers[0].gpu.numa_match = true;
+  ScheduleResult r = engine.Schedule(one, /*explain=*/true);
+  ASSERT_TRUE(r.scheduled) << r.Summary();
+  EXPECT_EQ(r.decision.node_name, "hgx");  // "blind" sorts first but its NUMA nodes are unknown.
+  EXPECT_NE(GpusOf(r.decision).count(0), 1u) << "GPU 0's NUMA node is unknown";
+  // Without the constraint the pod may go anywhere, the blind node first.
+  r = engine.Schedule(Whole("free", 1), /*explain=*/false);
+  ASSERT_TRUE(r.scheduled);
+  EXPECT_EQ(r.decision.node_name, "blind");
+  // Four on one NUMA node: HGX's NUMA 1 (GPUs 4-7) has them, NUMA 0 lost GPU 0 to "unknown".
+  PodRequest four = Whole("four", 4);
+  four.containers[0].gpu.numa_match = true;
+  r = engine.Place(four);
+  ASSERT_TRUE(r.scheduled) << r.Summary();
+  EXPECT_EQ(GpusOf(r.decision), (std::set<int>{4, 5, 6, 7}));
+  // Now no four GPUs of one known NUMA node are free anywhere; the reason says NUMA.
+  four.name = "four-more";
+  r = engine.Schedule(four, /*explain=*/true);
+  EXPECT_FALSE(r.scheduled);
+  for (const auto& [node, failure] : r.failures) {
+    EXPECT_NE(failure.ToString().find("NumaNotFit"), std::string::npos) << failure.ToString();
+  }
+  // The shape differs from the same pod without the constraint.
+  EXPECT_NE(four.ShapeKey(), Whole("four", 4).ShapeKey());
+}
+
 TEST(EngineTopologyTest, AMultiInstanceContainerStaysOnWellConnectedGpus) {
   // Eight H100s in MIG placement mode, wired as a DGX-1. Free: 1, 4 and 5; GPU 1 is NVLinked to
   // 5 (NV2) but not to 4 (SYS), which an index-ordered choice would take.

@@ -51,7 +51,8 @@ std::string PodRequest::ShapeKey() const {
   key.reserve(64 + containers.size() * 48);
   for (const ContainerRequest& c : containers) {
     StrAppend(&key, c.init ? 'i' : 'c', c.cpu_milli, ',', c.memory_bytes, ',', c.gpu.count, ',',
-              c.gpu.memory_mib, ',', c.gpu.memory_permille, ',', c.gpu.cores_permille, ';');
+              c.gpu.memory_mib, ',', c.gpu.memory_permille, ',', c.gpu.cores_permille,
+              c.gpu.numa_match ? "n;" : ";");
   }
   StrAppend(&key, "m", static_cast<int>(modes));
   auto list = [&key](char tag, const std::vector<std::string>& items) {

@@ -42,6 +42,10 @@ struct GpuRequest {
   int64_t memory_mib = 0;       // Per device; wins over memory_permille when > 0.
   int32_t memory_permille = 0;  // Per device, of the device's memory (0..1000).
   int32_t cores_permille = 0;   // Per device compute share (0..1000); 1000 = the whole GPU.
+  // Every device on one known NUMA node, even a single one: a DRA claim's `matchAttribute:
+  // resource.kubernetes.io/numaNode` (upstream's constraint refuses a device without the
+  // attribute). Not on MIG devices. TopologyRequest::numa_bind is HAMi's pod-wide cousin.
+  bool numa_match = false;
 
   bool Exclusive() const { return cores_permille >= kPermille; }
   friend bool operator==(const GpuRequest&, const GpuRequest&) = default;
