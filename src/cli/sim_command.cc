@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -27,6 +28,7 @@
 #include "sim/ceiling.h"
 #include "sim/pattern_packing.h"
 #include "sim/policy.h"
+#include "sim/preemption_experiment.h"
 #include "sim/report.h"
 #include "sim/simulator.h"
 #include "sim/topology_report.h"
@@ -74,6 +76,10 @@ struct SimFlags {
   bool include_unscheduled = false;
   // Wired nodes by GPU model and the multi-GPU interconnect metrics (sim/wiring.h).
   bool topology = false;
+  // Priority tiers and preemption (sim/preemption_experiment.h).
+  bool preemption = false;
+  double high_fraction = 0.1;
+  int preemption_attempts = 3;
 };
 
 struct TraceInput {
@@ -290,6 +296,118 @@ absl::Status ComputeCeilingRuns(const sim::Cluster& cluster, const sim::Workload
   return absl::OkStatus();
 }
 
+// One run: a trace, a policy (or preemption mode) and a seed; every trace x policy x seed.
+struct Job {
+  size_t trace;
+  size_t policy;
+  uint64_t seed;
+};
+std::vector<Job> MakeJobs(size_t traces, size_t policies, const std::vector<uint64_t>& seeds) {
+  std::vector<Job> jobs;
+  for (size_t t = 0; t < traces; ++t) {
+    for (size_t p = 0; p < policies; ++p) {
+      for (uint64_t s : seeds) jobs.push_back({t, p, s});
+    }
+  }
+  return jobs;
+}
+
+// body(0) .. body(n - 1) on `threads` threads, this one included. Runs are independent and each
+// is deterministic for its seed: parallelism changes no number.
+void ParallelFor(size_t n, int threads, const std::function<void(size_t)>& body) {
+  std::atomic<size_t> next{0};
+  auto worker = [&] {
+    for (size_t i = next++; i < n; i = next++) body(i);
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& t : pool) t.join();
+}
+
+// `--preemption`: per trace, seed and mode one replay with priority tiers
+// (sim/preemption_experiment.h); the table of docs/results/preemption.md on stdout.
+absl::Status RunPreemptionSim(const SimFlags& f, const sim::Cluster& cluster,
+                              const std::vector<TraceInput>& traces,
+                              const std::vector<uint64_t>& seeds, int threads) {
+  if (f.departures || f.topology || f.mig) {
+    return absl::InvalidArgumentError(
+        "--preemption replays arrivals on software-shared GPUs: it does not combine with "
+        "--departures, --topology or --mig");
+  }
+  if (!(f.high_fraction > 0 && f.high_fraction <= 1)) {
+    return absl::InvalidArgumentError(
+        StrCat("--high-fraction must be above 0 and at most 1, got ", f.high_fraction));
+  }
+  if (f.preemption_attempts < 1 || f.preemption_attempts > 100) {
+    return absl::InvalidArgumentError(
+        StrCat("--preemption-attempts must be 1..100, got ", f.preemption_attempts));
+  }
+  std::vector<sim::PreemptionMode> modes;
+  const std::vector<std::string> names =
+      f.policies.empty() ? std::vector<std::string>{"none", "gpu-blind", "prism"} : f.policies;
+  for (const std::string& name : names) {
+    bool known = false;
+    for (sim::PreemptionMode m : {sim::PreemptionMode::kNone, sim::PreemptionMode::kGpuBlind,
+                                  sim::PreemptionMode::kPrism}) {
+      if (name == sim::PreemptionModeName(m)) {
+        modes.push_back(m);
+        known = true;
+      }
+    }
+    if (!known) {
+      return absl::InvalidArgumentError(StrCat(
+          "--preemption: unknown preemption policy '", name, "' (known: none, gpu-blind, prism)"));
+    }
+  }
+  sim::PreemptionExperimentOptions options;
+  options.max_attempts = f.preemption_attempts;
+  const std::vector<Job> jobs = MakeJobs(traces.size(), modes.size(), seeds);
+  std::fprintf(stderr,
+               "prism sim --preemption: %zu trace(s) x %zu policies x %zu seeds on %d nodes, %d "
+               "GPUs; %.0f %% of GPU pods high priority\n",
+               traces.size(), modes.size(), seeds.size(), cluster.node_count(),
+               cluster.total_gpus(), f.high_fraction * 100);
+  std::vector<sim::PreemptionRunResult> results(jobs.size());
+  std::vector<absl::Status> errors(jobs.size());
+  ParallelFor(jobs.size(), threads, [&](size_t i) {
+    const Job& job = jobs[i];
+    const sim::Workload workload =
+        sim::BuildInflatedWorkload(cluster, traces[job.trace].pods, {job.seed, f.tune});
+    const std::vector<int32_t> priorities =
+        sim::DrawPriorities(workload, f.high_fraction, job.seed, options);
+    auto r = sim::RunPreemptionExperiment(cluster, workload, priorities, modes[job.policy],
+                                          options);
+    if (!r.ok()) {
+      errors[i] = Annotate(r.status(), StrCat(sim::PreemptionModeName(modes[job.policy]), " ",
+                                              traces[job.trace].name, " seed ", job.seed));
+      return;
+    }
+    results[i] = *std::move(r);
+    if (f.progress != "off") {
+      std::fprintf(stderr, "[%s %s seed %llu] %lld preemptions, %lld victims, %.1f s\n",
+                   results[i].mode.c_str(), traces[job.trace].name.c_str(),
+                   static_cast<unsigned long long>(job.seed),
+                   static_cast<long long>(results[i].preemptions),
+                   static_cast<long long>(results[i].victims), results[i].seconds);
+    }
+  });
+  for (const absl::Status& s : errors) RETURN_IF_ERROR(s);
+  for (size_t t = 0; t < traces.size(); ++t) {
+    std::vector<sim::PreemptionRunResult> mine;
+    for (size_t i = 0; i < jobs.size(); ++i) {
+      if (jobs[i].trace == t) mine.push_back(results[i]);
+    }
+    if (traces.size() > 1) std::printf("\nTrace %s\n\n", traces[t].name.c_str());
+    std::fputs(sim::FormatPreemptionTable(mine).c_str(), stdout);
+  }
+  if (!f.csv.empty()) {
+    RETURN_IF_ERROR(WriteFile(f.csv, sim::FormatPreemptionCsv(results)));
+    std::fprintf(stderr, "wrote %s\n", f.csv.c_str());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RunSim(const SimFlags& f) {
   ASSIGN_OR_RETURN(std::vector<uint64_t> seeds, ParseSeeds(f.seeds));
   // Every numeric flag in range before any work: --tune sizes the workload (1e6 filled memory
@@ -384,6 +502,10 @@ absl::Status RunSim(const SimFlags& f) {
     ASSIGN_OR_RETURN(traces, LoadTraces(f));
   }
 
+  const int threads = std::clamp(
+      f.jobs > 0 ? f.jobs : static_cast<int>(std::thread::hardware_concurrency()), 1, 256);
+  if (f.preemption) return RunPreemptionSim(f, cluster, traces, seeds, threads);
+
   std::vector<std::string> policies = f.policies;
   if (policies.empty()) {
     // Prism's own engine against the baselines it has to beat, among them what DRA gives
@@ -402,17 +524,7 @@ absl::Status RunSim(const SimFlags& f) {
     RETURN_IF_ERROR(sim::MakeBuiltinPolicy(p).status());
   }
 
-  struct Job {
-    size_t trace;
-    size_t policy;
-    uint64_t seed;
-  };
-  std::vector<Job> jobs;
-  for (size_t t = 0; t < traces.size(); ++t) {
-    for (size_t p = 0; p < policies.size(); ++p) {
-      for (uint64_t s : seeds) jobs.push_back({t, p, s});
-    }
-  }
+  const std::vector<Job> jobs = MakeJobs(traces.size(), policies.size(), seeds);
   std::fprintf(
       stderr, "prism sim: %zu trace(s) x %zu policies x %zu seeds on %d nodes, %d GPUs%s%s\n",
       traces.size(), policies.size(), seeds.size(), cluster.node_count(), cluster.total_gpus(),
@@ -428,57 +540,47 @@ absl::Status RunSim(const SimFlags& f) {
   std::vector<sim::RunResult> results(jobs.size());
   std::vector<absl::Status> errors(jobs.size());
   Progress progress(f.progress, jobs.size());
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t i = next++; i < jobs.size(); i = next++) {
-      const Job& job = jobs[i];
-      const std::string label =
-          StrCat(policies[job.policy], " ", traces[job.trace].name, " seed ", job.seed);
-      absl::StatusOr<sim::Workload> workload;
-      if (f.departures) {
-        sim::ChurnOptions o;
-        o.seed = job.seed;
-        o.load = f.load;
-        o.max_lifetime = f.max_lifetime;
-        o.lifetimes = f.lifetimes;
-        o.native_times = f.native_times;
-        o.skip_never_scheduled = !f.include_unscheduled;
-        workload = sim::BuildChurnWorkload(cluster, traces[job.trace].pods, o);
-      } else {
-        workload = sim::BuildInflatedWorkload(cluster, traces[job.trace].pods, {job.seed, f.tune});
-      }
-      if (!workload.ok()) {
-        errors[i] = Annotate(workload.status(), traces[job.trace].name);
-        continue;
-      }
-      auto policy = sim::MakeBuiltinPolicy(policies[job.policy]);
-      if (!policy.ok()) {
-        errors[i] = policy.status();
-        continue;
-      }
-      sim::RunOptions options;
-      options.mig_mapping = mapping;
-      options.topology_metrics = f.topology;
-      options.max_arrived_pct = std::max(130, static_cast<int>(std::ceil(f.tune * 100)));
-      // The breakdown is of shares of software-shared GPUs; MIG free space is not shares.
-      if (mig_model == nullptr) options.waste_pcts = {100, 130};
-      options.progress = [&](int64_t done, int64_t total) { progress.Update(label, done, total); };
-      auto r = sim::Simulate(cluster, *workload, **policy, options);
-      if (!r.ok()) {
-        errors[i] = Annotate(r.status(), label);
-        continue;
-      }
-      results[i] = *std::move(r);
-      progress.Finished(label, results[i]);
+  ParallelFor(jobs.size(), threads, [&](size_t i) {
+    const Job& job = jobs[i];
+    const std::string label =
+        StrCat(policies[job.policy], " ", traces[job.trace].name, " seed ", job.seed);
+    absl::StatusOr<sim::Workload> workload;
+    if (f.departures) {
+      sim::ChurnOptions o;
+      o.seed = job.seed;
+      o.load = f.load;
+      o.max_lifetime = f.max_lifetime;
+      o.lifetimes = f.lifetimes;
+      o.native_times = f.native_times;
+      o.skip_never_scheduled = !f.include_unscheduled;
+      workload = sim::BuildChurnWorkload(cluster, traces[job.trace].pods, o);
+    } else {
+      workload = sim::BuildInflatedWorkload(cluster, traces[job.trace].pods, {job.seed, f.tune});
     }
-  };
-  // Runs are independent and each is deterministic for its seed: parallelism changes no number.
-  const int threads = std::clamp(
-      f.jobs > 0 ? f.jobs : static_cast<int>(std::thread::hardware_concurrency()), 1, 256);
-  std::vector<std::thread> pool;
-  for (int t = 1; t < threads; ++t) pool.emplace_back(worker);
-  worker();
-  for (std::thread& t : pool) t.join();
+    if (!workload.ok()) {
+      errors[i] = Annotate(workload.status(), traces[job.trace].name);
+      return;
+    }
+    auto policy = sim::MakeBuiltinPolicy(policies[job.policy]);
+    if (!policy.ok()) {
+      errors[i] = policy.status();
+      return;
+    }
+    sim::RunOptions options;
+    options.mig_mapping = mapping;
+    options.topology_metrics = f.topology;
+    options.max_arrived_pct = std::max(130, static_cast<int>(std::ceil(f.tune * 100)));
+    // The breakdown is of shares of software-shared GPUs; MIG free space is not shares.
+    if (mig_model == nullptr) options.waste_pcts = {100, 130};
+    options.progress = [&](int64_t done, int64_t total) { progress.Update(label, done, total); };
+    auto r = sim::Simulate(cluster, *workload, **policy, options);
+    if (!r.ok()) {
+      errors[i] = Annotate(r.status(), label);
+      return;
+    }
+    results[i] = *std::move(r);
+    progress.Finished(label, results[i]);
+  });
   for (const absl::Status& s : errors) RETURN_IF_ERROR(s);
 
   std::vector<Series> series;
@@ -506,21 +608,14 @@ absl::Status RunSim(const SimFlags& f) {
     }
     std::vector<sim::RunResult> bounds(ceiling_jobs.size()), packings(ceiling_jobs.size());
     std::vector<absl::Status> ceiling_errors(ceiling_jobs.size());
-    std::atomic<size_t> next_ceiling{0};
-    auto ceiling_worker = [&] {
-      for (size_t i = next_ceiling++; i < ceiling_jobs.size(); i = next_ceiling++) {
-        const auto& [t, seed] = ceiling_jobs[i];
-        sim::Workload workload = sim::BuildInflatedWorkload(cluster, traces[t].pods, {seed, f.tune});
-        ceiling_errors[i] =
-            Annotate(ComputeCeilingRuns(cluster, workload, mapping, points, f.at, max_pct,
-                                        &bounds[i], &packings[i]),
-                     StrCat("ceiling of ", traces[t].name, " seed ", seed));
-      }
-    };
-    std::vector<std::thread> ceiling_pool;
-    for (int t = 1; t < threads; ++t) ceiling_pool.emplace_back(ceiling_worker);
-    ceiling_worker();
-    for (std::thread& t : ceiling_pool) t.join();
+    ParallelFor(ceiling_jobs.size(), threads, [&](size_t i) {
+      const auto& [t, seed] = ceiling_jobs[i];
+      sim::Workload workload = sim::BuildInflatedWorkload(cluster, traces[t].pods, {seed, f.tune});
+      ceiling_errors[i] =
+          Annotate(ComputeCeilingRuns(cluster, workload, mapping, points, f.at, max_pct,
+                                      &bounds[i], &packings[i]),
+                   StrCat("ceiling of ", traces[t].name, " seed ", seed));
+    });
     for (const absl::Status& s : ceiling_errors) RETURN_IF_ERROR(s);
     for (size_t t = 0; t < traces.size(); ++t) {
       Series bound{traces[t].name, "ceiling", {}}, packing{traces[t].name, "offline-packing", {}};
@@ -682,6 +777,16 @@ void AddSimCommand(CLI::App& app, int* exit_code) {
                 "Wire nodes by GPU model (DGX-1 V100, PCIe servers; docs/results/topology.md) and "
                 "report how pods of >= 2 GPUs are connected; default policies hami-topology, "
                 "nvidia-besteffort, prism:topology=0 (blind) and prism");
+  cmd->add_flag("--preemption", flags->preemption,
+                "Priority tiers on the trace past saturation: who is evicted for a high-priority "
+                "pod, Prism's victim search vs kube-scheduler's GPU-blind DefaultPreemption "
+                "(--policy picks among none, gpu-blind, prism; docs/results/preemption.md)");
+  cmd->add_option("--high-fraction", flags->high_fraction,
+                  "With --preemption: share of GPU pods drawn high priority (seeded)")
+      ->capture_default_str();
+  cmd->add_option("--preemption-attempts", flags->preemption_attempts,
+                  "With --preemption: preemptions one pending high-priority pod may trigger")
+      ->capture_default_str();
   cmd->callback([flags, mig, exit_code] {
     flags->mig = mig->count() > 0;
     absl::Status s = RunSim(*flags);

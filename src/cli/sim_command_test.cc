@@ -173,6 +173,36 @@ TEST_F(SimCommandTest, TopologyWiresNodesAndPrintsTheInterconnectColumns) {
   EXPECT_THAT(mig.err, HasSubstr("does not combine with --mig"));
 }
 
+TEST_F(SimCommandTest, PreemptionComparesPrismWithTheGpuBlindChoice) {
+  // Ten 8-GPU T4 nodes past saturation keep it short.
+  std::ofstream nodes(dir_ + "/nodes.csv");
+  nodes << "sn,cpu_milli,memory_mib,gpu,model\n";
+  for (int i = 0; i < 10; ++i) nodes << "n" << i << ",96000,786432,8,T4\n";
+  nodes.close();
+  Result r = Run("--nodes nodes.csv --preemption --high-fraction 0.2 --seeds 7 --csv p.csv "
+                 "--progress off");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("3 policies x 1 seeds on 10 nodes, 80 GPUs; 20 % of GPU pods"));
+  EXPECT_THAT(r.out, HasSubstr("| Metric | none | gpu-blind | prism |"));
+  // Prism's column (the last): no preemption of it leaves the pod unplaced.
+  const std::string row = "| Wasted evictions (the preemptor still did not fit) |";
+  const size_t at = r.out.find(row);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string line = r.out.substr(at, r.out.find('\n', at) - at);
+  EXPECT_THAT(line, ::testing::EndsWith("| 0.0 |")) << line;
+  EXPECT_THAT(Read("p.csv"), StartsWith("mode,seed,pods,high_pods,"));
+  EXPECT_FALSE(fs::exists(dir_ + "/prism-sim.svg"));
+  for (const auto& [args, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--preemption --policy fgd", "unknown preemption policy 'fgd'"},
+           {"--preemption --high-fraction 0", "--high-fraction must be above 0"},
+           {"--preemption --preemption-attempts 0", "--preemption-attempts must be 1..100"},
+           {"--preemption --mig", "does not combine with --departures, --topology or --mig"}}) {
+    Result bad = Run(args + " --seeds 1 --progress off");
+    EXPECT_EQ(bad.exit_code, 1) << args;
+    EXPECT_THAT(bad.err, HasSubstr(message)) << args;
+  }
+}
+
 TEST_F(SimCommandTest, NoCeilingLeavesItOut) {
   Result r = Run("--policy random --seeds 42 --no-plot --no-ceiling --progress off");
   ASSERT_EQ(r.exit_code, 0) << r.err;

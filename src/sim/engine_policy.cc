@@ -29,6 +29,100 @@ int64_t NominalMemoryMib(std::string_view model) {
   return it != kMemory.end() ? it->second : 16384;
 }
 
+}  // namespace
+
+absl::StatusOr<SimEngine> BuildSimEngine(const Cluster& cluster, const Workload& workload,
+                                         MigMapping mapping, const EnginePolicyOptions& options) {
+  const int n = cluster.node_count();
+  // The engine breaks ties by node name; prefixing names with the tie-break
+  // rank (as the FGD paper's simulator does) gives it the order every policy
+  // sees.
+  const std::vector<int>& rank = workload.node_rank;
+  if (static_cast<int>(rank.size()) != n) {
+    return absl::InvalidArgumentError("the workload has no tie-break rank for every node");
+  }
+  std::map<std::string, int> by_engine_name;
+  std::vector<sched::NodeSpec> nodes;
+  nodes.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    const NodeSpec& s = cluster.node(i);
+    sched::NodeSpec node;
+    char prefix[16];
+    std::snprintf(prefix, sizeof(prefix), "%06d-", rank[i]);
+    node.name = StrCat(prefix, s.name);
+    by_engine_name[node.name] = i;
+    node.cpu_milli = s.milli_cpu;
+    node.memory_bytes = s.memory_mib << 20;
+    for (int g = 0; g < s.gpu_count; ++g) {
+      sched::GpuSpec gpu;
+      if (s.mig_model != nullptr) {
+        gpu.model = s.mig_model->name;
+        gpu.mode = sched::GpuMode::kMig;
+      } else {
+        gpu.model = cluster.models()[s.model];
+        gpu.memory_mib = NominalMemoryMib(gpu.model);
+        gpu.mode = sched::GpuMode::kHamiCore;
+      }
+      node.gpus.push_back(std::move(gpu));
+    }
+    if (options.use_topology && cluster.topology(i) != nullptr) {
+      node.topology = *cluster.topology(i);
+    }
+    nodes.push_back(std::move(node));
+  }
+  sched::DeviceConfig config;
+  config.device_split_count = options.device_split_count;
+  config.mig_strategy = sched::MigStrategy::kPlacement;
+  config.mig_match_cores = mapping == MigMapping::kCompute;
+  auto state = sched::ClusterState::Build(nodes, config);
+  if (!state.ok()) return Annotate(state.status(), "building the engine's cluster");
+  sched::EngineOptions engine_options;
+  engine_options.policy = options.policy;
+  SimEngine out;
+  out.to_sim.assign(n, -1);
+  for (int i = 0; i < state->node_count(); ++i)
+    out.to_sim[i] = by_engine_name.at(state->node(i).name);
+  out.engine = std::make_unique<sched::Engine>(*std::move(state), config, engine_options);
+  const bool has_mig = cluster.has_mig();
+  std::vector<sched::PodRequest> mix;
+  mix.reserve(workload.trace_pods.size());
+  for (const PodRequest& p : workload.trace_pods) {
+    mix.push_back(SimPodToEngine(p, mapping, has_mig));
+  }
+  sched::TargetWorkload target = sched::TargetWorkload::FromPods(
+      mix, options.typical_pod_coverage, options.max_typical_shapes);
+  target.gpus_by_type = out.engine->cluster().GpusByType();
+  out.engine->SetTargetWorkload(std::move(target));
+  return out;
+}
+
+sched::PodRequest SimPodToEngine(const PodRequest& pod, MigMapping mapping, bool has_mig) {
+  sched::PodRequest r;
+  r.name = pod.name;
+  sched::ContainerRequest c;
+  c.name = "main";
+  c.cpu_milli = pod.milli_cpu;
+  c.memory_bytes = pod.memory_mib << 20;
+  if (pod.gpu_count > 0) {
+    c.gpu.count = pod.gpu_count;
+    if (mapping == MigMapping::kCompute) {
+      c.gpu.cores_permille = pod.gpu_milli;
+    } else {
+      c.gpu.memory_permille = pod.gpu_milli;
+      c.gpu.cores_permille = pod.gpu_milli;
+    }
+    if (!has_mig && !pod.gpu_spec.empty()) {
+      for (std::string_view model : StrSplit(pod.gpu_spec, '|', /*skip_empty=*/true)) {
+        r.use_types.emplace_back(model);
+      }
+    }
+  }
+  r.containers.push_back(std::move(c));
+  return r;
+}
+
+namespace {
+
 class EnginePolicy : public Policy {
  public:
   explicit EnginePolicy(EnginePolicyOptions options) : options_(std::move(options)) {}
@@ -39,62 +133,10 @@ class EnginePolicy : public Policy {
     cluster_ = context.cluster;
     mapping_ = context.mig_mapping;
     has_mig_ = cluster_->has_mig();
-    const int n = cluster_->node_count();
-    // The engine breaks ties by node name; prefixing names with the tie-break
-    // rank (as the FGD paper's simulator does) gives it the order every policy
-    // sees.
-    const std::vector<int>& rank = context.workload->node_rank;
-    if (static_cast<int>(rank.size()) != n) {
-      return absl::InvalidArgumentError("the workload has no tie-break rank for every node");
-    }
-    std::map<std::string, int> by_engine_name;
-    std::vector<sched::NodeSpec> nodes;
-    nodes.reserve(n);
-    for (int i = 0; i < n; ++i) {
-      const NodeSpec& s = cluster_->node(i);
-      sched::NodeSpec node;
-      char prefix[16];
-      std::snprintf(prefix, sizeof(prefix), "%06d-", rank[i]);
-      node.name = StrCat(prefix, s.name);
-      by_engine_name[node.name] = i;
-      node.cpu_milli = s.milli_cpu;
-      node.memory_bytes = s.memory_mib << 20;
-      for (int g = 0; g < s.gpu_count; ++g) {
-        sched::GpuSpec gpu;
-        if (s.mig_model != nullptr) {
-          gpu.model = s.mig_model->name;
-          gpu.mode = sched::GpuMode::kMig;
-        } else {
-          gpu.model = cluster_->models()[s.model];
-          gpu.memory_mib = NominalMemoryMib(gpu.model);
-          gpu.mode = sched::GpuMode::kHamiCore;
-        }
-        node.gpus.push_back(std::move(gpu));
-      }
-      if (options_.use_topology && cluster_->topology(i) != nullptr) {
-        node.topology = *cluster_->topology(i);
-      }
-      nodes.push_back(std::move(node));
-    }
-    sched::DeviceConfig config;
-    config.device_split_count = options_.device_split_count;
-    config.mig_strategy = sched::MigStrategy::kPlacement;
-    config.mig_match_cores = mapping_ == MigMapping::kCompute;
-    auto state = sched::ClusterState::Build(nodes, config);
-    if (!state.ok()) return Annotate(state.status(), "building the engine's cluster");
-    sched::EngineOptions engine_options;
-    engine_options.policy = options_.policy;
-    to_sim_.assign(n, -1);
-    for (int i = 0; i < state->node_count(); ++i)
-      to_sim_[i] = by_engine_name.at(state->node(i).name);
-    engine_ = std::make_unique<sched::Engine>(*std::move(state), config, engine_options);
-    std::vector<sched::PodRequest> mix;
-    mix.reserve(context.workload->trace_pods.size());
-    for (const PodRequest& p : context.workload->trace_pods) mix.push_back(ToEngine(p));
-    sched::TargetWorkload workload = sched::TargetWorkload::FromPods(
-        mix, options_.typical_pod_coverage, options_.max_typical_shapes);
-    workload.gpus_by_type = engine_->cluster().GpusByType();
-    engine_->SetTargetWorkload(std::move(workload));
+    ASSIGN_OR_RETURN(SimEngine built,
+                     BuildSimEngine(*cluster_, *context.workload, mapping_, options_));
+    engine_ = std::move(built.engine);
+    to_sim_ = std::move(built.to_sim);
     allowed_nodes_.clear();
     keys_.clear();
     name_count_.clear();
@@ -321,28 +363,7 @@ class EnginePolicy : public Policy {
   }
 
   sched::PodRequest ToEngine(const PodRequest& pod) const {
-    sched::PodRequest r;
-    r.name = pod.name;
-    sched::ContainerRequest c;
-    c.name = "main";
-    c.cpu_milli = pod.milli_cpu;
-    c.memory_bytes = pod.memory_mib << 20;
-    if (pod.gpu_count > 0) {
-      c.gpu.count = pod.gpu_count;
-      if (mapping_ == MigMapping::kCompute) {
-        c.gpu.cores_permille = pod.gpu_milli;
-      } else {
-        c.gpu.memory_permille = pod.gpu_milli;
-        c.gpu.cores_permille = pod.gpu_milli;
-      }
-      if (!has_mig_ && !pod.gpu_spec.empty()) {
-        for (std::string_view model : StrSplit(pod.gpu_spec, '|', /*skip_empty=*/true)) {
-          r.use_types.emplace_back(model);
-        }
-      }
-    }
-    r.containers.push_back(std::move(c));
-    return r;
+    return SimPodToEngine(pod, mapping_, has_mig_);
   }
 
   const std::vector<int32_t>& AllowedNodes(uint64_t mask) {

@@ -21,8 +21,12 @@
 
 #include "absl/status/statusor.h"
 
+#include "core/sched/engine.h"
 #include "core/sched/policy.h"
+#include "core/sched/request.h"
+#include "sim/cluster.h"
 #include "sim/policy.h"
+#include "sim/workload.h"
 
 namespace prism::sim {
 
@@ -61,6 +65,21 @@ struct EnginePolicyOptions {
 };
 
 std::unique_ptr<Policy> MakeEnginePolicy(const EnginePolicyOptions& options);
+
+// The engine a run of `options` works on (what EnginePolicy::Begin builds): the engine's
+// cluster from `cluster`, node names prefixed with the workload's tie-break rank, target
+// workload the trace's pods. For experiments that drive the engine themselves
+// (sim/preemption_experiment.h).
+struct SimEngine {
+  std::unique_ptr<sched::Engine> engine;
+  std::vector<int> to_sim;  // Engine node id -> index in the simulated cluster.
+};
+// InvalidArgument: the workload has no tie-break rank per node; the engine's cluster errors.
+absl::StatusOr<SimEngine> BuildSimEngine(const Cluster& cluster, const Workload& workload,
+                                         MigMapping mapping, const EnginePolicyOptions& options);
+
+// A trace pod as the engine's request (one container; see the file comment).
+sched::PodRequest SimPodToEngine(const PodRequest& pod, MigMapping mapping, bool has_mig);
 
 // The engine's policies under simulator names: "prism" (the engine's default), "prism-dra"
 // (the default under DRA, EnginePolicyOptions::dra), "prism-fgd", "prism-bestfit",
