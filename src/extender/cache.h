@@ -315,10 +315,14 @@ class SchedulerCache {
   // Engine::SaveNode / RestoreNode on the live engine, under the lock), at most `max_trials`
   // trials per call from a rotating offset; nodes past the budget are left out (unresolvable this
   // time, looked at first next time). Empty for preemptionPolicy: Never or an invalid request.
+  // `notes`, when given, gets the failed nodes where preemption cannot help and why (one of the
+  // kPreemption* texts below; a node without one: its own GPUs refuse the pod, or no trial).
+  using FailedNodeNotes = std::vector<std::pair<std::string_view, std::string_view>>;
   std::vector<std::string_view> ResolvableNodes(const config::PodManifest& pod, int32_t priority,
                                                 bool preempt_never,
                                                 absl::Span<const std::string_view> failed,
-                                                int max_trials = 100);
+                                                int max_trials = 100,
+                                                FailedNodeNotes* notes = nullptr);
   // Path B (docs/preemption.md §2): where Prism would evict for `pod`. SelectVictims (on a copy
   // of the engine) over `nodes`, at most max(10 % of them, 100) from a rotating offset, trials
   // bounded per node and by `request_trials`; the node picked in pickOneNodeForPreemption's order
@@ -520,6 +524,18 @@ class SchedulerCache {
 int32_t PodPriority(const Json& pod);
 // Whether the pod's spec.preemptionPolicy is Never.
 bool PreemptsNever(const Json& pod);
+
+// Why preemption cannot help a pod on a node where it failed (SchedulerCache::ResolvableNodes;
+// Filter adds it to the node's reason in parentheses).
+// Every pod charged on the node's GPUs has a priority at or above the pod's.
+inline constexpr std::string_view kPreemptionOnlyHigher =
+    "preemption cannot help: only pods of equal or higher priority hold its GPUs";
+// Releasing every lower-priority pod there still leaves no room (one trial).
+inline constexpr std::string_view kPreemptionNotEnough =
+    "preemption cannot help: evicting every lower-priority pod there is not enough";
+// Lower-priority pods hold GPUs there, but the pod may not evict them.
+inline constexpr std::string_view kPreemptionNever =
+    "preemption not attempted: the pod's preemptionPolicy is Never";
 
 // The decision-bearing annotations of a pod (prism.io/decision and HAMi's keys), or empty.
 std::map<std::string, std::string> DecisionAnnotations(

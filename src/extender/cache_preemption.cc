@@ -157,13 +157,43 @@ std::vector<sched::PreemptionCandidate> SchedulerCache::EvictableLocked(const st
 
 std::vector<std::string_view> SchedulerCache::ResolvableNodes(
     const config::PodManifest& pod, int32_t priority, bool preempt_never,
-    absl::Span<const std::string_view> failed, int max_trials) {
+    absl::Span<const std::string_view> failed, int max_trials, FailedNodeNotes* notes) {
   std::vector<std::string_view> out;
   absl::MutexLock lock(&mu_);
   MaybeRebuildLocked();
-  if (preempt_never || failed.empty()) return out;
+  if (failed.empty()) return out;
   absl::StatusOr<sched::PodRequest> request = config::BuildPodRequest(pod, config_);
   if (!request.ok() || !request->WantsGpu() || !engine_->Validate(*request).ok()) return out;
+  absl::flat_hash_set<std::string_view> evicting;  // Victims of reservations made already.
+  for (const auto& [key, r] : reservations_) {
+    for (const auto& [victim, uid] : r.victims) evicting.insert(uid);
+  }
+  // A node's pods as the split sees them (EvictableLocked's rules, without copying keys): the
+  // evictable ones below `priority`, and whether every other one charged there is of a known
+  // priority at or above it (only then does kPreemptionOnlyHigher hold).
+  std::vector<sched::PreemptionCandidate> lower;
+  auto classify = [&](std::string_view node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    lower.clear();
+    int higher = 0;
+    bool unsure = false;  // A pod of unknown priority, being evicted, or only assumed.
+    auto on = pods_on_node_.find(node);
+    if (on == pods_on_node_.end()) return false;
+    for (const std::string& key : on->second) {
+      auto p = pods_.find(key);
+      if (p == pods_.end() || p->second.node != node) continue;  // Stale: PodsOnNodeLocked's rule.
+      const PodEntry& e = p->second;
+      if (e.dra || !e.charged) continue;
+      const bool running = e.state == State::kBound || e.state == State::kUncertain;
+      if (!running || !e.priority_known || evicting.contains(e.uid)) {
+        unsure = true;
+      } else if (e.priority < priority) {
+        lower.push_back({key, e.priority});
+      } else {
+        ++higher;
+      }
+    }
+    return higher > 0 && !unsure;
+  };
   // From a rotating offset, so that a budget smaller than the failed nodes reaches every node
   // over the pod's retries, as kube-scheduler's GetOffsetAndNumCandidates does.
   const size_t n = failed.size();
@@ -174,11 +204,15 @@ std::vector<std::string_view> SchedulerCache::ResolvableNodes(
     const size_t at = (start + i) % n;
     const int id = NodeIdLocked(failed[at]);
     if (id < 0) continue;  // No GPU inventory: eviction frees nothing Prism places.
-    std::vector<sched::PreemptionCandidate> lower;
-    for (sched::PreemptionCandidate& c : EvictableLocked(std::string(failed[at]))) {
-      if (c.priority < priority) lower.push_back(std::move(c));
+    const bool only_higher = classify(failed[at]);
+    if (lower.empty()) {
+      if (only_higher && notes != nullptr) notes->emplace_back(failed[at], kPreemptionOnlyHigher);
+      continue;
     }
-    if (lower.empty()) continue;
+    if (preempt_never) {
+      if (notes != nullptr) notes->emplace_back(failed[at], kPreemptionNever);
+      continue;
+    }
     ++trials;
     // Releasing more never hurts: if all of them gone is not enough, no subset is.
     const sched::ClusterState::NodeSnapshot saved = engine_->SaveNode(id);
@@ -190,9 +224,13 @@ std::vector<std::string_view> SchedulerCache::ResolvableNodes(
       dirty_ = true;  // The next verb rebuilds from the pods.
       break;
     }
-    if (fits) found.push_back(at);
+    if (fits) {
+      found.push_back(at);
+    } else if (released && notes != nullptr) {
+      notes->emplace_back(failed[at], kPreemptionNotEnough);
+    }
   }
-  preemption_offset_ += static_cast<uint64_t>(std::max(trials, 1));
+  if (!preempt_never) preemption_offset_ += static_cast<uint64_t>(std::max(trials, 1));
   std::sort(found.begin(), found.end());
   for (size_t at : found) out.push_back(failed[at]);
   return out;

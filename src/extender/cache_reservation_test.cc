@@ -16,6 +16,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
+using ::testing::UnorderedElementsAre;
 using json = nlohmann::json;
 using testing::GpuPod;
 using testing::Manifest;
@@ -92,6 +93,37 @@ TEST_F(ReservationTest, AFailureIsResolvableOnlyWhereEvictingLowerPriorityPodsLe
   EXPECT_EQ(UsedMiB(), used);
   EXPECT_TRUE(cache_->ChargedDecision("default/a").has_value());
   EXPECT_TRUE(cache_->Filter(Manifest(Pod("x", 4096, 0)), Views(nodes_)).feasible.empty());
+}
+
+TEST_F(ReservationTest, ANodeWherePreemptionCannotHelpSaysWhy) {
+  auto notes = [&](const json& pod, bool never = false) {
+    SchedulerCache::FailedNodeNotes out;
+    cache_->ResolvableNodes(Manifest(pod), PodPriority(pod), never, Views(nodes_), 100, &out);
+    return out;
+  };
+  using Note = std::pair<std::string_view, std::string_view>;
+  // n1 is resolvable; only e (200) holds n2's GPU; "unknown" has no inventory: no note.
+  EXPECT_THAT(notes(Pod("hi", 10240, 100)),
+              UnorderedElementsAre(Note{"n2", kPreemptionOnlyHigher}));
+  // Priority 0: a, b and d are equal, c higher: nothing below it anywhere.
+  EXPECT_THAT(notes(Pod("low", 10240, 0)),
+              UnorderedElementsAre(Note{"n1", kPreemptionOnlyHigher},
+                                   Note{"n2", kPreemptionOnlyHigher}));
+  // Never: n1's lower-priority pods are not tried.
+  EXPECT_THAT(notes(Pod("hi", 10240, 100), /*never=*/true),
+              UnorderedElementsAre(Note{"n1", kPreemptionNever},
+                                   Note{"n2", kPreemptionOnlyHigher}));
+  // Priority 1, two whole T4s: a, b and d gone free GPU 0 only (c, priority 5, stays on GPU 1).
+  json two = GpuPod("two", 2, 15360, 10);
+  two["spec"]["priority"] = 1;
+  EXPECT_THAT(notes(two), UnorderedElementsAre(Note{"n1", kPreemptionNotEnough},
+                                               Note{"n2", kPreemptionOnlyHigher}));
+  // A pod being evicted for a reservation is not "equal or higher": no note where it is.
+  auto plan = cache_->PlanPreemption(Manifest(Pod("hi", 10240, 100)), 100, false, {"n1"});
+  ASSERT_TRUE(plan.ok() && plan->has_value());
+  cache_->Reserve(Manifest(Pod("hi", 10240, 100)), 100, **plan, clock_.Now() + absl::Minutes(2));
+  EXPECT_THAT(notes(Pod("low", 10240, 0)),
+              UnorderedElementsAre(Note{"n2", kPreemptionOnlyHigher}));
 }
 
 TEST_F(ReservationTest, TheTrialBudgetBoundsTheSplitAndRotates) {

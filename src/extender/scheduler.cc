@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <map>
 #include <random>
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/hash/hash.h"
 #include "absl/time/clock.h"
@@ -402,19 +404,32 @@ HttpReply Scheduler::Filter(std::string_view body) {
   // pod says the priority and policy when there is one (not the request's copy).
   const Json& priority_source = assume ? *known : args->pod;
   std::vector<std::string_view> resolvable;
+  SchedulerCache::FailedNodeNotes notes;  // Where preemption cannot help, and why.
   if (unschedulable && outcome.request_status.ok() && options_.preemption.enabled) {
     std::vector<std::string_view> failed;
     failed.reserve(outcome.failed.size());
     for (const FilterOutcome::FailedNode& f : outcome.failed) failed.push_back(f.node);
     resolvable = cache_.ResolvableNodes(*manifest, PodPriority(priority_source),
                                         PreemptsNever(priority_source), failed,
-                                        options_.preemption.filter_trials);
+                                        options_.preemption.filter_trials, &notes);
   }
   const absl::flat_hash_set<std::string_view> resolvable_set(resolvable.begin(), resolvable.end());
+  // A node's reason with its note, "1/1 CardInsufficientMemory (preemption cannot help: ...)":
+  // what kube-scheduler shows in the pod's PodScheduled condition. One string per distinct
+  // (reason, note), kept for the reply.
+  const absl::flat_hash_map<std::string_view, std::string_view> note_of(notes.begin(), notes.end());
+  std::map<std::pair<uint32_t, std::string_view>, std::string> noted;
+  auto reason_of = [&](const FilterOutcome::FailedNode& f) -> std::string_view {
+    auto note = note_of.find(f.node);
+    if (note == note_of.end()) return outcome.reasons[f.reason];
+    std::string& text = noted[{f.reason, note->second}];
+    if (text.empty()) text = StrCat(outcome.reasons[f.reason], " (", note->second, ")");
+    return text;
+  };
   result.failed_unresolvable_nodes.reserve(outcome.failed.size() - resolvable.size());
   for (const FilterOutcome::FailedNode& f : outcome.failed) {
     (resolvable_set.contains(f.node) ? result.failed_nodes : result.failed_unresolvable_nodes)
-        .emplace_back(f.node, outcome.reasons[f.reason]);
+        .emplace_back(f.node, reason_of(f));
   }
   // Path B: kube-scheduler does not preempt for a GPU-only shortage, so the leader does (only
   // for a pod the informer has; at most once while its reservation lasts).
@@ -451,7 +466,7 @@ HttpReply Scheduler::Filter(std::string_view body) {
         break;
       }
       // Node names come from the request: bounded and escaped.
-      StrAppend(&message, "; ", k8s::EventName(f.node, 63), ": ", outcome.reasons[f.reason],
+      StrAppend(&message, "; ", k8s::EventName(f.node, 63), ": ", reason_of(f),
                 resolvable_set.contains(f.node) ? " (preemption may help)" : "");
     }
     LogInfo(kLog, "pod ", manifest->Key(), ": ", message);

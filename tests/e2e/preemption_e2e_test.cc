@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "extender/cache.h"
 #include "tests/e2e/deploy_seed_fixture.h"
 
 namespace prism::e2e {
@@ -49,7 +50,8 @@ class PreemptionE2eTest : public DeploySeedTest {
   // The cluster: GPU 0 holds a (8 GiB) and b (6 GiB), GPU 1 c (10 GiB) and d (4 GiB), all of
   // class batch and running. A 10 GiB slice then fits only where c goes: GPU 1 has 1 GiB free
   // and d frees 4, GPU 0 1 GiB and a or b at most 8.
-  void Saturate() {
+  // `class_of`: a pod's PriorityClass when not batch.
+  void Saturate(const std::map<std::string, std::string>& class_of = {}) {
     ASSERT_NO_FATAL_FAILURE(StartInstall(NodeCase{"two-t4", kTwoT4s, {}, {}}));
     const nvml::sim::SimState state = deviceplugin::testing::ReadState(state_file_);
     ASSERT_EQ(state.gpus.size(), 2u);
@@ -57,7 +59,8 @@ class PreemptionE2eTest : public DeploySeedTest {
     const std::vector<std::tuple<std::string, int, int>> pods = {
         {"a", 8192, 0}, {"b", 6144, 0}, {"c", 10240, 1}, {"d", 4096, 1}};
     for (const auto& [name, mib, gpu] : pods) {
-      json pod = Prioritized(SlicePod(name, mib, gpu_[gpu]), "batch");
+      json pod = Prioritized(SlicePod(name, mib, gpu_[gpu]),
+                             class_of.count(name) ? class_of.at(name) : "batch");
       const std::string uid = Submit(pod);
       ASSERT_FALSE(uid.empty());
       absl::StatusOr<kubelet::CreatedContainer> started = Run(pod, uid);
@@ -80,21 +83,53 @@ class PreemptionE2eTest : public DeploySeedTest {
   }
 
   bool WaitForEvent(const std::string& name, const std::string& reason, absl::Duration timeout) {
-    const absl::Time deadline = absl::Now() + timeout;
-    while (absl::Now() < deadline) {
-      for (const std::string& e : EventsAbout(name)) {
-        if (e.rfind(reason + ":", 0) == 0) return true;
-      }
-      absl::SleepFor(absl::Milliseconds(20));
-    }
-    return false;
+    return WaitForEventSaying(name, reason, "", timeout);
   }
 
   // The kubelet's part of an eviction: the evicted pod's containers go (the API server deleted
   // the pod at once, without graceful termination).
   void KubeletForgets(const std::string& name) { kubelet_->RemovePod(uids_.at(name)); }
 
-  std::map<std::string, PriorityClass> classes_ = {{"batch", {1000}}, {"serving", {1000000}}};
+  // Whether an event about `name` with `reason` that says `text` comes within `timeout`.
+  bool WaitForEventSaying(const std::string& name, const std::string& reason,
+                          const std::string& text, absl::Duration timeout) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      for (const std::string& e : EventsAbout(name)) {
+        if (e.rfind(reason + ":", 0) == 0 && e.find(text) != std::string::npos) return true;
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    return false;
+  }
+
+  // A 10 GiB slice of class `class_name` fails with `why` in its node's reason (the extender's
+  // reply, which kube-scheduler puts in the PodScheduled condition) and FilteringFailed Event;
+  // nothing is evicted or marked, and it stays Pending without a Preempting event over a few of
+  // the stand-in's retries (its unschedulable flush is 500 ms).
+  void ExpectPendingSaying(const std::string& class_name, std::string_view why) {
+    api_->ClearRequests();
+    ASSERT_FALSE(Submit(Prioritized(SlicePod("hi", 10240), class_name)).empty());
+    ASSERT_TRUE(WaitForEventSaying("hi", "FilteringFailed", std::string(why), absl::Seconds(30)))
+        << Slurp(scheduler_.log);
+    EXPECT_THAT(driver_->Timelines()["default/hi"].last_error, HasSubstr(std::string(why)));
+    absl::SleepFor(absl::Milliseconds(1500));
+    const std::string name = "hi";
+    EXPECT_EQ(Pod(name)["spec"].value("nodeName", ""), "");
+    for (const fakeapi::RequestRecord& r : api_->Requests()) {
+      EXPECT_EQ(r.path.find("/eviction"), std::string::npos) << r.method << " " << r.path;
+      EXPECT_FALSE(r.method == "PATCH" && r.path.find("/status") != std::string::npos) << r.path;
+    }
+    for (const char* kept : {"a", "b", "c", "d"}) EXPECT_TRUE(Exists(kept)) << kept;
+    for (const std::string& e : EventsAbout(name)) {
+      EXPECT_EQ(e.rfind("Preempting:", 0), std::string::npos) << e;
+    }
+  }
+
+  std::map<std::string, PriorityClass> classes_ = {{"batch", {1000}},
+                                                   {"serving", {1000000}},
+                                                   {"critical", {2000000}},
+                                                   {"serving-never", {1000000, "Never"}}};
   std::vector<std::string> gpu_;
   std::map<std::string, std::string> uids_;
 };
@@ -172,6 +207,22 @@ TEST_F(PreemptionE2eTest, APdbRefusalEvictsNothingAndThePodWaitsSayingWhy) {
   ASSERT_TRUE(started.ok()) << started.status() << Slurp(scheduler_.log);
   EXPECT_THAT(started->env["NVIDIA_VISIBLE_DEVICES"], HasSubstr(gpu_[1]));
   for (const char* kept : {"a", "b", "d"}) EXPECT_TRUE(Exists(kept)) << kept;
+}
+
+// Issue 34: a pod that could only fit by evicting pods of equal or higher priority stays Pending,
+// and the reason kube-scheduler shows (the extender's failed-node reason, which becomes the
+// node's status in the pod's PodScheduled condition) and Prism's FilteringFailed event say so.
+TEST_F(PreemptionE2eTest, OnlyEqualOrHigherPriorityPodsInTheWayThePodWaitsSayingSo) {
+  ASSERT_NO_FATAL_FAILURE(
+      Saturate({{"a", "serving"}, {"b", "serving"}, {"c", "critical"}, {"d", "serving"}}));
+  ASSERT_NO_FATAL_FAILURE(ExpectPendingSaying("serving", extender::kPreemptionOnlyHigher));
+}
+
+// A pod whose PriorityClass says preemptionPolicy: Never never preempts, even where lower-priority
+// pods hold the GPU it needs; the reason says why.
+TEST_F(PreemptionE2eTest, APreemptionPolicyNeverPodNeverPreemptsAndSaysWhy) {
+  ASSERT_NO_FATAL_FAILURE(Saturate());
+  ASSERT_NO_FATAL_FAILURE(ExpectPendingSaying("serving-never", extender::kPreemptionNever));
 }
 
 // Issue 34's MIG case. An A100-SXM4-80GB in placement mode (`prism.migStrategy: placement`, the
