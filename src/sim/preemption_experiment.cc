@@ -106,6 +106,7 @@ class Run {
         freed += milli;
       }
       ++out_.preemptions;
+      ++out_.preemptions_by_kind[PreemptorKind(p)];
       out_.victims += static_cast<int64_t>(choice->victims.size());
       out_.victims_per_preemption.push_back(static_cast<int>(choice->victims.size()));
       out_.victim_gpu_milli += freed;
@@ -114,6 +115,7 @@ class Run {
         ++out_.succeeded;
         return absl::OkStatus();
       }
+      ++out_.failed_by_kind[PreemptorKind(p)];
       out_.wasted_victims += static_cast<int64_t>(choice->victims.size());
       out_.wasted_gpu_milli += freed;
     }
@@ -333,6 +335,11 @@ std::string_view PreemptionModeName(PreemptionMode mode) {
   return "?";
 }
 
+int PreemptorKind(const PodRequest& pod) {
+  if (pod.gpu_count > 1) return 2;
+  return pod.gpu_milli < kMilliPerGpu ? 0 : 1;
+}
+
 std::vector<int32_t> DrawPriorities(const Workload& workload, double high_fraction, uint64_t seed,
                                     const PreemptionExperimentOptions& options) {
   // A stream of its own ("priority" in ASCII mixed into the seed).
@@ -472,6 +479,26 @@ std::string FormatPreemptionTable(const std::vector<PreemptionRunResult>& runs) 
       {"... after which the preemptor was placed", 1, [](const PreemptionRunResult& r) {
          return static_cast<double>(r.succeeded);
        }},
+      {"... for a share of one GPU", 1, [](const PreemptionRunResult& r) {
+         return static_cast<double>(r.preemptions_by_kind[0]);
+       }},
+      {"... for one whole GPU", 1, [](const PreemptionRunResult& r) {
+         return static_cast<double>(r.preemptions_by_kind[1]);
+       }},
+      {"... for several GPUs", 1, [](const PreemptionRunResult& r) {
+         return static_cast<double>(r.preemptions_by_kind[2]);
+       }},
+      {"Preemptions after which the preemptor still did not fit", 1,
+       [](const PreemptionRunResult& r) { return static_cast<double>(r.preemptions - r.succeeded); }},
+      {"... for a share of one GPU", 1, [](const PreemptionRunResult& r) {
+         return static_cast<double>(r.failed_by_kind[0]);
+       }},
+      {"... for one whole GPU", 1, [](const PreemptionRunResult& r) {
+         return static_cast<double>(r.failed_by_kind[1]);
+       }},
+      {"... for several GPUs", 1, [](const PreemptionRunResult& r) {
+         return static_cast<double>(r.failed_by_kind[2]);
+       }},
       {"Victims per preemption, mean", 2, [](const PreemptionRunResult& r) {
          return Ratio(r.victims, r.preemptions);
        }},
@@ -529,7 +556,8 @@ std::string FormatPreemptionCsv(const std::vector<PreemptionRunResult>& runs) {
   std::string out =
       "mode,seed,pods,high_pods,high_unplaced,preemptions,succeeded,high_pending,victims,"
       "victim_gpu_milli,wasted_victims,wasted_gpu_milli,victims_p50,victims_p99,search_trials,"
-      "final_used_gpu_milli,capacity_gpu_milli,seconds\n";
+      "final_used_gpu_milli,capacity_gpu_milli,preemptions_share,preemptions_one_gpu,"
+      "preemptions_multi_gpu,failed_share,failed_one_gpu,failed_multi_gpu,seconds\n";
   for (const PreemptionRunResult& r : runs) {
     char tail[64];
     std::snprintf(tail, sizeof(tail), "%.3f", r.seconds);
@@ -539,7 +567,8 @@ std::string FormatPreemptionCsv(const std::vector<PreemptionRunResult>& runs) {
               r.victims_per_preemption.empty() ? 0 : Percentile(r.victims_per_preemption, 50),
               ",", r.victims_per_preemption.empty() ? 0 : Percentile(r.victims_per_preemption, 99),
               ",", r.search_trials, ",", r.final_used_gpu_milli, ",", r.capacity_gpu_milli, ",",
-              tail, "\n");
+              StrJoin(r.preemptions_by_kind, ","), ",", StrJoin(r.failed_by_kind, ","), ",", tail,
+              "\n");
   }
   return out;
 }

@@ -18,6 +18,7 @@
 // Pure and deterministic for a seed; no I/O. Thread-compatible.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -101,6 +102,9 @@ int64_t NumCandidates(int64_t nodes, const PreemptionExperimentOptions& options)
 
 // --- One run.
 
+// A preemptor by its request: 0 a share of one GPU, 1 one whole GPU, 2 several GPUs.
+int PreemptorKind(const PodRequest& pod);
+
 struct PreemptionRunResult {
   std::string mode;
   uint64_t seed = 0;
@@ -111,6 +115,10 @@ struct PreemptionRunResult {
   int64_t succeeded = 0;      // ...after which the preemptor was placed.
   int64_t high_pending = 0;   // High-priority pods never placed.
   std::vector<int> victims_per_preemption;
+  // By the preemptor's request (PreemptorKind): preemptions, and those after which it still
+  // did not fit.
+  std::array<int64_t, 3> preemptions_by_kind{};
+  std::array<int64_t, 3> failed_by_kind{};
   int64_t victims = 0;
   int64_t victim_gpu_milli = 0;  // GPU share the victims held.
   int64_t wasted_victims = 0;    // Victims of preemptions after which the pod still did not fit.

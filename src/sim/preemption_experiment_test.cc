@@ -127,6 +127,8 @@ TEST_F(TwoGpuNodeTest, GpuBlindEvictsThePodWhoseDepartureFreesNothingUsable) {
   EXPECT_EQ(r.victims, 1);
   EXPECT_EQ(r.victim_gpu_milli, 400);
   EXPECT_EQ(r.wasted_victims, 1);
+  EXPECT_THAT(r.preemptions_by_kind, ElementsAre(1, 0, 0));  // A share.
+  EXPECT_THAT(r.failed_by_kind, ElementsAre(1, 0, 0));
   EXPECT_EQ(r.high_pending, 1);
   EXPECT_EQ(r.final_used_gpu_milli, 1200);
 }
