@@ -157,9 +157,10 @@ absl::StatusOr<json> DraShareResult(const std::string& who, const std::string& g
   }
   DraShareAmount amount;
   amount.memory_mib = d.memory_mib;
-  // Percent, rounded up: what the container's CUDA_DEVICE_SM_LIMIT will be.
+  // Percent, rounded up: what the container's CUDA_DEVICE_SM_LIMIT will be; 0 (HAMi's gpucores
+  // unset) reserves none and throttles nothing.
   amount.cores_percent = std::min<int32_t>(
-      kDraShareMaxCores, std::max<int32_t>(1, (d.cores_permille * kDraShareMaxCores +
+      kDraShareMaxCores, std::max<int32_t>(0, (d.cores_permille * kDraShareMaxCores +
                                                sched::kPermille - 1) / sched::kPermille));
   amount.slots = 1;
   if ((r.share.memory_mib && d.memory_mib < *r.share.memory_mib) ||

@@ -55,7 +55,7 @@ json DraSharedGpuCapacity(int64_t memory_mib, int32_t split_count) {
         {"requestPolicy", Policy(all, {{"min", "1Mi"}, {"step", "1Mi"}, {"max", all}}, true)}}},
       {kDraShareCores,
        {{"value", cores},
-        {"requestPolicy", Policy(cores, {{"min", "1"}, {"step", "1"}, {"max", cores}}, true)}}},
+        {"requestPolicy", Policy(cores, {{"min", "0"}, {"step", "1"}, {"max", cores}}, true)}}},
       {kDraShareSlots,
        {{"value", std::to_string(std::max(1, split_count))},
         {"requestPolicy", Policy("1", json::array({"1"}), false)}}}};
@@ -83,7 +83,8 @@ absl::StatusOr<DraShareRequest> ParseDraCapacityRequests(const json& capacity,
         return Invalid(f, StrCat(v, " is more than ", kDraShareMaxCores,
                                  " (cores are percent of a GPU's SMs): no device matches"));
       }
-      out.cores_percent = static_cast<int32_t>(std::max<int64_t>(1, v));
+      // 0 is HAMi's `gpucores` unset: the share reserves no compute and is not throttled.
+      out.cores_percent = static_cast<int32_t>(std::max<int64_t>(0, v));
     } else if (name == kDraShareSlots) {
       if (v > 1) {
         return Invalid(f, StrCat(v, " is not a valid value (slots: [1]): a share holds one slot"));
@@ -104,7 +105,7 @@ json DraConsumedCapacityJson(const DraShareAmount& amount) {
 
 absl::StatusOr<DraShareAmount> ParseDraConsumedCapacity(const json& consumed,
                                                         std::string_view field) {
-  DraShareAmount out;
+  DraShareAmount out{-1, -1, -1};
   if (consumed.is_null()) return out;
   if (!consumed.is_object()) return Invalid(field, "expected an object");
   for (const auto& [name, value] : consumed.items()) {

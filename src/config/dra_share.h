@@ -4,9 +4,11 @@
 //
 // With DRAConsumableCapacity (KEP-5075) a GPU not in MIG mode is one device "gpu-<minor>" with
 // allowMultipleAllocations: true and three capacities, each with a requestPolicy:
-//   memory  the GPU's memory (MiB-rounded bytes)  default all, validRange{min 1Mi, step 1Mi, max
-//   all} cores   100 (percent of the SMs)               default 100, validRange{min 1, step 1, max
-//   100} slots   deviceSplitCount                      default 1, validValues [1]
+//   memory  the GPU's memory (MiB-rounded bytes)  default all, validRange{min 1Mi, step 1Mi, max all}
+//   cores   100 (percent of the SMs)              default 100, validRange{min 0, step 1, max 100}
+//   slots   deviceSplitCount                      default 1, validValues [1]
+// cores 0 is HAMi's `nvidia.com/gpucores` left unset: a share that reserves no compute and whose
+// container is not throttled (CUDA_DEVICE_SM_LIMIT 100), sharing the SMs best effort.
 // A claim of class slice.gpu.prism.io asks `capacity.requests` {memory, cores}; what a share
 // consumes follows upstream's allocator (structured/internal/experimental/consumable_capacity.go,
 // calculateConsumedCapacity, roundUpRange, fillEmptyRequest, violatesPolicy): a capacity not
@@ -70,7 +72,8 @@ absl::StatusOr<DraShareRequest> ParseDraCapacityRequests(const nlohmann::json& c
 
 // consumedCapacity of an allocation result: {memory: "<MiB>Mi", cores: "<n>", slots: "<n>"}.
 nlohmann::json DraConsumedCapacityJson(const DraShareAmount& amount);
-// Decodes consumedCapacity; a capacity missing from it is 0 there. InvalidArgument naming the
+// Decodes consumedCapacity; a capacity missing from it is -1 there (the device's default applies;
+// upstream's allocator writes all three, and cores may be a real 0). InvalidArgument naming the
 // field for an unknown name, a malformed quantity or one past a GPU's bounds.
 absl::StatusOr<DraShareAmount> ParseDraConsumedCapacity(const nlohmann::json& consumed,
                                                         std::string_view field);

@@ -41,10 +41,14 @@ TEST(DraShareTest, CapacityRequestsRoundAsUpstreamsAllocator) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->memory_mib, 10240);
   EXPECT_EQ(r->cores_percent, 30);
-  // Below min (1Mi) -> min; between steps -> up; "1.5Mi" is 2 MiB; 0 cores -> min 1.
+  // Below min (1Mi) -> min; between steps -> up; "1.5Mi" is 2 MiB; 0 cores stay 0 (min 0: HAMi's
+  // gpucores unset, no compute reserved), 0.5 cores round up to 1.
   r = ParseDraCapacityRequests(Capacity({{"memory", "1"}, {"cores", "0"}}), "c");
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->memory_mib, 1);
+  EXPECT_EQ(r->cores_percent, 0);
+  r = ParseDraCapacityRequests(Capacity({{"cores", "500m"}}), "c");
+  ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->cores_percent, 1);
   r = ParseDraCapacityRequests(Capacity({{"memory", "1.5Mi"}, {"slots", "1"}}), "c");
   ASSERT_TRUE(r.ok());
@@ -209,7 +213,7 @@ TEST(DraShareRoundTripTest, PublishedSharedDevicesPassTheApisRules) {
               HasSubstr("exactly one policy"));
   EXPECT_THAT(broken([](json& d) {
                 d["capacity"]["cores"]["requestPolicy"]["default"] = "1.5";
-                d["capacity"]["cores"]["requestPolicy"]["validRange"]["step"] = "2";
+                d["capacity"]["cores"]["requestPolicy"]["validRange"]["step"] = "3";
               }).message(),
               HasSubstr("multiple of the step"));
 }

@@ -15,13 +15,14 @@ namespace {
 
 constexpr char kLog[] = "dra";
 
-// What a share consumes: the result's consumedCapacity, a capacity it does not name (or names
-// as 0, below every minimum) taking the published default (docs/dra-design.md §1.4): all the memory,
-// all the cores, one slot. Upstream's allocator writes all three.
+// What a share consumes: the result's consumedCapacity, a capacity it does not name (or memory
+// and slots named as 0, below their minimums) taking the published default (docs/dra-design.md
+// §1.4): all the memory, all the cores, one slot. Cores named as 0 stay 0 (HAMi's gpucores unset:
+// no compute reserved, no throttle). Upstream's allocator writes all three.
 config::DraShareAmount Consumed(const DraAllocationResult& r, const DraGpu& gpu) {
-  config::DraShareAmount a = r.consumed.value_or(config::DraShareAmount{});
+  config::DraShareAmount a = r.consumed.value_or(config::DraShareAmount{-1, -1, -1});
   if (a.memory_mib <= 0) a.memory_mib = gpu.memory_mib;
-  if (a.cores_percent <= 0) a.cores_percent = config::kDraShareMaxCores;
+  if (a.cores_percent < 0) a.cores_percent = config::kDraShareMaxCores;
   if (a.slots <= 0) a.slots = 1;
   return a;
 }

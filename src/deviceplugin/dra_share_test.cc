@@ -92,6 +92,27 @@ TEST_F(DraShareTest, PreparesAShareWithItsLimitsRegionAndShareId) {
   EXPECT_TRUE(driver_->Prepared().empty());
 }
 
+// cores 0 (a HAMi pod's gpucores left unset, dra_hami.h): the share reserves no compute, so a
+// share of all 100 % still fits beside it, and its container is not throttled.
+TEST_F(DraShareTest, AShareOfNoCoresIsNotThrottledAndReservesNone) {
+  StartSharing();
+  StartKubelet();
+  const std::string uid = CreateClaim("c", json::array({Share("gpu", "gpu-0", ShareIdOf(0), 4000, 0)}));
+  ASSERT_EQ(PrepareOne("c", uid).error(), "");
+  ASSERT_TRUE(kubelet_->PrepareResources(Pod("c")).ok());
+  auto container = kubelet_->CreateContainer(Pod("c"), "main");
+  ASSERT_TRUE(container.ok()) << container.status();
+  EXPECT_TRUE(HasEnv(container->edits, "CUDA_DEVICE_MEMORY_LIMIT_0=4000m"));
+  EXPECT_TRUE(HasEnv(container->edits, "CUDA_DEVICE_SM_LIMIT=100"));
+  const std::string full = CreateClaim("d", json::array({Share("gpu", "gpu-0", ShareIdOf(1), 4000, 100)}));
+  EXPECT_EQ(PrepareOne("d", full).error(), "");
+  // A result without cores consumes the default, all of them: no longer fits.
+  json no_cores = Share("gpu", "gpu-0", ShareIdOf(2), 1000, 0);
+  no_cores["consumedCapacity"].erase("cores");
+  const std::string third = CreateClaim("e", json::array({no_cores}));
+  EXPECT_THAT(PrepareOne("e", third).error(), ::testing::HasSubstr("does not fit"));
+}
+
 TEST_F(DraShareTest, NeverOvercommitsAGpuEvenFromConcurrentCalls) {
   StartSharing();
   // Eight claims of 30 % of GPU 0 each, prepared at once: three fit (90 %), five do not.

@@ -178,6 +178,24 @@ class DraAllocatorTest : public ::testing::Test {
     return json::parse(b.body).value("Error", "");
   }
 
+  // The resourceclaim controller's syncPod for `pod`'s claim `pod_claim` from template `tmpl`:
+  // the claim `name`, owned by the pod, recorded in the pod's status.resourceClaimStatuses.
+  void ClaimFromTemplate(const json& pod, const std::string& pod_claim, const std::string& name,
+                         const json& tmpl) {
+    json claim = Claim(name, tmpl["spec"]["spec"]);
+    claim["metadata"]["ownerReferences"] =
+        json::array({{{"apiVersion", "v1"},
+                      {"kind", "Pod"},
+                      {"name", pod["metadata"]["name"]},
+                      {"uid", pod["metadata"]["uid"]},
+                      {"controller", true}}});
+    ASSERT_OK(api_->Create("resourceclaims", claim));
+    json stored = Get("pods", pod["metadata"]["name"].get<std::string>());
+    stored["status"]["resourceClaimStatuses"] =
+        json::array({{{"name", pod_claim}, {"resourceClaimName", name}}});
+    ASSERT_OK(client_->Update(k8s::kPods, "default", stored, "status").status());
+  }
+
   std::vector<json> Events(const std::string& reason) {
     std::vector<json> out;
     for (const json& e : api_->List("events")) {
@@ -307,20 +325,47 @@ TEST_F(DraAllocatorTest, TemplateClaimIsAllocatedOnceTheControllerMadeIt) {
   ASSERT_TRUE(WaitUntil([&] { return scheduler_->dra()->NeedsGate(DraPod("x", "one-gpu", true)); }));
   json pod = Submit(DraPod("t", "one-gpu", true));
   ASSERT_TRUE(config::HasDraSchedulingGate(pod));
-  // The resourceclaim controller (syncPod) makes the claim, owned by the pod, and records it.
-  json claim = Claim("t-gpu-x1", tmpl["spec"]["spec"]);
-  claim["metadata"]["ownerReferences"] = json::array({{{"apiVersion", "v1"},
-                                                       {"kind", "Pod"},
-                                                       {"name", "t"},
-                                                       {"uid", pod["metadata"]["uid"]},
-                                                       {"controller", true}}});
-  ASSERT_OK(api_->Create("resourceclaims", claim));
-  pod = Get("pods", "t");
-  pod["status"]["resourceClaimStatuses"] =
-      json::array({{{"name", "gpu"}, {"resourceClaimName", "t-gpu-x1"}}});
-  ASSERT_OK(client_->Update(k8s::kPods, "default", pod, "status").status());
+  ASSERT_NO_FATAL_FAILURE(ClaimFromTemplate(pod, "gpu", "t-gpu-x1", tmpl));
   ASSERT_TRUE(WaitUntil([&] { return !Gated("t") && Allocated("t-gpu-x1"); }, absl::Seconds(10)));
   EXPECT_EQ(FilterAndBind("t"), "");
+}
+
+// HAMi's pod API on a DRA-only pool (dra_hami.h): the webhook turns `nvidia.com/gpu` +
+// `gpumem` into a claim template, the controller makes the claim, Prism allocates the share the
+// HAMi request asked (cores 0: gpucores unset reserves no compute), and the pod binds there.
+TEST_F(DraAllocatorTest, AHamiPodIsServedThroughAClaimPrismAllocates) {
+  scheduler_.reset();
+  SchedulerOptions o = DraOptions();
+  o.tick = absl::Milliseconds(20);
+  o.dra_options.retry_interval = absl::Milliseconds(50);
+  o.dra_hami_claims = true;
+  scheduler_ = std::make_unique<Scheduler>(std::move(o), client_.get());
+  ASSERT_OK(scheduler_->Start());
+  ASSERT_TRUE(scheduler_->WaitForSync(absl::Seconds(10)));
+  json pod = Submit(testing::PodJson("default", "h", {testing::TestContainer("main", 1, 4000)},
+                                     {{"nvidia.com/vgpu-mode", "hami-core"}}));
+  ASSERT_TRUE(config::HasDraSchedulingGate(pod)) << pod.dump();
+  ASSERT_EQ(pod["spec"]["resourceClaims"].size(), 1u);
+  const std::string template_name = pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"];
+  // The webhook created the template before the pod; a second equal pod reuses it.
+  const json tmpl = Get("resourceclaimtemplates", template_name);
+  ASSERT_TRUE(tmpl.is_object()) << template_name;
+  EXPECT_EQ(tmpl["metadata"]["labels"]["app.kubernetes.io/managed-by"], "prism-hami");
+  ASSERT_NO_FATAL_FAILURE(ClaimFromTemplate(pod, "prism-gpu-0", "h-prism-gpu-0-x1", tmpl));
+  ASSERT_TRUE(WaitUntil([&] { return !Gated("h") && Allocated("h-prism-gpu-0-x1"); },
+                        absl::Seconds(10)))
+      << Get("resourceclaims", "h-prism-gpu-0-x1").dump();
+  const json allocated = Get("resourceclaims", "h-prism-gpu-0-x1");
+  const json& result = allocated["status"]["allocation"]["devices"]["results"][0];
+  EXPECT_EQ(result["pool"], kOther);
+  EXPECT_EQ(result["device"], "gpu-0");
+  EXPECT_EQ(result["consumedCapacity"],
+            json::parse(R"({"memory":"4000Mi","cores":"0","slots":"1"})"));
+  EXPECT_EQ(FilterAndBind("h"), "");
+  Submit(testing::PodJson("default", "h2", {testing::TestContainer("main", 1, 4000)},
+                          {{"nvidia.com/vgpu-mode", "hami-core"}}));
+  EXPECT_EQ(Get("pods", "h2")["spec"]["resourceClaims"][0]["resourceClaimTemplateName"],
+            template_name);
 }
 
 TEST_F(DraAllocatorTest, ASharedClaimIsAllocatedOnceAndPinsEveryPodThatUsesIt) {

@@ -211,6 +211,10 @@ absl::Status Scheduler::Start() {
         });
     dra_->Start();
     webhook_options_.dra_gate = [this](const Json& pod) { return dra_->NeedsGate(pod); };
+    webhook_options_.dra_hami_claims = options_.dra_hami_claims;
+    webhook_options_.ensure_claim_templates = [this](const std::vector<Json>& templates) {
+      return EnsureClaimTemplates(templates);
+    };
   }
   if (config_maps_) config_maps_->Start();
   nodes_->Start();
@@ -764,6 +768,47 @@ HttpReply Scheduler::Admission(std::string_view body, bool mutate, bool enforce_
   metrics_.ObserveRequest(verb, allowed ? "allowed" : "denied",
                           absl::ToDoubleSeconds(absl::Now() - t0));
   return JsonReply(200, response);
+}
+
+absl::Status Scheduler::EnsureClaimTemplates(const std::vector<Json>& templates) {
+  for (const Json& t : templates) {
+    const std::string ns = t["metadata"]["namespace"].get<std::string>();
+    const std::string name = t["metadata"]["name"].get<std::string>();
+    const std::string key = StrCat(ns, "/", name);
+    {
+      absl::MutexLock lock(&templates_mu_);
+      if (known_templates_.count(key)) continue;
+    }
+    absl::StatusOr<Json> made = client_->Create(k8s::kResourceClaimTemplates, ns, t);
+    if (!made.ok() && absl::IsAlreadyExists(made.status())) {
+      // The name is a hash of the spec, so an equal spec is ours; another spec under it was
+      // written by someone else, and the pod would get what that one asks.
+      absl::StatusOr<Json> existing = client_->Get(k8s::kResourceClaimTemplates, ns, name);
+      if (!existing.ok()) return existing.status();
+      // Compared as Prism reads claims, so the API server's defaulting is no difference.
+      auto requests = [](const Json& object) {
+        const Json* spec = object.contains("spec") ? &object["spec"] : nullptr;
+        absl::StatusOr<config::DraClaimSpec> parsed =
+            spec != nullptr && spec->contains("spec")
+                ? config::ParseDraClaimSpec((*spec)["spec"], "spec.spec")
+                : absl::InvalidArgumentError("no spec.spec");
+        return parsed.ok() ? std::optional(parsed->requests) : std::nullopt;
+      };
+      const auto have = requests(*existing);
+      if (!have || have != requests(t)) {
+        return absl::FailedPreconditionError(
+            StrCat("ResourceClaimTemplate ", key, " exists with another spec than Prism's; delete it"));
+      }
+    } else if (!made.ok()) {
+      return made.status();
+    } else {
+      LogInfo(kLog, "created ResourceClaimTemplate ", key, " for HAMi pods");
+    }
+    absl::MutexLock lock(&templates_mu_);
+    if (known_templates_.size() >= kMaxKnownTemplates) known_templates_.clear();
+    known_templates_.insert(key);
+  }
+  return absl::OkStatus();
 }
 
 HttpReply Scheduler::Metrics() {

@@ -85,6 +85,9 @@ struct SchedulerOptions {
   // allocated node. Needs resource.k8s.io/v1 (Kubernetes 1.34+).
   bool dra = false;
   DraAllocatorOptions dra_options;
+  // With `dra`: HAMi pods' GPU requests become ResourceClaims at admission (dra_hami.h), for a
+  // cluster whose GPU nodes serve GPUs only through Prism's DRA driver.
+  bool dra_hami_claims = false;
   // Prism-driven preemption for GPU pods (preemptor.h, docs/preemption.md §2): the resolvable
   // split in Filter and, on the leader, evictions for a pod no node fits.
   PreemptionOptions preemption;
@@ -186,6 +189,9 @@ class Scheduler {
   // The pod informer's view of a pod: creation -> devices ready, once, for a remembered pod.
   void ObserveAllocation(const k8s::Json& pod);
   void ForgetAwaitingDevices(const k8s::Json& pod);
+  // The webhook's ResourceClaimTemplates for HAMi pods (WebhookOptions::ensure_claim_templates):
+  // created, or found with the same spec; an existing one with another spec is an error.
+  absl::Status EnsureClaimTemplates(const std::vector<k8s::Json>& templates);
 
   const SchedulerOptions options_;
   k8s::Client* const client_;
@@ -224,6 +230,11 @@ class Scheduler {
   static constexpr size_t kMaxAwaitingDevices = 100000;
   absl::Mutex awaiting_mu_;
   std::map<std::string, AwaitingDevices> awaiting_devices_ ABSL_GUARDED_BY(awaiting_mu_);
+  // Templates known to exist as the webhook made them ("<namespace>/<name>"), so that a pod of a
+  // known shape costs no API call; cleared past kMaxKnownTemplates.
+  static constexpr size_t kMaxKnownTemplates = 10000;
+  absl::Mutex templates_mu_;
+  std::set<std::string> known_templates_ ABSL_GUARDED_BY(templates_mu_);
   std::thread ticker_;
 };
 

@@ -9,6 +9,7 @@
 
 #include "base/strings.h"
 #include "config/dra_pod.h"
+#include "extender/dra_hami.h"
 #include "config/owned_annotations.h"
 #include "config/pod_json.h"
 #include "config/pod_request.h"
@@ -505,6 +506,25 @@ PodReview ReviewPod(const json& pod, const std::string& ns, bool mutate,
       }
     }
   }
+  if (options.dra_hami_claims) {
+    // After the operations above: the conversion replaces each GPU container's resources whole.
+    absl::StatusOr<HamiConversion> dra =
+        ConvertHamiToDra(named, *request, manifest->namespace_name, config);
+    if (!dra.ok()) {
+      return deny(StrCat("pod ", manifest->Key(), " cannot be served by Prism's DRA driver: ",
+                         dra.status().message()));
+    }
+    for (json& op : dra->patch) review.patch.push_back(std::move(op));
+    review.claim_templates = std::move(dra->templates);
+    review.warnings.push_back(
+        StrCat("prism: the pod's GPU requests became ResourceClaims from templates ",
+               [&] {
+                 std::vector<std::string> names;
+                 for (const json& t : review.claim_templates) names.push_back(t["metadata"]["name"]);
+                 return StrJoin(names, ", ");
+               }(),
+               " (this cluster serves GPUs through DRA)"));
+  }
   return review;
 }
 
@@ -518,7 +538,9 @@ PodReview ReviewPodCreateDevices(const json& pod, const std::string& ns, const s
 // A pod whose claims Prism allocates waits behind Prism's scheduling gate, on Prism's scheduler
 // (docs/dra-design.md §2.3, §2.4). Gates can only be set at creation, so this runs on CREATE only.
 void AddDraGate(const json& pod, bool mutate, const WebhookOptions& options, PodReview& review) {
-  if (!mutate || !review.allowed || !options.dra_gate || !options.dra_gate(pod)) return;
+  if (!mutate || !review.allowed) return;
+  // A pod whose GPU requests just became claims has no claims yet in `pod`.
+  if (review.claim_templates.empty() && (!options.dra_gate || !options.dra_gate(pod))) return;
   const json& spec = pod.contains("spec") && pod["spec"].is_object() ? pod["spec"] : json::object();
   const std::string scheduler = HasKey(spec, "schedulerName") && spec["schedulerName"].is_string()
                                     ? spec["schedulerName"].get<std::string>()
@@ -713,6 +735,16 @@ PodReview ReviewPodUpdate(const json& pod, const json* old_pod, const std::strin
   return review;
 }
 
+namespace {
+
+// AdmissionReview.request.dryRun: true.
+bool IsDryRun(const json& request) {
+  const json* dry = FindField(request, "dryRun");
+  return dry != nullptr && dry->is_boolean() && dry->get<bool>();
+}
+
+}  // namespace
+
 json HandleAdmissionReview(const json& review, bool mutate, const WebhookOptions& options,
                            const sched::DeviceConfig& config) {
   json out{{"apiVersion", "admission.k8s.io/v1"}, {"kind", "AdmissionReview"}};
@@ -781,6 +813,18 @@ json HandleAdmissionReview(const json& review, bool mutate, const WebhookOptions
   if (!result.allowed) {
     out["response"] = Deny(*uid, result.message);
     return out;
+  }
+  // The templates exist before the pod does (the resourceclaim controller makes its claims from
+  // them), except for a dry run, which must change nothing (sideEffects: NoneOnDryRun).
+  if (!result.claim_templates.empty() && !IsDryRun(*request)) {
+    absl::Status made = options.ensure_claim_templates
+                            ? options.ensure_claim_templates(result.claim_templates)
+                            : absl::FailedPreconditionError("no API client to create them with");
+    if (!made.ok()) {
+      out["response"] = Deny(*uid, StrCat("prism: cannot create the pod's ResourceClaimTemplates: ",
+                                          made.message()));
+      return out;
+    }
   }
   json response{{"uid", *uid}, {"allowed", true}};
   if (!result.patch.empty()) {

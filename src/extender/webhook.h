@@ -92,6 +92,12 @@ struct WebhookOptions {
   // prism.io/allocate until Prism has allocated its ResourceClaims (DraAllocator::NeedsGate).
   // Such a pod is also routed to Prism's scheduler, as GPU pods are. Unset: no gating.
   std::function<bool(const nlohmann::json& pod)> dra_gate;
+  // HAMi pods on a DRA-only pool (dra_hami.h, docs/dra.md "HAMi pods under DRA"): a GPU pod's
+  // extended-resource requests become ResourceClaims from templates, and the pod waits behind the
+  // gate as any pod with Prism claims. ensure_claim_templates creates the templates a reviewed pod
+  // names (not for a dry run); an error denies the pod.
+  bool dra_hami_claims = false;
+  std::function<absl::Status(const std::vector<nlohmann::json>& templates)> ensure_claim_templates;
 };
 
 struct PodReview {
@@ -100,6 +106,8 @@ struct PodReview {
   std::string message;  // Why it was denied.
   nlohmann::json patch = nlohmann::json::array();
   std::vector<std::string> warnings;  // Shown to the user (AdmissionResponse.warnings).
+  // dra_hami_claims: the ResourceClaimTemplates the patched pod names (created before the answer).
+  std::vector<nlohmann::json> claim_templates;
 };
 
 // A --trusted-service-accounts list ("<namespace>:<name>,...") as the API server's user names
