@@ -58,6 +58,10 @@ struct SchedulerFlags {
   bool events = true;
   bool dra = false;
   bool deny_privileged = true;
+  bool preemption = true;
+  int preemption_filter_trials = 100;
+  int64_t preemption_trials = 20000;
+  double preemption_reservation_ttl_seconds = 120;
   std::string trusted_service_accounts;
   std::vector<std::string> trusted_schedulers;
   std::string log_format = "text";
@@ -125,6 +129,10 @@ int Run(const SchedulerFlags& f) {
   options.requeue_invalid = f.requeue_invalid;
   options.events = f.events;
   options.dra = f.dra;
+  options.preemption.enabled = f.preemption;
+  options.preemption.filter_trials = f.preemption_filter_trials;
+  options.preemption.request_trials = f.preemption_trials;
+  options.preemption.reservation_ttl = absl::Seconds(f.preemption_reservation_ttl_seconds);
   k8s::ClientOptions client_options;
   client_options.qps = f.kube_qps;
   client_options.burst = f.kube_burst;
@@ -309,6 +317,22 @@ void AddSchedulerCommand(CLI::App& app, int* exit_code) {
                 "allocate the ResourceClaims of Prism's DeviceClasses (gpu.prism.io, "
                 "mig.gpu.prism.io): the webhook gates their pods, the leader allocates with the "
                 "engine (Kubernetes 1.34+, docs/dra.md; default: off)");
+  cmd->add_flag("--preemption,!--no-preemption", flags->preemption,
+                "GPU pods of higher priority evict lower-priority ones whose GPUs they need "
+                "(docs/preemption.md; default: on)");
+  cmd->add_option("--preemption-filter-trials", flags->preemption_filter_trials,
+                  "per failing Filter, nodes tried for preemption at most (one release-all trial "
+                  "each); the others are unresolvable this time (0: none)")
+      ->check(CLI::Range(0, 100000))
+      ->capture_default_str();
+  cmd->add_option("--preemption-trials", flags->preemption_trials,
+                  "per preemption, victim-set trials at most over every node searched")
+      ->check(CLI::Range(int64_t{1}, int64_t{10000000}))
+      ->capture_default_str();
+  cmd->add_option("--preemption-reservation-ttl", flags->preemption_reservation_ttl_seconds,
+                  "seconds the GPU a preemption frees is held for the preemptor")
+      ->check(CLI::Range(1.0, 3600.0))
+      ->capture_default_str();
   cmd->add_flag("--deny-privileged,!--allow-privileged", flags->deny_privileged,
                 "webhook: reject privileged containers in GPU pods (default: on)");
   cmd->add_option("--trusted-service-accounts", flags->trusted_service_accounts,

@@ -37,6 +37,8 @@
 
 namespace prism::extender {
 
+// `prism scheduler`'s --preemption, --preemption-filter-trials, --preemption-trials and
+// --preemption-reservation-ttl (docs/scheduler.md, "Flags").
 struct PreemptionOptions {
   bool enabled = true;
   // Release-all trials per Filter for the resolvable split (SchedulerCache::ResolvableNodes).

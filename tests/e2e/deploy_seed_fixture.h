@@ -13,6 +13,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -299,6 +300,7 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     p->SetFlag("--webhook-port", std::to_string(webhook_port_));
     p->SetFlag("--probe-port", std::to_string(probe_port_));
     p->SetFlag("--bind-address", "127.0.0.1");
+    for (const auto& [flag, value] : scheduler_flags_) p->SetFlag(flag, value);
     scheduler_.log = (dir_ / "scheduler.log").string();
     scheduler_.pid = SpawnProcess(PRISM_BINARY, *p, scheduler_.log);
     ASSERT_GT(scheduler_.pid, 0);
@@ -583,6 +585,8 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
   std::string bundle_dir_;
   // YAML appended to the shipped device-config.yaml (set in a test's constructor).
   std::string device_config_addition_;
+  // Flags set on the scheduler beyond the Deployment's (a test's setting: --flag=value).
+  std::map<std::string, std::string> scheduler_flags_;
   DeployBundle bundle_;
   std::string ns_;
   std::unique_ptr<fakeapi::FakeApiServer> api_;

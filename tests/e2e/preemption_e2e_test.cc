@@ -218,6 +218,17 @@ TEST_F(PreemptionE2eTest, OnlyEqualOrHigherPriorityPodsInTheWayThePodWaitsSaying
   ASSERT_NO_FATAL_FAILURE(ExpectPendingSaying("serving", extender::kPreemptionOnlyHigher));
 }
 
+// `prism scheduler --preemption=false` (docs/scheduler.md, "Flags"): the same saturated GPUs, the
+// same serving pod, and nothing is evicted; no node is called resolvable.
+TEST_F(PreemptionE2eTest, TurnedOffByTheFlagNothingIsEvicted) {
+  scheduler_flags_["--preemption"] = "false";
+  ASSERT_NO_FATAL_FAILURE(Saturate());
+  ASSERT_NO_FATAL_FAILURE(ExpectPendingSaying("serving", ""));
+  for (const std::string& e : EventsAbout("hi")) {
+    EXPECT_THAT(e, ::testing::Not(HasSubstr("preemption may help"))) << e;
+  }
+}
+
 // A pod whose PriorityClass says preemptionPolicy: Never never preempts, even where lower-priority
 // pods hold the GPU it needs; the reason says why.
 TEST_F(PreemptionE2eTest, APreemptionPolicyNeverPodNeverPreemptsAndSaysWhy) {

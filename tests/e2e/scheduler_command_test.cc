@@ -159,5 +159,27 @@ TEST_F(SchedulerCommandTest, AcceptsAndChecksMinRebuildInterval) {
   EXPECT_THAT(ReadFile(log), ::testing::Not(HasSubstr("Kubernetes configuration")));
 }
 
+// Issue 34: PreemptionOptions from the command line; a value out of range is refused by name
+// before anything starts.
+TEST_F(SchedulerCommandTest, AcceptsAndChecksThePreemptionFlags) {
+  const std::string log = (dir_ / "preemption.log").string();
+  const std::string missing = (dir_ / "missing").string();
+  pid_t pid = Spawn({PRISM_BINARY, "scheduler", "--kubeconfig", missing, "--no-preemption",
+                     "--preemption-filter-trials", "0", "--preemption-trials", "500",
+                     "--preemption-reservation-ttl", "30"},
+                    log);
+  EXPECT_EQ(WaitExit(pid), 2);
+  EXPECT_THAT(ReadFile(log), HasSubstr("Kubernetes configuration"));
+  for (const char* bad : {"--preemption-filter-trials=-1", "--preemption-trials=0",
+                          "--preemption-reservation-ttl=0"}) {
+    pid = Spawn({PRISM_BINARY, "scheduler", "--kubeconfig", missing, bad}, log);
+    EXPECT_NE(WaitExit(pid), 0) << bad;
+    const std::string text = ReadFile(log);
+    const std::string flag(bad, std::string(bad).find('='));
+    EXPECT_THAT(text, HasSubstr(flag)) << bad;
+    EXPECT_THAT(text, ::testing::Not(HasSubstr("Kubernetes configuration"))) << bad;
+  }
+}
+
 }  // namespace
 }  // namespace prism::e2e
