@@ -57,6 +57,7 @@ struct SchedulerFlags {
   bool requeue_invalid = true;
   bool events = true;
   bool dra = false;
+  bool dra_hami_claims = false;
   bool deny_privileged = true;
   bool preemption = true;
   int preemption_filter_trials = 100;
@@ -91,6 +92,11 @@ int Run(const SchedulerFlags& f) {
   }
   options.webhook.trusted_users = *std::move(trusted);
   options.webhook.trusted_schedulers = f.trusted_schedulers;
+  if (f.dra_hami_claims && !f.dra) {
+    std::cerr << "prism scheduler: --dra-hami-claims needs --dra (Prism allocates the claims it "
+                 "makes)\n";
+    return 2;
+  }
   if (f.device_config_file.empty()) {
     options.initial_config = config::DefaultDeviceConfig();
   } else {
@@ -129,6 +135,7 @@ int Run(const SchedulerFlags& f) {
   options.requeue_invalid = f.requeue_invalid;
   options.events = f.events;
   options.dra = f.dra;
+  options.dra_hami_claims = f.dra_hami_claims;
   options.preemption.enabled = f.preemption;
   options.preemption.filter_trials = f.preemption_filter_trials;
   options.preemption.request_trials = f.preemption_trials;
@@ -317,6 +324,10 @@ void AddSchedulerCommand(CLI::App& app, int* exit_code) {
                 "allocate the ResourceClaims of Prism's DeviceClasses (gpu.prism.io, "
                 "mig.gpu.prism.io): the webhook gates their pods, the leader allocates with the "
                 "engine (Kubernetes 1.34+, docs/dra.md; default: off)");
+  cmd->add_flag("--dra-hami-claims", flags->dra_hami_claims,
+                "with --dra: the webhook turns HAMi pods' nvidia.com/gpu (+ gpumem, gpucores, "
+                "vgpu-mode) into ResourceClaims from templates it creates, for GPU nodes served "
+                "through DRA only (docs/dra.md, \"HAMi pods under DRA\"; default: off)");
   cmd->add_flag("--preemption,!--no-preemption", flags->preemption,
                 "GPU pods of higher priority evict lower-priority ones whose GPUs they need "
                 "(docs/preemption.md; default: on)");

@@ -105,10 +105,12 @@ TEST_P(DeployBundleTest, RendersAsKubectlKustomizeDoes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shipped, DeployBundleTest,
-                         ::testing::Values("deploy", "examples/try-it/deploy", "examples/dra"),
+                         ::testing::Values("deploy", "examples/try-it/deploy", "examples/dra",
+                                           "examples/dra-hami"),
                          [](const auto& param_info) {
                            const std::string dir = param_info.param;
                            if (dir == "deploy") return std::string("Base");
+                           if (dir == "examples/dra-hami") return std::string("DraHamiOverlay");
                            return dir == "examples/dra" ? std::string("DraOverlay")
                                                         : std::string("TryItOverlay");
                          });

@@ -16,6 +16,7 @@
 #include "tests/e2e/deploy_seed_fixture.h"
 
 #include "config/dra_names.h"
+#include "config/dra_pod.h"
 #include "kubelet/fake_dra_kubelet.h"
 
 namespace prism::e2e {
@@ -228,6 +229,71 @@ TEST_P(DraShareDeployTest, AShareClaimIsPackedBesideADevicePluginSlicePod) {
 INSTANTIATE_TEST_SUITE_P(Dra, DraShareDeployTest,
                          ::testing::Values(NodeCase{
                              "a100_shared", "gpus:\n  - model: A100-PCIE-40GB\n", {}, {}}),
+                         CaseName);
+
+// HAMi pods on a DRA-only pool, as examples/dra-hami/ installs it (docs/dra.md, "HAMi pods under
+// DRA"): the user's pod is the device-plugin path's HAMi pod, unchanged; the webhook makes it a
+// claim from a template it creates; the resourceclaim controller's step (syncPod) is the test's;
+// Prism allocates the share the HAMi request asked and the container gets its limits.
+class DraHamiDeployTest : public DraDeployTest {
+ protected:
+  DraHamiDeployTest() { bundle_dir_ = "examples/dra-hami"; }
+};
+
+TEST_P(DraHamiDeployTest, AHamiPodIsServedThroughAClaimWithItsLimits) {
+  ASSERT_NO_FATAL_FAILURE(StartDraKubelet());
+  ASSERT_NO_FATAL_FAILURE(StartInstall(GetParam()));
+  ASSERT_TRUE(dra_kubelet_->WaitForPlugin(config::kDraDriverName, absl::Seconds(30)))
+      << Slurp(agent_.log);
+  // 4000 MiB, no gpucores: HAMi's best effort share.
+  json hami = MigPod("hami", 1, 4000);
+  hami["metadata"].erase("annotations");
+  const std::string uid = Submit(hami);
+  ASSERT_FALSE(uid.empty());
+  const json stored = Pod("hami");
+  ASSERT_TRUE(config::HasDraSchedulingGate(stored)) << stored.dump();
+  ASSERT_EQ(stored["spec"]["resourceClaims"].size(), 1u) << stored.dump();
+  EXPECT_FALSE(stored["spec"]["containers"][0]["resources"].contains("limits")) << stored.dump();
+  const std::string template_name = stored["spec"]["resourceClaims"][0]["resourceClaimTemplateName"];
+  absl::StatusOr<json> tmpl = api_->Get("resourceclaimtemplates", "default", template_name);
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status() << Slurp(scheduler_.log);
+  // The resourceclaim controller's syncPod: the claim from the template, owned by the pod.
+  json claim{{"apiVersion", "resource.k8s.io/v1"},
+             {"kind", "ResourceClaim"},
+             {"metadata",
+              {{"name", "hami-prism-gpu-0-ab12c"},
+               {"namespace", "default"},
+               {"ownerReferences",
+                json::array({{{"apiVersion", "v1"},
+                              {"kind", "Pod"},
+                              {"name", "hami"},
+                              {"uid", uid},
+                              {"controller", true}}})}}},
+             {"spec", (*tmpl)["spec"]["spec"]}};
+  ASSERT_TRUE(api_->Create("resourceclaims", claim).ok());
+  json with_status = stored;
+  with_status["status"]["resourceClaimStatuses"] =
+      json::array({{{"name", "prism-gpu-0"}, {"resourceClaimName", "hami-prism-gpu-0-ab12c"}}});
+  ASSERT_TRUE(client_->Update(k8s::kPods, "default", with_status, "status").ok());
+  ASSERT_TRUE(driver_->WaitBound({"default/hami"}, absl::Seconds(30)))
+      << Slurp(scheduler_.log) << driver_->TimelineTable({"default/hami"});
+  const json allocated = *api_->Get("resourceclaims", "default", "hami-prism-gpu-0-ab12c");
+  const json& result = allocated["status"]["allocation"]["devices"]["results"][0];
+  EXPECT_EQ(result["request"], "gpu/slice");
+  EXPECT_EQ(result["consumedCapacity"], json::parse(R"({"memory":"4000Mi","cores":"0","slots":"1"})"));
+  // The kubelet runs it: the limits a device-plugin slice of 4000 MiB gets, no SM throttle.
+  kubelet::FakeDraPod fake{uid, "default", "hami", {{"prism-gpu-0", "hami-prism-gpu-0-ab12c"}},
+                           {{"main", {{"prism-gpu-0", ""}}}}};
+  ASSERT_TRUE(dra_kubelet_->PrepareResources(fake).ok()) << Slurp(agent_.log);
+  absl::StatusOr<kubelet::DraCreatedContainer> container = dra_kubelet_->CreateContainer(fake, "main");
+  ASSERT_TRUE(container.ok()) << container.status() << Slurp(agent_.log);
+  EXPECT_TRUE(HasEnv(*container, "CUDA_DEVICE_MEMORY_LIMIT_0=4000m"));
+  EXPECT_TRUE(HasEnv(*container, "CUDA_DEVICE_SM_LIMIT=100"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Dra, DraHamiDeployTest,
+                         ::testing::Values(NodeCase{
+                             "t4_dra_only", "gpus:\n  - model: Tesla T4\n    memory_mib: 15360\n", {}, {}}),
                          CaseName);
 
 }  // namespace

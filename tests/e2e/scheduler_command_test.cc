@@ -181,5 +181,19 @@ TEST_F(SchedulerCommandTest, AcceptsAndChecksThePreemptionFlags) {
   }
 }
 
+// Issue 32: --dra-hami-claims (docs/dra.md, "HAMi pods under DRA") is accepted with --dra and
+// refused, saying why, without it.
+TEST_F(SchedulerCommandTest, DraHamiClaimsNeedsDra) {
+  const std::string log = (dir_ / "dra-hami.log").string();
+  const std::string missing = (dir_ / "missing").string();
+  pid_t pid =
+      Spawn({PRISM_BINARY, "scheduler", "--kubeconfig", missing, "--dra", "--dra-hami-claims"}, log);
+  EXPECT_EQ(WaitExit(pid), 2);
+  EXPECT_THAT(ReadFile(log), HasSubstr("Kubernetes configuration"));
+  pid = Spawn({PRISM_BINARY, "scheduler", "--kubeconfig", missing, "--dra-hami-claims"}, log);
+  EXPECT_EQ(WaitExit(pid), 2);
+  EXPECT_THAT(ReadFile(log), HasSubstr("--dra-hami-claims needs --dra"));
+}
+
 }  // namespace
 }  // namespace prism::e2e
