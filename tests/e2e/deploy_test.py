@@ -332,7 +332,13 @@ class Wiring:
                 self.assertEqual(hook["rules"][0]["operations"], ["CREATE", "UPDATE"])
                 self.check_owned_annotation_conditions(hook)
                 self.check_create_conditions(hook, "prism-relevant")
-            self.assertEqual(hook["sideEffects"], "None")
+            # Side effects only where the scheduler creates HAMi pods' claim templates (never for
+            # a dry run): examples/dra-hami, dra.hamiClaims.
+            hami = any(a == "--dra-hami-claims" for a in container(
+                find(self.objects, "Deployment", "prism-scheduler"), "scheduler")["args"])
+            self.assertEqual(hook["sideEffects"],
+                             "NoneOnDryRun" if hami and kind == "MutatingWebhookConfiguration"
+                             else "None")
             self.assertEqual(hook["failurePolicy"], "Fail")  # An outage must not open the door.
             excluded = [e for e in hook["namespaceSelector"]["matchExpressions"]
                         if e["key"] == "kubernetes.io/metadata.name"][0]["values"]
@@ -450,6 +456,9 @@ class Wiring:
                                         {"list", "watch"},
                                     ("resource.k8s.io", "resourceslices"): {"list", "watch"},
                                     ("", "pods"): {"patch"}},
+            # HAMi pods under DRA only (examples/dra-hami): the templates its webhook creates.
+            "prism-scheduler-dra-hami": {("resource.k8s.io", "resourceclaimtemplates"):
+                                             {"create", "get"}},
             # Its own node (informer, reads, label patches); pods on its node (list) and the GPU
             # Operator's validator pods (delete). ConfigMap and Events: the Roles below.
             "prism-mig-manager": {("", "nodes"): {"get", "list", "watch", "patch"},

@@ -255,5 +255,88 @@ class DraChartWiringTest(Wiring, unittest.TestCase):
         cls.objects = helm_render.render_objects(CHART, {"dra": {"enabled": True}}, namespace=NS)
 
 
+# --- HAMi pods under DRA (docs/dra.md, "HAMi pods under DRA"): examples/dra-hami and dra.hamiClaims
+
+DRA_HAMI_OVERLAY = os.path.join(ROOT, "examples", "dra-hami")
+DRA_HAMI_OBJECTS = {("ClusterRole", "prism-scheduler-dra-hami"),
+                    ("ClusterRoleBinding", "prism-scheduler-dra-hami")}
+
+
+def hami_parts(objects):
+    return {k: o for o in objects if (k := key(o)[:2]) in DRA_HAMI_OBJECTS}
+
+
+def mutating_side_effects(objects):
+    return find(objects, "MutatingWebhookConfiguration", "prism-webhook")["webhooks"][0]["sideEffects"]
+
+
+class DraHamiTest(unittest.TestCase):
+    """The overlay and the chart value add exactly the templates' rights, the scheduler's flag and
+    the pod webhook's NoneOnDryRun, and agree with each other."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.overlay = kubectl_kustomize(DRA_HAMI_OVERLAY)
+        cls.dra = kubectl_kustomize(DRA_OVERLAY)
+        cls.chart = helm_render.render_objects(CHART, {"dra": {"enabled": True, "hamiClaims": True}},
+                                               namespace=NS)
+        cls.chart_dra = helm_render.render_objects(CHART, {"dra": {"enabled": True}}, namespace=NS)
+
+    def check(self, on, off):
+        self.assertEqual(set(hami_parts(on)), DRA_HAMI_OBJECTS)
+        self.assertFalse(hami_parts(off))
+        role = find(on, "ClusterRole", "prism-scheduler-dra-hami")
+        self.assertEqual(role["rules"], [{"apiGroups": ["resource.k8s.io"],
+                                          "resources": ["resourceclaimtemplates"],
+                                          "verbs": ["create", "get"]}])
+        binding = find(on, "ClusterRoleBinding", "prism-scheduler-dra-hami")
+        self.assertEqual(binding["subjects"], [{"kind": "ServiceAccount", "name": "prism-scheduler",
+                                                "namespace": NS}])
+        args_on = container(find(on, "Deployment", "prism-scheduler"), "scheduler")["args"]
+        args_off = container(find(off, "Deployment", "prism-scheduler"), "scheduler")["args"]
+        self.assertEqual([a for a in args_on if a not in args_off], ["--dra-hami-claims"])
+        self.assertIn("--dra", args_on)
+        self.assertEqual(mutating_side_effects(on), "NoneOnDryRun")
+        self.assertEqual(mutating_side_effects(off), "None")
+
+    def test_overlay_adds_exactly_its_parts(self):
+        if self.overlay is None:
+            self.skipTest("kubectl not found: the overlay's RFC 6902 patch needs kustomize")
+        self.check(self.overlay, self.dra)
+
+    def test_chart_value_adds_the_same(self):
+        self.check(self.chart, self.chart_dra)
+        if self.overlay is None:
+            return
+        mine, theirs = hami_parts(self.chart), hami_parts(self.overlay)
+        for k, o in theirs.items():
+            for field in ("rules", "roleRef", "subjects"):
+                self.assertEqual(mine[k].get(field), o.get(field), f"{k} {field}")
+
+    def test_off_by_default(self):
+        base = helm_render.render_objects(CHART, namespace=NS)
+        self.assertFalse(hami_parts(base))
+        self.assertEqual(mutating_side_effects(base), "None")
+
+
+class DraHamiOverlayWiringTest(Wiring, unittest.TestCase):
+    """The shared checks on examples/dra-hami."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.objects = kubectl_kustomize(DRA_HAMI_OVERLAY)
+
+    def setUp(self):
+        if self.objects is None:
+            self.skipTest("kubectl not found: the overlay's RFC 6902 patch needs kustomize")
+
+
+class DraHamiChartWiringTest(Wiring, unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.objects = helm_render.render_objects(CHART, {"dra": {"enabled": True, "hamiClaims": True}},
+                                                 namespace=NS)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
