@@ -2,6 +2,7 @@
 
 #include <iterator>
 #include <limits>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -9,6 +10,7 @@
 #include "base/status_macros.h"
 #include "base/strings.h"
 #include "config/yaml_util.h"
+#include "core/mig/gpu_model.h"
 #include "core/sched/policy.h"
 
 namespace prism::config {
@@ -264,6 +266,82 @@ absl::Status ParseNvidia(const YAML::Node& nvidia, DeviceConfig& config,
   return CheckResourceNames(config);
 }
 
+// Bounds on `prism.migSharing` (far beyond any real config: the catalog has a few dozen models).
+constexpr size_t kMaxMigSharingEntries = 32;
+constexpr size_t kMaxMigSharingNames = 8;
+
+// `prism.migSharing[]`: each model must be a MIG model of the catalog and have every profile of
+// its entry as a plain profile; a model in two entries is an error (which one applies would
+// depend on order).
+absl::Status ParseMigSharing(const YAML::Node& list, DeviceConfig& config) {
+  if (!list.IsSequence()) return absl::InvalidArgumentError("prism.migSharing: expected a list");
+  if (list.size() > kMaxMigSharingEntries) {
+    return absl::InvalidArgumentError(
+        StrCat("prism.migSharing: ", list.size(), " entries, at most ", kMaxMigSharingEntries));
+  }
+  std::map<const mig::GpuModel*, size_t> entry_of_model;
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string path = StrCat("prism.migSharing[", i, "]");
+    const YAML::Node item = list[i];
+    if (!item.IsMap()) return absl::InvalidArgumentError(StrCat(path, ": expected a map"));
+    for (auto it = item.begin(); it != item.end(); ++it) {
+      const std::string key = it->first.Scalar();
+      if (key != "models" && key != "profiles") {
+        return absl::InvalidArgumentError(
+            StrCat(path, ".", key, ": unknown key (expected models and profiles)"));
+      }
+    }
+    sched::MigSharing entry;
+    for (const char* key : {"models", "profiles"}) {
+      const std::string kpath = StrCat(path, ".", key);
+      if (!item[key]) return absl::InvalidArgumentError(StrCat(kpath, ": missing"));
+      ASSIGN_OR_RETURN(std::vector<std::string> names, ReadStringList(item[key], kpath));
+      if (names.empty() || names.size() > kMaxMigSharingNames) {
+        return absl::InvalidArgumentError(
+            StrCat(kpath, ": expected 1 to ", kMaxMigSharingNames, " names, got ", names.size()));
+      }
+      (key[0] == 'm' ? entry.models : entry.profiles) = std::move(names);
+    }
+    std::vector<const mig::GpuModel*> models;
+    for (size_t m = 0; m < entry.models.size(); ++m) {
+      const std::string mpath = StrCat(path, ".models[", m, "]");
+      const mig::GpuModel* model = mig::FindModel(entry.models[m]);
+      if (model == nullptr) {
+        return absl::InvalidArgumentError(
+            StrCat(mpath, ": ", QuoteBounded(entry.models[m]),
+                   " is not a MIG-capable model (a GPU without MIG has no instance to share); "
+                   "known: ",
+                   mig::ModelList()));
+      }
+      const auto [prev, inserted] = entry_of_model.emplace(model, i);
+      if (!inserted) {
+        return absl::InvalidArgumentError(StrCat(mpath, ": ", model->name,
+                                                 " is already in prism.migSharing[", prev->second,
+                                                 "]; a model may be in one entry only"));
+      }
+      models.push_back(model);
+    }
+    for (size_t p = 0; p < entry.profiles.size(); ++p) {
+      const std::string ppath = StrCat(path, ".profiles[", p, "]");
+      for (const mig::GpuModel* model : models) {
+        const int index = model->FindProfile(entry.profiles[p]);
+        if (index < 0 || model->profiles[index].Name() != entry.profiles[p]) {
+          return absl::InvalidArgumentError(StrCat(ppath, ": profile ",
+                                                   QuoteBounded(entry.profiles[p]),
+                                                   " does not exist on ", model->name));
+        }
+        if (model->profiles[index].name.attrs != mig::kAttrNone) {
+          return absl::InvalidArgumentError(
+              StrCat(ppath, ": ", entry.profiles[p],
+                     " has media-engine attributes; only plain profiles can be shared"));
+        }
+      }
+    }
+    config.mig_sharing.push_back(std::move(entry));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParsePrism(const YAML::Node& prism, DeviceConfig& config,
                         std::vector<std::string>& warnings) {
   if (!prism.IsMap()) return absl::InvalidArgumentError("prism: expected a map");
@@ -282,6 +360,8 @@ absl::Status ParsePrism(const YAML::Node& prism, DeviceConfig& config,
     } else if (key == "defaultGpuPolicy") {
       ASSIGN_OR_RETURN(config.default_gpu_policy, ReadString(v, path));
       RETURN_IF_ERROR(Annotate(sched::ParseGpuPolicy(config.default_gpu_policy).status(), path));
+    } else if (key == "migSharing") {
+      RETURN_IF_ERROR(ParseMigSharing(v, config));
     } else {
       warnings.push_back(StrCat(path, ": unknown key (ignored)"));
     }

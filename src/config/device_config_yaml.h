@@ -7,7 +7,8 @@
 //   nvidia.nodeconfig[].gpus[]: {index, operatingmode}    a mode per GPU
 //   nvidia.nodeconfig[].prismMigStrategy                  auto|template|placement
 //   prism.migStrategy, prism.migMatchCores,
-//   prism.defaultNodePolicy, prism.defaultGpuPolicy
+//   prism.defaultNodePolicy, prism.defaultGpuPolicy,
+//   prism.migSharing[]: {models, profiles}                shareable MIG profiles (mig-slices.md)
 // (docs/scheduling.md). Unknown keys are warnings; invalid values are
 // errors naming the key. Thread-safe (no shared state).
 #pragma once

@@ -191,5 +191,64 @@ TEST(DeviceConfigYamlTest, ResourceNamesMustBeNonEmptyAndDistinct) {
   EXPECT_EQ(renamed->config.resource_memory_name, "nvidia.com/gpu");
 }
 
+// docs/mig-slices.md: prism.migSharing names shareable profiles per MIG model.
+TEST(DeviceConfigYamlTest, MigSharingReadsModelsAndProfiles) {
+  auto parsed = ParseDeviceConfigYaml(R"(
+nvidia: {}
+prism:
+  migSharing:
+    - models: [H100-SXM5-80GB, H100-PCIE-80GB]
+      profiles: [1g.10gb, 1g.20gb]
+    - {models: A100-PCIE-40GB, profiles: 1g.5gb}
+)");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->warnings.empty());
+  const auto& sharing = parsed->config.mig_sharing;
+  ASSERT_EQ(sharing.size(), 2u);
+  EXPECT_THAT(sharing[0].models, ElementsAre("H100-SXM5-80GB", "H100-PCIE-80GB"));
+  EXPECT_THAT(sharing[0].profiles, ElementsAre("1g.10gb", "1g.20gb"));
+  EXPECT_THAT(sharing[1].models, ElementsAre("A100-PCIE-40GB"));
+  EXPECT_THAT(sharing[1].profiles, ElementsAre("1g.5gb"));
+  // Absent: nothing is shared (the default config too).
+  EXPECT_TRUE(DefaultDeviceConfig().mig_sharing.empty());
+}
+
+TEST(DeviceConfigYamlTest, MigSharingErrorsNameTheField) {
+  auto error = [](const std::string& sharing) {
+    auto parsed = ParseDeviceConfigYaml("prism:\n  migSharing:\n" + sharing);
+    EXPECT_FALSE(parsed.ok()) << sharing;
+    return std::string(parsed.status().message());
+  };
+  // A GPU without MIG has no instance to share.
+  EXPECT_THAT(error("    - {models: [H100-SXM5-80GB, T4], profiles: [1g.10gb]}\n"),
+              HasSubstr("prism.migSharing[0].models[1]: 'T4' is not a MIG-capable model"));
+  // A profile the model does not have (the A100-40GB's smallest is 1g.5gb).
+  EXPECT_THAT(error("    - {models: [H100-SXM5-80GB, A100-PCIE-40GB], profiles: [1g.20gb]}\n"),
+              HasSubstr("prism.migSharing[0].profiles[0]: profile '1g.20gb' does not exist on "
+                        "A100-PCIE-40GB"));
+  EXPECT_THAT(error("    - {models: [A30], profiles: [banana]}\n"),
+              HasSubstr("prism.migSharing[0].profiles[0]: profile 'banana' does not exist"));
+  EXPECT_THAT(error("    - {models: [A30], profiles: [1g.6gb+me]}\n"),
+              HasSubstr("prism.migSharing[0].profiles[0]: 1g.6gb+me has media-engine attributes"));
+  EXPECT_THAT(error("    - {models: [A30]}\n"), HasSubstr("prism.migSharing[0].profiles: missing"));
+  EXPECT_THAT(error("    - {models: [], profiles: [1g.6gb]}\n"),
+              HasSubstr("prism.migSharing[0].models: expected 1 to 8 names, got 0"));
+  EXPECT_THAT(error("    - {models: [A30], profiles: [1g.6gb], count: 3}\n"),
+              HasSubstr("prism.migSharing[0].count: unknown key"));
+  EXPECT_THAT(error("    - {models: [A30], profiles: {a: 1}}\n"),
+              HasSubstr("prism.migSharing[0].profiles: expected a list"));
+  EXPECT_THAT(error("    - A30\n"), HasSubstr("prism.migSharing[0]: expected a map"));
+  EXPECT_THAT(error("    - {models: [A30], profiles: [1g.6gb]}\n"
+                    "    - {models: [A100-SXM4-40GB, A30], profiles: [1g.5gb]}\n"),
+              HasSubstr("prism.migSharing[1].models[1]: A30-24GB is already in "
+                        "prism.migSharing[0]"));
+  std::string many;
+  for (int i = 0; i < 33; ++i) many += "    - {models: [A30], profiles: [1g.6gb]}\n";
+  EXPECT_THAT(error(many), HasSubstr("prism.migSharing: 33 entries, at most 32"));
+  auto scalar = ParseDeviceConfigYaml("prism:\n  migSharing: yes\n");
+  EXPECT_THAT(std::string(scalar.status().message()),
+              HasSubstr("prism.migSharing: expected a list"));
+}
+
 }  // namespace
 }  // namespace prism::config

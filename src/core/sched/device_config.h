@@ -36,6 +36,14 @@ struct MigProfileAllowlist {
   std::vector<std::string> profiles;
 };
 
+// `prism.migSharing[]`: MIG profiles whose instances software slices may share, on GPUs of
+// `models` (docs/mig-slices.md). Validated when read: every model is a MIG catalog model and has
+// every profile (plain profiles only).
+struct MigSharing {
+  std::vector<std::string> models;
+  std::vector<std::string> profiles;
+};
+
 // How a MIG GPU decides its layout.
 enum class MigStrategy : uint8_t {
   kAuto = 0,   // Templates when the model has knownMigGeometries, else placement.
@@ -85,6 +93,8 @@ struct DeviceConfig {
   bool mig_match_cores = true;
   std::string default_node_policy;  // Empty = engine default.
   std::string default_gpu_policy;
+  // Empty: no MIG instance is shared (every MIG container gets whole instances).
+  std::vector<MigSharing> mig_sharing;
 
   // The entry for `node`, or nullptr.
   const NodeDeviceConfig* FindNode(const std::string& node) const;
