@@ -260,6 +260,8 @@ std::vector<json> BuildWholeGpuSlices(const std::string& driver, const std::stri
     } else {
       const std::vector<DraMigDevice> mig = DraMigDevices(g);
       if (mig.empty()) continue;
+      // Partitions exist only through their counters: without them any set could be allocated.
+      if (!mig.front().fixed && !options.partitionable) continue;
       const mig::GpuModel& model = *g.mig_model;
       if (!mig.front().fixed) {
         const DraMigCounters counters = BuildMigCounters(model, g.minor);
@@ -506,10 +508,79 @@ absl::Status ValidatePoolSlices(const std::vector<json>& slices) {
 
 DraSlicePublisher::DraSlicePublisher(std::string driver, std::string node, k8s::Client* client,
                                      DraPublishOptions options)
-    : driver_(std::move(driver)), node_(std::move(node)), client_(client), options_(options) {}
+    : driver_(std::move(driver)),
+      node_(std::move(node)),
+      client_(client),
+      options_(options),
+      effective_(options) {}
+
+std::vector<std::string> DroppedDraFeatureGates(const json& sent, const json& stored) {
+  std::set<std::string> dropped;
+  const json* sent_spec = Member(sent, "spec");
+  const json* stored_spec = Member(stored, "spec");
+  if (sent_spec == nullptr) return {};
+  if (const json* counters = Member(*sent_spec, "sharedCounters");
+      counters != nullptr && !counters->empty() &&
+      (stored_spec == nullptr || Member(*stored_spec, "sharedCounters") == nullptr)) {
+    dropped.insert(kDraPartitionableGate);
+  }
+  std::map<std::string, const json*> stored_devices;
+  if (const json* list = stored_spec != nullptr ? Member(*stored_spec, "devices") : nullptr;
+      list != nullptr && list->is_array()) {
+    for (const json& d : *list) {
+      if (const json* name = Member(d, "name"); name != nullptr && name->is_string()) {
+        stored_devices[name->get<std::string>()] = &d;
+      }
+    }
+  }
+  const json* sent_devices = Member(*sent_spec, "devices");
+  if (sent_devices == nullptr || !sent_devices->is_array()) {
+    return {dropped.begin(), dropped.end()};
+  }
+  for (const json& d : *sent_devices) {
+    const json* name = Member(d, "name");
+    if (name == nullptr || !name->is_string()) continue;
+    auto it = stored_devices.find(name->get<std::string>());
+    const json* kept = it == stored_devices.end() ? nullptr : it->second;
+    auto lost = [&](const char* field) {
+      return Member(d, field) != nullptr && (kept == nullptr || Member(*kept, field) == nullptr);
+    };
+    if (lost("consumesCounters")) dropped.insert(kDraPartitionableGate);
+    if (lost("allowMultipleAllocations")) dropped.insert(kDraConsumableCapacityGate);
+    const json* capacity = Member(d, "capacity");
+    const json* kept_capacity = kept != nullptr ? Member(*kept, "capacity") : nullptr;
+    if (capacity == nullptr || !capacity->is_object()) continue;
+    for (const auto& [cap, value] : capacity->items()) {
+      if (Member(value, "requestPolicy") == nullptr) continue;
+      const json* kept_value =
+          kept_capacity != nullptr && kept_capacity->is_object() && kept_capacity->contains(cap)
+              ? &(*kept_capacity)[cap]
+              : nullptr;
+      if (kept_value == nullptr || Member(*kept_value, "requestPolicy") == nullptr) {
+        dropped.insert(kDraConsumableCapacityGate);
+      }
+    }
+  }
+  return {dropped.begin(), dropped.end()};
+}
+
+std::vector<std::string> DraSlicePublisher::MissingFeatureGates() const {
+  absl::MutexLock lock(&mu_);
+  return {missing_gates_.begin(), missing_gates_.end()};
+}
 
 absl::StatusOr<int64_t> DraSlicePublisher::Publish(const std::vector<DraGpu>& gpus) {
   absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(const int64_t generation, PublishLocked(gpus));
+  if (!degrade_) return generation;
+  // The API server dropped fields of a gate that is off: publish at once what can be served
+  // without it, so that nothing half-described (partitions without their counters, shares
+  // without their policies) stays allocatable.
+  degrade_ = false;
+  return PublishLocked(gpus);
+}
+
+absl::StatusOr<int64_t> DraSlicePublisher::PublishLocked(const std::vector<DraGpu>& gpus) {
   k8s::ListOptions list_options;
   list_options.field_selector = StrCat("spec.nodeName=", node_, ",spec.driver=", driver_);
   ASSIGN_OR_RETURN(k8s::ListResult listed, client_->ListAll(kResourceSlices, "", list_options));
@@ -530,27 +601,45 @@ absl::StatusOr<int64_t> DraSlicePublisher::Publish(const std::vector<DraGpu>& gp
     const std::string name = (*meta)["name"].get<std::string>();
     existing[name] = std::move(slice);
   }
-  std::vector<json> desired = BuildWholeGpuSlices(driver_, node_, gpus, generation, options_);
+  std::vector<json> desired = BuildWholeGpuSlices(driver_, node_, gpus, generation, effective_);
   bool same = desired.size() == existing.size();
   for (const json& slice : desired) {
     auto it = existing.find(slice["metadata"]["name"].get<std::string>());
     same = same && it != existing.end() && Comparable(it->second) == Comparable(slice);
   }
   if (same) return generation;
-  desired = BuildWholeGpuSlices(driver_, node_, gpus, generation + 1, options_);
+  desired = BuildWholeGpuSlices(driver_, node_, gpus, generation + 1, effective_);
   RETURN_IF_ERROR(ValidatePoolSlices(desired));
+  std::set<std::string> dropped;
   for (json& slice : desired) {
     const std::string name = slice["metadata"]["name"].get<std::string>();
     auto it = existing.find(name);
+    absl::StatusOr<json> stored;
     if (it == existing.end()) {
-      RETURN_IF_ERROR(
-          Annotate(client_->Create(kResourceSlices, "", slice).status(), "creating " + name));
-      continue;
+      stored = client_->Create(kResourceSlices, "", slice);
+      RETURN_IF_ERROR(Annotate(stored.status(), "creating " + name));
+    } else {
+      slice["metadata"]["resourceVersion"] = it->second["metadata"].value("resourceVersion", "");
+      stored = client_->Update(kResourceSlices, "", slice);
+      RETURN_IF_ERROR(Annotate(stored.status(), "updating " + name));
+      existing.erase(it);
     }
-    slice["metadata"]["resourceVersion"] = it->second["metadata"].value("resourceVersion", "");
-    RETURN_IF_ERROR(
-        Annotate(client_->Update(kResourceSlices, "", slice).status(), "updating " + name));
-    existing.erase(it);
+    for (std::string& gate : DroppedDraFeatureGates(slice, *stored)) dropped.insert(gate);
+  }
+  for (const std::string& gate : dropped) {
+    if (!missing_gates_.insert(gate).second) continue;
+    degrade_ = true;
+    if (gate == kDraConsumableCapacityGate) {
+      effective_.consumable_capacity = false;
+      LogWarning(kLog, "the API server dropped the shared GPUs' allowMultipleAllocations and "
+                       "requestPolicy: feature gate ", gate, " is off; publishing whole GPUs only "
+                       "(shares need ", gate, "=true on kube-apiserver)");
+    } else {
+      effective_.partitionable = false;
+      LogWarning(kLog, "the API server dropped the MIG partitions' counters: feature gate ", gate,
+                 " is off; publishing no partitions of GPUs whose layout Prism owns (static "
+                 "instances stay; partitions need ", gate, "=true on kube-apiserver)");
+    }
   }
   for (const auto& [name, slice] : existing) {
     absl::Status deleted = client_->Delete(kResourceSlices, "", name);

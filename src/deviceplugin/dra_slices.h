@@ -33,6 +33,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -73,7 +74,21 @@ struct DraPublishOptions {
   bool consumable_capacity = false;
   // The `slots` capacity: shares of one GPU at most (deviceSplitCount).
   int32_t split_count = 10;
+  // Publish the partitions of MIG GPUs whose layout the agent owns (they need their counters:
+  // Kubernetes' DRAPartitionableDevices gate). false: such GPUs publish nothing; static
+  // instances are published either way.
+  bool partitionable = true;
 };
+
+// The feature gates whose fields a write lost: `sent` as written, `stored` as the API server
+// answered (pkg/registry/resource/resourceslice/strategy.go, dropDisabledFields, drops a disabled
+// gate's fields on create and on an update that did not use them already):
+// "DRAPartitionableDevices" (sharedCounters, consumesCounters), "DRAConsumableCapacity"
+// (allowMultipleAllocations, requestPolicy). Sorted, each once.
+inline constexpr char kDraPartitionableGate[] = "DRAPartitionableDevices";
+inline constexpr char kDraConsumableCapacityGate[] = "DRAConsumableCapacity";
+std::vector<std::string> DroppedDraFeatureGates(const nlohmann::json& sent,
+                                                const nlohmann::json& stored);
 
 // The slices (objects without resourceVersion) the node has now, at `generation`.
 std::vector<nlohmann::json> BuildWholeGpuSlices(const std::string& driver, const std::string& node,
@@ -104,15 +119,26 @@ class DraSlicePublisher {
                     DraPublishOptions options = {});
 
   // Makes the node's published slices those of `gpus` (see above). Returns the generation the
-  // pool has afterwards.
+  // pool has afterwards. When the API server's answer shows that it dropped a feature gate's
+  // fields (DroppedDraFeatureGates), the gate is remembered for the publisher's life, logged, and
+  // the pool is published again at once without what needs it.
   absl::StatusOr<int64_t> Publish(const std::vector<DraGpu>& gpus);
+  // The gates found off so far (sorted).
+  std::vector<std::string> MissingFeatureGates() const;
 
  private:
+  absl::StatusOr<int64_t> PublishLocked(const std::vector<DraGpu>& gpus)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   const std::string driver_;
   const std::string node_;
   k8s::Client* const client_;
   const DraPublishOptions options_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
+  // options_ less what the API server showed it cannot store.
+  DraPublishOptions effective_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> missing_gates_ ABSL_GUARDED_BY(mu_);
+  bool degrade_ ABSL_GUARDED_BY(mu_) = false;  // A gate was found off by the last publication.
 };
 
 }  // namespace prism::deviceplugin

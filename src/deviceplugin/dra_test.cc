@@ -2,6 +2,7 @@
 // (src/kubelet/fake_dra_kubelet.h) and the fake API server, over the real gRPC and REST paths.
 #include "deviceplugin/dra_test_fixture.h"
 #include "nvml/topology.h"
+#include "testing/fake_apiserver/feature_gates.h"
 
 namespace prism::deviceplugin {
 namespace {
@@ -153,6 +154,78 @@ TEST(DraSlicesTest, ValidationNamesWhatMakesAPoolUnusable) {
   std::vector<json> long_names = BuildWholeGpuSlices(kDriver, node, gpus, 1);
   EXPECT_TRUE(ValidatePoolSlices(long_names).ok()) << ValidatePoolSlices(long_names);
   EXPECT_NE(long_names[0]["metadata"]["name"], long_names[1]["metadata"]["name"]);
+}
+
+// A 1.34/1.35 API server has DRAPartitionableDevices and DRAConsumableCapacity off by default and
+// drops their fields on write (strategy.go, dropDisabledFields). The publisher notices it in the
+// answer, says so, and publishes at once what it can serve without them: whole GPUs, plain; no
+// partitions of a GPU whose layout it owns (without counters any set of them could be
+// allocated). The next publication changes nothing (no generation churn).
+TEST(DraSlicesTest, AFeatureGateThatIsOffIsNoticedAndWhatNeedsItWithdrawn) {
+  fakeapi::FakeApiServerOptions off;
+  off.disabled_feature_gates = {"DRAPartitionableDevices", "DRAConsumableCapacity"};
+  for (const bool gates_on : {false, true}) {
+    fakeapi::FakeApiServer api(gates_on ? fakeapi::FakeApiServerOptions{} : off);
+    ASSERT_TRUE(api.Start().ok());
+    k8s::ClusterConfig config;
+    config.server = api.url();
+    auto client = k8s::Client::Create(config, k8s::ClientOptions{});
+    ASSERT_TRUE(client.ok()) << client.status();
+    DraGpu whole = Gpu(0, 0, "GPU-whole", 40960, false, "NVIDIA A100-SXM4-40GB");
+    DraGpu mig = Gpu(1, 1, "GPU-mig", 40960, true, "NVIDIA A100-SXM4-40GB");
+    const mig::GpuModel* a100 = mig::FindModel("A100-SXM4-40GB");
+    ASSERT_NE(a100, nullptr);
+    mig.mig_model = std::shared_ptr<const mig::GpuModel>(std::shared_ptr<void>(), a100);
+    mig.mig_dynamic = true;
+    DraPublishOptions options;
+    options.consumable_capacity = true;
+    DraSlicePublisher publisher(kDriver, kNode, client->get(), options);
+    const int64_t generation = publisher.Publish({whole, mig}).value_or(-1);
+    std::vector<json> slices = api.List("resourceslices");
+    EXPECT_TRUE(ValidatePoolSlices(slices).ok()) << ValidatePoolSlices(slices);
+    std::map<std::string, json> devices;
+    for (const json& slice : slices) {
+      for (const json& d : slice["spec"].value("devices", json::array())) devices[d["name"]] = d;
+    }
+    if (gates_on) {
+      EXPECT_EQ(generation, 1);
+      EXPECT_TRUE(publisher.MissingFeatureGates().empty());
+      EXPECT_EQ(devices["gpu-0"]["allowMultipleAllocations"], true);
+      EXPECT_GT(devices.size(), 20u);  // The whole GPU and every partition of the MIG one.
+      continue;
+    }
+    EXPECT_EQ(generation, 2);  // The pool as first written, then without what needs the gates.
+    EXPECT_EQ(publisher.MissingFeatureGates(),
+              (std::vector<std::string>{"DRAConsumableCapacity", "DRAPartitionableDevices"}));
+    ASSERT_EQ(devices.size(), 1u) << json(slices).dump();
+    EXPECT_FALSE(devices["gpu-0"].contains("allowMultipleAllocations"));
+    EXPECT_EQ(devices["gpu-0"]["capacity"], json::parse(R"({"memory":{"value":"40960Mi"}})"));
+    EXPECT_EQ(slices.size(), 1u);  // No counters slice, no slice of the MIG GPU.
+    EXPECT_EQ(publisher.Publish({whole, mig}).value_or(-1), 2);  // Nothing changes.
+  }
+}
+
+// The fake follows the API server: a gate's fields are kept on update when the stored slice
+// already used them (the ...FeatureInUse checks), dropped otherwise.
+TEST(DraSlicesTest, DroppedFieldsAreToldApartByGate) {
+  const json sent = json::parse(R"({"spec":{"sharedCounters":[{"name":"s","counters":{}}],
+      "devices":[{"name":"a","allowMultipleAllocations":true,
+                  "capacity":{"memory":{"value":"1Mi","requestPolicy":{"default":"1Mi"}}}},
+                 {"name":"b","consumesCounters":[{"counterSet":"s","counters":{}}]}]}})");
+  EXPECT_TRUE(DroppedDraFeatureGates(sent, sent).empty());
+  json stored = sent;
+  fakeapi::DropDisabledSliceFields(&stored, nullptr, {"DRAConsumableCapacity"});
+  EXPECT_EQ(DroppedDraFeatureGates(sent, stored),
+            std::vector<std::string>{"DRAConsumableCapacity"});
+  EXPECT_TRUE(stored["spec"].contains("sharedCounters"));
+  stored = sent;
+  fakeapi::DropDisabledSliceFields(&stored, nullptr, {"DRAPartitionableDevices"});
+  EXPECT_EQ(DroppedDraFeatureGates(sent, stored),
+            std::vector<std::string>{"DRAPartitionableDevices"});
+  EXPECT_FALSE(stored["spec"]["devices"][1].contains("consumesCounters"));
+  stored = sent;
+  fakeapi::DropDisabledSliceFields(&stored, &sent, {"DRAPartitionableDevices", "DRAConsumableCapacity"});
+  EXPECT_EQ(stored, sent);  // In use in the old object: kept.
 }
 
 TEST_F(DraTest, OlderKubeletChoosesV1beta1AndPrepares) {

@@ -1,6 +1,7 @@
 #include "testing/fake_apiserver/fake_apiserver.h"
 
 #include "testing/fake_apiserver/fake_apiserver_impl.h"
+#include "testing/fake_apiserver/feature_gates.h"
 
 namespace prism::fakeapi {
 
@@ -110,6 +111,9 @@ absl::StatusOr<Json> FakeApiServer::Impl::CreateLocked(const ResourceInfo& res, 
   }
   object["kind"] = res.kind;
   object["apiVersion"] = res.api_version;
+  if (res.plural == "resourceslices") {
+    DropDisabledSliceFields(&object, nullptr, options_.disabled_feature_gates);
+  }
   meta["uid"] = NewUid();
   meta["creationTimestamp"] =
       absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone());
@@ -198,6 +202,9 @@ absl::StatusOr<Json> FakeApiServer::Impl::UpdateLocked(const ResourceInfo& res,
   result["kind"] = res.kind;
   result["apiVersion"] = res.api_version;
   result["metadata"]["resourceVersion"] = current_rv;
+  if (res.plural == "resourceslices" && !status_only) {
+    DropDisabledSliceFields(&result, &existing, options_.disabled_feature_gates);
+  }
   // A write that changes nothing does not make a new version (as the API server skips no-ops).
   if (result == existing) return existing;
   if (res.plural != "pods" && result["metadata"].contains("deletionTimestamp") &&

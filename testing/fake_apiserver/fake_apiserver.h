@@ -34,6 +34,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,6 +61,10 @@ struct FakeApiServerOptions {
   size_t max_history = 200000;
   // Worker threads; every open watch and keep-alive connection holds one.
   int threads = 64;
+  // DRA feature gates that are off: their fields are dropped from ResourceSlices on write, as the
+  // API server does (feature_gates.h): "DRAPartitionableDevices", "DRAConsumableCapacity",
+  // "DRADeviceTaints". Empty: every gate on.
+  std::set<std::string, std::less<>> disabled_feature_gates;
 };
 
 // Fails requests that match: `method` ("" = any), path prefix ("" = any) and a substring of the
