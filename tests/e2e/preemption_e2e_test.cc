@@ -246,15 +246,16 @@ TEST_F(PreemptionE2eTest, APreemptionPolicyNeverPodNeverPreemptsAndSaysWhy) {
 // compute slices and 30 GiB but no placement.
 constexpr char kA100[] = "gpus:\n  - model: A100-SXM4-80GB\n    mig: {enabled: true}\n";
 constexpr int kProfile1g10gb = 19;
-constexpr int kProfile3g40gb = 9;
+constexpr int kProfile3g = 9;  // 3g.40gb on an 80 GB part, 3g.20gb on a 40 GB one.
 
 class MigPreemptionE2eTest : public PreemptionE2eTest {
  protected:
   MigPreemptionE2eTest() { device_config_addition_ = "prism:\n  migStrategy: placement\n"; }
 
-  // Starts `name` (class `class_name`, one 1g.10gb) and records the start of its instance.
-  void RunOneSlice(const std::string& name, const std::string& class_name) {
-    json pod = Prioritized(MigPod(name, 1, 9000), class_name);
+  // Starts `name` (class `class_name`, one MIG instance of `mib`: a 1g.10gb by default) and
+  // records the start of its instance.
+  void RunOneSlice(const std::string& name, const std::string& class_name, int mib = 9000) {
+    json pod = Prioritized(MigPod(name, 1, mib), class_name);
     const std::string uid = Submit(pod);
     ASSERT_FALSE(uid.empty());
     absl::StatusOr<kubelet::CreatedContainer> started = Run(pod, uid);
@@ -304,12 +305,13 @@ class MigPreemptionE2eTest : public PreemptionE2eTest {
     return out;
   }
 
-  // The preemptor preempts `victims` exactly, then runs on a 3g.40gb created at `start`, with
-  // every other instance as it was.
-  void ExpectPreemption(const std::set<std::string>& victims, int start) {
+  // The preemptor (`mib`: a 3g.40gb by default) preempts `victims` exactly, then runs on a 3g
+  // instance (`profile`) created at `start`, with every other instance as it was.
+  void ExpectPreemption(const std::set<std::string>& victims, int start, int mib = 30000,
+                        const std::string& profile = "3g.40gb") {
     const std::map<int, std::string> before = Instances();
     api_->ClearRequests();
-    json hi = Prioritized(MigPod("hi", 1, 30000), "serving");
+    json hi = Prioritized(MigPod("hi", 1, mib), "serving");
     const std::string hi_uid = Submit(hi);
     ASSERT_FALSE(hi_uid.empty());
     ASSERT_TRUE(WaitForEvent("hi", "Preempting", absl::Seconds(30))) << Slurp(scheduler_.log);
@@ -327,7 +329,7 @@ class MigPreemptionE2eTest : public PreemptionE2eTest {
     for (const auto& gi : state.gpus[0].gpu_instances) {
       if (gi.start != start) continue;
       found = true;
-      EXPECT_EQ(gi.profile_id, kProfile3g40gb);
+      EXPECT_EQ(gi.profile_id, kProfile3g);
       ASSERT_FALSE(gi.compute_instances.empty());
       EXPECT_EQ(started->env["NVIDIA_VISIBLE_DEVICES"], gi.compute_instances[0].uuid);
     }
@@ -339,7 +341,7 @@ class MigPreemptionE2eTest : public PreemptionE2eTest {
       EXPECT_EQ(after.count(at) ? after.at(at) : "", before.at(at)) << name;
     }
     const std::vector<std::string> events = EventsAbout("hi");
-    EXPECT_THAT(events, ::testing::Contains(HasSubstr("3g.40gb")));
+    EXPECT_THAT(events, ::testing::Contains(HasSubstr(profile)));
   }
 
   std::map<std::string, int> start_;  // Pod name -> its GPU instance's start.
@@ -369,6 +371,32 @@ TEST_F(MigPreemptionE2eTest, AnEqualPriorityPodOnTheCheapSideSendsItToTheOtherPl
   ASSERT_EQ(victims.size(), 4u);
   ASSERT_NO_FATAL_FAILURE(ExpectPreemption(victims, 0));
   EXPECT_TRUE(Exists("s"));
+}
+
+// The shipped configuration as it is: its knownMigGeometries put an A100-PCIE-40GB in template
+// mode (HAMi's semantics, docs/scheduling.md "Dynamic MIG"), where a GPU with an instance in use
+// keeps its geometry and only an idle GPU takes another. Four batch pods fill geometry 1
+// ({1g.5gb: 1, 2g.10gb: 3}, no 3g slot); a serving 3g.20gb needs geometry 2 ({3g.20gb: 2}), so
+// every pod on the GPU must go, and it does: all four, then the geometry switches.
+class MigTemplatePreemptionE2eTest : public MigPreemptionE2eTest {
+ protected:
+  MigTemplatePreemptionE2eTest() { device_config_addition_.clear(); }
+};
+
+TEST_F(MigTemplatePreemptionE2eTest, AGeometrySwitchTakesEveryPodOnTheGpu) {
+  ASSERT_NO_FATAL_FAILURE(StartInstall(
+      NodeCase{"a100-40", "gpus:\n  - model: A100-PCIE-40GB\n    mig: {enabled: true}\n", {}, {}}));
+  for (int i = 0; i < 4; ++i) ASSERT_NO_FATAL_FAILURE(RunOneSlice(StrCat("b", i), "batch", 4000));
+  // Geometry 1 as the seed's example lays it out: 1g.5gb@6, 2g.10gb@0, @2, @4.
+  std::set<int> starts;
+  for (const auto& [name, start] : start_) starts.insert(start);
+  ASSERT_EQ(starts, (std::set<int>{0, 2, 4, 6}));
+  // Every pod goes; geometry 2 is laid out and the preemptor gets its first slot, at start 0.
+  ASSERT_NO_FATAL_FAILURE(ExpectPreemption(PodsAt(0, 7), 0, 15000, "3g.20gb"));
+  const nvml::sim::SimState state = deviceplugin::testing::ReadState(state_file_);
+  std::map<int, int> layout;  // Start -> profile.
+  for (const auto& gi : state.gpus[0].gpu_instances) layout[gi.start] = gi.profile_id;
+  EXPECT_EQ(layout, (std::map<int, int>{{0, kProfile3g}, {4, kProfile3g}}));
 }
 
 }  // namespace
