@@ -2,7 +2,8 @@
 // (DeploySeedTest: the scheduler and node agent from their Deployment's and DaemonSet's args, the
 // kube-scheduler stand-in following the shipped extender entry over mutual TLS, simulated GPUs).
 // Two T4s full of low-priority slices; a high-priority pod asks a slice that fits once one pod on
-// one of them goes. Priorities come from PriorityClasses as the API server's Priority admission
+// one of them goes (and, below: pods that may not or cannot preempt, the flag that turns it off,
+// and the MIG case on an A100 in placement and in template mode). Priorities come from PriorityClasses as the API server's Priority admission
 // plugin resolves them (plugin/pkg/admission/priority/admission.go, priorityPlugin.admitPod: the
 // class's value into spec.priority, its preemptionPolicy into spec.preemptionPolicy); the fake API
 // server has no admission plugins, so the test applies that step before the webhook, where the
