@@ -15,8 +15,10 @@
 namespace prism::sched {
 
 using cluster_internal::AllInstances;
+using cluster_internal::ChargeSlice;
 using cluster_internal::FindInstance;
 using cluster_internal::RecomputeBusy;
+using cluster_internal::ReleaseSlice;
 using cluster_internal::RemoveInstance;
 
 int MigMemorySlicesNeed(const GpuRequest& request, const mig::GpuModel& model) {
@@ -226,6 +228,16 @@ absl::Status ClusterState::Apply(std::string_view key, const Decision& decision)
           return absl::FailedPreconditionError(
               StrCat(gi.uuid, ": no MIG instance at start ", d.start, " for the pod"));
         }
+        if (d.shared) {
+          RETURN_IF_ERROR(ChargeSlice(gi, d, u.instances[i]));
+          u.memory_used_mib += d.memory_mib;
+          u.cores_used += d.cores_permille;
+          ++u.tasks;
+          charge.gpus.push_back({d.gpu, d.memory_mib, d.cores_permille, 1});
+          charge.instances.push_back({d.gpu, static_cast<int8_t>(d.start), true,
+                                      static_cast<int32_t>(d.memory_mib), d.cores_permille});
+          continue;
+        }
         auto held = std::find_if(mine.begin(), mine.end(),
                                  [&](const Held& h) { return h.gpu == l && h.start == d.start; });
         if (held != mine.end()) {
@@ -341,6 +353,7 @@ absl::Status ClusterState::Release(std::string_view key) {
     GpuUsage& u = gpu_usage_[inst.gpu];
     for (int i = 0; i < u.instance_count; ++i) {
       if (u.instances[i].start != inst.start) continue;
+      if (inst.shared && !ReleaseSlice(inst, u.instances[i])) break;  // Other slices stay.
       if (gi.template_mode || gi.fixed_layout) {
         u.instances[i].state = InstanceState::kIdle;
       } else {
@@ -432,6 +445,7 @@ bool ClusterState::SameNodeState(int a, int b) const {
         p.healthy != q.healthy || p.template_mode != q.template_mode ||
         p.fixed_layout != q.fixed_layout || p.mig_model != q.mig_model ||
         p.template_set != q.template_set || p.allowed_profiles != q.allowed_profiles ||
+        p.shareable_profiles != q.shareable_profiles ||
         p.memory_mib != q.memory_mib || p.cores_total != q.cores_total ||
         p.split_count != q.split_count || !(gpu_usage_[ga] == gpu_usage_[gb])) {
       return false;

@@ -87,9 +87,10 @@ enum class InstanceState : uint8_t {
   kIdle = 0,      // Exists, unused: may be reused or destroyed.
   kInUse = 1,     // Held by an untracked workload.
   kAssigned = 2,  // Held by a pod in the ledger.
+  kShared = 3,    // Holds software slices of pods in the ledger (docs/mig-slices.md).
 };
 
-// "idle", "in-use", "assigned": the words /metrics and `prism status` show.
+// "idle", "in-use", "assigned", "shared": the words /metrics and `prism status` show.
 constexpr std::string_view InstanceStateName(InstanceState s) {
   switch (s) {
     case InstanceState::kIdle:
@@ -98,6 +99,8 @@ constexpr std::string_view InstanceStateName(InstanceState s) {
       return "in-use";
     case InstanceState::kAssigned:
       return "assigned";
+    case InstanceState::kShared:
+      return "shared";
   }
   return "unknown";
 }
@@ -107,6 +110,10 @@ struct MigInstance {
   int8_t start = 0;
   InstanceState state = InstanceState::kIdle;
   int8_t entry = -1;  // Geometry entry it realises (template mode), -1 otherwise.
+  // kShared: what its slices hold (memory in MiB, compute in per-mille of the GPU, tasks).
+  int16_t slice_tasks = 0;
+  int32_t slice_memory_mib = 0;
+  int32_t slice_cores = 0;
   bool Busy() const { return state != InstanceState::kIdle; }
   friend bool operator==(const MigInstance&, const MigInstance&) = default;
 };
@@ -144,6 +151,7 @@ struct GpuInfo {
   const mig::GpuModel* mig_model = nullptr;  // Set for every MIG-capable model.
   int32_t template_set = -1;                 // Index into ClusterState::template_sets().
   uint32_t allowed_profiles = 0;    // Placement mode: bit p set = profile p may be created.
+  uint32_t shareable_profiles = 0;  // Bit p: instances of profile p may hold slices (migSharing).
   int64_t memory_mib = 0;           // Total (after deviceMemoryScaling).
   int32_t cores_total = kPermille;  // Per-mille (after deviceCoreScaling).
   int32_t split_count = 10;         // Most tasks sharing the GPU.
@@ -195,6 +203,9 @@ struct PodCharge {
   struct Instance {
     int32_t gpu = -1;
     int8_t start = 0;
+    bool shared = false;  // A slice of a shared instance: memory_mib and cores are the slice's.
+    int32_t memory_mib = 0;
+    int32_t cores = 0;
   };
   std::vector<Instance> instances;
   Decision decision;

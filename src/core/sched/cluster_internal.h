@@ -2,6 +2,8 @@
 // (cluster.cc charges pods, cluster_nodes.cc builds and updates nodes).
 #pragma once
 
+#include "absl/status/status.h"
+
 #include "core/sched/cluster.h"
 
 namespace prism::sched::cluster_internal {
@@ -35,5 +37,14 @@ inline void RemoveInstance(GpuUsage& usage, int i) {
   --usage.instance_count;
   usage.instances[usage.instance_count] = MigInstance{};
 }
+
+// Shared MIG instances (docs/mig-slices.md; cluster_mig_slices.cc).
+// Charges slice `d` to `inst`, an instance of GPU `gi`: its profile must be shareable there, it
+// must be idle or shared, and the slices must stay within it (memory, compute, deviceSplitCount
+// tasks). Charges nothing and names the GPU and instance on error (FailedPrecondition when it no
+// longer fits, InvalidArgument when it never could).
+absl::Status ChargeSlice(const GpuInfo& gi, const DeviceAssignment& d, MigInstance& inst);
+// Takes `slice` off `inst`. True when it was the last one: the instance is then idle.
+bool ReleaseSlice(const PodCharge::Instance& slice, MigInstance& inst);
 
 }  // namespace prism::sched::cluster_internal

@@ -275,6 +275,13 @@ absl::StatusOr<ClusterState::ResolvedGpus> ClusterState::ResolveGpusInterning(
           if (model.profiles[p].name.attrs == mig::kAttrNone) gi.allowed_profiles |= 1u << p;
         }
       }
+      // Profiles whose instances slices may share (docs/mig-slices.md).
+      if (const int share = FindModelEntry(config.mig_sharing, g, &model); share >= 0) {
+        for (const std::string& p : config.mig_sharing[share].profiles) {
+          const int idx = model.FindProfile(p);
+          if (idx >= 0) gi.shareable_profiles |= 1u << idx;
+        }
+      }
     } else {
       if (!g.instances.empty()) {
         return absl::InvalidArgumentError(

@@ -31,6 +31,9 @@ struct DeviceAssignment {
   int32_t size = 0;             // Placement size (memory slices).
   int32_t template_index = -1;  // Geometry in template mode, -1 in placement mode.
   int32_t template_slot = -1;   // Slot of that geometry (HAMi's flattened order).
+  // A software slice of a shared instance (docs/mig-slices.md): memory_mib and cores_permille
+  // are the slice's, profile and start name the instance.
+  bool shared = false;
 
   bool IsMig() const { return mode == GpuMode::kMig; }
 };

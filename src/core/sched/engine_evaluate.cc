@@ -71,7 +71,7 @@ void Engine::Impl::CollectChangedGpus(int gpus) {
   for (int l = 0; l < gpus; ++l) {
     const ScratchGpu& s = scratch_[l];
     bool changed = s.app_tasks > 0 || s.init_any || s.mine != 0 || s.switched || s.n_created > 0 ||
-                   s.n_destroyed > 0;
+                   s.n_destroyed > 0 || s.joined > 0;
     for (size_t i = 0; i < recs_.size() && !changed; ++i) changed = recs_[i].gpu == l;
     if (changed) changed_gpus_.push_back(l);
   }
@@ -316,6 +316,7 @@ Decision Engine::Impl::BuildDecision(const Resolved& rp, int node, double score)
     a.mode = r.mode;
     a.memory_mib = r.memory_mib;
     a.cores_permille = r.cores;
+    a.shared = r.shared;
     if (r.mode == GpuMode::kMig) {
       const mig::GpuModel& model = *gi.mig_model;
       a.profile = r.profile;

@@ -172,8 +172,21 @@ class Engine::Impl {
   // Placement mode: the smallest allowed profile that fits this GPU, at the
   // start that leaves the most usable free space (then free-space utility,
   // fewer operations, higher start).
+  // `only`: these profiles (smallest first) instead of the request's candidates.
   MigOption BestPlacementOption(const Resolved& rp, int oi, int g, const ScratchGpu& s,
-                                uint8_t* reason);
+                                uint8_t* reason, const std::vector<int8_t>* only = nullptr);
+
+  // Shared MIG instances (engine_mig_slices.cc, docs/mig-slices.md). Whether container `oi` may
+  // be a slice of a shared instance on GPU `g` (the device config shares some of its profiles,
+  // the pod did not opt out, it asks MiB for one device, not a whole GPU).
+  bool SliceEligible(const Resolved& rp, int oi, int g) const;
+  // The slice's option on GPU `g`: an existing shared instance with room (the least memory left
+  // after, then the lowest start), else a new one of the smallest shareable profile with room to
+  // spare, placed as any instance. Not ok when neither exists (the caller falls back to a whole
+  // instance).
+  MigOption BestSharedOption(const Resolved& rp, int oi, int g, const ScratchGpu& s);
+  // ApplyMigOption's part for a slice: charges it to the instance at `o.start`.
+  void AddMigSlice(ScratchGpu& s, const MigOption& o);
 
   GpuPref MigPref(GpuPolicy policy, int g, const ScratchGpu& s, const MigOption& o);
 

@@ -169,6 +169,7 @@ struct DeviceRec {
   int8_t profile = -1;
   int8_t start = -1;
   int32_t waste = 0;  // MIG: granted compute units beyond what was asked (per-mille).
+  bool shared = false;  // MIG: a slice of a shared instance (memory_mib/cores are the slice's).
 };
 
 struct ScratchGpu {
@@ -186,6 +187,7 @@ struct ScratchGpu {
   int8_t old_template = -1;
   uint8_t n_destroyed = 0;
   uint8_t n_created = 0;
+  uint8_t joined = 0;  // Slices of shared instances the pod holds on this GPU.
   std::array<MigPlacement, kMaxMigInstances * 2> destroyed{};
   std::array<MigPlacement, kMaxMigInstances * 2> created{};
 
@@ -207,13 +209,14 @@ struct ScratchGpu {
     old_template = -1;
     n_destroyed = 0;
     n_created = 0;
+    joined = 0;
   }
 
   // Nothing of the pod on it yet: the GPU is as the cluster has it (`u`).
   bool Untouched() const {
     return app_mem == 0 && init_mem == 0 && app_cores == 0 && init_cores == 0 && app_tasks == 0 &&
            !init_any && mine == 0 && mine_app == 0 && !container_used && !switched &&
-           old_template == -1 && n_destroyed == 0 && n_created == 0;
+           old_template == -1 && n_destroyed == 0 && n_created == 0 && joined == 0;
   }
 };
 
@@ -227,7 +230,9 @@ inline bool SameMigUsage(const GpuUsage& a, const GpuUsage& b) {
   for (int i = 0; i < a.instance_count; ++i) {
     const MigInstance& x = a.instances[i];
     const MigInstance& y = b.instances[i];
-    if (x.profile != y.profile || x.start != y.start || x.state != y.state || x.entry != y.entry) {
+    if (x.profile != y.profile || x.start != y.start || x.state != y.state || x.entry != y.entry ||
+        x.slice_tasks != y.slice_tasks || x.slice_memory_mib != y.slice_memory_mib ||
+        x.slice_cores != y.slice_cores) {
       return false;
     }
   }
@@ -239,7 +244,8 @@ inline bool SameMigClass(const GpuInfo& a, int a_type, const GpuInfo& b, int b_t
   return a_type == b_type && a.mode == b.mode && a.healthy == b.healthy &&
          a.template_mode == b.template_mode && a.fixed_layout == b.fixed_layout &&
          a.mig_model == b.mig_model && a.template_set == b.template_set &&
-         a.allowed_profiles == b.allowed_profiles && a.memory_mib == b.memory_mib &&
+         a.allowed_profiles == b.allowed_profiles &&
+         a.shareable_profiles == b.shareable_profiles && a.memory_mib == b.memory_mib &&
          a.cores_total == b.cores_total && a.split_count == b.split_count;
 }
 
@@ -274,6 +280,8 @@ struct MigOption {
   int8_t start = -1;
   int8_t geometry = -1;  // >= 0: switch the (idle) GPU to this geometry first.
   bool reuse = false;    // An existing idle instance is taken as is.
+  bool shared = false;   // A slice of a shared instance (docs/mig-slices.md).
+  bool join = false;     // ... joining one that holds slices already (no instance created).
   int ops = 0;
   double usable_after = 0;  // Workload usable units after (higher is better).
   double utility_after = 0;

@@ -182,7 +182,7 @@ Reason Engine::Impl::NoProfileReason(const mig::GpuModel& model, const GpuReques
 }
 
 MigOption Engine::Impl::BestPlacementOption(const Resolved& rp, int oi, int g, const ScratchGpu& s,
-                                            uint8_t* reason) {
+                                            uint8_t* reason, const std::vector<int8_t>* only) {
   const GpuInfo& gi = cluster_.gpu(g);
   const mig::GpuModel& model = *gi.mig_model;
   const int type = cluster_.gpu_type_id(g);
@@ -200,8 +200,9 @@ MigOption Engine::Impl::BestPlacementOption(const Resolved& rp, int oi, int g, c
     }
     return false;
   };
-  for (int8_t p :
-       CandidatesOf(rp.mig_candidates[oi], model, req, config_.mig_match_cores, &scratch)) {
+  for (int8_t p : only != nullptr ? *only
+                                  : CandidatesOf(rp.mig_candidates[oi], model, req,
+                                                 config_.mig_match_cores, &scratch)) {
     if (!gi.fixed_layout && !(gi.allowed_profiles & (1u << p))) continue;
     any_profile = true;
     for (int start : model.profiles[p].starts) {
@@ -300,6 +301,10 @@ GpuPref Engine::Impl::MigPref(GpuPolicy policy, int g, const ScratchGpu& s, cons
 void Engine::Impl::ApplyMigOption(ScratchGpu& s, int g, const MigOption& o, bool init) {
   const GpuInfo& gi = cluster_.gpu(g);
   const mig::GpuModel& model = *gi.mig_model;
+  if (o.join) {
+    AddMigSlice(s, o);
+    return;
+  }
   if (o.geometry >= 0) {
     // Template switch on an idle GPU: every existing instance goes.
     const PlacedGeometry& geo = cluster_.template_sets()[gi.template_set].geometries[o.geometry];
@@ -368,6 +373,10 @@ void Engine::Impl::ApplyMigOption(ScratchGpu& s, int g, const MigOption& o, bool
     }
   }
   mig::Add(model, &s.u.busy, o.profile, o.start);
+  if (o.shared) {
+    AddMigSlice(s, o);  // Not the pod's own (mine): an init container does not reuse it whole.
+    return;
+  }
   s.u.memory_used_mib += o.grant_memory;
   s.u.cores_used += o.grant_cores;
   ++s.u.tasks;
@@ -448,8 +457,12 @@ bool Engine::Impl::PlaceMig(const Resolved& rp, int oi, int node) {
         }
         if (judged_count < kJudgedMax) judged[judged_count++] = static_cast<int16_t>(l);
       }
-      MigOption o = gi.template_mode ? BestTemplateOption(rp, oi, g, s, needed - k, &reason)
-                                     : BestPlacementOption(rp, oi, g, s, &reason);
+      MigOption o;
+      if (SliceEligible(rp, oi, g)) o = BestSharedOption(rp, oi, g, s);
+      if (!o.ok) {
+        o = gi.template_mode ? BestTemplateOption(rp, oi, g, s, needed - k, &reason)
+                             : BestPlacementOption(rp, oi, g, s, &reason);
+      }
       if (!o.ok) {
         reasons_[l] = reason;
         continue;
@@ -463,7 +476,9 @@ bool Engine::Impl::PlaceMig(const Resolved& rp, int oi, int node) {
       // grant never grows with other pods' shapes (see BestTemplateOption).
       bool better = best_l < 0;
       bool same_grant = false;
-      if (!better && o.waste != best.waste) {
+      if (!better && o.join != best.join) {
+        better = o.join;  // An existing shared instance before a new one (mig-slices.md).
+      } else if (!better && o.waste != best.waste) {
         better = o.waste < best.waste;
       } else if (!better && o.grant_memory != best.grant_memory) {
         better = o.grant_memory < best.grant_memory;
@@ -502,6 +517,7 @@ bool Engine::Impl::PlaceMig(const Resolved& rp, int oi, int node) {
     rec.profile = best.profile;
     rec.start = best.start;
     rec.waste = static_cast<int32_t>(best.waste);
+    rec.shared = best.shared;
     recs_.push_back(rec);
   }
   return true;

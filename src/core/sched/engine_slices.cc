@@ -144,7 +144,7 @@ bool Engine::Impl::ScratchIsPristine(int gpus) const {
   for (int l = 0; l < gpus; ++l) {
     const ScratchGpu& s = scratch_[l];
     if (s.app_tasks > 0 || s.init_any || s.mine != 0 || s.switched || s.n_created > 0 ||
-        s.n_destroyed > 0) {
+        s.n_destroyed > 0 || s.joined > 0) {
       return false;
     }
   }

@@ -70,6 +70,7 @@ std::string PodRequest::ShapeKey() const {
     StrAppend(&key, "X", topology.preferred ? 1 : 0, static_cast<int>(topology.required),
               topology.numa_bind ? 1 : 0);
   }
+  if (!mig_sharing) key += "S0";
   return key;
 }
 

@@ -92,6 +92,9 @@ struct PodRequest {
   std::string node_policy;  // hami.io/node-scheduler-policy.
   std::string gpu_policy;   // hami.io/gpu-scheduler-policy.
   TopologyRequest topology;
+  // `prism.io/mig-sharing`: false ("off") keeps the pod on whole MIG instances where the device
+  // config's migSharing would let its containers share one (docs/mig-slices.md).
+  bool mig_sharing = true;
 
   // Kubernetes' effective request: max(largest init container, sum of the others).
   int64_t EffectiveCpuMilli() const;
