@@ -63,6 +63,8 @@ struct SchedulerFlags {
   int preemption_filter_trials = 100;
   int64_t preemption_trials = 20000;
   double preemption_reservation_ttl_seconds = 120;
+  int preemption_min_candidate_nodes_percentage = 10;
+  int preemption_min_candidate_nodes_absolute = 100;
   std::string trusted_service_accounts;
   std::vector<std::string> trusted_schedulers;
   std::string log_format = "text";
@@ -79,6 +81,19 @@ int Run(const SchedulerFlags& f) {
   options.scheduler_name = f.scheduler_name;
   options.webhook.scheduler_name = f.scheduler_name;
   options.webhook.deny_privileged = f.deny_privileged;
+  options.preemption.enabled = f.preemption;
+  options.preemption.filter_trials = f.preemption_filter_trials;
+  options.preemption.request_trials = f.preemption_trials;
+  options.preemption.reservation_ttl = absl::Seconds(f.preemption_reservation_ttl_seconds);
+  if (f.preemption_min_candidate_nodes_percentage == 0 &&
+      f.preemption_min_candidate_nodes_absolute == 0) {
+    // As kube-scheduler's ValidateDefaultPreemptionArgs: no node would ever be searched.
+    std::cerr << "prism scheduler: --preemption-min-candidate-nodes-percentage and "
+                 "--preemption-min-candidate-nodes-absolute cannot both be 0\n";
+    return 2;
+  }
+  options.preemption.min_candidate_nodes_percentage = f.preemption_min_candidate_nodes_percentage;
+  options.preemption.min_candidate_nodes_absolute = f.preemption_min_candidate_nodes_absolute;
   absl::StatusOr<std::vector<std::string>> trusted =
       extender::ServiceAccountUsers(f.trusted_service_accounts);
   if (!trusted.ok()) {
@@ -136,10 +151,6 @@ int Run(const SchedulerFlags& f) {
   options.events = f.events;
   options.dra = f.dra;
   options.dra_hami_claims = f.dra_hami_claims;
-  options.preemption.enabled = f.preemption;
-  options.preemption.filter_trials = f.preemption_filter_trials;
-  options.preemption.request_trials = f.preemption_trials;
-  options.preemption.reservation_ttl = absl::Seconds(f.preemption_reservation_ttl_seconds);
   k8s::ClientOptions client_options;
   client_options.qps = f.kube_qps;
   client_options.burst = f.kube_burst;
@@ -343,6 +354,19 @@ void AddSchedulerCommand(CLI::App& app, int* exit_code) {
   cmd->add_option("--preemption-reservation-ttl", flags->preemption_reservation_ttl_seconds,
                   "seconds the GPU a preemption frees is held for the preemptor")
       ->check(CLI::Range(1.0, 3600.0))
+      ->capture_default_str();
+  cmd->add_option("--preemption-min-candidate-nodes-percentage",
+                  flags->preemption_min_candidate_nodes_percentage,
+                  "per preemption, nodes searched: this percentage of those where it may help, "
+                  "at least --preemption-min-candidate-nodes-absolute (kube-scheduler's "
+                  "minCandidateNodesPercentage)")
+      ->check(CLI::Range(0, 100))
+      ->capture_default_str();
+  cmd->add_option("--preemption-min-candidate-nodes-absolute",
+                  flags->preemption_min_candidate_nodes_absolute,
+                  "per preemption, nodes searched at least (kube-scheduler's "
+                  "minCandidateNodesAbsolute; not 0 with a percentage of 0)")
+      ->check(CLI::Range(0, 1000000))
       ->capture_default_str();
   cmd->add_flag("--deny-privileged,!--allow-privileged", flags->deny_privileged,
                 "webhook: reject privileged containers in GPU pods (default: on)");

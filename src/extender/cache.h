@@ -324,14 +324,17 @@ class SchedulerCache {
                                                 int max_trials = 100,
                                                 FailedNodeNotes* notes = nullptr);
   // Path B (docs/preemption.md §2): where Prism would evict for `pod`. SelectVictims (on a copy
-  // of the engine) over `nodes`, at most max(10 % of them, 100) from a rotating offset, trials
-  // bounded per node and by `request_trials`; the node picked in pickOneNodeForPreemption's order
-  // (no PDB violations counted: Prism reads no PDBs; lowest highest victim priority, lowest sum
-  // of priorities, fewest victims, then request order). Victims exclude pods another
-  // reservation is already evicting. nullopt when no node helps. InvalidArgument: invalid request.
+  // of the engine) over `nodes`, at most min(n, max(n * `min_percentage` / 100,
+  // `min_absolute`)) of them (calculateNumCandidates; kube-scheduler's defaults 10 and 100) from a
+  // rotating offset, trials bounded per node and by `request_trials`; the node picked in
+  // pickOneNodeForPreemption's order (no PDB violations counted: Prism reads no PDBs; lowest
+  // highest victim priority, lowest sum of priorities, fewest victims, then request order).
+  // Victims exclude pods another reservation is already evicting. nullopt when no node helps.
+  // InvalidArgument: invalid request.
   absl::StatusOr<std::optional<PreemptionPlan>> PlanPreemption(
       const config::PodManifest& pod, int32_t priority, bool preempt_never,
-      const std::vector<std::string>& nodes, int64_t request_trials = 20000);
+      const std::vector<std::string>& nodes, int64_t request_trials = 20000,
+      int min_percentage = 10, int min_absolute = 100);
   // Reserves `plan`'s node for the preemptor until `deadline` (nominated pod, §2): once every
   // victim's charge is gone the preemptor's decision there is charged as its assumption, before
   // any other decision is made, so a lower-priority pod cannot take the freed GPU; the

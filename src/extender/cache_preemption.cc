@@ -238,7 +238,8 @@ std::vector<std::string_view> SchedulerCache::ResolvableNodes(
 
 absl::StatusOr<std::optional<PreemptionPlan>> SchedulerCache::PlanPreemption(
     const config::PodManifest& pod, int32_t priority, bool preempt_never,
-    const std::vector<std::string>& nodes, int64_t request_trials) {
+    const std::vector<std::string>& nodes, int64_t request_trials, int min_percentage,
+    int min_absolute) {
   absl::MutexLock lock(&mu_);
   MaybeRebuildLocked();
   ASSIGN_OR_RETURN(sched::PodRequest request, config::BuildPodRequest(pod, config_));
@@ -248,8 +249,11 @@ absl::StatusOr<std::optional<PreemptionPlan>> SchedulerCache::PlanPreemption(
   sched::Preemptor preemptor;
   preemptor.pod = std::move(request);
   preemptor.priority = priority;
-  // calculateNumCandidates with minCandidateNodesPercentage 10 and minCandidateNodesAbsolute 100.
-  const size_t count = std::min(nodes.size(), std::max<size_t>(nodes.size() / 10, 100));
+  // calculateNumCandidates: minCandidateNodesPercentage of the nodes, at least
+  // minCandidateNodesAbsolute, at most all of them.
+  const size_t share = nodes.size() * static_cast<size_t>(std::max(min_percentage, 0)) / 100;
+  const size_t count =
+      std::min(nodes.size(), std::max(share, static_cast<size_t>(std::max(min_absolute, 0))));
   const size_t start = preemption_offset_++ % nodes.size();
   // pickOneNodeForPreemption's order: (PDB violations: none counted) lowest highest victim
   // priority, lowest sum of priorities, fewest victims, then the first searched.

@@ -1,6 +1,7 @@
 // The cache's side of path B (docs/preemption.md §2): Filter's resolvable split, the plan, and the
 // nominated preemptor's reservation.
 #include <memory>
+#include <tuple>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -124,6 +125,19 @@ TEST_F(ReservationTest, ANodeWherePreemptionCannotHelpSaysWhy) {
   cache_->Reserve(Manifest(Pod("hi", 10240, 100)), 100, **plan, clock_.Now() + absl::Minutes(2));
   EXPECT_THAT(notes(Pod("low", 10240, 0)),
               UnorderedElementsAre(Note{"n2", kPreemptionOnlyHigher}));
+}
+
+TEST_F(ReservationTest, ThePlanSearchesTheCandidateNodesTheBoundsAllow) {
+  const json hi = Pod("hi", 10240, 100);
+  const std::vector<std::string> thrice = {"n1", "n1", "n1"};
+  // Defaults (10 %, at least 100): all three; 0 % and at least 1: one; 50 % and at least 0: one.
+  const std::vector<std::tuple<int, int, int>> cases = {{10, 100, 3}, {0, 1, 1}, {50, 0, 1}};
+  for (const auto& [percentage, absolute, searched] : cases) {
+    auto plan =
+        cache_->PlanPreemption(Manifest(hi), 100, false, thrice, 20000, percentage, absolute);
+    ASSERT_TRUE(plan.ok() && plan->has_value()) << percentage << " " << absolute;
+    EXPECT_EQ((*plan)->nodes_searched, searched) << percentage << " " << absolute;
+  }
 }
 
 TEST_F(ReservationTest, TheTrialBudgetBoundsTheSplitAndRotates) {

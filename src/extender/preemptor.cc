@@ -110,7 +110,9 @@ PreemptionResult PreemptionRunner::Run(const k8s::Json& pod, const std::vector<s
   if (PreemptsNever(pod)) return finish(PreemptionResult::kNoCandidate);
   if (cache_->HasReservation(key, uid)) return finish(PreemptionResult::kNoCandidate);
   absl::StatusOr<std::optional<PreemptionPlan>> plan =
-      cache_->PlanPreemption(*manifest, priority, false, nodes, options_.request_trials);
+      cache_->PlanPreemption(*manifest, priority, false, nodes, options_.request_trials,
+                             options_.min_candidate_nodes_percentage,
+                             options_.min_candidate_nodes_absolute);
   if (!plan.ok()) {
     LogWarning(kLog, "pod ", key, ": ", plan.status().message());
     return finish(PreemptionResult::kFailed);

@@ -37,14 +37,18 @@
 
 namespace prism::extender {
 
-// `prism scheduler`'s --preemption, --preemption-filter-trials, --preemption-trials and
-// --preemption-reservation-ttl (docs/scheduler.md, "Flags").
+// `prism scheduler`'s --preemption* flags (docs/scheduler.md, "Flags").
 struct PreemptionOptions {
   bool enabled = true;
   // Release-all trials per Filter for the resolvable split (SchedulerCache::ResolvableNodes).
   int filter_trials = 100;
   // SelectVictims trials per preemption, over every node searched.
   int64_t request_trials = 20000;
+  // Nodes searched per preemption (calculateNumCandidates): this percentage of the resolvable
+  // ones, at least `min_candidate_nodes_absolute`; kube-scheduler's DefaultPreemptionArgs
+  // defaults. Not both 0 (ValidateDefaultPreemptionArgs).
+  int min_candidate_nodes_percentage = 10;
+  int min_candidate_nodes_absolute = 100;
   // How long a reservation waits for its victims to go and its preemptor to be filtered again.
   absl::Duration reservation_ttl = absl::Minutes(2);
   // Preemptions queued at most; more are dropped (the pod's next Filter queues it again).

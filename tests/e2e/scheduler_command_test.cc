@@ -166,12 +166,16 @@ TEST_F(SchedulerCommandTest, AcceptsAndChecksThePreemptionFlags) {
   const std::string missing = (dir_ / "missing").string();
   pid_t pid = Spawn({PRISM_BINARY, "scheduler", "--kubeconfig", missing, "--no-preemption",
                      "--preemption-filter-trials", "0", "--preemption-trials", "500",
-                     "--preemption-reservation-ttl", "30"},
+                     "--preemption-reservation-ttl", "30",
+                     "--preemption-min-candidate-nodes-percentage", "0",
+                     "--preemption-min-candidate-nodes-absolute", "5"},
                     log);
   EXPECT_EQ(WaitExit(pid), 2);
   EXPECT_THAT(ReadFile(log), HasSubstr("Kubernetes configuration"));
   for (const char* bad : {"--preemption-filter-trials=-1", "--preemption-trials=0",
-                          "--preemption-reservation-ttl=0"}) {
+                          "--preemption-reservation-ttl=0",
+                          "--preemption-min-candidate-nodes-percentage=101",
+                          "--preemption-min-candidate-nodes-absolute=-1"}) {
     pid = Spawn({PRISM_BINARY, "scheduler", "--kubeconfig", missing, bad}, log);
     EXPECT_NE(WaitExit(pid), 0) << bad;
     const std::string text = ReadFile(log);
@@ -179,6 +183,13 @@ TEST_F(SchedulerCommandTest, AcceptsAndChecksThePreemptionFlags) {
     EXPECT_THAT(text, HasSubstr(flag)) << bad;
     EXPECT_THAT(text, ::testing::Not(HasSubstr("Kubernetes configuration"))) << bad;
   }
+  // Both bounds 0 would search no node (kube-scheduler refuses it too).
+  pid = Spawn({PRISM_BINARY, "scheduler", "--kubeconfig", missing,
+               "--preemption-min-candidate-nodes-percentage=0",
+               "--preemption-min-candidate-nodes-absolute=0"},
+              log);
+  EXPECT_EQ(WaitExit(pid), 2);
+  EXPECT_THAT(ReadFile(log), HasSubstr("cannot both be 0"));
 }
 
 // Issue 32: --dra-hami-claims (docs/dra.md, "HAMi pods under DRA") is accepted with --dra and
