@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -327,9 +328,13 @@ absl::Status ApplyConstraints(const json& devices, const std::string& field, Dra
     if (match.empty() == distinct.empty()) {
       return Invalid(f, "exactly one of matchAttribute and distinctAttribute is required");
     }
-    // The requests it covers: those named (a request or "<request>/<subrequest>", which for
-    // Prism's purpose is its request), or every request of the claim.
+    // The requests it covers: those named, or every request of the claim. As upstream's
+    // allocator (matchAttributeConstraint.matches): a request's name covers all its alternatives,
+    // "<request>/<subrequest>" only that alternative, which must exist (validation.go,
+    // validateRequestNameRef); the others are not constrained when chosen.
     std::set<size_t> covered;
+    std::map<size_t, std::set<std::string>> only;  // Request -> the alternatives named alone.
+    std::set<size_t> whole;                         // Requests named as a whole.
     ASSIGN_OR_RETURN(const json* names,
                      Member(c, "requests", StrCat(f, ".requests"), json::value_t::array));
     if (names != nullptr && !names->empty()) {
@@ -341,18 +346,34 @@ absl::Status ApplyConstraints(const json& devices, const std::string& field, Dra
         const std::string nf = StrCat(f, ".requests[", j, "]");
         if (!(*names)[j].is_string()) return Invalid(nf, "expected a string");
         const std::string& name = (*names)[j].get_ref<const std::string&>();
-        const std::string_view main = std::string_view(name).substr(0, name.find('/'));
+        const size_t slash = name.find('/');
+        const std::string_view main = std::string_view(name).substr(0, slash);
         size_t found = claim->requests.size();
         for (size_t r = 0; r < claim->requests.size(); ++r) {
           if (claim->requests[r].name == main) found = r;
         }
-        if (found == claim->requests.size()) {
+        bool known = found != claim->requests.size();
+        if (known && slash != std::string::npos) {
+          known = false;
+          for (const DraDeviceRequest& alt : claim->requests[found].first_available) {
+            known = known || alt.name == name;
+          }
+        }
+        if (!known) {
           return Invalid(nf, StrCat(QuoteBounded(name), " names no request of the claim"));
         }
         covered.insert(found);
+        if (slash == std::string::npos) {
+          whole.insert(found);
+        } else {
+          only[found].insert(name);
+        }
       }
     } else {
-      for (size_t r = 0; r < claim->requests.size(); ++r) covered.insert(r);
+      for (size_t r = 0; r < claim->requests.size(); ++r) {
+        covered.insert(r);
+        whole.insert(r);
+      }
     }
     if (!distinct.empty()) {
       return NotYet(StrCat(f, ".distinctAttribute"),
@@ -369,9 +390,13 @@ absl::Status ApplyConstraints(const json& devices, const std::string& field, Dra
                            " match across several requests is not supported yet (one request's "
                            "devices are kept on one NUMA node)"));
     }
-    DraDeviceRequest& r = claim->requests[*covered.begin()];
-    r.numa_match = true;
-    for (DraDeviceRequest& alt : r.first_available) alt.numa_match = true;
+    const size_t index = *covered.begin();
+    DraDeviceRequest& r = claim->requests[index];
+    const bool all = whole.count(index) > 0;
+    if (all) r.numa_match = true;
+    for (DraDeviceRequest& alt : r.first_available) {
+      if (all || only[index].count(alt.name)) alt.numa_match = true;
+    }
   }
   return absl::OkStatus();
 }

@@ -185,7 +185,6 @@ TEST(DraClaimTest, NumaNodeConstraintOverOneRequest) {
       {{"constraints", {named}}}));
   ASSERT_TRUE(spec.ok()) << spec.status();
   EXPECT_FALSE(spec->requests[0].numa_match);
-  EXPECT_TRUE(spec->requests[1].numa_match);
   EXPECT_TRUE(spec->requests[1].first_available[0].numa_match);
   // It reaches the engine as the container's numa_match.
   spec = ParseDraClaim(Claim({Request("gpus", whole)}, {{"constraints", {numa}}}));
@@ -216,6 +215,39 @@ TEST(DraClaimTest, NumaNodeConstraintOverOneRequest) {
               absl::StatusCode::kInvalidArgument, "33 entries, more than 32");
   ExpectError(Claim({Request("a", whole)}, {{"constraints", "numa"}}),
               absl::StatusCode::kInvalidArgument, "spec.devices.constraints: expected an array");
+  // "<request>/<subrequest>" covers that alternative alone (upstream's
+  // matchAttributeConstraint.matches): the MIG alternative, not named, stays allocatable.
+  json slice_only = numa;
+  slice_only["requests"] = {"b/x"};
+  const json alternatives{
+      {"name", "b"},
+      {"firstAvailable",
+       {{{"name", "x"}, {"deviceClassName", "gpu.prism.io"}},
+        {{"name", "y"}, {"deviceClassName", "mig.gpu.prism.io"}}}}};
+  spec = ParseDraClaim(Claim({alternatives}, {{"constraints", {slice_only}}}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_FALSE(spec->requests[0].numa_match);
+  EXPECT_TRUE(spec->requests[0].first_available[0].numa_match);
+  EXPECT_FALSE(spec->requests[0].first_available[1].numa_match);
+  pod = BuildDraPodRequest({}, DraChoose({*spec}, 1));
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  EXPECT_FALSE(pod->request.containers[0].gpu.numa_match);
+  // The request's own name covers every alternative.
+  json all_of_b = numa;
+  all_of_b["requests"] = {"b"};
+  spec = ParseDraClaim(Claim({alternatives}, {{"constraints", {all_of_b}}}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->requests[0].first_available[0].numa_match);
+  EXPECT_TRUE(spec->requests[0].first_available[1].numa_match);
+  // A subrequest the request does not have, or of a request without alternatives, names nothing
+  // (validation.go, validateRequestNameRef).
+  json no_such = numa;
+  no_such["requests"] = {"b/z"};
+  ExpectError(Claim({alternatives}, {{"constraints", {no_such}}}),
+              absl::StatusCode::kInvalidArgument, "'b/z' names no request of the claim");
+  no_such["requests"] = {"a/x"};
+  ExpectError(Claim({Request("a", whole)}, {{"constraints", {no_such}}}),
+              absl::StatusCode::kInvalidArgument, "'a/x' names no request of the claim");
   // MIG partitions: the engine keeps no NUMA rule for instances yet.
   spec = ParseDraClaim(
       Claim({Request("m", {{"deviceClassName", "mig.gpu.prism.io"}})}, {{"constraints", {numa}}}));
