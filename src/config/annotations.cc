@@ -185,6 +185,12 @@ absl::StatusOr<DecisionDeviceRecord> ParseDevice(const json& dj, const std::stri
   ASSIGN_OR_RETURN(const int64_t slot, IntField(dj, "slot", p, false, 0, 1023, -1));
   dev.template_index = static_cast<int32_t>(tmpl);
   dev.template_slot = static_cast<int32_t>(slot);
+  if (const json* shared = Member(dj, "shared"); shared != nullptr) {
+    if (!shared->is_boolean()) {
+      return FieldError(p + "shared", StrCat("expected a boolean, got ", shared->type_name()));
+    }
+    dev.shared = shared->get<bool>();
+  }
   return dev;
 }
 
@@ -232,6 +238,7 @@ absl::StatusOr<Decision> DecodePrism(const std::string& text, const sched::PodRe
         }
         dev.template_index = r.template_index;
         dev.template_slot = r.template_slot;
+        dev.shared = r.shared;
         if (dev.template_index >= 0 &&
             (!gi.template_mode ||
              dev.template_index >=
@@ -474,6 +481,7 @@ json DecisionToJson(const Decision& decision, const ClusterState& state) {
       if (d.IsMig()) {
         dj["profile"] = d.profile_name;
         dj["placement"] = json{{"start", d.start}, {"size", d.size}};
+        if (d.shared) dj["shared"] = true;
         if (d.template_index >= 0) {
           dj["template"] = d.template_index;
           dj["slot"] = d.template_slot;
@@ -559,7 +567,9 @@ absl::Status CheckDecisionWithinRequest(const Decision& decision, const sched::P
                                                  " device, which the pod's nvidia.com/vgpu-mode "
                                                  "does not allow"));
       }
-      if (dev.IsMig()) continue;  // Charged as the instance, whatever the fields say.
+      // A whole MIG instance is charged as the instance, whatever the fields say; a slice of a
+      // shared one is charged what its fields say, so it is held to the request as a slice is.
+      if (dev.IsMig() && !dev.shared) continue;
       // A slice: what the engine grants is the request itself (HAMi's cores are whole percent,
       // rounded up).
       const int64_t need = sched::DeviceMemoryNeed(want.gpu, state.gpu(dev.gpu).memory_mib);

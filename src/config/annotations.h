@@ -49,6 +49,7 @@ struct DecisionDeviceRecord {
   int32_t start = -1;
   int32_t template_index = -1;
   int32_t template_slot = -1;
+  bool shared = false;  // A slice of a shared instance (docs/mig-slices.md).
 };
 struct DecisionContainerRecord {
   std::string name;

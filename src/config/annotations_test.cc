@@ -145,6 +145,57 @@ TEST(AnnotationsTest, PlacementModeUsesHamiV210Reservations) {
   EXPECT_TRUE(found_a) << annotations["hami.io/vgpu-mig-allocations"];
 }
 
+// docs/mig-slices.md: slices of a shared MIG instance travel in prism.io/decision ("shared") and
+// are charged again as slices when decoded, creating the instance only when it is missing.
+TEST(AnnotationsTest, SharedMigSlicesRoundTrip) {
+  sched::DeviceConfig config;
+  config.mig_sharing.push_back({{"H100-SXM5-80GB"}, {"1g.10gb"}});
+  sched::GpuSpec h100 = Gpu("H100-SXM5-80GB", sched::GpuMode::kMig);
+  h100.uuid = "GPU-h100";
+  const std::vector<sched::NodeSpec> nodes = {Node("n", 32, 128, {h100})};
+  sched::Engine engine = MakeEngine(nodes, config);
+  const sched::PodRequest first = GpuPod("first", 1, 2048, 0, sched::kModeMig);
+  const sched::PodRequest second = GpuPod("second", 1, 3000, 5, sched::kModeMig);
+  sched::ScheduleResult r1 = engine.Place(first);
+  sched::ScheduleResult r2 = engine.Place(second);
+  ASSERT_TRUE(r1.scheduled && r2.scheduled);
+  auto a1 = EncodeDecisionAnnotations(r1.decision, engine.cluster());
+  auto a2 = EncodeDecisionAnnotations(r2.decision, engine.cluster());
+  const nlohmann::json device =
+      nlohmann::json::parse(a2["prism.io/decision"])["containers"][0]["devices"][0];
+  EXPECT_EQ(device["shared"], true);
+  EXPECT_EQ(device["memoryMiB"], 3000);
+  EXPECT_EQ(device["cores"], 5);
+  EXPECT_EQ(device["profile"], "1g.10gb");
+
+  // A restarted scheduler: both pods decoded against the bare GPU, in order.
+  sched::Engine fresh = MakeEngine(nodes, config);
+  auto d1 = DecodeDecisionAnnotations(a1, first, fresh.cluster());
+  ASSERT_TRUE(d1.ok()) << d1.status();
+  EXPECT_TRUE(d1->containers[0].devices[0].shared);
+  ASSERT_EQ(d1->mig.size(), 1u);  // The instance does not exist yet: created.
+  ASSERT_TRUE(fresh.Apply(first.Key(), *d1).ok());
+  auto d2 = DecodeDecisionAnnotations(a2, second, fresh.cluster());
+  ASSERT_TRUE(d2.ok()) << d2.status();
+  EXPECT_TRUE(d2->mig.empty());  // Joins it.
+  ASSERT_TRUE(fresh.Apply(second.Key(), *d2).ok());
+  EXPECT_EQ(fresh.cluster().gpu_usage(0), engine.cluster().gpu_usage(0));
+
+  // A slice is held to the pod's request, as a software slice is.
+  auto greedy = a2;
+  nlohmann::json record = nlohmann::json::parse(greedy["prism.io/decision"]);
+  record["containers"][0]["devices"][0]["memoryMiB"] = 9000;
+  greedy["prism.io/decision"] = record.dump();
+  sched::Engine other = MakeEngine(nodes, config);
+  EXPECT_THAT(std::string(DecodeDecisionAnnotations(greedy, second, other.cluster())
+                              .status()
+                              .message()),
+              HasSubstr("grants 9000 MiB"));
+  record["containers"][0]["devices"][0]["shared"] = "yes";
+  EXPECT_THAT(std::string(ParseDecisionRecord(record.dump()).status().message()),
+              HasSubstr("containers[0].devices[0].shared: expected a boolean, got string"));
+}
+
 TEST(AnnotationsTest, MalformedAnnotationsAreErrors) {
   sched::Engine engine = MakeEngine({Node("n", 32, 128, 1, Gpu("T4", std::nullopt, 15360))}, {});
   sched::PodRequest pod = GpuPod("p", 1, 1000);

@@ -180,6 +180,15 @@ absl::StatusOr<sched::PodRequest> BuildPodRequest(const PodManifest& pod,
     }
   }
   RETURN_IF_ERROR(ReadTopologyAnnotations(pod, &req.topology));
+  if (auto it = pod.annotations.find(kMigSharingAnnotation); it != pod.annotations.end()) {
+    const std::string v = AsciiLower(StripWhitespace(it->second));
+    if (v != "on" && v != "off") {
+      return absl::InvalidArgumentError(StrCat("pod ", pod.Key(), ": ", kMigSharingAnnotation,
+                                               " ", QuoteBounded(it->second),
+                                               ": expected on or off"));
+    }
+    req.mig_sharing = v == "on";
+  }
   return req;
 }
 

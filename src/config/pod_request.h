@@ -68,6 +68,9 @@ inline constexpr char kNumaBindAnnotation[] = "nvidia.com/numa-bind";
 // Prism's interconnect request: "preferred", "required" (= "required:nvlink") or
 // "required:<tier>" with tier nvlink, pcie-switch or numa (docs/annotations.md).
 inline constexpr char kGpuTopologyAnnotation[] = "prism.io/gpu-topology";
+// "off": whole MIG instances only, where the device config's migSharing would let the pod share
+// one; "on" (the default) lets it (docs/mig-slices.md).
+inline constexpr char kMigSharingAnnotation[] = "prism.io/mig-sharing";
 
 // InvalidArgument naming the container and resource (or annotation) for a
 // malformed quantity, a negative or out-of-range value, an unknown mode.

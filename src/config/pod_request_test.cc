@@ -316,6 +316,25 @@ TEST(PodRequestTest, TopologyAnnotations) {
               HasSubstr("nvidia.com/numa-bind 'yes' is not a boolean"));
 }
 
+// docs/mig-slices.md: a pod may keep to whole MIG instances where the device config shares some.
+TEST(PodRequestTest, MigSharingAnnotation) {
+  PodManifest p = Manifest({{"nvidia.com/gpu", "1"}});
+  auto req = BuildPodRequest(p, {});
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_TRUE(req->mig_sharing);
+  const std::string shared_key = req->ShapeKey();
+  p.annotations = {{"prism.io/mig-sharing", " OFF "}};
+  req = BuildPodRequest(p, {});
+  ASSERT_TRUE(req.ok()) << req.status();
+  EXPECT_FALSE(req->mig_sharing);
+  EXPECT_NE(req->ShapeKey(), shared_key);  // Placed differently, so indexed apart.
+  p.annotations = {{"prism.io/mig-sharing", "on"}};
+  EXPECT_TRUE(BuildPodRequest(p, {})->mig_sharing);
+  p.annotations = {{"prism.io/mig-sharing", "false"}};
+  EXPECT_THAT(std::string(BuildPodRequest(p, {}).status().message()),
+              HasSubstr("prism.io/mig-sharing 'false': expected on or off"));
+}
+
 TEST(PodRequestTest, BadInputIsAClearError) {
   EXPECT_THAT(
       std::string(BuildPodRequest(Manifest({{"nvidia.com/gpu", "two"}}), {}).status().message()),
