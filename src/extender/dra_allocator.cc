@@ -446,6 +446,11 @@ bool DraAllocator::NeedsGate(const Json& pod) const {
   return false;
 }
 
+std::optional<k8s::Json> DraAllocator::CachedTemplate(std::string_view ns,
+                                                      std::string_view name) const {
+  return templates_ ? templates_->Get(ns, name) : std::nullopt;
+}
+
 std::optional<DraAllocator::PodNodeVerdict> DraAllocator::PodNode(const Json& pod) const {
   absl::StatusOr<config::DraPodClaims> claims = config::ReadPodClaims(pod);
   if (!claims.ok()) {

@@ -95,6 +95,8 @@ class DraAllocator {
 
   // Webhook, pod CREATE: whether the pod must wait for Prism's allocation (docs/dra-design.md §2.4).
   bool NeedsGate(const k8s::Json& pod) const;
+  // The claim template as the informer last saw it (nullopt: none, or not seen yet).
+  std::optional<k8s::Json> CachedTemplate(std::string_view ns, std::string_view name) const;
 
   // Extender Filter: for a pod with claims of Prism's classes, the node its claims were
   // allocated to, or why it may go nowhere yet. nullopt: the pod has no Prism claims.

@@ -366,6 +366,14 @@ TEST_F(DraAllocatorTest, AHamiPodIsServedThroughAClaimPrismAllocates) {
                           {{"nvidia.com/vgpu-mode", "hami-core"}}));
   EXPECT_EQ(Get("pods", "h2")["spec"]["resourceClaims"][0]["resourceClaimTemplateName"],
             template_name);
+  // A template deleted behind Prism's back is made again for the next pod that names it (else
+  // the resourceclaim controller could make no claim for that pod).
+  ASSERT_OK(api_->Delete("resourceclaimtemplates", "default", template_name));
+  ASSERT_TRUE(WaitUntil(
+      [&] { return !scheduler_->dra()->CachedTemplate("default", template_name).has_value(); }));
+  Submit(testing::PodJson("default", "h3", {testing::TestContainer("main", 1, 4000)},
+                          {{"nvidia.com/vgpu-mode", "hami-core"}}));
+  EXPECT_TRUE(Get("resourceclaimtemplates", template_name).is_object());
 }
 
 TEST_F(DraAllocatorTest, ASharedClaimIsAllocatedOnceAndPinsEveryPodThatUsesIt) {

@@ -771,13 +771,26 @@ HttpReply Scheduler::Admission(std::string_view body, bool mutate, bool enforce_
 }
 
 absl::Status Scheduler::EnsureClaimTemplates(const std::vector<Json>& templates) {
+  // Compared as Prism reads claims, so the API server's defaulting is no difference.
+  auto requests = [](const Json& object) {
+    const Json* spec = object.contains("spec") ? &object["spec"] : nullptr;
+    absl::StatusOr<config::DraClaimSpec> parsed =
+        spec != nullptr && spec->contains("spec")
+            ? config::ParseDraClaimSpec((*spec)["spec"], "spec.spec")
+            : absl::InvalidArgumentError("no spec.spec");
+    return parsed.ok() ? std::optional(parsed->requests) : std::nullopt;
+  };
   for (const Json& t : templates) {
     const std::string ns = t["metadata"]["namespace"].get<std::string>();
     const std::string name = t["metadata"]["name"].get<std::string>();
     const std::string key = StrCat(ns, "/", name);
-    {
-      absl::MutexLock lock(&templates_mu_);
-      if (known_templates_.count(key)) continue;
+    const auto want = requests(t);
+    // A template the informer holds with these requests costs no API call. The informer, not a
+    // memo of what was once created: a template deleted since must be made again, or the
+    // resourceclaim controller could make no claim for the pod.
+    if (std::optional<Json> cached = dra_ ? dra_->CachedTemplate(ns, name) : std::nullopt;
+        cached && want && requests(*cached) == want) {
+      continue;
     }
     absl::StatusOr<Json> made = client_->Create(k8s::kResourceClaimTemplates, ns, t);
     if (!made.ok() && absl::IsAlreadyExists(made.status())) {
@@ -785,17 +798,8 @@ absl::Status Scheduler::EnsureClaimTemplates(const std::vector<Json>& templates)
       // written by someone else, and the pod would get what that one asks.
       absl::StatusOr<Json> existing = client_->Get(k8s::kResourceClaimTemplates, ns, name);
       if (!existing.ok()) return existing.status();
-      // Compared as Prism reads claims, so the API server's defaulting is no difference.
-      auto requests = [](const Json& object) {
-        const Json* spec = object.contains("spec") ? &object["spec"] : nullptr;
-        absl::StatusOr<config::DraClaimSpec> parsed =
-            spec != nullptr && spec->contains("spec")
-                ? config::ParseDraClaimSpec((*spec)["spec"], "spec.spec")
-                : absl::InvalidArgumentError("no spec.spec");
-        return parsed.ok() ? std::optional(parsed->requests) : std::nullopt;
-      };
       const auto have = requests(*existing);
-      if (!have || have != requests(t)) {
+      if (!have || have != want) {
         return absl::FailedPreconditionError(
             StrCat("ResourceClaimTemplate ", key, " exists with another spec than Prism's; delete it"));
       }
@@ -804,9 +808,6 @@ absl::Status Scheduler::EnsureClaimTemplates(const std::vector<Json>& templates)
     } else {
       LogInfo(kLog, "created ResourceClaimTemplate ", key, " for HAMi pods");
     }
-    absl::MutexLock lock(&templates_mu_);
-    if (known_templates_.size() >= kMaxKnownTemplates) known_templates_.clear();
-    known_templates_.insert(key);
   }
   return absl::OkStatus();
 }

@@ -230,11 +230,6 @@ class Scheduler {
   static constexpr size_t kMaxAwaitingDevices = 100000;
   absl::Mutex awaiting_mu_;
   std::map<std::string, AwaitingDevices> awaiting_devices_ ABSL_GUARDED_BY(awaiting_mu_);
-  // Templates known to exist as the webhook made them ("<namespace>/<name>"), so that a pod of a
-  // known shape costs no API call; cleared past kMaxKnownTemplates.
-  static constexpr size_t kMaxKnownTemplates = 10000;
-  absl::Mutex templates_mu_;
-  std::set<std::string> known_templates_ ABSL_GUARDED_BY(templates_mu_);
   std::thread ticker_;
 };
 
