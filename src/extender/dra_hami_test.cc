@@ -169,6 +169,46 @@ TEST_F(DraHamiTest, WhatAClaimCannotSayIsRefusedByName) {
   EXPECT_TRUE(created_.empty());
 }
 
+TEST_F(DraHamiTest, ClaimsThePodHasAlreadyStayBesideTheNewOnes) {
+  // The pod already has a claim of its own (used by the container), asks gpumem in requests only
+  // (the webhook adds HAMi's default count first), and has a container without resources.
+  json hami = PodJson("team", "p", {TestContainer("main", 0, 0), TestContainer("side", 0, 0)});
+  json& main = hami["spec"]["containers"][0];
+  main["resources"] = {{"requests", {{"nvidia.com/gpumem", "3000"}}},
+                       {"claims", {{{"name", "scratch"}}}}};
+  hami["spec"]["containers"][1].erase("resources");
+  hami["spec"]["resourceClaims"] = {{{"name", "scratch"}, {"resourceClaimName", "mine"}}};
+  const json stored = Admit(hami);
+  ASSERT_TRUE(response_["allowed"]) << response_.dump();
+  const json& c = stored["spec"]["containers"][0];
+  EXPECT_EQ(c["resources"], json::parse(
+                                R"({"claims":[{"name":"scratch"},{"name":"prism-gpu-0"}]})"))
+      << c.dump();
+  EXPECT_FALSE(stored["spec"]["containers"][1].contains("resources"));
+  ASSERT_EQ(created_.size(), 1u);
+  EXPECT_EQ(stored["spec"]["resourceClaims"],
+            json::array({{{"name", "scratch"}, {"resourceClaimName", "mine"}},
+                         {{"name", "prism-gpu-0"},
+                          {"resourceClaimTemplateName", created_[0]["metadata"]["name"]}}}));
+  ExpectSameRequest(hami, created_[0], 0);
+}
+
+TEST_F(DraHamiTest, APodSetOnANodeIsRefused) {
+  // Its claims need Prism's gate, which the API server refuses beside spec.nodeName; the
+  // device-plugin path lets a trusted scheduler's pod through.
+  options_.trusted_schedulers = {"prism-scheduler"};
+  json hami = PodJson("team", "p", {TestContainer("main", 1, 1000)});
+  hami["spec"]["nodeName"] = "node-a";
+  Admit(hami);
+  EXPECT_FALSE(response_["allowed"]);
+  EXPECT_THAT(response_["status"]["message"].get<std::string>(),
+              HasSubstr("sets spec.nodeName; on this cluster its GPUs become ResourceClaims"));
+  EXPECT_TRUE(created_.empty());
+  options_.dra_hami_claims = false;
+  Admit(hami);
+  EXPECT_TRUE(response_["allowed"]) << response_.dump();
+}
+
 TEST_F(DraHamiTest, DryRunCreatesNothingAndAFailedCreateRefusesThePod) {
   const json hami = PodJson("team", "p", {TestContainer("main", 1, 1000)});
   const json stored = Admit(hami, /*dry_run=*/true);

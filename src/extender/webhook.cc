@@ -507,6 +507,16 @@ PodReview ReviewPod(const json& pod, const std::string& ns, bool mutate,
     }
   }
   if (options.dra_hami_claims) {
+    // Its claims are allocated behind Prism's scheduling gate (AddDraGate), and the API server
+    // refuses a pod created with both spec.nodeName and gates (DraAllocator::NeedsGate); without
+    // the gate nothing would allocate them and the pod would wait on its node forever.
+    if (HasKey(spec, "nodeName") && spec["nodeName"].is_string() &&
+        !spec["nodeName"].get<std::string>().empty()) {
+      return deny(StrCat("pod ", manifest->Key(),
+                         " sets spec.nodeName; on this cluster its GPUs become ResourceClaims that "
+                         "Prism allocates before placing the pod (remove spec.nodeName, use a "
+                         "nodeSelector)"));
+    }
     // After the operations above: the conversion replaces each GPU container's resources whole.
     absl::StatusOr<HamiConversion> dra =
         ConvertHamiToDra(named, *request, manifest->namespace_name, config);
