@@ -193,6 +193,20 @@ TEST_F(DraHamiTest, ClaimsThePodHasAlreadyStayBesideTheNewOnes) {
   ExpectSameRequest(hami, created_[0], 0);
 }
 
+TEST_F(DraHamiTest, MemoryFactorScalesTheClaimsMemory) {
+  // HAMi's memoryFactor: gpumem counts in units of that many MiB, in the claim as in the engine.
+  config_.memory_factor = 4;
+  const json hami = PodJson("team", "p", {TestContainer("main", 1, 1500, 20)},
+                            {{"nvidia.com/vgpu-mode", "hami-core"}});
+  Admit(hami);
+  ASSERT_TRUE(response_["allowed"]) << response_.dump();
+  ASSERT_EQ(created_.size(), 1u);
+  EXPECT_EQ(created_[0]["spec"]["spec"]["devices"]["requests"][0]["exactly"]["capacity"]
+                    ["requests"]["memory"],
+            "6000Mi");
+  ExpectSameRequest(hami, created_[0], 0);
+}
+
 TEST_F(DraHamiTest, APodSetOnANodeIsRefused) {
   // Its claims need Prism's gate, which the API server refuses beside spec.nodeName; the
   // device-plugin path lets a trusted scheduler's pod through.
