@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "base/strings.h"
+#include "config/dra_allocation.h"
 #include "config/dra_names.h"
 #include "config/dra_share.h"
 
@@ -116,6 +117,14 @@ absl::StatusOr<HamiConversion> ConvertHamiToDra(const json& pod, const sched::Po
       device_request["exactly"] = slice ? slice_request : mig_request;
     }
     const json claim_spec{{"devices", {{"requests", json::array({device_request})}}}};
+    // Read back as the allocator will read the claim: what it would refuse (more devices than
+    // a claim's allocation results hold) is refused now, not left to a pod gated for ever.
+    if (absl::StatusOr<config::DraClaimSpec> read =
+            config::ParseDraClaimSpec(claim_spec, "claim");
+        !read.ok()) {
+      return Invalid(
+          StrCat(who, ": its GPUs cannot be one ResourceClaim: ", read.status().message()));
+    }
     const std::string template_name = TemplateName(claim_spec);
     const std::string claim_name = StrCat(kClaimPrefix, k);
     if (claim_names.count(claim_name)) {

@@ -21,7 +21,8 @@
 //     memory percentage, cores, priority) from its limits and requests, which no DRA node offers.
 // What a claim cannot say is refused, naming it: memory as a percentage other than 100 (claims ask
 // memory in bytes), a MIG-only request without memory in MiB (no partition size follows), a pod
-// that already uses a claim name "prism-gpu-<k>".
+// that already uses a claim name "prism-gpu-<k>", and what the allocator would refuse of the claim
+// (ParseDraClaimSpec: more devices than its 32 allocation results).
 //
 // Pure: no I/O. The webhook creates the templates (WebhookOptions::ensure_claim_templates).
 #pragma once

@@ -160,6 +160,12 @@ TEST_F(DraHamiTest, WhatAClaimCannotSayIsRefusedByName) {
   EXPECT_FALSE(response_["allowed"]);
   EXPECT_THAT(response_["status"]["message"].get<std::string>(),
               HasSubstr("a MIG partition needs its memory in MiB"));
+  // More devices than a claim's allocation results hold (AllocationResultsMaxSize, 32).
+  Admit(PodJson("team", "p", {TestContainer("main", 33, 1000)},
+                {{"nvidia.com/vgpu-mode", "hami-core"}}));
+  EXPECT_FALSE(response_["allowed"]);
+  EXPECT_THAT(response_["status"]["message"].get<std::string>(),
+              HasSubstr("container main: its GPUs cannot be one ResourceClaim"));
   json taken = PodJson("team", "p", {TestContainer("main", 1, 1000)});
   taken["spec"]["resourceClaims"] = {{{"name", "prism-gpu-0"}, {"resourceClaimName", "x"}}};
   Admit(taken);
