@@ -226,6 +226,16 @@ TEST(DraSlicesTest, DroppedFieldsAreToldApartByGate) {
   stored = sent;
   fakeapi::DropDisabledSliceFields(&stored, &sent, {"DRAPartitionableDevices", "DRAConsumableCapacity"});
   EXPECT_EQ(stored, sent);  // In use in the old object: kept.
+  // An answer of another shape throws nothing; what it lacks reads as dropped.
+  const std::vector<std::string> both{"DRAConsumableCapacity", "DRAPartitionableDevices"};
+  for (const char* odd : {R"(5)", R"({"spec":5})", R"({"spec":{"devices":"x"}})",
+                          R"({"spec":{"devices":[5,{"name":7},{"name":"a","capacity":"x"}]}})",
+                          R"({"spec":{"devices":[{"name":"a","capacity":{"memory":3}}]}})"}) {
+    std::vector<std::string> gates;
+    EXPECT_NO_THROW(gates = DroppedDraFeatureGates(sent, json::parse(odd))) << odd;
+    EXPECT_EQ(gates, both) << odd;
+  }
+  EXPECT_TRUE(DroppedDraFeatureGates(json::parse(R"({"spec":"x"})"), sent).empty());
 }
 
 TEST_F(DraTest, OlderKubeletChoosesV1beta1AndPrepares) {
