@@ -619,7 +619,12 @@ absl::StatusOr<int64_t> DraSlicePublisher::PublishLocked(const std::vector<DraGp
       stored = client_->Create(kResourceSlices, "", slice);
       RETURN_IF_ERROR(Annotate(stored.status(), "creating " + name));
     } else {
-      slice["metadata"]["resourceVersion"] = it->second["metadata"].value("resourceVersion", "");
+      // The listed object is the API server's answer: a resourceVersion that is not a string is
+      // no precondition (the write then replaces the slice as it is), never an exception.
+      const json* listed_meta = Member(it->second, "metadata");
+      const json* version = listed_meta != nullptr ? Member(*listed_meta, "resourceVersion") : nullptr;
+      slice["metadata"]["resourceVersion"] =
+          version != nullptr && version->is_string() ? version->get<std::string>() : "";
       stored = client_->Update(kResourceSlices, "", slice);
       RETURN_IF_ERROR(Annotate(stored.status(), "updating " + name));
       existing.erase(it);
