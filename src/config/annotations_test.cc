@@ -196,6 +196,28 @@ TEST(AnnotationsTest, SharedMigSlicesRoundTrip) {
               HasSubstr("containers[0].devices[0].shared: expected a boolean, got string"));
 }
 
+// Template mode: the slice's device carries its geometry and slot; decoded on a bare GPU, the
+// geometry is applied again and the slice charged to that slot.
+TEST(AnnotationsTest, SharedMigSlicesRoundTripInTemplateMode) {
+  sched::DeviceConfig config = HamiDefaultConfig();
+  config.mig_sharing.push_back({{"A100-PCIE-40GB"}, {"1g.5gb"}});
+  sched::GpuSpec a100 = Gpu("A100-PCIE-40GB", sched::GpuMode::kMig);
+  a100.uuid = "GPU-a100";
+  const std::vector<sched::NodeSpec> nodes = {Node("n", 32, 128, {a100})};
+  sched::Engine engine = MakeEngine(nodes, config);
+  const sched::PodRequest pod = GpuPod("slice", 1, 1000, 0, sched::kModeMig);
+  sched::ScheduleResult r = engine.Place(pod);
+  ASSERT_TRUE(r.scheduled) << r.Summary();
+  ASSERT_TRUE(r.decision.containers[0].devices[0].shared);
+  auto annotations = EncodeDecisionAnnotations(r.decision, engine.cluster());
+  EXPECT_THAT(annotations["hami.io/vgpu-devices-allocated"], HasSubstr("],NVIDIA,1000,0:;"));
+  sched::Engine fresh = MakeEngine(nodes, config);
+  auto decoded = DecodeDecisionAnnotations(annotations, pod, fresh.cluster());
+  ASSERT_TRUE(decoded.ok()) << decoded.status();
+  ASSERT_TRUE(fresh.Apply(pod.Key(), *decoded).ok());
+  EXPECT_EQ(fresh.cluster().gpu_usage(0), engine.cluster().gpu_usage(0));
+}
+
 TEST(AnnotationsTest, MalformedAnnotationsAreErrors) {
   sched::Engine engine = MakeEngine({Node("n", 32, 128, 1, Gpu("T4", std::nullopt, 15360))}, {});
   sched::PodRequest pod = GpuPod("p", 1, 1000);

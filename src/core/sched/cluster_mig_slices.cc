@@ -13,10 +13,6 @@ absl::Status ChargeSlice(const GpuInfo& gi, const DeviceAssignment& d, MigInstan
     return absl::InvalidArgumentError(
         StrCat(where, " cannot hold slices (its profile is not in the device config's migSharing)"));
   }
-  if (gi.template_mode) {
-    return absl::InvalidArgumentError(
-        StrCat(where, ": shared instances are built for placement mode only"));
-  }
   if (inst.state != InstanceState::kIdle && inst.state != InstanceState::kShared) {
     return absl::FailedPreconditionError(StrCat(where, " is held whole, so it cannot be shared"));
   }

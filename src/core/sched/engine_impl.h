@@ -164,8 +164,9 @@ class Engine::Impl {
   // software-slice pod elsewhere in the cluster could make a MIG pod get a
   // 3g.20gb where a 2g.10gb fits; and operations before fragmentation keep a
   // GPU's idle instances in use instead of re-carving it for the same grant.
+  // `share_mask` != 0: only idle instances of these profiles (a new shared instance).
   MigOption BestTemplateOption(const Resolved& rp, int oi, int g, const ScratchGpu& s,
-                               int remaining, uint8_t* reason);
+                               int remaining, uint8_t* reason, uint32_t share_mask = 0);
 
   Reason NoProfileReason(const mig::GpuModel& model, const GpuRequest& req) const;
 
@@ -178,11 +179,12 @@ class Engine::Impl {
 
   // Shared MIG instances (engine_mig_slices.cc, docs/mig-slices.md). Whether container `oi` may
   // be a slice of a shared instance on GPU `g` (the device config shares some of its profiles,
-  // the pod did not opt out, it asks MiB for one device, not a whole GPU).
+  // the pod did not opt out, it asks MiB for one device, not a whole GPU). Both MIG modes.
   bool SliceEligible(const Resolved& rp, int oi, int g) const;
   // The slice's option on GPU `g`: an existing shared instance with room (the least memory left
-  // after, then the lowest start), else a new one of the smallest shareable profile with room to
-  // spare, placed as any instance. Not ok when neither exists (the caller falls back to a whole
+  // after, then the lowest start), else a new one of a shareable profile with room to spare,
+  // chosen as any instance of the GPU's mode is (placement: the smallest such profile; template:
+  // a free slot of such a profile, or a geometry for an idle GPU). Not ok when neither exists (the caller falls back to a whole
   // instance).
   MigOption BestSharedOption(const Resolved& rp, int oi, int g, const ScratchGpu& s);
   // ApplyMigOption's part for a slice: charges it to the instance at `o.start`.

@@ -45,7 +45,7 @@ std::pair<int64_t, int32_t> Engine::Impl::Grant(const GpuInfo& gi, const GpuUsag
 }
 
 MigOption Engine::Impl::BestTemplateOption(const Resolved& rp, int oi, int g, const ScratchGpu& s,
-                                           int remaining, uint8_t* reason) {
+                                           int remaining, uint8_t* reason, uint32_t share_mask) {
   const GpuInfo& gi = cluster_.gpu(g);
   const mig::GpuModel& model = *gi.mig_model;
   const TemplateSet& ts = cluster_.template_sets()[gi.template_set];
@@ -71,7 +71,7 @@ MigOption Engine::Impl::BestTemplateOption(const Resolved& rp, int oi, int g, co
     size_t fit_count = 0;
     for (int i = 0; i < layout.instance_count; ++i) {
       const MigInstance& inst = layout.instances[i];
-      if (inst.Busy()) continue;
+      if (inst.Busy() || (share_mask != 0 && !((share_mask >> inst.profile) & 1))) continue;
       const auto [memory, core] = Grant(gi, layout, inst, tmpl);
       if (!SlotFits(model, inst.profile, memory, req, match_cores)) continue;
       fit_storage[fit_count++] = {i, memory, core};

@@ -1,6 +1,6 @@
 // The engine's placement of software slices in shared MIG instances (docs/mig-slices.md):
 // which containers may share, and where (an existing shared instance first, else a new one).
-// Part of Engine::Impl (engine_impl.h). Placement mode only so far.
+// Part of Engine::Impl (engine_impl.h). Placement and template modes.
 #include <algorithm>
 #include <vector>
 
@@ -21,7 +21,7 @@ bool SliceFits(const mig::GpuModel& model, const MigInstance& inst, const GpuReq
 
 bool Engine::Impl::SliceEligible(const Resolved& rp, int oi, int g) const {
   const GpuInfo& gi = cluster_.gpu(g);
-  if (gi.shareable_profiles == 0 || gi.template_mode || !rp.pod.mig_sharing) return false;
+  if (gi.shareable_profiles == 0 || !rp.pod.mig_sharing) return false;
   const GpuRequest& req = rp.pod.containers[rp.order[oi]].gpu;
   return req.count == 1 && req.memory_mib > 0 && !req.Exclusive();
 }
@@ -54,7 +54,7 @@ MigOption Engine::Impl::BestSharedOption(const Resolved& rp, int oi, int g, cons
     best.busy_after = s.u.busy;
     if (!frag_->empty()) {
       best.usable_after =
-          gi.fixed_layout ? frag_->TemplateUsable(g, s.u)
+          gi.template_mode || gi.fixed_layout ? frag_->TemplateUsable(g, s.u)
                           : frag_->Occ(cluster_.gpu_type_id(g), model, s.u.busy).workload_usable;
     }
   } else {
@@ -64,15 +64,18 @@ MigOption Engine::Impl::BestSharedOption(const Resolved& rp, int oi, int g, cons
     GpuRequest memory_only = req;
     memory_only.cores_permille = 0;
     std::vector<int8_t> profiles;
+    uint32_t mask = 0;
     for (int8_t p : MigCandidates(model, memory_only, false)) {
       if (((gi.shareable_profiles >> p) & 1) && model.profiles[p].memory_mib > req.memory_mib &&
           MigProfileCorePermille(model, p) > req.cores_permille) {
         profiles.push_back(p);
+        mask |= 1u << p;
       }
     }
     if (profiles.empty()) return best;
     uint8_t reason = kNoReason;
-    best = BestPlacementOption(rp, oi, g, s, &reason, &profiles);
+    best = gi.template_mode ? BestTemplateOption(rp, oi, g, s, 1, &reason, mask)
+                            : BestPlacementOption(rp, oi, g, s, &reason, &profiles);
     if (!best.ok) return best;
   }
   best.shared = true;

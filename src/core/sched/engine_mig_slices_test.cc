@@ -3,10 +3,12 @@
 // the device config's migSharing nothing changes.
 #include <set>
 #include <string>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
+#include "base/strings.h"
 #include "core/sched/test_util.h"
 
 namespace prism::sched {
@@ -38,29 +40,41 @@ const DeviceAssignment& Device(const ScheduleResult& r) {
   return r.decision.containers[0].devices[0];
 }
 
+// Places pods "small-0" .. "small-<count-1>" of `memory_mib` each; every one must be a slice of
+// one `profile` instance, the later ones joining the first's without a MIG change.
+std::vector<ScheduleResult> PlaceSharing(Engine& engine, int count, int64_t memory_mib,
+                                         const std::string& profile) {
+  std::vector<ScheduleResult> out;
+  for (int i = 0; i < count; ++i) {
+    out.push_back(engine.Place(MigPod("small-" + std::to_string(i), memory_mib)));
+    const ScheduleResult& r = out.back();
+    if (!r.scheduled) {
+      ADD_FAILURE() << r.Summary();
+      return out;
+    }
+    const DeviceAssignment& d = Device(r);
+    EXPECT_TRUE(d.shared) << i;
+    EXPECT_EQ(d.profile_name, profile) << i;
+    EXPECT_EQ(d.memory_mib, memory_mib) << i;
+    EXPECT_EQ(d.cores_permille, 0) << i;
+    if (i > 0) {
+      EXPECT_EQ(d.start, Device(out.front()).start) << i;
+      EXPECT_TRUE(r.decision.mig.empty()) << i;  // Joins the existing instance.
+    }
+  }
+  return out;
+}
+
 // Issue 36, "Done when": three 2 GiB pods share one 1g.10gb (one instance created), a fourth that
 // does not fit gets a new instance, and deleting all four returns the GPU to its prior layout.
 TEST(MigSlicesTest, ThreeSmallPodsShareOneInstanceAndAFourthGetsANewOne) {
   Engine engine = H100Engine(SharingConfig());
   const GpuUsage before = engine.cluster().gpu_usage(0);
-  int start = -1;
-  for (int i = 0; i < 3; ++i) {
-    ScheduleResult r = engine.Place(MigPod("small-" + std::to_string(i), 2048));
-    ASSERT_TRUE(r.scheduled) << r.Summary();
-    const DeviceAssignment& d = Device(r);
-    EXPECT_TRUE(d.shared);
-    EXPECT_EQ(d.profile_name, "1g.10gb");
-    EXPECT_EQ(d.memory_mib, 2048);
-    EXPECT_EQ(d.cores_permille, 0);
-    if (i == 0) {
-      start = d.start;
-      ASSERT_EQ(r.decision.mig.size(), 1u);
-      EXPECT_EQ(r.decision.mig[0].create.size(), 1u);
-    } else {
-      EXPECT_EQ(d.start, start);
-      EXPECT_TRUE(r.decision.mig.empty());  // Joins the existing instance.
-    }
-  }
+  const std::vector<ScheduleResult> small = PlaceSharing(engine, 3, 2048, "1g.10gb");
+  ASSERT_EQ(small.size(), 3u);
+  ASSERT_EQ(small[0].decision.mig.size(), 1u);  // One instance created.
+  EXPECT_EQ(small[0].decision.mig[0].create.size(), 1u);
+  const int start = Device(small[0]).start;
   const GpuUsage& shared = engine.cluster().gpu_usage(0);
   ASSERT_EQ(shared.instance_count, 1);
   EXPECT_EQ(shared.instances[0].state, InstanceState::kShared);
@@ -177,6 +191,42 @@ TEST(MigSlicesTest, RequestsBeyondEveryShareableProfileAreWholeInstancesOrClearF
   ScheduleResult p = engine.Place(pct);
   ASSERT_TRUE(p.scheduled) << p.Summary();
   EXPECT_FALSE(Device(p).shared);
+}
+
+// Template mode (the seed's geometries): a slice takes a free slot of a shareable profile of the
+// geometry (or a geometry on an idle GPU) and later slices join it; the geometry stays.
+TEST(MigSlicesTest, TemplateModeSharesASlotOfTheGeometry) {
+  DeviceConfig config = testing::HamiDefaultConfig();
+  config.mig_sharing.push_back({{"A100-PCIE-40GB"}, {"1g.5gb", "2g.10gb"}});
+  Engine engine =
+      MakeEngine({Node("a100", 64, 256, 1, Gpu("A100-PCIE-40GB", GpuMode::kMig))}, config);
+  const std::vector<ScheduleResult> small = PlaceSharing(engine, 3, 1000, "1g.5gb");
+  ASSERT_EQ(small.size(), 3u);
+  EXPECT_EQ(Device(small[0]).template_index, 1);
+  const int start = Device(small[0]).start;
+  // 3000 + 2500 MiB is more than a 1g.5gb (4864 MiB) has: another slot of the same, now frozen,
+  // geometry (geometry 1, {1g.5gb, 3x 2g.10gb}: the fewest operations) becomes a shared instance.
+  ScheduleResult fourth = engine.Place(MigPod("fourth", 2500));
+  ASSERT_TRUE(fourth.scheduled) << fourth.Summary();
+  EXPECT_TRUE(Device(fourth).shared);
+  EXPECT_NE(Device(fourth).start, start);
+  EXPECT_EQ(Device(fourth).template_index, 1);
+  EXPECT_EQ(Device(fourth).profile_name, "2g.10gb");
+  EXPECT_TRUE(fourth.decision.mig.empty());
+  const int geometry = engine.cluster().gpu_usage(0).template_index;
+  for (const char* pod : {"small-0", "small-1", "small-2", "fourth"}) {
+    ASSERT_TRUE(engine.Release(StrCat("default/", pod)).ok()) << pod;
+  }
+  // Template mode keeps the geometry; every instance is idle again.
+  const GpuUsage& u = engine.cluster().gpu_usage(0);
+  EXPECT_EQ(u.template_index, geometry);
+  EXPECT_FALSE(u.HasBusyInstance());
+  EXPECT_EQ(u.memory_used_mib, 0);
+  EXPECT_EQ(u.tasks, 0);
+  for (int i = 0; i < u.instance_count; ++i) {
+    EXPECT_EQ(u.instances[i].state, InstanceState::kIdle);
+    EXPECT_EQ(u.instances[i].slice_tasks, 0);
+  }
 }
 
 // Without migSharing for the GPU's model, decisions are today's.
