@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 
 #include "base/log.h"
+#include "base/status_macros.h"
 #include "base/strings.h"
 #include "config/dra_names.h"
 #include "config/dra_pod.h"
@@ -382,10 +383,15 @@ void DraAllocator::OnPodDeleted(const Json& pod) {
 void DraAllocator::OnSlice(const Json& slice) {
   const std::string node = Str(slice, {"spec", "nodeName"});
   config::DraGpuMinors minors;
+  std::set<std::string, std::less<>> shared;
   if (const Json* devices = Find(slice, {"spec", "devices"}); devices != nullptr &&
                                                              devices->is_array()) {
     for (const Json& d : *devices) {
       const std::string name = Str(d, {"name"});
+      if (const Json* multi = Find(d, {"allowMultipleAllocations"});
+          multi != nullptr && multi->is_boolean() && multi->get<bool>()) {
+        shared.insert(name);
+      }
       // "gpu-<minor>" (a whole GPU, attribute uuid) or "gpu-<minor>-mig-..." (parentUUID).
       if (!name.starts_with("gpu-")) continue;
       size_t end = 4;
@@ -398,9 +404,7 @@ void DraAllocator::OnSlice(const Json& slice) {
     }
   }
   absl::MutexLock lock(&mu_);
-  auto& entry = slice_minors_[k8s::Name(slice)];
-  entry.first = node;
-  entry.second = std::move(minors);
+  slice_minors_[k8s::Name(slice)] = PublishedSlice{node, std::move(minors), std::move(shared)};
 }
 
 void DraAllocator::OnSliceDeleted(const Json& slice) {
@@ -412,9 +416,33 @@ config::DraGpuMinors DraAllocator::MinorsOf(const std::string& node) const {
   absl::MutexLock lock(&mu_);
   config::DraGpuMinors out;
   for (const auto& [name, entry] : slice_minors_) {
-    if (entry.first == node) out.insert(entry.second.begin(), entry.second.end());
+    if (entry.node == node) out.insert(entry.minors.begin(), entry.minors.end());
   }
   return out;
+}
+
+absl::Status DraAllocator::SharesArePublished(const std::string& node,
+                                              const std::vector<Json>& allocations) const {
+  absl::MutexLock lock(&mu_);
+  for (const Json& allocation : allocations) {
+    const Json* results = Find(allocation, {"devices", "results"});
+    if (results == nullptr || !results->is_array()) continue;
+    for (const Json& r : *results) {
+      if (Str(r, {"shareID"}).empty()) continue;
+      const std::string device = Str(r, {"device"});
+      bool shared = false;
+      for (const auto& [name, entry] : slice_minors_) {
+        shared = shared || (entry.node == node && entry.shared_devices.contains(device));
+      }
+      if (!shared) {
+        return absl::FailedPreconditionError(StrCat(
+            "node ", node, " publishes ", device,
+            " as a whole GPU only (its API server keeps no DRAConsumableCapacity fields, or its "
+            "agent runs without --dra-consumable-capacity): no share of it can be allocated"));
+      }
+    }
+  }
+  return absl::OkStatus();
 }
 
 // --- Webhook and Filter -----------------------------------------------------------------------
@@ -715,6 +743,9 @@ absl::StatusOr<DraAllocator::DraDecision> DraAllocator::Decide(const Json& pod) 
           absl::StatusOr<std::vector<Json>> built = config::BuildDraAllocations(
               *request, chosen, decision, cluster, MinorsOf(decision.node_name));
           if (!built.ok()) return built.status();
+          // A share only of a device the node still publishes as shared (a gate found off,
+          // dra_slices.h, makes the agent publish whole GPUs only): never one it cannot prepare.
+          RETURN_IF_ERROR(SharesArePublished(decision.node_name, *built));
           allocations = std::move(*built);
           std::vector<DraClaimCharge> charges;
           for (size_t i = 0; i < chosen.size(); ++i) {

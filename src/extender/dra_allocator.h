@@ -165,6 +165,10 @@ class DraAllocator {
   void OnNode(const k8s::Json& node);
   void OnNodeDeleted(const k8s::Json& node);
   config::DraGpuMinors MinorsOf(const std::string& node) const;
+  // OK when every share among `allocations` (results with a shareID) is of a device `node`
+  // publishes as shared; else FailedPrecondition naming the device and why (a gate that is off).
+  absl::Status SharesArePublished(const std::string& node,
+                                  const std::vector<k8s::Json>& allocations) const;
   void Event(const k8s::Json& object, std::string_view kind, k8s::EventType type,
              std::string_view reason, const std::string& message);
 
@@ -194,10 +198,15 @@ class DraAllocator {
   // a NoSchedule/NoExecute taint or cordoned), and how many nodes are restricted.
   std::map<std::string, k8s::Json, std::less<>> node_facts_ ABSL_GUARDED_BY(mu_);
   int restricted_nodes_ ABSL_GUARDED_BY(mu_) = 0;
-  // Per node, GPU UUID -> device minor, from Prism's published ResourceSlices (slice name ->
-  // (node, minors)).
-  std::map<std::string, std::pair<std::string, config::DraGpuMinors>, std::less<>> slice_minors_
-      ABSL_GUARDED_BY(mu_);
+  // Per node, GPU UUID -> device minor, and the devices published as shared
+  // (allowMultipleAllocations: the node's API server keeps DRAConsumableCapacity's fields), from
+  // Prism's published ResourceSlices, by slice name.
+  struct PublishedSlice {
+    std::string node;
+    config::DraGpuMinors minors;
+    std::set<std::string, std::less<>> shared_devices;
+  };
+  std::map<std::string, PublishedSlice, std::less<>> slice_minors_ ABSL_GUARDED_BY(mu_);
   // Last event message per pod UID (one event per distinct problem) and when each pod may be
   // tried again.
   std::map<std::string, std::string> last_message_ ABSL_GUARDED_BY(mu_);

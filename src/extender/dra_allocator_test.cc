@@ -71,10 +71,12 @@ json DraPod(const std::string& name, const std::string& claim, bool from_templat
               {"status", {{"phase", "Pending"}}}};
 }
 
-// Prism's node agent publishes one pool per node; the allocator needs the GPUs' minors from it.
-json Slice(const std::string& node, const std::string& uuid, bool mig) {
+// Prism's node agent publishes one pool per node; the allocator needs the GPUs' minors from it,
+// and whether a GPU is published as shared (with consumable capacity on, as examples/dra runs it).
+json Slice(const std::string& node, const std::string& uuid, bool mig, bool shared = true) {
   json device{{"name", mig ? "gpu-0-mig-1g5gb-19-0" : "gpu-0"}};
   device["attributes"][mig ? "parentUUID" : "uuid"] = {{"string", uuid}};
+  if (!mig && shared) device["allowMultipleAllocations"] = true;
   return json{{"apiVersion", "resource.k8s.io/v1"},
               {"kind", "ResourceSlice"},
               {"metadata", {{"name", StrCat(node, "-gpu.prism.io-0")}}},
@@ -543,6 +545,40 @@ TEST_F(DraAllocatorTest, SharesOfAGpuArePlacedChargedAndRefusedWhenTheyCannotFit
       },
       absl::Seconds(10)));
   EXPECT_TRUE(Gated("pbig") && Gated("podd"));
+
+  // A node whose API server dropped the shares' fields (DRAConsumableCapacity off) publishes its
+  // GPU whole (dra_slices.h): no share of it is allocated, and the Event says why.
+  const std::string slice_name = StrCat(kOther, "-gpu.prism.io-0");
+  auto set_shared = [&](bool shared) {
+    json slice = *api_->Get("resourceslices", "", slice_name);
+    if (shared) {
+      slice["spec"]["devices"][0]["allowMultipleAllocations"] = true;
+    } else {
+      slice["spec"]["devices"][0].erase("allowMultipleAllocations");
+    }
+    ASSERT_OK(api_->Update("resourceslices", slice).status());
+  };
+  ASSERT_NO_FATAL_FAILURE(set_shared(false));
+  ASSERT_OK(
+      api_->Create("resourceclaims", Claim("c", SliceSpec({{"memory", "1Gi"}, {"cores", "10"}}))));
+  ASSERT_TRUE(WaitUntil([&] { return scheduler_->dra()->NeedsGate(DraPod("x", "c")); }));
+  Submit(DraPod("pc", "c"));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (const json& e : Events("FailedAllocation")) {
+          if (e["involvedObject"]["name"] == "pc" &&
+              e["message"].get<std::string>().find("DRAConsumableCapacity") != std::string::npos) {
+            return true;
+          }
+        }
+        return false;
+      },
+      absl::Seconds(10)));
+  EXPECT_FALSE(Allocated("c"));
+  EXPECT_TRUE(Gated("pc"));
+  ASSERT_OK(api_->Delete("pods", "default", "pc"));
+  ASSERT_OK(api_->Delete("resourceclaims", "default", "c"));
+  ASSERT_NO_FATAL_FAILURE(set_shared(true));
 
   // A restarted scheduler charges the share from the claim alone.
   Scheduler restarted(DraOptions(), client_.get());
