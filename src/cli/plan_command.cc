@@ -76,6 +76,7 @@ void PrintText(const std::vector<PlannedPod>& pods, sched::Engine& engine, std::
         out << "\n      GPU " << dev.gpu_index << " (" << dev.uuid << ") ";
         if (dev.IsMig()) {
           out << "mig " << dev.profile_name << "@" << dev.start;
+          if (dev.shared) out << " shared";  // A slice of the instance (docs/mig-slices.md).
           if (dev.template_index >= 0) {
             out << " [geometry " << dev.template_index << " slot " << dev.template_slot << "]";
           }

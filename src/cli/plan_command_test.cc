@@ -225,6 +225,50 @@ spec:
   EXPECT_THAT(r.err, HasSubstr("nodes[0].topology"));
 }
 
+// docs/mig-slices.md through `prism plan`: with migSharing, three small MIG pods share one
+// 1g.10gb of an H100; a pod that opts out with prism.io/mig-sharing: "off" gets its own.
+TEST_F(PlanCommandTest, SmallMigPodsShareAnInstanceWithMigSharing) {
+  const std::string cluster = Write("cluster.yaml", R"(nodes:
+  - name: h100
+    cpu: "64"
+    memory: 256Gi
+    gpus: [{model: H100-SXM5-80GB, mode: mig, count: 1}]
+)");
+  const std::string config = Write("device-config.yaml", R"(nvidia: {}
+prism:
+  migSharing:
+    - {models: [H100-SXM5-80GB], profiles: [1g.10gb]}
+)");
+  std::string pods;
+  for (const char* name : {"a", "b", "c", "own"}) {
+    pods += std::string("---\napiVersion: v1\nkind: Pod\nmetadata:\n  name: ") + name +
+            "\n  annotations:\n    nvidia.com/vgpu-mode: mig\n" +
+            (std::string(name) == "own" ? "    prism.io/mig-sharing: \"off\"\n" : "") +
+            "spec:\n  containers:\n    - name: main\n      image: x\n      resources:\n"
+            "        limits: {nvidia.com/gpu: 1, nvidia.com/gpumem: 2048}\n";
+  }
+  const std::string pod_file = Write("pods.yaml", pods);
+  Result r = Run("--cluster " + cluster + " --device-config " + config + " " + pod_file);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j.size(), 4u);
+  const nlohmann::json& first = j[0]["containers"][0]["devices"][0];
+  for (int i = 0; i < 3; ++i) {
+    const nlohmann::json& d = j[i]["containers"][0]["devices"][0];
+    EXPECT_EQ(d["shared"], true) << i;
+    EXPECT_EQ(d["profile"], "1g.10gb") << i;
+    EXPECT_EQ(d["memoryMiB"], 2048) << i;
+    EXPECT_EQ(d["placement"], first["placement"]) << i;
+  }
+  const nlohmann::json& own = j[3]["containers"][0]["devices"][0];
+  EXPECT_FALSE(own.contains("shared"));
+  EXPECT_NE(own["placement"], first["placement"]);
+  Result text =
+      Run("--format text --cluster " + cluster + " --device-config " + config + " " + pod_file);
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr(" shared, 2048 MiB"));
+}
+
 TEST_F(PlanCommandTest, BadInput) {
   const std::string cluster = "--cluster " + Example("cluster.yaml") + " ";
   Result deployment = Run(cluster + Write("d.yaml", "kind: Deployment\nmetadata: {name: x}\n"));
