@@ -176,4 +176,30 @@ absl::StatusOr<HamiConversion> ConvertHamiToDra(const json& pod, const sched::Po
   return out;
 }
 
+std::string ImplicitPrismClassResource(const json& pod) {
+  static constexpr std::string_view kPrefix = "deviceclass.resource.kubernetes.io/";
+  if (!pod.is_object() || !pod.contains("spec") || !pod["spec"].is_object()) return "";
+  const json& spec = pod["spec"];
+  for (const char* list : {"initContainers", "containers"}) {
+    auto containers = spec.find(list);
+    if (containers == spec.end() || !containers->is_array()) continue;
+    for (const json& c : *containers) {
+      if (!c.is_object() || !c.contains("resources") || !c["resources"].is_object()) continue;
+      for (const char* part : {"limits", "requests"}) {
+        auto m = c["resources"].find(part);
+        if (m == c["resources"].end() || !m->is_object()) continue;
+        for (const auto& [name, value] : m->items()) {
+          if (!name.starts_with(kPrefix)) continue;
+          const std::string_view cls = std::string_view(name).substr(kPrefix.size());
+          if (cls == config::kDraWholeGpuClass || cls == config::kDraMigClass ||
+              cls == config::kDraSliceClass) {
+            return name;
+          }
+        }
+      }
+    }
+  }
+  return "";
+}
+
 }  // namespace prism::extender

@@ -56,4 +56,11 @@ absl::StatusOr<HamiConversion> ConvertHamiToDra(const nlohmann::json& pod,
                                                 const std::string& ns,
                                                 const sched::DeviceConfig& config);
 
+// KEP-5004: every DeviceClass has the implicit extended resource
+// "deviceclass.resource.kubernetes.io/<class>" (ResourceDeviceClassPrefix, resource/v1 types.go),
+// which kube-scheduler's DynamicResources serves itself, first fit and without Prism's marker, so
+// Prism's node agent would refuse to prepare it (docs/dra.md, "KEP-5004"). The first such resource
+// of one of Prism's classes that a container of `pod` asks for, or "" when none.
+std::string ImplicitPrismClassResource(const nlohmann::json& pod);
+
 }  // namespace prism::extender

@@ -249,5 +249,30 @@ TEST_F(DraHamiTest, DryRunCreatesNothingAndAFailedCreateRefusesThePod) {
   EXPECT_FALSE(plain["spec"].contains("resourceClaims"));
 }
 
+// KEP-5004's implicit extended resource of Prism's classes would be allocated by kube-scheduler,
+// first fit, and never prepared: refused by name where DRA is on, with what to ask instead.
+TEST_F(DraHamiTest, TheImplicitResourceOfPrismsClassesIsRefused) {
+  const std::string implicit = "deviceclass.resource.kubernetes.io/mig.gpu.prism.io";
+  json pod = PodJson("team", "p", {TestContainer("main", 0, 0)});
+  pod["spec"]["containers"][0]["resources"]["limits"][implicit] = "1";
+  Admit(pod);
+  EXPECT_FALSE(response_["allowed"]);
+  EXPECT_THAT(response_["status"]["message"].get<std::string>(),
+              HasSubstr("asks for deviceclass.resource.kubernetes.io/mig.gpu.prism.io, which "
+                        "kube-scheduler would allocate itself"));
+  EXPECT_EQ(ImplicitPrismClassResource(pod), implicit);
+  // Another driver's class is not Prism's business; nor is anything without DRA on.
+  json other = PodJson("team", "p", {TestContainer("main", 0, 0)});
+  other["spec"]["containers"][0]["resources"]["limits"]
+       ["deviceclass.resource.kubernetes.io/gpu.nvidia.com"] = "1";
+  Admit(other);
+  EXPECT_TRUE(response_["allowed"]);
+  EXPECT_EQ(ImplicitPrismClassResource(other), "");
+  options_.dra_gate = nullptr;
+  Admit(pod);
+  EXPECT_TRUE(response_["allowed"]);
+  EXPECT_EQ(ImplicitPrismClassResource(json("not a pod")), "");
+}
+
 }  // namespace
 }  // namespace prism::extender

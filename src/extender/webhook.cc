@@ -591,6 +591,18 @@ PodReview ReviewPodCreate(const json& pod, const std::string& ns, const std::str
                           bool mutate, const WebhookOptions& options,
                           const sched::DeviceConfig& config) {
   PodReview review = ReviewPodCreateDevices(pod, ns, user, mutate, options, config);
+  if (options.dra_gate && review.allowed) {
+    if (const std::string implicit = ImplicitPrismClassResource(pod); !implicit.empty()) {
+      review.allowed = false;
+      review.patch = json::array();
+      review.message = StrCat(
+          "pod ", PodLabel(pod, ns), " asks for ", implicit,
+          ", which kube-scheduler would allocate itself, first fit, and Prism's node agent would "
+          "not prepare; ask nvidia.com/gpu (with nvidia.com/gpumem, gpucores) or a ResourceClaim "
+          "of that class instead (docs/dra.md, \"KEP-5004\")");
+      return review;
+    }
+  }
   AddDraGate(pod, mutate, options, review);
   return review;
 }

@@ -815,5 +815,61 @@ class WebhookMatchConditionsTest(unittest.TestCase):
         self.assertEqual(WebhookDispatch(hook).decide(req, pod, None, TEAM), "skip")
 
 
+def shipped_dra_gate():
+    """{source: the prism-dra-gate webhook} for examples/dra (deploy/dra) and the chart's dra."""
+    out = {}
+    with open(os.path.join(ROOT, "deploy", "dra", "webhook.yaml")) as f:
+        deploy = [d for d in yaml.safe_load_all(f) if d]
+    chart = helm_render.render_objects(os.path.join(ROOT, "charts", "prism"),
+                                       {"dra": {"enabled": True}}, namespace=NS)
+    for source, objects in (("deploy", deploy), ("chart", chart)):
+        for o in objects:
+            if o["kind"] == "MutatingWebhookConfiguration" and \
+                    o["metadata"]["name"] == "prism-dra-gate":
+                out[source] = o["webhooks"][0]
+    return out
+
+
+@unittest.skipUnless(cel_available() or os.environ.get("CI"),
+                     "node or tests/e2e/cel/node_modules missing (tools/setup.sh installs them)")
+class DraGateMatchConditionsTest(unittest.TestCase):
+    """Which pods reach the DRA gate (deploy/dra/webhook.yaml, the chart's dra.enabled): pods
+    with claims, and pods asking the implicit extended resource of one of Prism's classes
+    (KEP-5004), which the webhook refuses (docs/dra.md)."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.hooks = shipped_dra_gate()
+
+    def decide(self, pod):
+        req = request(TENANT, "CREATE", "pods", pod["metadata"]["name"], "team-a")
+        self.assertEqual(set(self.hooks), {"deploy", "chart"})
+        got = {s: WebhookDispatch(h).decide(req, pod, None, TEAM) for s, h in self.hooks.items()}
+        self.assertEqual(got["deploy"], got["chart"])
+        return got["deploy"]
+
+    def test_pods_with_claims_or_prism_class_resources_reach_it(self):
+        pod = tenant_pod()
+        pod["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "c"}]
+        self.assertEqual(self.decide(pod), "call")
+        for cls in ("gpu.prism.io", "mig.gpu.prism.io", "slice.gpu.prism.io"):
+            self.assertEqual(
+                self.decide(tenant_pod(requests={f"deviceclass.resource.kubernetes.io/{cls}": "1"})),
+                "call", cls)
+        init = tenant_pod()
+        init["spec"]["initContainers"] = [{"name": "setup", "image": "busybox", "resources": {
+            "limits": {"deviceclass.resource.kubernetes.io/gpu.prism.io": "1"}}}]
+        self.assertEqual(self.decide(init), "call")
+
+    def test_other_pods_do_not(self):
+        self.assertEqual(self.decide(tenant_pod()), "skip")
+        self.assertEqual(self.decide(tenant_pod(gpu=True)), "skip")  # The main webhook's.
+        self.assertEqual(self.decide(tenant_pod(
+            requests={"deviceclass.resource.kubernetes.io/gpu.nvidia.com": "1"})), "skip")
+        empty = tenant_pod()
+        empty["spec"]["resourceClaims"] = []
+        self.assertEqual(self.decide(empty), "skip")
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)
