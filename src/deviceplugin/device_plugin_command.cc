@@ -236,7 +236,7 @@ absl::Status Run(const Flags& flags) {
     publish.consumable_capacity = flags.dra_consumable_capacity;
     publish.split_count = options.split_count;
     dra_slices = std::make_unique<deviceplugin::DraSlicePublisher>(
-        flags.dra_driver_name, flags.node_name, client.get(), publish);
+        flags.dra_driver_name, flags.node_name, client.get(), publish, &metrics);
     server_options.on_registered = [&dra_slices, dra_gpus]() {
       ASSIGN_OR_RETURN(std::vector<deviceplugin::DraGpu> gpus, dra_gpus());
       return dra_slices->Publish(gpus).status();

@@ -24,6 +24,7 @@ namespace {
 using nlohmann::json;
 namespace jf = json_fields;
 constexpr char kLog[] = "dra";
+constexpr char kFeatureGateMetric[] = "prism_dra_feature_gate_missing";
 
 std::string SliceName(const std::string& driver, const std::string& node, const std::string& part) {
   const std::string suffix = StrCat("-", driver, "-", part);
@@ -507,12 +508,21 @@ absl::Status ValidatePoolSlices(const std::vector<json>& slices) {
 }
 
 DraSlicePublisher::DraSlicePublisher(std::string driver, std::string node, k8s::Client* client,
-                                     DraPublishOptions options)
+                                     DraPublishOptions options, MetricsRegistry* metrics)
     : driver_(std::move(driver)),
       node_(std::move(node)),
       client_(client),
       options_(options),
-      effective_(options) {}
+      metrics_(metrics),
+      effective_(options) {
+  if (metrics_ == nullptr) return;
+  metrics_->Declare(kFeatureGateMetric, MetricsRegistry::Type::kGauge,
+                    "1 for a DRA feature gate the API server was found to have off (its fields "
+                    "dropped on write); what needs it is not published");
+  for (const char* gate : {kDraPartitionableGate, kDraConsumableCapacityGate}) {
+    metrics_->Set(kFeatureGateMetric, 0, {{"gate", gate}});
+  }
+}
 
 std::vector<std::string> DroppedDraFeatureGates(const json& sent, const json& stored) {
   std::set<std::string> dropped;
@@ -634,6 +644,7 @@ absl::StatusOr<int64_t> DraSlicePublisher::PublishLocked(const std::vector<DraGp
   for (const std::string& gate : dropped) {
     if (!missing_gates_.insert(gate).second) continue;
     degrade_ = true;
+    if (metrics_ != nullptr) metrics_->Set(kFeatureGateMetric, 1, {{"gate", gate}});
     if (gate == kDraConsumableCapacityGate) {
       effective_.consumable_capacity = false;
       LogWarning(kLog, "the API server dropped the shared GPUs' allowMultipleAllocations and "

@@ -43,6 +43,7 @@
 #include "nlohmann/json.hpp"
 
 #include "deviceplugin/dra_driver.h"
+#include "deviceplugin/metrics.h"
 #include "k8s/resource.h"
 
 namespace prism::k8s {
@@ -114,9 +115,10 @@ absl::Status ValidatePoolSlices(const std::vector<nlohmann::json>& slices);
 
 class DraSlicePublisher {
  public:
-  // `client` must outlive the publisher.
+  // `client` (and `metrics`, where given) must outlive the publisher. `metrics` gets the gauge
+  // prism_dra_feature_gate_missing{gate} (docs/metrics.md).
   DraSlicePublisher(std::string driver, std::string node, k8s::Client* client,
-                    DraPublishOptions options = {});
+                    DraPublishOptions options = {}, MetricsRegistry* metrics = nullptr);
 
   // Makes the node's published slices those of `gpus` (see above). Returns the generation the
   // pool has afterwards. When the API server's answer shows that it dropped a feature gate's
@@ -134,6 +136,7 @@ class DraSlicePublisher {
   const std::string node_;
   k8s::Client* const client_;
   const DraPublishOptions options_;
+  MetricsRegistry* const metrics_;
   mutable absl::Mutex mu_;
   // options_ less what the API server showed it cannot store.
   DraPublishOptions effective_ ABSL_GUARDED_BY(mu_);

@@ -179,7 +179,8 @@ TEST(DraSlicesTest, AFeatureGateThatIsOffIsNoticedAndWhatNeedsItWithdrawn) {
     mig.mig_dynamic = true;
     DraPublishOptions options;
     options.consumable_capacity = true;
-    DraSlicePublisher publisher(kDriver, kNode, client->get(), options);
+    MetricsRegistry metrics;
+    DraSlicePublisher publisher(kDriver, kNode, client->get(), options, &metrics);
     const int64_t generation = publisher.Publish({whole, mig}).value_or(-1);
     std::vector<json> slices = api.List("resourceslices");
     EXPECT_TRUE(ValidatePoolSlices(slices).ok()) << ValidatePoolSlices(slices);
@@ -190,6 +191,11 @@ TEST(DraSlicesTest, AFeatureGateThatIsOffIsNoticedAndWhatNeedsItWithdrawn) {
     if (gates_on) {
       EXPECT_EQ(generation, 1);
       EXPECT_TRUE(publisher.MissingFeatureGates().empty());
+      EXPECT_EQ(metrics.Value("prism_dra_feature_gate_missing", {{"gate", "DRAConsumableCapacity"}}),
+                0);
+      EXPECT_NE(metrics.Render().find("prism_dra_feature_gate_missing{gate=\"DRAConsumableCapacity\"} 0"),
+                std::string::npos)
+          << metrics.Render();
       EXPECT_EQ(devices["gpu-0"]["allowMultipleAllocations"], true);
       EXPECT_GT(devices.size(), 20u);  // The whole GPU and every partition of the MIG one.
       continue;
@@ -197,6 +203,9 @@ TEST(DraSlicesTest, AFeatureGateThatIsOffIsNoticedAndWhatNeedsItWithdrawn) {
     EXPECT_EQ(generation, 2);  // The pool as first written, then without what needs the gates.
     EXPECT_EQ(publisher.MissingFeatureGates(),
               (std::vector<std::string>{"DRAConsumableCapacity", "DRAPartitionableDevices"}));
+    for (const char* gate : {"DRAConsumableCapacity", "DRAPartitionableDevices"}) {
+      EXPECT_EQ(metrics.Value("prism_dra_feature_gate_missing", {{"gate", gate}}), 1) << gate;
+    }
     ASSERT_EQ(devices.size(), 1u) << json(slices).dump();
     EXPECT_FALSE(devices["gpu-0"].contains("allowMultipleAllocations"));
     EXPECT_EQ(devices["gpu-0"]["capacity"], json::parse(R"({"memory":{"value":"40960Mi"}})"));
