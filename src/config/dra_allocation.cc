@@ -663,6 +663,10 @@ absl::StatusOr<DraPodRequest> BuildDraPodRequest(sched::PodRequest base,
   if (pod_kind) {
     base.modes =
         *pod_kind == DraDeviceKind::kMigPartition ? sched::kModeMig : sched::kModeHamiCore;
+    // A claim's MIG partition is a device of its own, never a slice of a shared instance
+    // (docs/mig-slices.md): its memory is a profile's, which a larger shareable profile would
+    // otherwise take as a slice.
+    base.mig_sharing = false;
   }
   // A profile selector asks for that exact profile; the engine takes the smallest profile that
   // covers memory and compute, which on another model is another profile (1g.5gb's memory is

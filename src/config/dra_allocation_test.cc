@@ -339,6 +339,8 @@ TEST(DraPodRequestTest, AProfileSelectorKeepsThePodToModelsThatHaveIt) {
                      {{"mig", "mig.gpu.prism.io", DraDeviceKind::kMigPartition, 1, "1g.5gb", 0, {}, {}}}};
   absl::StatusOr<DraPodRequest> pod = BuildDraPodRequest({}, {small});
   ASSERT_TRUE(pod.ok()) << pod.status();
+  // A partition is a whole instance even where the device config shares larger profiles.
+  EXPECT_FALSE(pod->request.mig_sharing);
   ASSERT_FALSE(pod->request.use_types.empty());
   for (const std::string& model : pod->request.use_types) {
     EXPECT_THAT(model, HasSubstr("40GB")) << model;

@@ -40,7 +40,10 @@ bool ReleaseSlice(const PodCharge::Instance& slice, MigInstance& inst) {
   inst.slice_memory_mib -= slice.memory_mib;
   inst.slice_cores -= slice.cores;
   if (inst.slice_tasks > 0) return false;
-  inst = MigInstance{inst.profile, inst.start, InstanceState::kIdle, inst.entry};
+  inst.state = InstanceState::kIdle;
+  inst.slice_tasks = 0;
+  inst.slice_memory_mib = 0;
+  inst.slice_cores = 0;
   return true;
 }
 
