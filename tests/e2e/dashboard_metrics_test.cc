@@ -16,6 +16,7 @@
 
 #include "config/device_config_yaml.h"
 #include "config/pod_json.h"
+#include "deviceplugin/dra_slices.h"
 #include "deviceplugin/metrics.h"
 #include "deviceplugin/node_agent.h"
 #include "deviceplugin/promtool.h"
@@ -163,6 +164,9 @@ std::string AgentMetricsText() {
   options.node_name = "node-1";
   options.state_dir = "";
   deviceplugin::NodeAgent agent(options, &nvml, nullptr, &registry);
+  // With --dra the agent also publishes ResourceSlices; the publisher declares its family (it
+  // makes no API call until Publish).
+  deviceplugin::DraSlicePublisher dra("gpu.prism.io", options.node_name, nullptr, {}, &registry);
   return registry.Render();
 }
 
