@@ -36,14 +36,6 @@ absl::StatusOr<int64_t> Quantity(const json& value, const std::string& field) {
   return *v;
 }
 
-uint64_t Fnv1a(std::string_view s, uint64_t h) {
-  for (unsigned char c : s) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
-  return h;
-}
-
 }  // namespace
 
 json DraSharedGpuCapacity(int64_t memory_mib, int32_t split_count) {
@@ -128,10 +120,19 @@ absl::StatusOr<DraShareAmount> ParseDraConsumedCapacity(const json& consumed,
   return out;
 }
 
+uint64_t Fnv1a64(std::string_view s, uint64_t basis) {
+  uint64_t h = basis;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 0x100000001b3ULL;
+  }
+  return h;
+}
+
 std::string DraShareId(std::string_view claim_uid, std::string_view request, size_t index) {
   const std::string name = StrCat(claim_uid, "/", request, "/", index);
-  uint64_t hi = Fnv1a(name, 0xcbf29ce484222325ULL);
-  uint64_t lo = Fnv1a(name, hi ^ 0x9e3779b97f4a7c15ULL);
+  uint64_t hi = Fnv1a64(name);
+  uint64_t lo = Fnv1a64(name, hi ^ 0x9e3779b97f4a7c15ULL);
   hi = (hi & ~0xf000ULL) | 0x8000ULL;              // Version 8 (time_hi_and_version).
   lo = (lo & ~(0xc0ULL << 56)) | (0x80ULL << 56);  // Variant 10.
   char out[37];

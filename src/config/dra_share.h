@@ -70,6 +70,11 @@ nlohmann::json DraSharedGpuCapacity(int64_t memory_mib, int32_t split_count);
 absl::StatusOr<DraShareRequest> ParseDraCapacityRequests(const nlohmann::json& capacity,
                                                          std::string_view field);
 
+// FNV-1a over `s` from `basis` (64-bit): a stable hash for names derived from content (share IDs,
+// the HAMi conversion's template names), the same on every build and machine.
+inline constexpr uint64_t kFnv64OffsetBasis = 0xcbf29ce484222325ULL;
+uint64_t Fnv1a64(std::string_view s, uint64_t basis = kFnv64OffsetBasis);
+
 // consumedCapacity of an allocation result: {memory: "<MiB>Mi", cores: "<n>", slots: "<n>"}.
 nlohmann::json DraConsumedCapacityJson(const DraShareAmount& amount);
 // Decodes consumedCapacity; a capacity missing from it is -1 there (the device's default applies;

@@ -581,16 +581,17 @@ std::vector<std::string> DraSlicePublisher::MissingFeatureGates() const {
 
 absl::StatusOr<int64_t> DraSlicePublisher::Publish(const std::vector<DraGpu>& gpus) {
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(const int64_t generation, PublishLocked(gpus));
-  if (!degrade_) return generation;
+  bool degraded = false;
+  ASSIGN_OR_RETURN(const int64_t generation, PublishLocked(gpus, &degraded));
+  if (!degraded) return generation;
   // The API server dropped fields of a gate that is off: publish at once what can be served
   // without it, so that nothing half-described (partitions without their counters, shares
   // without their policies) stays allocatable.
-  degrade_ = false;
-  return PublishLocked(gpus);
+  return PublishLocked(gpus, &degraded);
 }
 
-absl::StatusOr<int64_t> DraSlicePublisher::PublishLocked(const std::vector<DraGpu>& gpus) {
+absl::StatusOr<int64_t> DraSlicePublisher::PublishLocked(const std::vector<DraGpu>& gpus,
+                                                          bool* degraded) {
   k8s::ListOptions list_options;
   list_options.field_selector = StrCat("spec.nodeName=", node_, ",spec.driver=", driver_);
   ASSIGN_OR_RETURN(k8s::ListResult listed, client_->ListAll(kResourceSlices, "", list_options));
@@ -643,7 +644,7 @@ absl::StatusOr<int64_t> DraSlicePublisher::PublishLocked(const std::vector<DraGp
   }
   for (const std::string& gate : dropped) {
     if (!missing_gates_.insert(gate).second) continue;
-    degrade_ = true;
+    *degraded = true;
     if (metrics_ != nullptr) metrics_->Set(kFeatureGateMetric, 1, {{"gate", gate}});
     if (gate == kDraConsumableCapacityGate) {
       effective_.consumable_capacity = false;

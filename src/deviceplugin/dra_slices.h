@@ -129,7 +129,8 @@ class DraSlicePublisher {
   std::vector<std::string> MissingFeatureGates() const;
 
  private:
-  absl::StatusOr<int64_t> PublishLocked(const std::vector<DraGpu>& gpus)
+  // `*degraded`: a gate was found off by this publication (effective_ changed).
+  absl::StatusOr<int64_t> PublishLocked(const std::vector<DraGpu>& gpus, bool* degraded)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string driver_;
@@ -141,7 +142,6 @@ class DraSlicePublisher {
   // options_ less what the API server showed it cannot store.
   DraPublishOptions effective_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> missing_gates_ ABSL_GUARDED_BY(mu_);
-  bool degrade_ ABSL_GUARDED_BY(mu_) = false;  // A gate was found off by the last publication.
 };
 
 }  // namespace prism::deviceplugin

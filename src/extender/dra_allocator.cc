@@ -423,18 +423,20 @@ config::DraGpuMinors DraAllocator::MinorsOf(const std::string& node) const {
 
 absl::Status DraAllocator::SharesArePublished(const std::string& node,
                                               const std::vector<Json>& allocations) const {
-  absl::MutexLock lock(&mu_);
+  std::set<std::string, std::less<>> shared;  // What `node` publishes as shared.
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [name, entry] : slice_minors_) {
+      if (entry.node == node) shared.insert(entry.shared_devices.begin(), entry.shared_devices.end());
+    }
+  }
   for (const Json& allocation : allocations) {
     const Json* results = Find(allocation, {"devices", "results"});
     if (results == nullptr || !results->is_array()) continue;
     for (const Json& r : *results) {
       if (Str(r, {"shareID"}).empty()) continue;
       const std::string device = Str(r, {"device"});
-      bool shared = false;
-      for (const auto& [name, entry] : slice_minors_) {
-        shared = shared || (entry.node == node && entry.shared_devices.contains(device));
-      }
-      if (!shared) {
+      if (!shared.contains(device)) {
         return absl::FailedPreconditionError(StrCat(
             "node ", node, " publishes ", device,
             " as a whole GPU only (its API server keeps no DRAConsumableCapacity fields, or its "

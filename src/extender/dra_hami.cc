@@ -23,11 +23,7 @@ absl::Status Invalid(const std::string& what) { return absl::InvalidArgumentErro
 
 // A stable name for a template spec: equal requests in a namespace share one template.
 std::string TemplateName(const json& spec) {
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : spec.dump()) {
-    h ^= c;
-    h *= 0x100000001b3ULL;
-  }
+  const uint64_t h = config::Fnv1a64(spec.dump());
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx", static_cast<unsigned long long>(h));
   return StrCat(kTemplatePrefix, hex);
