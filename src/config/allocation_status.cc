@@ -111,6 +111,16 @@ absl::StatusOr<AllocatedDevice> ParseDevice(const json& dj, const std::string& p
     d.gpu_instance_id = static_cast<int32_t>(gi);
     d.compute_instance_id = static_cast<int32_t>(ci);
     ASSIGN_OR_RETURN(d.mig_uuid, Text(dj, "migUuid", p, 253));
+    if (const json* shared = Member(dj, "shared"); shared != nullptr) {
+      if (!shared->is_boolean()) {
+        return FieldError(p + "shared", StrCat("expected a boolean, got ", shared->type_name()));
+      }
+      d.shared = shared->get<bool>();
+    }
+    // A slice of a shared instance carries its memory limit.
+    if (d.shared) {
+      ASSIGN_OR_RETURN(d.memory_mib, Int(dj, "memoryMiB", p, 1, int64_t{1} << 40));
+    }
     return d;
   }
   ASSIGN_OR_RETURN(d.memory_mib, Int(dj, "memoryMiB", p, 0, int64_t{1} << 40));
@@ -170,6 +180,10 @@ json DeviceToJson(const AllocatedDevice& d) {
     j["gi"] = d.gpu_instance_id;
     j["ci"] = d.compute_instance_id;
     j["migUuid"] = d.mig_uuid;
+    if (d.shared) {
+      j["shared"] = true;
+      j["memoryMiB"] = d.memory_mib;
+    }
   } else {
     j["memoryMiB"] = d.memory_mib;
     // A whole percent as an integer (what a reader expects of "cores"), else with its tenth.

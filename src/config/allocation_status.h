@@ -50,7 +50,9 @@ struct AllocatedDevice {
   int32_t gpu_instance_id = -1;
   int32_t compute_instance_id = -1;
   std::string mig_uuid;
-  // Software slices.
+  // A slice of a shared MIG instance (docs/mig-slices.md): memory_mib is its limit.
+  bool shared = false;
+  // Software slices (and slices of shared MIG instances).
   int64_t memory_mib = 0;
   int32_t cores_permille = 0;  // Written as a percent; 0.1 % steps.
 

@@ -65,6 +65,28 @@ TEST(AllocationStatusTest, WhatIsWrittenReadsBackEqual) {
   EXPECT_EQ(*back, *s);
 }
 
+// Issue 36: a slice of a shared MIG instance carries "shared": true and its memory limit.
+TEST(AllocationStatusTest, ASliceOfASharedMigInstanceCarriesItsLimit) {
+  absl::StatusOr<AllocationStatus> s = ParseAllocationStatus(kDocExample);
+  ASSERT_TRUE(s.ok()) << s.status();
+  AllocatedDevice& d = s->containers["main"].devices[0];
+  d.shared = true;
+  d.memory_mib = 2048;
+  const std::string text = AllocationStatusToJson(*s);
+  EXPECT_THAT(text, HasSubstr(R"("memoryMiB":2048)"));
+  EXPECT_THAT(text, HasSubstr(R"("shared":true)"));
+  absl::StatusOr<AllocationStatus> back = ParseAllocationStatus(text);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << text;
+  EXPECT_EQ(*back, *s);
+  json bad = json::parse(text);
+  bad["containers"]["main"]["devices"][0].erase("memoryMiB");
+  EXPECT_THAT(ParseAllocationStatus(bad.dump()).status().message(),
+              HasSubstr("containers.main.devices[0].memoryMiB"));
+  bad["containers"]["main"]["devices"][0]["shared"] = "yes";
+  EXPECT_THAT(ParseAllocationStatus(bad.dump()).status().message(),
+              HasSubstr("containers.main.devices[0].shared: expected a boolean"));
+}
+
 TEST(AllocationStatusTest, MalformedStatusesAreErrorsNamingTheField) {
   const json good = json::parse(kDocExample);
   struct Case {

@@ -8,7 +8,7 @@
 namespace prism::deviceplugin {
 
 bool RealizedDevice::Limited() const {
-  if (IsMig()) return false;
+  if (IsMig()) return shared;
   const bool memory_limited = memory_mib > 0 && memory_mib < gpu_memory_mib;
   const bool cores_limited = cores_permille > 0 && cores_permille < sched::kPermille;
   return memory_limited || cores_limited;
@@ -57,7 +57,9 @@ void AddSliceLimits(const std::vector<RealizedDevice>& devices, const ContainerI
     any_limited = true;
     const int64_t memory = d.memory_mib > 0 ? d.memory_mib : d.gpu_memory_mib;
     edits.env.emplace_back(StrCat("CUDA_DEVICE_MEMORY_LIMIT_", i), StrCat(memory, "m"));
-    const int sm = d.cores_permille > 0 ? SmLimitPercent(d.cores_permille) : 100;
+    // No SM limit inside a MIG instance: the limiter needs NVML's per-process utilization,
+    // which MIG mode does not report (docs/mig-slices.md).
+    const int sm = d.cores_permille > 0 && !d.IsMig() ? SmLimitPercent(d.cores_permille) : 100;
     edits.env.emplace_back(StrCat("CUDA_DEVICE_SM_LIMIT_", i), StrCat(sm));
     if (first_sm < 0) first_sm = sm;
     same_sm = same_sm && sm == first_sm;

@@ -15,6 +15,10 @@
 //     the library mounted read-only and loaded through /etc/ld.so.preload (or LD_PRELOAD),
 //     unless the container sets CUDA_DISABLE_CONTROL=true or no library is configured.
 //   A device granted whole (all memory, no compute share) gets no limits and no preload.
+//   A slice of a shared MIG instance (docs/mig-slices.md) gets the MIG device as a whole instance
+//   does, plus the library with its memory limit (relative to the instance: CUDA sees only the
+//   instance) and no SM limit (CUDA_DEVICE_SM_LIMIT_<i>=100: NVML reports no per-process
+//   utilization in MIG mode, so the limiter could not measure; compute is not limited).
 // Pure.
 #pragma once
 
@@ -66,11 +70,16 @@ struct RealizedDevice {
   int gpu_instance_id = -1;
   int compute_instance_id = -1;
   std::string mig_uuid;
+  // A slice of a shared MIG instance: memory_mib is its limit, instance_memory_mib the
+  // instance's memory.
+  bool shared = false;
+  int64_t instance_memory_mib = 0;
 
   bool IsMig() const { return mode == sched::GpuMode::kMig; }
   // What NVIDIA_VISIBLE_DEVICES names.
   const std::string& VisibleId() const { return IsMig() ? mig_uuid : gpu_uuid; }
-  // A slice that must be limited (memory below the GPU's, or a compute share below 100%).
+  // A slice that must be limited (memory below the GPU's, or a compute share below 100%; every
+  // slice of a shared MIG instance).
   bool Limited() const;
   friend bool operator==(const RealizedDevice&, const RealizedDevice&) = default;
 };

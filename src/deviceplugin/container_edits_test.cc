@@ -1,6 +1,7 @@
 #include "deviceplugin/container_edits.h"
 
 #include <map>
+#include <set>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -93,6 +94,25 @@ TEST(ContainerEditsTest, WholeGpusAndMigGetNoLimits) {
               ::testing::ElementsAre(
                   MountEdit{"/dev/null", "/var/run/nvidia-container-devices/GPU-0", true},
                   MountEdit{"/dev/null", "/var/run/nvidia-container-devices/MIG-abc", true}));
+}
+
+TEST(ContainerEditsTest, ASliceOfASharedMigInstanceGetsTheDeviceAndAMemoryLimitOnly) {
+  RealizedDevice d = Mig(0, "MIG-abc");
+  d.shared = true;
+  d.memory_mib = 2048;
+  d.cores_permille = 50;  // Reserved by the scheduler, never enforced inside an instance.
+  d.instance_memory_mib = 9984;
+  const ContainerEdits e = BuildContainerEdits({d}, {"uid", "main"}, Options());
+  auto env = Env(e);
+  EXPECT_EQ(env["NVIDIA_VISIBLE_DEVICES"], "MIG-abc");
+  EXPECT_EQ(env["CUDA_DEVICE_MEMORY_LIMIT_0"], "2048m");
+  EXPECT_EQ(env["CUDA_DEVICE_SM_LIMIT_0"], "100");
+  EXPECT_EQ(env["CUDA_DEVICE_SM_LIMIT"], "100");
+  EXPECT_EQ(env["CUDA_DEVICE_MEMORY_SHARED_CACHE"], kVgpuRegionFile);
+  std::set<std::string> targets;
+  for (const auto& m : e.mounts) targets.insert(m.container_path);
+  EXPECT_TRUE(targets.count(kVgpuContainerLibrary));
+  EXPECT_TRUE(targets.count(std::string(kDeviceListMountRoot) + "/MIG-abc"));
 }
 
 TEST(ContainerEditsTest, NoDeviceNoDeviceListMount) {

@@ -81,8 +81,35 @@ std::string MigRealizer::Describe(const GpuContext& gpu, const nvml::GpuInstance
 }
 
 absl::Status MigRealizer::CheckFree(const GpuContext& gpu, const nvml::GpuInstanceInfo& gi,
-                                    const InstanceOwner* owner, bool allow_busy) {
+                                    const InstanceOwner* owner, bool allow_busy, bool shared) {
   auto holder = holders_.find({gpu.info.index, gi.start});
+  if (holder != holders_.end() && holder->second.shared) {
+    // Slices of pods that are no longer live leave; the others keep the instance shared.
+    auto& slices = holder->second.slices;
+    for (auto it = slices.begin(); it != slices.end();) {
+      it = owner_live_(it->first) ? std::next(it) : slices.erase(it);
+    }
+    if (slices.empty()) {
+      LogInfo(kLog, "releasing shared ", Describe(gpu, gi), ": none of its slices' pods is live");
+      holders_.erase(holder);
+      holder = holders_.end();
+    } else if (owner != nullptr && shared) {
+      return absl::OkStatus();  // Joins: the other slices' processes run on it.
+    } else {
+      std::vector<std::string> who;
+      for (const auto& [uid, container] : slices) who.push_back(StrCat(uid, "/", container));
+      return absl::AbortedError(StrCat(
+          "MIG instance ", Describe(gpu, gi), " is shared by ", slices.size(), " slices (pod/container ",
+          StrJoin(who, ", "), ")",
+          owner != nullptr ? "; a whole-instance container never takes a shared instance" : ""));
+    }
+  }
+  if (holder != holders_.end() && owner != nullptr && shared &&
+      holder->second.owner.pod_uid == owner->pod_uid) {
+    return absl::FailedPreconditionError(
+        StrCat("MIG instance ", Describe(gpu, gi), " is held whole by this pod's container ",
+               holder->second.owner.container, "; a slice of a shared instance never joins it"));
+  }
   if (holder != holders_.end() &&
       (owner == nullptr || holder->second.owner.pod_uid != owner->pod_uid)) {
     // A DRA claim's hold lasts until its Unprepare releases it, whatever the pods do.
@@ -95,9 +122,10 @@ absl::Status MigRealizer::CheckFree(const GpuContext& gpu, const nvml::GpuInstan
                                        holder->second.owner.container, ")"));
     }
     if (owner_live_(uid)) {
-      return absl::AbortedError(StrCat("MIG instance ", Describe(gpu, gi), " is held by pod ",
-                                       holder->second.owner.pod_uid, " container ",
-                                       holder->second.owner.container));
+      return absl::AbortedError(StrCat(
+          "MIG instance ", Describe(gpu, gi), shared ? " is held whole by pod " : " is held by pod ",
+          holder->second.owner.pod_uid, " container ", holder->second.owner.container,
+          shared ? "; a slice of a shared instance never joins it" : ""));
     }
     LogInfo(kLog, "releasing ", Describe(gpu, gi), " of pod ", holder->second.owner.pod_uid,
             ", which is no longer live");
@@ -112,6 +140,11 @@ absl::Status MigRealizer::CheckFree(const GpuContext& gpu, const nvml::GpuInstan
   return absl::OkStatus();
 }
 
+void MigRealizer::Released(const std::pair<int, int>& key, bool was_shared) {
+  released_[key] = ++release_seq_;
+  if (was_shared) shared_released_.insert(key);
+}
+
 absl::Status MigRealizer::Destroy(int gpu_index, const nvml::GpuInstanceInfo& gi) {
   for (const nvml::ComputeInstanceInfo& ci : gi.compute_instances) {
     RETURN_IF_ERROR(nvml_->DestroyComputeInstance(gpu_index, gi.id, ci.id));
@@ -121,6 +154,7 @@ absl::Status MigRealizer::Destroy(int gpu_index, const nvml::GpuInstanceInfo& gi
   ++counters_.gpu_instances_destroyed;
   holders_.erase({gpu_index, gi.start});
   released_.erase({gpu_index, gi.start});
+  shared_released_.erase({gpu_index, gi.start});
   return absl::OkStatus();
 }
 
@@ -152,7 +186,7 @@ absl::StatusOr<nvml::GpuInstanceInfo> MigRealizer::Create(const GpuContext& gpu,
 
 absl::StatusOr<MigInstanceRef> MigRealizer::Take(const GpuContext& gpu,
                                                  const nvml::GpuInstanceInfo& gi,
-                                                 const InstanceOwner& owner) {
+                                                 const InstanceOwner& owner, bool shared) {
   const int p = gpu.model.FindProfileById(gi.profile_id);
   if (p < 0) return absl::InternalError(StrCat("unknown profile ID ", gi.profile_id));
   const mig::GpuInstanceProfile& profile = gpu.model.profiles[p];
@@ -172,10 +206,18 @@ absl::StatusOr<MigInstanceRef> MigRealizer::Take(const GpuContext& gpu,
     ++counters_.compute_instances_created;
     full = &created;
   }
-  auto held =
-      holders_.try_emplace({gpu.info.index, gi.start}, Holder{owner, {}, gi.profile_id, gi.id});
-  held.first->second.containers.insert(owner.container);
+  // A new holder is shared or not as this Ensure asks; CheckFree kept the kinds apart.
+  Holder& holder = holders_
+                       .try_emplace({gpu.info.index, gi.start},
+                                    Holder{owner, {}, gi.profile_id, gi.id, shared, {}})
+                       .first->second;
+  if (holder.shared) {
+    holder.slices.insert({owner.pod_uid, owner.container});
+  } else {
+    holder.containers.insert(owner.container);
+  }
   released_.erase({gpu.info.index, gi.start});
+  shared_released_.erase({gpu.info.index, gi.start});
   MigInstanceRef ref;
   ref.gpu_index = gpu.info.index;
   ref.gpu_uuid = gpu.info.uuid;
@@ -185,12 +227,14 @@ absl::StatusOr<MigInstanceRef> MigRealizer::Take(const GpuContext& gpu,
   ref.gpu_instance_id = gi.id;
   ref.compute_instance_id = full->id;
   ref.mig_uuid = full->uuid;
+  ref.memory_mib = profile.memory_mib;
+  ref.shared = holder.shared;
   return ref;
 }
 
 absl::StatusOr<MigInstanceRef> MigRealizer::Ensure(int gpu_index, std::string_view profile_name,
                                                    int start, const InstanceOwner& owner,
-                                                   EnsureMode mode) {
+                                                   EnsureMode mode, bool shared) {
   ASSIGN_OR_RETURN(GpuContext gpu, Read(gpu_index));
   const int p = gpu.model.FindProfile(profile_name);
   if (p < 0) {
@@ -206,8 +250,8 @@ absl::StatusOr<MigInstanceRef> MigRealizer::Ensure(int gpu_index, std::string_vi
   const bool adopt = mode == EnsureMode::kAdopt;
   for (const nvml::GpuInstanceInfo& gi : gpu.instances) {
     if (gi.profile_id == profile.id && gi.start == start) {
-      RETURN_IF_ERROR(CheckFree(gpu, gi, &owner, adopt));
-      return Take(gpu, gi, owner);
+      RETURN_IF_ERROR(CheckFree(gpu, gi, &owner, adopt, shared));
+      return Take(gpu, gi, owner, shared);
     }
   }
   if (!IsDynamic(gpu_index)) {
@@ -232,22 +276,35 @@ absl::StatusOr<MigInstanceRef> MigRealizer::Ensure(int gpu_index, std::string_vi
     LogInfo(kLog, "destroyed idle ", what, " to place ", profile.Name(), "@", start);
   }
   ASSIGN_OR_RETURN(nvml::GpuInstanceInfo gi, Create(gpu, profile, start));
-  LogInfo(kLog, "created ", profile.Name(), "@", start, " on GPU ", gpu_index, " for pod ",
-          owner.pod_uid, " container ", owner.container);
-  absl::StatusOr<MigInstanceRef> ref = Take(gpu, gi, owner);
+  LogInfo(kLog, "created ", shared ? "shared " : "", profile.Name(), "@", start, " on GPU ",
+          gpu_index, " for pod ", owner.pod_uid, " container ", owner.container);
+  absl::StatusOr<MigInstanceRef> ref = Take(gpu, gi, owner, shared);
   if (ref.ok()) ref->created = true;
   return ref;
 }
 
 absl::Status MigRealizer::Undo(const MigInstanceRef& ref, const InstanceOwner& owner) {
-  auto holder = holders_.find({ref.gpu_index, ref.start});
-  if (holder != holders_.end() && holder->second.owner.pod_uid == owner.pod_uid) {
+  const std::pair<int, int> key{ref.gpu_index, ref.start};
+  auto holder = holders_.find(key);
+  bool was_shared = false;
+  if (holder != holders_.end() && holder->second.shared) {
+    was_shared = true;
+    auto& slices = holder->second.slices;
+    slices.erase({owner.pod_uid, owner.container});
+    if (!slices.empty()) {
+      // Other slices hold it: only this one leaves.
+      if (holder->second.owner == owner) {
+        holder->second.owner = InstanceOwner{slices.begin()->first, slices.begin()->second};
+      }
+      return absl::OkStatus();
+    }
+  } else if (holder != holders_.end() && holder->second.owner.pod_uid == owner.pod_uid) {
     holder->second.containers.erase(owner.container);
     if (!holder->second.containers.empty()) return absl::OkStatus();  // Another container's.
   }
-  holders_.erase({ref.gpu_index, ref.start});
+  holders_.erase(key);
   if (!ref.created) {
-    released_[{ref.gpu_index, ref.start}] = ++release_seq_;
+    Released(key, was_shared);
     return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(GpuContext gpu, Read(ref.gpu_index));
@@ -266,8 +323,9 @@ absl::Status MigRealizer::Undo(const MigInstanceRef& ref, const InstanceOwner& o
 
 absl::StatusOr<MigInstanceRef> MigRealizer::EnsureInGeometry(
     int gpu_index, const std::vector<std::pair<std::string, int>>& geometry,
-    std::string_view profile, int start, const InstanceOwner& owner, EnsureMode mode) {
-  if (mode == EnsureMode::kAdopt) return Ensure(gpu_index, profile, start, owner, mode);
+    std::string_view profile, int start, const InstanceOwner& owner, EnsureMode mode,
+    bool shared) {
+  if (mode == EnsureMode::kAdopt) return Ensure(gpu_index, profile, start, owner, mode, shared);
   ASSIGN_OR_RETURN(GpuContext gpu, Read(gpu_index));
   std::set<std::pair<int, int>> want;
   for (const auto& [name, s] : geometry) {
@@ -310,18 +368,11 @@ absl::StatusOr<MigInstanceRef> MigRealizer::EnsureInGeometry(
       created.push_back(*gi);
     }
   }
-  return Ensure(gpu_index, profile, start, owner, mode);
+  return Ensure(gpu_index, profile, start, owner, mode, shared);
 }
 
 absl::Status MigRealizer::ReleasePod(const std::string& pod_uid) {
-  for (auto it = holders_.begin(); it != holders_.end();) {
-    if (it->second.owner.pod_uid == pod_uid) {
-      released_[it->first] = ++release_seq_;
-      it = holders_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  ForgetOwners([&](const InstanceOwner& o) { return o.pod_uid != pod_uid; });
   return TrimIdle();
 }
 
@@ -342,15 +393,23 @@ absl::Status MigRealizer::TrimIdle() {
       continue;
     }
     // Idle = unheld and without processes; oldest release first (unknown ones are oldest).
+    // A shared instance whose last slice left goes at once, whatever the bound: the engine
+    // destroys it in placement mode (docs/mig-slices.md, "Release"), so the GPU returns to the
+    // layout it had before the slices came.
     std::vector<std::pair<uint64_t, const nvml::GpuInstanceInfo*>> idle;
+    size_t shared_idle = 0;
     for (const nvml::GpuInstanceInfo& gi : gpu->instances) {
       if (holders_.count({info.index, gi.start}) != 0 || Busy(*gpu, gi.id)) continue;
       auto rel = released_.find({info.index, gi.start});
-      idle.push_back({rel == released_.end() ? 0 : rel->second, &gi});
+      const bool was_shared = shared_released_.count({info.index, gi.start}) != 0;
+      shared_idle += was_shared ? 1 : 0;
+      // Shared ones first (order key 0, below every release), then oldest release first.
+      idle.push_back({was_shared ? 0 : (rel == released_.end() ? 1 : rel->second + 1), &gi});
     }
     std::sort(idle.begin(), idle.end(),
               [](const auto& a, const auto& b) { return a.first < b.first; });
-    const size_t keep = static_cast<size_t>(std::max(0, options_.max_idle_per_gpu));
+    const size_t keep = std::min(static_cast<size_t>(std::max(0, options_.max_idle_per_gpu)),
+                                 idle.size() - shared_idle);
     for (size_t i = 0; i + keep < idle.size(); ++i) {
       const std::string what = Describe(*gpu, *idle[i].second);
       absl::Status destroyed = Destroy(info.index, *idle[i].second);
@@ -367,18 +426,37 @@ absl::Status MigRealizer::TrimIdle() {
 
 void MigRealizer::ForgetOwners(const std::function<bool(const InstanceOwner&)>& keep) {
   for (auto it = holders_.begin(); it != holders_.end();) {
-    if (!keep(it->second.owner)) {
-      released_[it->first] = ++release_seq_;
-      it = holders_.erase(it);
-    } else {
+    Holder& h = it->second;
+    if (h.shared) {
+      for (auto s = h.slices.begin(); s != h.slices.end();) {
+        s = keep(InstanceOwner{s->first, s->second}) ? std::next(s) : h.slices.erase(s);
+      }
+      if (!h.slices.empty()) {
+        h.owner = InstanceOwner{h.slices.begin()->first, h.slices.begin()->second};
+        ++it;
+        continue;
+      }
+    } else if (keep(h.owner)) {
       ++it;
+      continue;
     }
+    Released(it->first, h.shared);
+    it = holders_.erase(it);
   }
 }
 
 std::map<std::pair<int, int>, InstanceOwner> MigRealizer::Held() const {
   std::map<std::pair<int, int>, InstanceOwner> out;
   for (const auto& [key, holder] : holders_) out[key] = holder.owner;
+  return out;
+}
+
+std::map<std::pair<int, int>, std::set<std::pair<std::string, std::string>>>
+MigRealizer::SharedHolders() const {
+  std::map<std::pair<int, int>, std::set<std::pair<std::string, std::string>>> out;
+  for (const auto& [key, holder] : holders_) {
+    if (holder.shared) out[key] = holder.slices;
+  }
   return out;
 }
 

@@ -16,7 +16,13 @@
 //     re-creates a missing one;
 //   - on a GPU whose layout the agent does not own (a static GPU, managed by `prism mig-manager`:
 //     docs/mig-manager.md, "Static and dynamic nodes") it only hands out instances that exist:
-//     it never creates, destroys or trims one there.
+//     it never creates, destroys or trims one there;
+//   - a shared instance (issue 36, docs/mig-slices.md) is held by slices of any number of pods:
+//     the first slice's Ensure creates (or finds) it, later slices join it, and the last slice's
+//     release destroys it at once on a GPU whose layout the agent owns (placement mode: the GPU
+//     returns to its prior layout; template GPUs keep their geometry). A whole-instance Ensure
+//     never takes a shared instance a live slice holds, and a slice never joins an instance a
+//     live pod holds whole (Aborted, naming the holder).
 // Each call reads the GPU's live state from NVML first, so instances created or destroyed
 // behind the agent's back are seen. Not thread-safe (Nvml is not): one caller at a time.
 #pragma once
@@ -60,6 +66,8 @@ struct MigInstanceRef {
   int compute_instance_id = -1;
   std::string mig_uuid;
   bool created = false;  // Ensure created it (rather than reusing one).
+  int64_t memory_mib = 0;  // The instance's (its profile's NVML memorySizeMB).
+  bool shared = false;     // Held as a shared instance (slices of several pods).
 };
 
 struct MigCounters {
@@ -96,10 +104,12 @@ class MigRealizer {
     owner_live_ = std::move(live);
   }
 
-  // Makes `profile`@`start` exist on GPU `gpu_index`, held by `owner`.
+  // Makes `profile`@`start` exist on GPU `gpu_index`, held by `owner`; `shared`: as a slice of
+  // a shared instance (other pods' slices may hold it too).
   absl::StatusOr<MigInstanceRef> Ensure(int gpu_index, std::string_view profile, int start,
                                         const InstanceOwner& owner,
-                                        EnsureMode mode = EnsureMode::kAllocate);
+                                        EnsureMode mode = EnsureMode::kAllocate,
+                                        bool shared = false);
   // Template mode: first makes the GPU's instances exactly `geometry` ((profile, start) pairs,
   // destroying and creating whole layouts only when no instance is held or busy), then Ensure.
   // Adopt mode leaves the layout as it is: the pod already holds its instance (Ensure re-creates
@@ -107,7 +117,7 @@ class MigRealizer {
   absl::StatusOr<MigInstanceRef> EnsureInGeometry(
       int gpu_index, const std::vector<std::pair<std::string, int>>& geometry,
       std::string_view profile, int start, const InstanceOwner& owner,
-      EnsureMode mode = EnsureMode::kAllocate);
+      EnsureMode mode = EnsureMode::kAllocate, bool shared = false);
 
   // Undoes one Ensure of a container whose later devices failed: destroys the instance if that
   // Ensure created it (and nothing runs on it), else only drops the hold.
@@ -119,8 +129,11 @@ class MigRealizer {
   // Drops holders for which `keep` is false (e.g. pods that vanished while the agent was down).
   void ForgetOwners(const std::function<bool(const InstanceOwner&)>& keep);
 
-  // (gpu index, start) -> holder, for every held instance.
+  // (gpu index, start) -> holder, for every held instance (a shared one: its first slice).
   std::map<std::pair<int, int>, InstanceOwner> Held() const;
+  // (gpu index, start) -> the slices (pod uid, container) of every shared instance.
+  std::map<std::pair<int, int>, std::set<std::pair<std::string, std::string>>> SharedHolders()
+      const;
   const MigCounters& counters() const { return counters_; }
 
  private:
@@ -129,6 +142,9 @@ class MigRealizer {
     std::set<std::string> containers;  // Every container of that pod holding it.
     int profile_id = -1;
     int gpu_instance_id = -1;
+    // A shared instance: every slice (pod uid, container) holding it; `owner` is one of them.
+    bool shared = false;
+    std::set<std::pair<std::string, std::string>> slices;
   };
   struct GpuContext {
     nvml::GpuInfo info;
@@ -143,13 +159,19 @@ class MigRealizer {
   bool Busy(const GpuContext& gpu, int gpu_instance_id) const;
   // FailedPrecondition if the instance may not be destroyed or taken by `owner`.
   absl::Status CheckFree(const GpuContext& gpu, const nvml::GpuInstanceInfo& gi,
-                         const InstanceOwner* owner, bool allow_busy);
+                         const InstanceOwner* owner, bool allow_busy, bool shared = false);
+  // Drops the slices of pods that are no longer live from a shared holder; erases the holder
+  // (and returns true) when none is left.
+  bool DropDeadSlices(std::map<std::pair<int, int>, Holder>::iterator holder);
+  // Marks `key` released; on a dynamic, non-template GPU a shared instance's last release
+  // destroys it at once.
+  void Released(const std::pair<int, int>& key, bool was_shared);
   absl::Status Destroy(int gpu_index, const nvml::GpuInstanceInfo& gi);
   // Creates GI + full CI; rolls the GI back if the CI fails.
   absl::StatusOr<nvml::GpuInstanceInfo> Create(const GpuContext& gpu,
                                                const mig::GpuInstanceProfile& profile, int start);
   absl::StatusOr<MigInstanceRef> Take(const GpuContext& gpu, const nvml::GpuInstanceInfo& gi,
-                                      const InstanceOwner& owner);
+                                      const InstanceOwner& owner, bool shared);
   std::string Describe(const GpuContext& gpu, const nvml::GpuInstanceInfo& gi) const;
 
   nvml::Nvml* const nvml_;
@@ -163,6 +185,8 @@ class MigRealizer {
   // (gpu, start) -> release sequence, for oldest-first trimming.
   std::map<std::pair<int, int>, uint64_t> released_;
   uint64_t release_seq_ = 0;
+  // Shared instances whose last slice left: destroyed by the next TrimIdle whatever the bound.
+  std::set<std::pair<int, int>> shared_released_;
   MigCounters counters_;
 };
 

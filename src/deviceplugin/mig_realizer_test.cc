@@ -213,5 +213,84 @@ TEST_F(MigRealizerTest, ClearErrorsForBadRequests) {
   EXPECT_EQ(realizer_->Ensure(7, "1g.5gb", 0, a_).status().code(), absl::StatusCode::kNotFound);
 }
 
+// Issue 36: slices of several pods share one instance (docs/mig-slices.md).
+TEST_F(MigRealizerTest, SlicesShareAnInstanceThatGoesWithTheLastOne) {
+  nvml::SimNvml direct(state_);
+  ASSERT_TRUE(direct.CreateGpuInstance(0, 14 /* 2g.10gb */, 4).ok());  // The prior layout.
+  auto first = realizer_->Ensure(0, "1g.5gb", 0, a_, EnsureMode::kAllocate, /*shared=*/true);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_TRUE(first->created);
+  EXPECT_TRUE(first->shared);
+  EXPECT_GT(first->memory_mib, 4000);
+  auto second = realizer_->Ensure(0, "1g.5gb", 0, b_, EnsureMode::kAllocate, true);
+  ASSERT_TRUE(second.ok()) << second.status();
+  EXPECT_FALSE(second->created);
+  EXPECT_EQ(second->mig_uuid, first->mig_uuid);
+  testing::AddProcess(state_, 0, 7, first->gpu_instance_id);  // pod-a's process runs on it.
+  const InstanceOwner c{"pod-c", "main"};
+  ASSERT_TRUE(realizer_->Ensure(0, "1g.5gb", 0, c, EnsureMode::kAllocate, true).ok());
+  EXPECT_EQ(realizer_->SharedHolders().at({0, 0}).size(), 3u);
+  EXPECT_EQ(InstanceCount(state_, 0), 2u);
+  testing::ClearProcesses(state_);
+  ASSERT_TRUE(realizer_->ReleasePod("pod-a").ok());
+  ASSERT_TRUE(realizer_->ReleasePod("pod-b").ok());
+  EXPECT_EQ(InstanceCount(state_, 0), 2u);  // pod-c still holds it.
+  ASSERT_TRUE(realizer_->ReleasePod("pod-c").ok());
+  // Destroyed at once although the idle pool keeps one: the GPU is back to its prior layout.
+  const auto state = testing::ReadState(state_);
+  ASSERT_EQ(state.gpus[0].gpu_instances.size(), 1u);
+  EXPECT_EQ(state.gpus[0].gpu_instances[0].start, 4);
+  EXPECT_TRUE(realizer_->Held().empty());
+}
+
+TEST_F(MigRealizerTest, WholeInstancesAndSlicesNeverMix) {
+  ASSERT_TRUE(realizer_->Ensure(0, "1g.5gb", 0, a_, EnsureMode::kAllocate, true).ok());
+  auto whole = realizer_->Ensure(0, "1g.5gb", 0, b_);
+  EXPECT_EQ(whole.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(whole.status().message(), HasSubstr("a whole-instance container never takes"));
+  // Nor is it destroyed to make room.
+  EXPECT_THAT(realizer_->Ensure(0, "7g.40gb", 0, b_).status().message(), HasSubstr("shared by 1"));
+  ASSERT_TRUE(realizer_->Ensure(0, "1g.5gb", 1, b_).ok());
+  auto slice = realizer_->Ensure(0, "1g.5gb", 1, a_, EnsureMode::kAllocate, true);
+  EXPECT_EQ(slice.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(slice.status().message(), HasSubstr("held whole by pod pod-b"));
+  // Another container of the holder's own pod cannot make it shared either.
+  auto own = realizer_->Ensure(0, "1g.5gb", 1, InstanceOwner{"pod-b", "side"},
+                               EnsureMode::kAllocate, true);
+  EXPECT_EQ(own.status().code(), absl::StatusCode::kFailedPrecondition);
+  // Once the slices' pods are gone, the instance is free for anyone.
+  dead_.insert("pod-a");
+  auto taken = realizer_->Ensure(0, "1g.5gb", 0, b_);
+  ASSERT_TRUE(taken.ok()) << taken.status();
+  EXPECT_FALSE(taken->shared);
+}
+
+TEST_F(MigRealizerTest, UndoingASliceKeepsTheOthersAndTheLastCreatedGoes) {
+  auto first = realizer_->Ensure(0, "1g.5gb", 2, a_, EnsureMode::kAllocate, true);
+  ASSERT_TRUE(first.ok());
+  auto second = realizer_->Ensure(0, "1g.5gb", 2, b_, EnsureMode::kAllocate, true);
+  ASSERT_TRUE(second.ok());
+  ASSERT_TRUE(realizer_->Undo(*second, b_).ok());
+  EXPECT_EQ(InstanceCount(state_, 0), 1u);
+  EXPECT_EQ(realizer_->Held().at({0, 2}), a_);
+  ASSERT_TRUE(realizer_->Undo(*first, a_).ok());
+  EXPECT_EQ(InstanceCount(state_, 0), 0u);
+}
+
+TEST_F(MigRealizerTest, AdoptionTakesBackEverySliceOfASharedInstance) {
+  auto first = realizer_->Ensure(0, "1g.5gb", 3, a_, EnsureMode::kAllocate, true);
+  ASSERT_TRUE(first.ok());
+  ASSERT_TRUE(realizer_->Ensure(0, "1g.5gb", 3, b_, EnsureMode::kAllocate, true).ok());
+  testing::AddProcess(state_, 0, 9, first->gpu_instance_id);
+  Make(1);  // The agent restarted: nothing is held.
+  for (const InstanceOwner& o : {a_, b_}) {
+    auto adopted = realizer_->Ensure(0, "1g.5gb", 3, o, EnsureMode::kAdopt, true);
+    ASSERT_TRUE(adopted.ok()) << adopted.status();
+    EXPECT_EQ(adopted->mig_uuid, first->mig_uuid);
+  }
+  EXPECT_EQ(realizer_->SharedHolders().at({0, 3}).size(), 2u);
+  EXPECT_EQ(realizer_->counters().gpu_instances_created, 0);
+}
+
 }  // namespace
 }  // namespace prism::deviceplugin

@@ -756,6 +756,19 @@ absl::StatusOr<std::vector<RealizedDevice>> NodeAgent::RealizeContainer(
     }
     absl::StatusOr<MigInstanceRef> ref;
     const sched::GpuInfo& info = node_state_->gpu(d.gpu);
+    if (d.shared) {
+      // A slice's limit is checked against the instance before anything is created: one above
+      // the instance's memory is refused, never a container promised more than it can have.
+      const int p = info.mig_model == nullptr ? -1 : info.mig_model->FindProfile(d.profile_name);
+      const int64_t instance_mib = p < 0 ? 0 : info.mig_model->profiles[p].memory_mib;
+      if (d.memory_mib <= 0 || (instance_mib > 0 && d.memory_mib > instance_mib)) {
+        return fail(absl::InvalidArgumentError(StrCat(
+            "container ", container, ": its slice of the shared MIG instance ", d.profile_name,
+            "@", d.start, " on GPU ", gpu->index, " asks a memory limit of ", d.memory_mib,
+            " MiB, ", d.memory_mib <= 0 ? "not a positive limit" : "more than the instance's ",
+            d.memory_mib <= 0 ? "" : StrCat(instance_mib, " MiB"))));
+      }
+    }
     if (d.template_index >= 0 && info.template_mode) {
       std::vector<std::pair<std::string, int>> geometry;
       const auto& slots =
@@ -763,12 +776,20 @@ absl::StatusOr<std::vector<RealizedDevice>> NodeAgent::RealizeContainer(
       for (const auto& s : slots) {
         geometry.emplace_back(info.mig_model->profiles[s.profile].Name(), s.start);
       }
-      ref = realizer_.EnsureInGeometry(gpu->index, geometry, d.profile_name, d.start, owner, mode);
+      ref = realizer_.EnsureInGeometry(gpu->index, geometry, d.profile_name, d.start, owner, mode,
+                                       d.shared);
     } else {
-      ref = realizer_.Ensure(gpu->index, d.profile_name, d.start, owner, mode);
+      ref = realizer_.Ensure(gpu->index, d.profile_name, d.start, owner, mode, d.shared);
     }
     if (!ref.ok()) return fail(ref.status());
     taken.push_back(*ref);
+    if (d.shared && d.memory_mib > ref->memory_mib) {
+      // The instance as NVML has it (the catalog's memory may differ from the driver's).
+      return fail(absl::InvalidArgumentError(
+          StrCat("container ", container, ": its slice of the shared MIG instance ", ref->profile,
+                 "@", ref->start, " on GPU ", gpu->index, " asks a memory limit of ",
+                 d.memory_mib, " MiB, more than the instance's ", ref->memory_mib, " MiB")));
+    }
     r.profile = ref->profile;
     r.start = ref->start;
     r.gpu_instance_id = ref->gpu_instance_id;
@@ -776,6 +797,8 @@ absl::StatusOr<std::vector<RealizedDevice>> NodeAgent::RealizeContainer(
     r.mig_uuid = ref->mig_uuid;
     r.memory_mib = d.memory_mib;
     r.cores_permille = d.cores_permille;
+    r.shared = d.shared;
+    r.instance_memory_mib = ref->memory_mib;
     out.push_back(std::move(r));
   }
   return out;

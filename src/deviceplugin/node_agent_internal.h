@@ -76,6 +76,8 @@ inline config::AllocatedDevice StatusDevice(const RealizedDevice& d) {
     out.gpu_instance_id = d.gpu_instance_id;
     out.compute_instance_id = d.compute_instance_id;
     out.mig_uuid = d.mig_uuid;
+    out.shared = d.shared;
+    if (d.shared) out.memory_mib = d.memory_mib;
   } else {
     out.memory_mib = d.memory_mib;
     out.cores_permille = d.cores_permille;
