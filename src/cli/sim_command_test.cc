@@ -159,11 +159,11 @@ TEST_F(SimCommandTest, TopologyWiresNodesAndPrintsTheInterconnectColumns) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("--topology: 1189 nodes wired by GPU model"));
   EXPECT_THAT(r.out, HasSubstr("pods of >= 2 GPUs on a set of the best tier"));
-  EXPECT_THAT(r.out, HasSubstr("policy              multi   best    best-2  best-4  best-8  split   "
-                               "avoid   alloc@100"));
+  EXPECT_THAT(r.out, HasSubstr("policy              multi   best    best-2  best-4  best-8  "
+                               "best-any  any-2   any-4   any-8   split   avoid   alloc@100"));
   EXPECT_THAT(Read("runs-topology.csv"),
               StartsWith("trace,policy,seed,gpus,placed,best_tier,numa_split,"
-                         "numa_split_avoidable\ndefault,nvidia-besteffort,42,all,"));
+                         "numa_split_avoidable,best_any\ndefault,nvidia-besteffort,42,all,"));
   // Without the flag: no such table.
   Result plain = Run("--policy prism --seeds 42 --at 100 --no-plot --no-ceiling --progress off");
   ASSERT_EQ(plain.exit_code, 0) << plain.err;

@@ -35,15 +35,19 @@ class Runner {
       // What the node offered, before the pod takes its GPUs.
       const topo::NodeTopology* topology = nullptr;
       TopologyOffer offer;
+      topo::Tier cluster_best = topo::Tier::kAny;
       if (topology_metrics_ && pod.gpu_count >= 2 && p->gpus.size() >= 2 && p->node >= 0 &&
           p->node < state_.cluster().node_count()) {
         topology = state_.cluster().topology(p->node);
-        if (topology != nullptr) offer = BestOffer(*topology, FittingGpus(p->node, pod), pod.gpu_count);
+        if (topology != nullptr) {
+          offer = BestOffer(*topology, FittingGpus(p->node, pod), pod.gpu_count);
+          cluster_best = std::max(offers_.BestTier(state_, pod), offer.best);
+        }
       }
       absl::Status s = state_.Place(pod, *p);
       if (s.ok()) {
         if (topology != nullptr) {
-          RecordPlacement(*topology, offer, p->gpus, &result_->topology);
+          RecordPlacement(*topology, offer, cluster_best, p->gpus, &result_->topology);
         } else if (topology_metrics_ && pod.gpu_count >= 2) {
           ++result_->topology.unwired;
         }
@@ -79,6 +83,7 @@ class Runner {
   Policy& policy_;
   RunResult* result_;
   bool topology_metrics_ = false;
+  ClusterOffers offers_;  // The best tier any node offered (TopologyStats::best_any).
 };
 
 absl::Status RunInflated(const Cluster& cluster, const Workload& workload,

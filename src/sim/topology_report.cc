@@ -42,11 +42,13 @@ std::string FormatTopologyTable(const std::vector<Series>& series,
       if (s.trace == trace) width = std::max(width, s.policy.size() + 2);
     }
     StrAppend(&out, "\nTrace ", trace,
-              ": pods of >= 2 GPUs on a set of the best tier their node offered (%), NUMA-split "
-              "pods (%; avoidable: a one-NUMA set was free), allocated GPU (% of capacity)\n");
+              ": pods of >= 2 GPUs on a set of the best tier their node offered (best, %) and "
+              "the best tier any node where the pod fit offered (best-any, %), NUMA-split pods "
+              "(%; avoidable: a one-NUMA set was free), allocated GPU (% of capacity)\n");
     std::string header = Pad("policy", width) + Pad("multi", 8) + Pad("best", 8) +
                          Pad("best-2", 8) + Pad("best-4", 8) + Pad("best-8", 8) +
-                         Pad("split", 8) + Pad("avoid", 8);
+                         Pad("best-any", 10) + Pad("any-2", 8) + Pad("any-4", 8) +
+                         Pad("any-8", 8) + Pad("split", 8) + Pad("avoid", 8);
     for (int pct : arrived_pcts) header += Pad(StrCat("alloc@", pct), 11);
     while (!header.empty() && header.back() == ' ') header.pop_back();
     out += header + "\n";
@@ -59,6 +61,8 @@ std::string FormatTopologyTable(const std::vector<Series>& series,
       std::string row = Pad(s.policy, width) + Pad(placed, 8) +
                         Pad(Pct(t.best_tier[0], t.placed[0]), 8);
       for (int gpus : {2, 4, 8}) row += Pad(Pct(t.best_tier[gpus], t.placed[gpus]), 8);
+      row += Pad(Pct(t.best_any[0], t.placed[0]), 10);
+      for (int gpus : {2, 4, 8}) row += Pad(Pct(t.best_any[gpus], t.placed[gpus]), 8);
       row += Pad(Pct(t.numa_split[0], t.placed[0]), 8) +
              Pad(Pct(t.numa_split_avoidable[0], t.placed[0]), 8);
       for (int pct : arrived_pcts) {
@@ -74,7 +78,8 @@ std::string FormatTopologyTable(const std::vector<Series>& series,
 }
 
 std::string FormatTopologyCsv(const std::vector<Series>& series) {
-  std::string out = "trace,policy,seed,gpus,placed,best_tier,numa_split,numa_split_avoidable\n";
+  std::string out =
+      "trace,policy,seed,gpus,placed,best_tier,numa_split,numa_split_avoidable,best_any\n";
   for (const Series& s : series) {
     if (IsCeilingSeries(s)) continue;
     for (const RunResult& r : s.runs) {
@@ -83,7 +88,8 @@ std::string FormatTopologyCsv(const std::vector<Series>& series) {
         if (b != 0 && t.placed[b] == 0) continue;
         const std::string gpus = b == 0 ? "all" : b == 1 ? "9+" : StrCat(b);
         StrAppend(&out, s.trace, ",", s.policy, ",", r.seed, ",", gpus, ",", t.placed[b], ",",
-                  t.best_tier[b], ",", t.numa_split[b], ",", t.numa_split_avoidable[b], "\n");
+                  t.best_tier[b], ",", t.numa_split[b], ",", t.numa_split_avoidable[b], ",",
+                  t.best_any[b], "\n");
       }
     }
   }

@@ -1,6 +1,8 @@
 #include "sim/wiring.h"
 
+#include <algorithm>
 #include <map>
+#include <span>
 
 #include "base/status_macros.h"
 #include "base/strings.h"
@@ -50,6 +52,7 @@ void TopologyStats::Add(const TopologyStats& other) {
     best_tier[b] += other.best_tier[b];
     numa_split[b] += other.numa_split[b];
     numa_split_avoidable[b] += other.numa_split_avoidable[b];
+    best_any[b] += other.best_any[b];
   }
   unwired += other.unwired;
 }
@@ -77,16 +80,57 @@ TopologyOffer BestOffer(const topo::NodeTopology& topology, absl::Span<const int
   return offer;
 }
 
+topo::Tier ClusterOffers::BestTier(const ClusterState& state, const PodRequest& pod) {
+  const Cluster& cluster = state.cluster();
+  topo::Tier best = topo::Tier::kAny;
+  std::vector<int> fitting;
+  for (int i = 0; i < cluster.node_count() && best < topo::Tier::kNvLink; ++i) {
+    const NodeSpec& node = cluster.node(i);
+    if (node.topology < 0 || node.gpu_count < pod.gpu_count || !state.ModelAllowed(i, pod) ||
+        !state.CpuMemoryFit(i, pod) ||
+        state.gpu_left_total(i) < int64_t{pod.gpu_count} * pod.gpu_milli) {
+      continue;
+    }
+    fitting.clear();
+    uint64_t mask = 0;
+    std::span<const int> left = state.gpu_left(i);
+    for (int g = 0; g < static_cast<int>(left.size()); ++g) {
+      if (left[g] < pod.gpu_milli) continue;
+      fitting.push_back(g);
+      if (g < 32) mask |= uint64_t{1} << g;
+    }
+    if (static_cast<int>(fitting.size()) < pod.gpu_count) continue;
+    // Key: 32 bits of fitting GPUs, 8 of count, the rest the wiring (nodes of more than 32 GPUs
+    // or counts past 255 are not memoized).
+    const bool memoize = node.gpu_count <= 32 && pod.gpu_count < 256;
+    const uint64_t key = mask | uint64_t(pod.gpu_count) << 32 | uint64_t(node.topology) << 40;
+    topo::Tier tier;
+    auto it = memoize ? memo_.find(key) : memo_.end();
+    if (it != memo_.end()) {
+      tier = it->second;
+    } else {
+      tier = BestOffer(*cluster.topology(i), fitting, pod.gpu_count).best;
+      if (memoize) memo_.emplace(key, tier);
+    }
+    best = std::max(best, tier);
+  }
+  return best;
+}
+
 void RecordPlacement(const topo::NodeTopology& topology, const TopologyOffer& offer,
-                     absl::Span<const int> chosen, TopologyStats* stats) {
+                     topo::Tier cluster_best, absl::Span<const int> chosen,
+                     TopologyStats* stats) {
   const int bucket = TopologyStats::Bucket(static_cast<int>(chosen.size()));
-  const bool best = topo::SetTier(topology, chosen) >= offer.best;
+  const topo::Tier tier = topo::SetTier(topology, chosen);
+  const bool best = tier >= offer.best;
+  const bool best_any = tier >= cluster_best;
   const bool split = !OneNumaNode(topology, chosen);
   for (int b : {0, bucket}) {
     ++stats->placed[b];
     stats->best_tier[b] += best;
     stats->numa_split[b] += split;
     stats->numa_split_avoidable[b] += split && offer.one_numa;
+    stats->best_any[b] += best_any;
   }
 }
 

@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -43,6 +44,9 @@ struct TopologyStats {
   std::array<int64_t, kBuckets> numa_split{};
   // ...although the node's fitting GPUs held a set on one NUMA node.
   std::array<int64_t, kBuckets> numa_split_avoidable{};
+  // On a set of the best tier any node offered at that moment (ClusterOffers::BestTier): this
+  // judges the node choice too, where best_tier judges only the set within the chosen node.
+  std::array<int64_t, kBuckets> best_any{};
   // Pods on nodes without a wiring (not judged; not in the counts above).
   int64_t unwired = 0;
 
@@ -59,9 +63,25 @@ struct TopologyOffer {
 TopologyOffer BestOffer(const topo::NodeTopology& topology, absl::Span<const int> fitting,
                         int count);
 
-// Counts one placed pod of `chosen.size()` >= 2 GPUs given what its node offered.
+// The best tier any node could give a pod at the current state: among the wired nodes where
+// the pod is feasible as ClusterState::Place checks it (an allowed model, its CPU and memory
+// left, at least `gpu_count` software-shared GPUs with `gpu_milli` left), the best
+// topo::SetTier of a `gpu_count`-set of the fitting GPUs; kAny when no wired node is feasible.
+// Nodes wired alike with the same fitting GPUs share one answer (memoized), so a call costs a
+// pass over the nodes. Thread-compatible; one per run.
+class ClusterOffers {
+ public:
+  topo::Tier BestTier(const ClusterState& state, const PodRequest& pod);
+
+ private:
+  std::unordered_map<uint64_t, topo::Tier> memo_;  // (topology, count, fitting GPUs) -> tier.
+};
+
+// Counts one placed pod of `chosen.size()` >= 2 GPUs given what its node offered and the best
+// tier any node offered (`cluster_best`, at least offer.best).
 void RecordPlacement(const topo::NodeTopology& topology, const TopologyOffer& offer,
-                     absl::Span<const int> chosen, TopologyStats* stats);
+                     topo::Tier cluster_best, absl::Span<const int> chosen,
+                     TopologyStats* stats);
 
 // Whether `gpus` (positions) lie on one known NUMA node.
 bool OneNumaNode(const topo::NodeTopology& topology, absl::Span<const int> gpus);

@@ -121,6 +121,9 @@ TEST(WiringTest, SimulatorJudgesEachMultiGpuPodAgainstWhatItsNodeOffered) {
   EXPECT_EQ(t.best_tier[4], 1);
   EXPECT_EQ(t.numa_split[0], 2);            // dgx-pair, dgx-quad.
   EXPECT_EQ(t.numa_split_avoidable[0], 1);  // dgx-pair: a one-socket pair was free.
+  // Against any node: pair-bad had DGX NVLink pairs free (dgx-pair, dgx-pair2 had NVLink).
+  EXPECT_EQ(t.best_any[2], 2);
+  EXPECT_EQ(t.best_any[4], 1);
   EXPECT_EQ(t.unwired, 0);
 
   // Without the option nothing is counted.
@@ -132,8 +135,49 @@ TEST(WiringTest, SimulatorJudgesEachMultiGpuPodAgainstWhatItsNodeOffered) {
   Series s{"tiny", "scripted", {*r}};
   const std::string table = FormatTopologyTable({s}, {100});
   EXPECT_NE(table.find("best-4"), std::string::npos) << table;
-  EXPECT_NE(FormatTopologyCsv({s}).find("tiny,scripted,0,2,3,2,1,1"), std::string::npos)
+  EXPECT_NE(table.find("best-any"), std::string::npos) << table;
+  EXPECT_NE(FormatTopologyCsv({s}).find("tiny,scripted,0,2,3,2,1,1,2"), std::string::npos)
       << FormatTopologyCsv({s});
+}
+
+// The cross-node measure: a pod on the best pair of a PCIe-only node is on its node's best tier
+// but not on the best any node offered while a DGX-1 had an NVLink pair free for it; a DGX the
+// pod could not use (its model, its CPU) does not count.
+TEST(WiringTest, BestAnyJudgesTheNodeChoiceAgainstEveryFeasibleNode) {
+  Cluster c = ModelCluster({{"T4", 4}, {"V100M16", 8}});
+  ASSERT_TRUE(WireCluster(&c).ok());
+  ClusterState state(&c);
+  ClusterOffers offers;
+  PodRequest pair = Pod("pair", 2, 1000);
+  pair.model_mask = ~0ull;
+  EXPECT_EQ(offers.BestTier(state, pair), topo::Tier::kNvLink);
+  PodRequest t4_only = pair;
+  t4_only.model_mask = c.ModelMask("T4");
+  EXPECT_EQ(offers.BestTier(state, t4_only), topo::Tier::kSwitch);  // A PIX pair.
+  PodRequest big_cpu = pair;
+  big_cpu.milli_cpu = 64001;  // Fits no node.
+  EXPECT_EQ(offers.BestTier(state, big_cpu), topo::Tier::kAny);
+  PodRequest eight = Pod("eight", 8, 1000);
+  eight.model_mask = ~0ull;
+  EXPECT_EQ(offers.BestTier(state, eight), topo::Tier::kAny);  // The whole DGX spans sockets.
+
+  // A pod taking most of the DGX's CPU leaves the pair only the PCIe box.
+  PodRequest hog = Pod("hog", 0, 0, 63500);
+  ASSERT_TRUE(state.Place(hog, Placement{1, {}, {}}).ok());
+  EXPECT_EQ(offers.BestTier(state, pair), topo::Tier::kSwitch);
+
+  // End to end. pair: PCIe box 2+3 (PIX, its node's best) while the DGX had NVLink pairs free:
+  // best, not best-any. t4_only: PCIe box 0+1: best and best-any (only T4 nodes allowed).
+  ScriptedPolicy policy({Placement{0, {2, 3}, {}}, Placement{0, {0, 1}, {}}});
+  RunOptions options;
+  options.topology_metrics = true;
+  auto r = Simulate(c, Pods(c, {pair, t4_only}), policy, options);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->placed, 2);
+  const TopologyStats& t = r->topology;
+  EXPECT_EQ(t.placed[2], 2);
+  EXPECT_EQ(t.best_tier[2], 2);
+  EXPECT_EQ(t.best_any[2], 1);
 }
 
 }  // namespace
