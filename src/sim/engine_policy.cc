@@ -458,6 +458,8 @@ std::optional<std::pair<double, double>> KnobRange(std::string_view key) {
     return std::pair{-1e6, 1e6};
   }
   if (key == "resolution") return std::pair{0.0, 1e6};
+  if (key == "topology_weight") return std::pair{0.0, 1e6};
+  if (key == "topology_whole") return std::pair{0.0, 1.0};
   if (key == "maintain") return std::pair{0.0, 1e9};
   return std::nullopt;
 }
@@ -549,12 +551,16 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view 
         o.profile_requests = v != 0;
       } else if (key == "topology") {
         o.use_topology = v != 0;
+      } else if (key == "topology_weight") {
+        o.policy.topology_weight = v;
+      } else if (key == "topology_whole") {
+        o.policy.topology_whole_node = v != 0;
       } else {
         return absl::InvalidArgumentError(
             StrCat("unknown policy option '", key,
                    "' (known: frag_weight, pack_weight, gpu, quantize, resolution, cpu_pack, "
                    "exact_gpu, cpu_balance, type_balance, split, coverage, bestfit_cpu_share, "
-                   "maintain, profile_requests, topology)"));
+                   "maintain, profile_requests, topology, topology_weight, topology_whole)"));
       }
     }
   }

@@ -278,7 +278,27 @@ bool Engine::Impl::EvaluateNode(const Resolved& rp, int node, double* score, Nod
     double sc = NodeScore(rp, node, view_, waste);
     // Interconnect over packing when the pod asks (TopologyRequest::preferred): scores of one
     // pod stay far below this weight (fragmentation in GPUs, utilization in [0, 1]).
-    if (rp.pod.topology.preferred) sc += kTopologyGradeWeight * TopologyGrade(node);
+    if (rp.pod.topology.preferred) {
+      sc += kTopologyGradeWeight * TopologyGrade(node);
+    } else if (rp.node_policy == NodePolicy::kPrism && options_.policy.topology_weight != 0 &&
+               cluster_.topology(node) != nullptr) {
+      // Otherwise a small term: the better-wired of nodes that pack about alike
+      // (PolicyOptions::topology_weight); none for a pod taking the whole node.
+      int grade = TopologyGrade(node);
+      if (grade > 0 && !options_.policy.topology_whole_node) {
+        int taken = 0;
+        for (int l = 0; l < n.gpu_count; ++l) {
+          for (const DeviceRec& r : recs_) {
+            if (r.gpu == l) {
+              ++taken;
+              break;
+            }
+          }
+        }
+        if (taken == n.gpu_count) grade = 0;
+      }
+      sc += options_.policy.topology_weight * grade;
+    }
     if (!found || sc > best_score) {
       found = true;
       best_score = sc;

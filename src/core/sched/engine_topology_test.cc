@@ -75,7 +75,9 @@ TEST(EngineTopologyTest, OneGpuPodsLeaveTheIntactQuadAlone) {
 TEST(EngineTopologyTest, APodThatPrefersInterconnectPicksTheNodeThatGivesIt) {
   // "a-pcie" sorts first and ties otherwise: packing alone puts the pod there.
   const std::vector<NodeSpec> nodes = {EightGpus("a-pcie", Pcie8()), EightGpus("b-dgx", Dgx1())};
-  Engine plain = MakeEngine(nodes, DeviceConfig{});
+  EngineOptions blind;
+  blind.policy.topology_weight = 0;
+  Engine plain = MakeEngine(nodes, DeviceConfig{}, blind);
   ScheduleResult r = plain.Place(Whole("train", 4));
   ASSERT_TRUE(r.scheduled) << r.Summary();
   EXPECT_EQ(r.decision.node_name, "a-pcie");
@@ -89,6 +91,50 @@ TEST(EngineTopologyTest, APodThatPrefersInterconnectPicksTheNodeThatGivesIt) {
   ASSERT_TRUE(r.scheduled) << r.Summary();
   EXPECT_EQ(r.decision.node_name, "b-dgx");
   EXPECT_EQ(GpusOf(r.decision), (std::set<int>{0, 1, 2, 3}));
+}
+
+// The default node term (PolicyOptions::topology_weight): among nodes that pack alike the
+// better-wired wins, without the pod asking; it never outweighs a clearly better packing, and a
+// pod taking a whole node gains nothing from it.
+TEST(EngineTopologyTest, MultiGpuPodsPreferTheBetterWiredOfNodesThatPackAlike) {
+  const std::vector<NodeSpec> nodes = {EightGpus("a-pcie", Pcie8()), EightGpus("b-dgx", Dgx1())};
+  Engine engine = MakeEngine(nodes, DeviceConfig{});
+  ScheduleResult r = engine.Place(Whole("train", 4));
+  ASSERT_TRUE(r.scheduled) << r.Summary();
+  EXPECT_EQ(r.decision.node_name, "b-dgx");  // An NVLink quad (grade 7) over a PCIe one (3).
+  EXPECT_EQ(GpusOf(r.decision), (std::set<int>{0, 1, 2, 3}));
+  // A pair now: the DGX's other socket has NVLink pairs, the PCIe node bridged pairs (NV12,
+  // grade 7 too) on an empty node: the engine's packing keeps it on the DGX.
+  r = engine.Place(Whole("pair", 2));
+  ASSERT_TRUE(r.scheduled) << r.Summary();
+  EXPECT_EQ(r.decision.node_name, "b-dgx");
+
+  // Packing first: an empty DGX does not draw a 4-GPU pod from a PCIe node it would fill, when
+  // the workload to come (8-GPU pods) makes the difference in fragmentation.
+  Engine packed = MakeEngine(nodes, DeviceConfig{});
+  packed.SetTargetWorkload(TargetWorkload::FromPods({Whole("typical", 8)}));
+  for (const char* uuid : {"a-pcie-gpu0", "a-pcie-gpu1", "a-pcie-gpu2", "a-pcie-gpu3"}) {
+    PodRequest p = Whole(uuid, 1);
+    p.use_uuids = {uuid};
+    ASSERT_TRUE(packed.Place(p).scheduled);
+  }
+  r = packed.Place(Whole("fill", 4));
+  ASSERT_TRUE(r.scheduled) << r.Summary();
+  EXPECT_EQ(r.decision.node_name, "a-pcie");
+  EXPECT_EQ(GpusOf(r.decision), (std::set<int>{4, 5, 6, 7}));
+
+  // A pod taking all eight GPUs: no term (the machine type is not a set choice), unless asked.
+  const std::vector<NodeSpec> two = {EightGpus("a-pcie", Pcie8()), EightGpus("b-hgx", HgxH100())};
+  Engine whole = MakeEngine(two, DeviceConfig{});
+  r = whole.Place(Whole("eight", 8));
+  ASSERT_TRUE(r.scheduled) << r.Summary();
+  EXPECT_EQ(r.decision.node_name, "a-pcie");
+  EngineOptions with_whole;
+  with_whole.policy.topology_whole_node = true;
+  Engine whole_too = MakeEngine(two, DeviceConfig{}, with_whole);
+  r = whole_too.Place(Whole("eight", 8));
+  ASSERT_TRUE(r.scheduled) << r.Summary();
+  EXPECT_EQ(r.decision.node_name, "b-hgx");
 }
 
 TEST(EngineTopologyTest, ARequiredTierRefusesNodesThatCannotGiveIt) {

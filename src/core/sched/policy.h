@@ -104,6 +104,17 @@ struct PolicyOptions {
   double type_balance = 2.0;
   // bestfit: weight of CPU left (the rest is GPU left).
   double bestfit_cpu_share = 0.5;
+  // prism: a pod with a container of two or more GPUs, on a node whose wiring is known, scores
+  // topology_weight x the grade of the set it would get there (2 x topo::Tier + 1 when on one
+  // NUMA node: 0..7; Engine::Impl::TopologyGrade) on top of the fragmentation term, whose
+  // quantized steps are 1: at 1, a set one tier better (grade +2) outweighs one step of
+  // fragmentation, so among nodes that pack about alike the better-wired wins. Pods that take
+  // every GPU of the node gain nothing unless topology_whole_node (there the term only chooses
+  // the machine type, e.g. NVSwitch nodes for 8-GPU pods, which cost allocated GPU). A pod that
+  // prefers interconnect (TopologyRequest::preferred) puts its grade first instead. Chosen on
+  // seeds 1-10 of the multigpu trace variants, measured in docs/results/topology.md.
+  double topology_weight = 1.0;
+  bool topology_whole_node = false;
 
   GpuPolicy GpuPolicyFor(NodePolicy node_policy) const;
 };
