@@ -103,6 +103,33 @@ TEST_F(PreloadTest, LimitAbovePhysicalReportsPhysicalAndNoLimitIsNeverZero) {
   EXPECT_EQ(Field(r.out, "nvmlmem", "total"), U(8 * kGiB));
 }
 
+// Issue 36: a slice of a shared MIG instance. The container's only device is the MIG device,
+// whose memory is the instance's (a 1g.10gb: 9984 MiB); the slice's limit (2 GiB) holds below
+// it, cuMemGetInfo and NVML report the limit as the total, and there is no SM limit.
+TEST_F(PreloadTest, ASliceOfAMigInstanceIsLimitedRelativeToTheInstance) {
+  Env env = ContainerEnv();
+  env.Set("PRISM_FAKE_GPU_MIG", "MIG-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9,1g.10gb");
+  env.Set("PRISM_FAKE_GPU_MEMORY", "9984m");
+  env.Set("PRISM_FAKE_GPU_SMS", "16");
+  env.Set("CUDA_DEVICE_MEMORY_LIMIT_0", "2048m");
+  env.Set("CUDA_DEVICE_SM_LIMIT_0", "100");
+  const ExitInfo r = Probe(env, {"init", "alloc", "1536m", "alloc", "1g", "meminfo", "totalmem",
+                                 "nvmlmem"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("alloc ok id=0\nalloc err=2\n"), std::string::npos) << r.out << r.err;
+  EXPECT_EQ(Field(r.out, "meminfo", "total"), U(2 * kGiB));
+  EXPECT_EQ(Field(r.out, "meminfo", "free"), U(512 * kMiB));
+  EXPECT_EQ(Field(r.out, "totalmem", "bytes"), U(2 * kGiB));
+  EXPECT_EQ(Field(r.out, "nvmlmem", "total"), U(2 * kGiB));
+  EXPECT_EQ(Field(r.out, "nvmlmem", "used"), U(1536 * kMiB));
+  // Without the library the container sees the whole instance, not the GPU.
+  Env bare = ContainerEnv("bare", /*preload=*/false);
+  bare.Set("PRISM_FAKE_GPU_MIG", "MIG-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9,1g.10gb");
+  bare.Set("PRISM_FAKE_GPU_MEMORY", "9984m");
+  const ExitInfo whole = Probe(bare, {"init", "totalmem"});
+  EXPECT_EQ(Field(whole.out, "totalmem", "bytes"), U(9984 * kMiB)) << whole.out << whole.err;
+}
+
 TEST_F(PreloadTest, PerDeviceLimitsFollowTheOrdinal) {
   Env env = ContainerEnv();
   env.Set("PRISM_FAKE_GPU_COUNT", "2");

@@ -115,6 +115,7 @@ nvmlReturn_t nvmlDeviceGetUUID(nvmlDevice_t device, char* uuid, unsigned int len
   if (d == nullptr || uuid == nullptr) return NVML_ERROR_INVALID_ARGUMENT;
   if (length < prism::vgpu::kNvmlUuidLength + 1) return NVML_ERROR_INSUFFICIENT_SIZE;
   prism::vgpu::FormatNvmlUuid(d->uuid, uuid);
+  if (d->mig != 0) memcpy(uuid, "MIG", 3);  // A MIG device's handle: "MIG-...".
   return NVML_SUCCESS;
 }
 

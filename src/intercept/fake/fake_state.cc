@@ -13,6 +13,7 @@
 #include "core/quota/limits.h"
 #include "intercept/clock.h"
 #include "intercept/liveness.h"
+#include "intercept/uuid.h"
 
 namespace prism::vgpu::fake {
 namespace {
@@ -48,6 +49,23 @@ void Initialize(Layout* layout) {
   int sms = 132;
   if (const char* value = getenv("PRISM_FAKE_GPU_SMS")) sms = atoi(value);
   if (sms < 1) sms = 132;
+  // A MIG device: "<uuid>,<profile>".
+  uint8_t mig_uuid[16] = {};
+  char mig_profile[24] = {};
+  const char* mig = getenv("PRISM_FAKE_GPU_MIG");
+  if (mig != nullptr && mig[0] != '\0') {
+    const char* comma = strchr(mig, ',');
+    char uuid_text[64] = {};
+    const size_t uuid_length = comma == nullptr ? 0 : static_cast<size_t>(comma - mig);
+    if (uuid_length > 0 && uuid_length < sizeof(uuid_text)) memcpy(uuid_text, mig, uuid_length);
+    if (comma == nullptr || !ParseNvmlUuid(uuid_text, mig_uuid) || comma[1] == '\0' ||
+        strlen(comma + 1) >= sizeof(mig_profile)) {
+      fprintf(stderr, "fake GPU: PRISM_FAKE_GPU_MIG=\"%s\" is not \"<MIG UUID>,<profile>\"\n", mig);
+      abort();
+    }
+    snprintf(mig_profile, sizeof(mig_profile), "%s", comma + 1);
+    count = 1;
+  }
   layout->version = kStateVersion;
   layout->device_count = static_cast<uint32_t>(count);
   for (int i = 0; i < count; ++i) {
@@ -62,6 +80,11 @@ void Initialize(Layout* layout) {
     d.threads_per_sm = 2048;
     d.cc_major = 9;
     d.cc_minor = 0;
+    if (mig_profile[0] != '\0') {
+      snprintf(d.name, sizeof(d.name), "NVIDIA H200 MIG %s", mig_profile);
+      memcpy(d.uuid, mig_uuid, 16);
+      d.mig = 1;
+    }
   }
   memcpy(layout->magic, kMagic, sizeof(kMagic));
 }

@@ -9,6 +9,11 @@
 //   PRISM_FAKE_GPU_COUNT   devices (1..4, default 1)
 //   PRISM_FAKE_GPU_MEMORY  bytes per device, k/m/g suffixes (default 143771m, an H200)
 //   PRISM_FAKE_GPU_SMS     multiprocessors per device (default 132)
+//   PRISM_FAKE_GPU_MIG     "<MIG device UUID>,<profile>": device 0 is that MIG device, as a
+//                          container given one MIG instance sees it: CUDA's and NVML's only
+//                          device, named "... MIG <profile>", with that UUID (NVML spells it
+//                          "MIG-..."), and PRISM_FAKE_GPU_MEMORY / PRISM_FAKE_GPU_SMS the
+//                          instance's memory and SMs (not the whole GPU's); the count is 1.
 // Test infrastructure: plain C++ is fine here, but no exceptions cross the C ABI.
 #pragma once
 
@@ -23,7 +28,7 @@ inline constexpr int kMaxDevices = 4;
 inline constexpr int kMaxProcesses = 64;
 inline constexpr int kBuckets = 2048;  // 2 s of history.
 inline constexpr int64_t kBucketNs = 1'000'000;
-inline constexpr uint32_t kStateVersion = 1;
+inline constexpr uint32_t kStateVersion = 2;
 
 struct Device {
   char name[64];
@@ -33,6 +38,8 @@ struct Device {
   int32_t threads_per_sm;
   int32_t cc_major;
   int32_t cc_minor;
+  int32_t mig;  // 1: a MIG device (PRISM_FAKE_GPU_MIG).
+  int32_t reserved;
   std::atomic<uint64_t> used_memory;   // Physical use by all processes.
   std::atomic<int64_t> busy_until_ns;  // Kernels of all processes run one after another.
 };
