@@ -362,11 +362,6 @@ absl::Status ParsePrism(const YAML::Node& prism, DeviceConfig& config,
       RETURN_IF_ERROR(Annotate(sched::ParseGpuPolicy(config.default_gpu_policy).status(), path));
     } else if (key == "migSharing") {
       RETURN_IF_ERROR(ParseMigSharing(v, config));
-      if (!config.mig_sharing.empty()) {
-        warnings.push_back(
-            "prism.migSharing: the scheduler places slices in shared MIG instances, but the node "
-            "agent does not give them their own limits yet (docs/mig-slices.md)");
-      }
     } else {
       warnings.push_back(StrCat(path, ": unknown key (ignored)"));
     }
