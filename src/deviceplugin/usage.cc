@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 
 #include "absl/status/status.h"
 
 #include "base/log.h"
 #include "base/strings.h"
+#include "intercept/uuid.h"
 
 namespace prism::deviceplugin {
 namespace {
@@ -14,10 +16,18 @@ namespace {
 constexpr char kLog[] = "usage";
 constexpr double kMiB = 1024.0 * 1024.0;
 
+// Whether two spellings name one device: NVML's "GPU-"/"MIG-" prefixes and the case do not
+// matter (a region names a container's MIG device in the GPU spelling, from CUDA's raw bytes).
 bool SameUuid(std::string_view a, std::string_view b) {
-  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) {
-           return std::tolower(static_cast<unsigned char>(x)) ==
-                  std::tolower(static_cast<unsigned char>(y));
+  uint8_t x[16];
+  uint8_t y[16];
+  if (vgpu::ParseNvmlUuid(std::string(a).c_str(), x) &&
+      vgpu::ParseNvmlUuid(std::string(b).c_str(), y)) {
+    return std::memcmp(x, y, sizeof(x)) == 0;
+  }
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](char p, char q) {
+           return std::tolower(static_cast<unsigned char>(p)) ==
+                  std::tolower(static_cast<unsigned char>(q));
          });
 }
 
@@ -89,11 +99,13 @@ UsageSeries ComputeUsageSeries(const std::string& node, const std::vector<UsageT
       const GpuUsageSample* gpu = gpu_it == gpus.end() ? nullptr : &gpu_it->second;
 
       if (d.Limited()) {
-        // A slice shares its GPU: only its region tells its usage apart from its neighbours'.
+        // A slice shares its GPU (or its shared MIG instance): only its region tells its usage
+        // apart from its neighbours'. In the region a slice of an instance is the MIG device
+        // CUDA sees.
         if (region == nullptr || !region->ok) continue;
         const RegionDeviceUsage* entry = nullptr;
         for (const RegionDeviceUsage& u : region->usage.devices) {
-          if (SameUuid(u.gpu_uuid, d.gpu_uuid)) entry = &u;
+          if (SameUuid(u.gpu_uuid, d.IsMig() ? d.mig_uuid : d.gpu_uuid)) entry = &u;
         }
         out[kUsedBytesMetric][labels] = entry ? static_cast<double>(entry->used_bytes) : 0;
         out[kPeakBytesMetric][labels] = entry ? static_cast<double>(entry->peak_bytes) : 0;

@@ -301,6 +301,34 @@ TEST(ComputeUsageSeriesTest, SlicesComeFromTheirRegionAndItsProcesses) {
   EXPECT_EQ(s.at(kUtilizationMetric).count(l), 0u);
 }
 
+// Issue 36: a slice of a shared MIG instance is told apart from the instance's other slices by
+// its region (whose entry is the MIG device CUDA sees), with the instance's labels.
+TEST(ComputeUsageSeriesTest, ASliceOfASharedMigInstanceComesFromItsRegion) {
+  RealizedDevice slice = Mig(3, 0);
+  slice.shared = true;
+  slice.memory_mib = 2048;
+  slice.cores_permille = 0;
+  slice.mig_uuid = "MIG-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9";
+  const UsageTarget target{"uid-5", "team", "notebook", "main", {slice}, "/r/notebook"};
+  RegionRead region{true, {}};
+  RegionDeviceUsage used;
+  used.gpu_uuid = "GPU-0a1b2c3d-4e5f-6071-8293-a4b5c6d7e8f9";  // The region's spelling.
+  used.used_bytes = 1536 * kMiB;
+  used.peak_bytes = 1600 * kMiB;
+  region.usage.devices = {used};
+  region.usage.host_pids = {40};
+  GpuUsageSample gpu;
+  gpu.processes_ok = true;
+  gpu.processes = {{40, 1700, 3, 0}, {41, 3000, 3, 0}};  // 41: another slice's process.
+  UsageSeries s = ComputeUsageSeries("n1", {target}, {{"/r/notebook", region}}, {{0, gpu}});
+  const MetricLabels l = Labels("notebook", slice);
+  EXPECT_EQ(s.at(kUsedBytesMetric).at(l), 1536.0 * kMiB);
+  EXPECT_EQ(s.at(kPeakBytesMetric).at(l), 1600.0 * kMiB);
+  EXPECT_EQ(s.at(kLimitBytesMetric).at(l), 2048.0 * kMiB);
+  EXPECT_EQ(s.at(kProcessesMetric).at(l), 1);
+  EXPECT_EQ(s.at(kShareMetric).count(l), 0u);
+}
+
 TEST_F(RegionFixture, TheCollectorExportsContainersAndForgetsEndedPods) {
   MetricsRegistry metrics;
   auto collector = std::make_unique<UsageCollector>("n1", &metrics);
