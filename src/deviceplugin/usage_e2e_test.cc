@@ -19,6 +19,7 @@
 #include "config/device_config_yaml.h"
 #include "deviceplugin/agent_harness.h"
 #include "deviceplugin/container_edits.h"
+#include "deviceplugin/container_process_env.h"
 #include "deviceplugin/metrics.h"
 #include "deviceplugin/node_files.h"
 #include "deviceplugin/promtool.h"
@@ -103,19 +104,7 @@ class UsageEndToEndTest : public ::testing::Test {
 
   // The container's process: its env from the CDI spec, its region path translated to the host.
   vgpu::testing::Env ContainerEnv(const kubelet::CreatedContainer& c) const {
-    vgpu::testing::Env env;
-    for (const char* name : {"CUDA_DEVICE_MEMORY_LIMIT", "CUDA_VISIBLE_DEVICES", "LD_PRELOAD",
-                             "CUDA_DISABLE_CONTROL", "PRISM_VGPU_REAL_LIBCUDA"}) {
-      env.Unset(name);
-    }
-    for (const auto& [k, v] : c.env) {
-      if (k.rfind("CUDA_", 0) == 0) env.Set(k, v);
-    }
-    for (const auto& m : c.mounts) {
-      if (m.container_path == kVgpuRegionFile) {
-        env.Set("CUDA_DEVICE_MEMORY_SHARED_CACHE", m.host_path);
-      }
-    }
+    vgpu::testing::Env env = testing::ContainerProcessEnv(c);
     env.Set("LD_LIBRARY_PATH", PRISM_FAKE_GPU_DIR);
     env.Set("PRISM_FAKE_GPU_STATE", (h_->dir() / "fake-gpu.state").string());
     env.Set("ASAN_OPTIONS", "detect_leaks=0");

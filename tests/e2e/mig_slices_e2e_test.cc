@@ -18,6 +18,7 @@
 
 #include "core/mig/gpu_model.h"
 #include "deviceplugin/container_edits.h"
+#include "deviceplugin/container_process_env.h"
 #include "intercept/testing/spawn.h"
 #include "tests/e2e/deploy_seed_fixture.h"
 
@@ -72,19 +73,7 @@ class MigSlicesE2eTest : public DeploySeedTest {
   // memory), under libprism-vgpu with the env and region file of its CDI spec.
   vgpu::testing::ExitInfo Probe(const kubelet::CreatedContainer& c, int64_t instance_mib,
                                 const std::vector<std::string>& commands) {
-    vgpu::testing::Env env;
-    for (const char* name : {"CUDA_DEVICE_MEMORY_LIMIT", "CUDA_VISIBLE_DEVICES", "LD_PRELOAD",
-                             "CUDA_DISABLE_CONTROL", "PRISM_VGPU_REAL_LIBCUDA"}) {
-      env.Unset(name);
-    }
-    for (const auto& [k, v] : c.env) {
-      if (k.rfind("CUDA_", 0) == 0) env.Set(k, v);
-    }
-    for (const auto& m : c.mounts) {
-      if (m.container_path == deviceplugin::kVgpuRegionFile) {
-        env.Set("CUDA_DEVICE_MEMORY_SHARED_CACHE", m.host_path);
-      }
-    }
+    vgpu::testing::Env env = deviceplugin::testing::ContainerProcessEnv(c);
     const std::string mig = c.env.at("NVIDIA_VISIBLE_DEVICES");
     env.Set("LD_LIBRARY_PATH", PRISM_FAKE_GPU_DIR);
     // One fake device per instance: the processes of its slices share its memory.
