@@ -149,5 +149,48 @@ TEST_F(MigSlicesE2eTest, ThreeSmallPodsShareOneInstanceWithTheirOwnLimits) {
   EXPECT_TRUE(restored) << "the GPU did not return to its prior layout\n" << Slurp(agent_.log);
 }
 
+// Both binaries SIGKILLed while three slices run on their shared instance: after the restart the
+// instance is untouched, each container resolves to it again, and a new slice joins it; it goes
+// only with the last slice.
+TEST_F(MigSlicesE2eTest, ASharedInstanceAndItsSlicesSurviveRestartsOfBothBinaries) {
+  ASSERT_NO_FATAL_FAILURE(StartInstall(NodeCase{"h100", kH100, {}, {}}));
+  const std::map<int, std::string> before = Instances();
+  std::vector<kubelet::CreatedContainer> small;
+  for (int i = 0; i < 3; ++i) small.push_back(Start("small-" + std::to_string(i), 2048));
+  const std::string mig = small[0].env["NVIDIA_VISIBLE_DEVICES"];
+  ASSERT_EQ(mig.rfind("MIG-", 0), 0u) << mig << Slurp(agent_.log);
+  PutProcessesOn(mig);  // The slices' processes run on it.
+  const std::map<int, std::string> running = Instances();
+  agent_.Kill();
+  scheduler_.Kill();
+  ASSERT_NO_FATAL_FAILURE(StartAgent());
+  ASSERT_NO_FATAL_FAILURE(StartScheduler());
+  EXPECT_EQ(Instances(), running) << Slurp(agent_.log);
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<kubelet::CreatedContainer> again =
+        kubelet_->CreateContainer(uids_.at("small-" + std::to_string(i)), "main");
+    ASSERT_TRUE(again.ok()) << again.status();
+    EXPECT_EQ(again->env["NVIDIA_VISIBLE_DEVICES"], mig);
+    EXPECT_EQ(again->env["CUDA_DEVICE_MEMORY_LIMIT_0"], "2048m");
+  }
+  const kubelet::CreatedContainer late = Start("late", 2048);
+  EXPECT_EQ(late.env.at("NVIDIA_VISIBLE_DEVICES"), mig) << Slurp(agent_.log);
+  EXPECT_EQ(Instances(), running);
+
+  deviceplugin::testing::ClearProcesses(state_file_);
+  for (const std::string name : {"small-0", "small-1", "small-2"}) {
+    ASSERT_NO_FATAL_FAILURE(Delete(name));
+  }
+  absl::SleepFor(absl::Milliseconds(200));
+  EXPECT_EQ(Instances(), running) << "destroyed while a slice holds it";
+  ASSERT_NO_FATAL_FAILURE(Delete("late"));
+  bool restored = false;
+  for (int i = 0; i < 1000 && !restored; ++i) {
+    restored = Instances() == before;
+    if (!restored) absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_TRUE(restored) << "the GPU did not return to its prior layout\n" << Slurp(agent_.log);
+}
+
 }  // namespace
 }  // namespace prism::e2e
