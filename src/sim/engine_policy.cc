@@ -458,7 +458,7 @@ std::optional<std::pair<double, double>> KnobRange(std::string_view key) {
     return std::pair{-1e6, 1e6};
   }
   if (key == "resolution") return std::pair{0.0, 1e6};
-  if (key == "topology_weight") return std::pair{0.0, 1e6};
+  if (key == "topology_weight" || key == "topology_harm") return std::pair{0.0, 1e6};
   if (key == "topology_whole") return std::pair{0.0, 1.0};
   if (key == "maintain") return std::pair{0.0, 1e9};
   return std::nullopt;
@@ -553,6 +553,8 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view 
         o.use_topology = v != 0;
       } else if (key == "topology_weight") {
         o.policy.topology_weight = v;
+      } else if (key == "topology_harm") {
+        o.policy.topology_harm = v;
       } else if (key == "topology_whole") {
         o.policy.topology_whole_node = v != 0;
       } else {
@@ -560,7 +562,8 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view 
             StrCat("unknown policy option '", key,
                    "' (known: frag_weight, pack_weight, gpu, quantize, resolution, cpu_pack, "
                    "exact_gpu, cpu_balance, type_balance, split, coverage, bestfit_cpu_share, "
-                   "maintain, profile_requests, topology, topology_weight, topology_whole)"));
+                   "maintain, profile_requests, topology, topology_weight, topology_whole, "
+                   "topology_harm)"));
       }
     }
   }

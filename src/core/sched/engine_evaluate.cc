@@ -155,6 +155,42 @@ int Engine::Impl::TopologyGrade(int node) const {
   return std::max(grade, 0);
 }
 
+namespace {
+
+bool MultiGpu(const Resolved& rp) {
+  for (int ci : rp.order) {
+    if (rp.pod.containers[ci].gpu.count > 1) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+int Engine::Impl::BrokenNvLinkPairs(int node) const {
+  const topo::NodeTopology* topology = cluster_.topology(node);
+  const NodeInfo& n = cluster_.node(node);
+  if (topology == nullptr) return 0;
+  auto idle = [](const GpuUsage& u) {
+    return u.tasks == 0 && u.memory_used_mib == 0 && u.cores_used == 0;
+  };
+  int broken = 0;
+  for (int l = 0; l < n.gpu_count; ++l) {
+    const GpuInfo& gi = cluster_.gpu(n.first_gpu + l);
+    if (gi.mode != GpuMode::kHamiCore || !idle(cluster_.gpu_usage(n.first_gpu + l)) ||
+        idle(*view_[l])) {
+      continue;  // Not a GPU this pod takes from idle.
+    }
+    for (int m = 0; m < n.gpu_count; ++m) {
+      if (m != l && cluster_.gpu(n.first_gpu + m).mode == GpuMode::kHamiCore &&
+          idle(*view_[m]) && topology->Link(l, m).nvlink()) {
+        ++broken;
+        break;
+      }
+    }
+  }
+  return broken;
+}
+
 bool Engine::Impl::EvaluateNode(const Resolved& rp, int node, double* score, NodeFailure* failure,
                                 bool keep_choice) {
   const NodeInfo& n = cluster_.node(node);
@@ -298,6 +334,9 @@ bool Engine::Impl::EvaluateNode(const Resolved& rp, int node, double* score, Nod
         if (taken == n.gpu_count) grade = 0;
       }
       sc += options_.policy.topology_weight * grade;
+      if (options_.policy.topology_harm != 0 && !MultiGpu(rp)) {
+        sc -= options_.policy.topology_harm * BrokenNvLinkPairs(node);
+      }
     }
     if (!found || sc > best_score) {
       found = true;

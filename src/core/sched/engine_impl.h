@@ -141,6 +141,9 @@ class Engine::Impl {
   // weakest tier its multi-GPU containers got (0 any .. 3 NVLink) times two, plus one when each
   // such container is on one NUMA node. 0 for a node of unknown wiring.
   int TopologyGrade(int node) const;
+  // GPUs the choice in view_ takes from idle while an NVLink peer of theirs stays idle: each
+  // breaks an NVLink pair a later multi-GPU pod could have had whole.
+  int BrokenNvLinkPairs(int node) const;
 
   // Compute units (per-mille of the GPU) a request really needs of a MIG GPU.
   static int32_t RequestedUnits(const GpuInfo& gi, const GpuRequest& req);

@@ -137,6 +137,34 @@ TEST(EngineTopologyTest, MultiGpuPodsPreferTheBetterWiredOfNodesThatPackAlike) {
   EXPECT_EQ(r.decision.node_name, "b-hgx");
 }
 
+// PolicyOptions::topology_harm: a one-GPU pod, of nodes that score alike (no workload to come:
+// no fragmentation difference), goes where it breaks no idle NVLink pair.
+TEST(EngineTopologyTest, OneGpuPodsGoWhereTheyBreakNoIdleNvLinkPair) {
+  const std::vector<NodeSpec> nodes = {EightGpus("a-idle", Dgx1()), EightGpus("b-busy", Dgx1())};
+  auto fill = [](Engine& engine) {
+    for (int g = 0; g < 7; ++g) {  // b-busy keeps GPU 7 free; its NVLink peers are all busy.
+      const std::string uuid = "b-busy-gpu" + std::to_string(g);
+      PodRequest p = Whole(uuid, 1);
+      p.use_uuids = {uuid};
+      ASSERT_TRUE(engine.Place(p).scheduled);
+    }
+  };
+  Engine engine = MakeEngine(nodes, DeviceConfig{});
+  fill(engine);
+  ScheduleResult r = engine.Place(Whole("one", 1));
+  ASSERT_TRUE(r.scheduled) << r.Summary();
+  EXPECT_EQ(r.decision.node_name, "b-busy");  // Any GPU of a-idle breaks an NVLink pair.
+  EXPECT_EQ(GpusOf(r.decision), (std::set<int>{7}));
+
+  EngineOptions no_harm;
+  no_harm.policy.topology_harm = 0;
+  Engine plain = MakeEngine(nodes, DeviceConfig{}, no_harm);
+  fill(plain);
+  r = plain.Place(Whole("one", 1));
+  ASSERT_TRUE(r.scheduled) << r.Summary();
+  EXPECT_EQ(r.decision.node_name, "a-idle");  // The tie goes to the first name.
+}
+
 TEST(EngineTopologyTest, ARequiredTierRefusesNodesThatCannotGiveIt) {
   Engine engine = MakeEngine({EightGpus("a-pcie", Pcie8()), EightGpus("b-blind", {})},
                              DeviceConfig{});

@@ -115,6 +115,12 @@ struct PolicyOptions {
   // seeds 1-10 of the multigpu trace variants, measured in docs/results/topology.md.
   double topology_weight = 1.0;
   bool topology_whole_node = false;
+  // prism: a pod without a multi-GPU container, on a wired node, scores -topology_harm for each
+  // GPU it takes from idle while an NVLink peer of that GPU stays idle (a pair a later
+  // multi-GPU pod could have had whole; Engine::Impl::BrokenNvLinkPairs), so that of nodes that
+  // pack about alike it goes where it breaks none. Within a node topo::ChooseGpuSet's harm
+  // already keeps idle quads whole. Chosen on seeds 1-10, docs/results/topology.md.
+  double topology_harm = 1.0;
 
   GpuPolicy GpuPolicyFor(NodePolicy node_policy) const;
 };
