@@ -565,8 +565,14 @@ HttpReply Scheduler::Preempt(std::string_view body) {
   if (!manifest.ok()) {
     return fail("bad-request", 400, StrCat("invalid pod: ", manifest.status().message()));
   }
-  absl::StatusOr<std::vector<NodeVictims>> result = cache_.Preempt(
-      *manifest, PodPriority(args->pod), PreemptsNever(args->pod), args->nodes);
+  if (!options_.preemption.enabled) {
+    // --preemption=false: Prism adds no victim; kube-scheduler's own proposal stands as it is.
+    metrics_.ObserveRequest("preempt", "ok", absl::ToDoubleSeconds(absl::Now() - t0));
+    return HttpReply{200, PreemptionResultToJson(args->nodes)};
+  }
+  absl::StatusOr<std::vector<NodeVictims>> result =
+      cache_.Preempt(*manifest, PodPriority(args->pod), PreemptsNever(args->pod), args->nodes,
+                     options_.preemption.request_trials);
   if (!result.ok()) return fail("bad-request", 400, ToStd(result.status().message()));
   metrics_.ObserveRequest("preempt", "ok", absl::ToDoubleSeconds(absl::Now() - t0));
   return HttpReply{200, PreemptionResultToJson(*result)};

@@ -232,6 +232,13 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     EXPECT_TRUE(extender["nodeCacheCapable"].as<bool>());
     EXPECT_TRUE(extender["enableHTTPS"].as<bool>());
     weight_ = extender["weight"].as<int64_t>();
+    // The stand-in implements preemption through the extender's preempt verb (path A) only for
+    // the verb Prism serves.
+    preempt_verb_ = extender["preemptVerb"] ? extender["preemptVerb"].as<std::string>() : "";
+    if (!preempt_verb_.empty()) {
+      EXPECT_EQ(preempt_verb_, "preempt");
+    }
+    extender_ignorable_ = extender["ignorable"] && extender["ignorable"].as<bool>();
     const std::string server_name = extender["tlsConfig"]["serverName"].as<std::string>();
     ASSERT_TRUE(extender["tlsConfig"]["certFile"] && extender["tlsConfig"]["keyFile"])
         << "kube-scheduler presents no client certificate to the extender";
@@ -412,6 +419,8 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     DriverOptions o;
     o.scheduler_name = scheduler_name_;
     o.weight = weight_;
+    o.preempt_verb = preempt_verb_;
+    o.extender_ignorable = extender_ignorable_;
     o.ca_file = ca_file_;
     o.client_cert_file = client_cert_file_;
     o.client_key_file = client_key_file_;
@@ -595,6 +604,8 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
   std::string ca_file_;
   std::string scheduler_name_;
   int64_t weight_ = 1;
+  std::string preempt_verb_;
+  bool extender_ignorable_ = false;
   int port_ = 0;          // Extender verbs (mutual TLS).
   int webhook_port_ = 0;  // The admission webhook (server TLS).
   int probe_port_ = 0;

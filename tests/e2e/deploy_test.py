@@ -217,6 +217,8 @@ class Wiring:
         (ext,) = cfg["extenders"]
         self.assertEqual((ext["filterVerb"], ext["prioritizeVerb"], ext["bindVerb"]),
                          ("filter", "prioritize", "bind"))
+        # kube-scheduler's own preemption asks Prism (docs/preemption.md, path A).
+        self.assertEqual(ext["preemptVerb"], "preempt")
         self.assertTrue(ext["nodeCacheCapable"])
         self.assertTrue(ext["enableHTTPS"])
         self.assertGreaterEqual(ext["weight"], 1)

@@ -52,7 +52,9 @@ class PreemptionE2eTest : public DeploySeedTest {
   // class batch and running. A 10 GiB slice then fits only where c goes: GPU 1 has 1 GiB free
   // and d frees 4, GPU 0 1 GiB and a or b at most 8.
   // `class_of`: a pod's PriorityClass when not batch.
-  void Saturate(const std::map<std::string, std::string>& class_of = {}) {
+  // `cpu_each`: a CPU request for each of them ("": none).
+  void Saturate(const std::map<std::string, std::string>& class_of = {},
+                const std::string& cpu_each = "") {
     ASSERT_NO_FATAL_FAILURE(StartInstall(NodeCase{"two-t4", kTwoT4s, {}, {}}));
     const nvml::sim::SimState state = deviceplugin::testing::ReadState(state_file_);
     ASSERT_EQ(state.gpus.size(), 2u);
@@ -62,6 +64,9 @@ class PreemptionE2eTest : public DeploySeedTest {
     for (const auto& [name, mib, gpu] : pods) {
       json pod = Prioritized(SlicePod(name, mib, gpu_[gpu]),
                              class_of.count(name) ? class_of.at(name) : "batch");
+      if (!cpu_each.empty()) {
+        pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = cpu_each;
+      }
       const std::string uid = Submit(pod);
       ASSERT_FALSE(uid.empty());
       absl::StatusOr<kubelet::CreatedContainer> started = Run(pod, uid);
@@ -69,6 +74,21 @@ class PreemptionE2eTest : public DeploySeedTest {
       EXPECT_THAT(started->env["NVIDIA_VISIBLE_DEVICES"], HasSubstr(gpu_[gpu])) << name;
       uids_[name] = uid;
     }
+  }
+
+  // `hog`: a batch pod without GPUs, bound to the node as the default scheduler would have bound
+  // it, asking 14 CPUs.
+  void BindCpuHog() {
+    json hog{{"apiVersion", "v1"},
+             {"kind", "Pod"},
+             {"metadata", {{"name", "hog"}, {"namespace", "default"}}},
+             {"spec",
+              {{"nodeName", kNode},
+               {"containers",
+                {{{"name", "main"},
+                  {"image", "busybox"},
+                  {"resources", {{"requests", {{"cpu", "14"}}}}}}}}}}};
+    ASSERT_TRUE(api_->Create("pods", Prioritized(hog, "batch")).ok());
   }
 
   bool Exists(const std::string& name) { return api_->Get("pods", "default", name).ok(); }
@@ -401,4 +421,62 @@ TEST_F(MigTemplatePreemptionE2eTest, AGeometrySwitchTakesEveryPodOnTheGpu) {
 }
 
 }  // namespace
+// Path A (docs/preemption.md §2): the shipped extender entry names `preemptVerb`, so when
+// kube-scheduler's own DefaultPreemption runs (here the node is short of CPU as well as GPU
+// memory) it asks Prism, which adds to kube-scheduler's CPU victim the one pod whose GPU memory
+// the preemptor needs. One round: both go, the pod lands on that GPU, and Prism's own path B
+// evicts nothing.
+TEST_F(PreemptionE2eTest, KubeSchedulersPreemptionAsksPrismWhichAddsTheGpuVictim) {
+  ASSERT_NO_FATAL_FAILURE(Saturate({}, "4"));  // a..d: 16 of the node's 32 CPUs.
+  ASSERT_NO_FATAL_FAILURE(BindCpuHog());
+  api_->ClearRequests();
+  // 8 CPUs and a 10 GiB slice: 30 + 8 > 32, and no GPU has 10 GiB free.
+  json hi = Prioritized(SlicePod("hi", 10240), "serving");
+  hi["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "8";
+  const std::string hi_uid = Submit(hi);
+  ASSERT_FALSE(hi_uid.empty());
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < deadline && (Exists("hog") || Exists("c"))) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_FALSE(Exists("hog")) << driver_->Timelines()["default/hi"].last_error;
+  EXPECT_FALSE(Exists("c")) << driver_->Timelines()["default/hi"].last_error
+                            << Slurp(scheduler_.log);
+  for (const char* kept : {"a", "b", "d"}) EXPECT_TRUE(Exists(kept)) << kept;
+  KubeletForgets("c");
+  absl::StatusOr<kubelet::CreatedContainer> started = Run(hi, hi_uid);
+  ASSERT_TRUE(started.ok()) << started.status() << Slurp(scheduler_.log);
+  EXPECT_THAT(started->env["NVIDIA_VISIBLE_DEVICES"], HasSubstr(gpu_[1]));
+  const DriverStats stats = driver_->stats();
+  EXPECT_EQ(stats.preemptions, 1);
+  EXPECT_EQ(stats.preemption_victims, 2);
+  EXPECT_GE(stats.preempt_calls, 1);
+  // kube-scheduler deleted exactly the two, each after its DisruptionTarget; Prism's path B asked
+  // the Eviction API nothing.
+  std::vector<std::string> deleted;
+  for (const fakeapi::RequestRecord& r : api_->Requests()) {
+    EXPECT_EQ(r.path.find("/eviction"), std::string::npos) << r.method << " " << r.path;
+    if (r.method == "DELETE") deleted.push_back(r.path);
+  }
+  EXPECT_THAT(deleted, ::testing::UnorderedElementsAre("/api/v1/namespaces/default/pods/c",
+                                                       "/api/v1/namespaces/default/pods/hog"));
+}
+
+// Without Prism (its --preemption off: the verb answers kube-scheduler's proposal unchanged),
+// kube-scheduler's preemption is GPU-blind: the CPU victim goes, and the pod still finds no GPU.
+TEST_F(PreemptionE2eTest, WithPrismsPreemptionOffTheVerbKeepsKubeSchedulersGpuBlindChoice) {
+  scheduler_flags_["--preemption"] = "false";
+  ASSERT_NO_FATAL_FAILURE(Saturate({}, "4"));
+  ASSERT_NO_FATAL_FAILURE(BindCpuHog());
+  json hi = Prioritized(SlicePod("hi", 10240), "serving");
+  hi["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "8";
+  ASSERT_FALSE(Submit(hi).empty());
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < deadline && Exists("hog")) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_FALSE(Exists("hog"));
+  absl::SleepFor(absl::Milliseconds(1500));
+  for (const char* kept : {"a", "b", "c", "d"}) EXPECT_TRUE(Exists(kept)) << kept;
+  EXPECT_EQ(Pod("hi")["spec"].value("nodeName", ""), "");
+}
+
 }  // namespace prism::e2e

@@ -91,14 +91,19 @@ void SchedulerDriver::Start() {
     last_flush_ = start_;
   }
   nodes_ = std::make_unique<k8s::Informer>(client_, k8s::kNodes);
-  nodes_->AddHandler(k8s::ResourceEventHandler{[this](const json& n) {
-                                                 absl::MutexLock lock(&mu_);
-                                                 node_names_.insert(k8s::Name(n));
+  auto node_seen = [this](const json& n) {
+    absl::MutexLock lock(&mu_);
+    node_names_.insert(k8s::Name(n));
+    allocatable_[k8s::Name(n)] = DescribeNode(n);
+  };
+  nodes_->AddHandler(k8s::ResourceEventHandler{node_seen,
+                                               [node_seen](const json&, const json& n) {
+                                                 node_seen(n);
                                                },
-                                               nullptr,
                                                [this](const json& n) {
                                                  absl::MutexLock lock(&mu_);
                                                  node_names_.erase(k8s::Name(n));
+                                                 allocatable_.erase(k8s::Name(n));
                                                }});
   pods_ = std::make_unique<k8s::Informer>(client_, k8s::kPods);
   pods_->AddHandler(k8s::ResourceEventHandler{[this](const json& p) { OnPod(p); },
@@ -108,6 +113,7 @@ void SchedulerDriver::Start() {
                                                 const std::string key = k8s::ObjectKey(p);
                                                 queued_.erase(key);
                                                 unschedulable_.erase(key);
+                                                assigned_.erase(key);
                                               }});
   nodes_->Start();
   pods_->Start();
@@ -142,6 +148,13 @@ void SchedulerDriver::OnPod(const json& pod) {
   const std::string key = k8s::ObjectKey(pod);
   absl::MutexLock lock(&mu_);
   if (!k8s::PodNodeName(pod).empty()) {
+    // The scheduler cache's view: a pod on a node holds its requests until it ends.
+    const std::string phase = k8s::PodPhase(pod);
+    if (phase == "Succeeded" || phase == "Failed") {
+      assigned_.erase(key);
+    } else {
+      assigned_[key] = DescribePod(pod);
+    }
     bound_.insert(key);
     queued_.erase(key);
     unschedulable_.erase(key);
@@ -225,6 +238,29 @@ void SchedulerDriver::ScheduleOne(const std::string& key) {
     return;
   }
   if (dra->nodes.has_value()) names = *dra->nodes;
+  // NodeResourcesFit, then the extender on the nodes it passes. `failed`: the nodes whose failure
+  // is Unschedulable (preemption may resolve it), with the reason.
+  const AssignedPod me = DescribePod(*pod);
+  std::map<std::string, std::string> failed;
+  {
+    absl::MutexLock lock(&mu_);
+    std::map<std::string, std::vector<const AssignedPod*>> on_node;
+    for (const auto& [k, a] : assigned_) {
+      if (k != key) on_node[a.node].push_back(&a);
+    }
+    std::vector<std::string> fit;
+    for (std::string& n : names) {
+      auto alloc = allocatable_.find(n);
+      std::string reason =
+          alloc == allocatable_.end() ? "" : FitsRequest(me, alloc->second, on_node[n]);
+      if (reason.empty()) {
+        fit.push_back(std::move(n));
+      } else {
+        failed[n] = std::move(reason);
+      }
+    }
+    names = std::move(fit);
+  }
   {
     absl::MutexLock lock(&mu_);
     PodTimeline& t = timelines_[key];
@@ -236,9 +272,11 @@ void SchedulerDriver::ScheduleOne(const std::string& key) {
   }
   const std::string args = json{{"Pod", *pod}, {"Nodes", nullptr}, {"NodeNames", names}}.dump();
   std::string error;
-  // Without an extender (another profile's scheduler) the filtered nodes are the plugins'.
-  std::optional<json> filtered = !extender ? std::optional<json>(json{{"NodeNames", names}})
-                                          : Call(conns, url, "filter", args, &error);
+  // Without an extender (another profile's scheduler) the filtered nodes are the plugins'; with
+  // none left, kube-scheduler calls no extender (findNodesThatPassExtenders).
+  std::optional<json> filtered = !extender || names.empty()
+                                     ? std::optional<json>(json{{"NodeNames", names}})
+                                     : Call(conns, url, "filter", args, &error);
   if (filtered.has_value() && !filtered->value("Error", "").empty()) {
     error = StrCat("filter: ", filtered->value("Error", ""));
     filtered.reset();
@@ -258,11 +296,29 @@ void SchedulerDriver::ScheduleOne(const std::string& key) {
     for (const json& n : (*filtered)["NodeNames"]) feasible.push_back(n.get<std::string>());
   }
   if (feasible.empty()) {
+    if (const json f = filtered->value("FailedNodes", json::object()); f.is_object()) {
+      for (const auto& [n, reason] : f.items()) {
+        failed[n] = reason.is_string() ? reason.get<std::string>() : "";
+      }
+    }
+    std::string why;
+    if (options_.preemption) {
+      std::function<std::optional<json>(const std::string&, std::string*)> preempt_call;
+      if (extender && !options_.preempt_verb.empty()) {
+        preempt_call = [&](const std::string& body, std::string* e) {
+          return Call(conns, url, options_.preempt_verb, body, e);
+        };
+      }
+      const std::string nominated = PostFilter(*pod, failed, preempt_call, &why);
+      if (!nominated.empty()) why = StrCat("nominated to ", nominated);
+    }
     absl::MutexLock lock(&mu_);
     ++stats_.unschedulable;
     PodTimeline& t = timelines_[key];
     ++t.unschedulable;
     t.last_error = filtered->value("FailedAndUnresolvableNodes", json::object()).dump();
+    if (!failed.empty()) StrAppend(&t.last_error, " failed: ", json(failed).dump());
+    if (!why.empty()) StrAppend(&t.last_error, " preemption: ", why);
     unschedulable_.insert(key);
     return;
   }
@@ -297,6 +353,9 @@ void SchedulerDriver::ScheduleOne(const std::string& key) {
   timelines_[key].filter_end = Now();
   queued_.erase(key);
   in_flight_.insert(key);
+  // Assumed on the host until the informer shows the binding (or the bind fails).
+  assigned_[key] = me;
+  assigned_[key].node = host;
   dra_cycles_[key] = std::move(*dra);
   binds_.emplace_back(key, host);
 }
@@ -372,11 +431,119 @@ void SchedulerDriver::BindLoop() {
       }
       ++stats_.bind_failures;
       ++t.bind_failures;
+      assigned_.erase(key);
       t.last_error = error;
     }
     LogDebug(kLog, key, ": bind to ", node, " failed: ", error);
     if (pod.has_value()) Requeue(key);
   }
+}
+
+std::string SchedulerDriver::PostFilter(
+    const json& pod, const std::map<std::string, std::string>& failed,
+    const std::function<std::optional<json>(const std::string&, std::string*)>& preempt_call,
+    std::string* why) {
+  const AssignedPod me = DescribePod(pod);
+  if (pod.value("spec", json::object()).value("preemptionPolicy", "") == "Never") {
+    *why = "not eligible due to preemptionPolicy=Never.";
+    return "";
+  }
+  // The snapshot: copies, so that the informer's updates do not move what is being decided.
+  std::map<std::string, std::vector<AssignedPod>> snapshot;
+  std::map<std::string, NodeAllocatable> allocatable;
+  {
+    absl::MutexLock lock(&mu_);
+    for (const auto& [k, a] : assigned_) {
+      if (k != me.key) snapshot[a.node].push_back(a);
+    }
+    allocatable = allocatable_;
+  }
+  std::map<std::string, std::vector<const AssignedPod*>> on_node;
+  for (const auto& [n, pods] : snapshot) {
+    for (const AssignedPod& p : pods) on_node[n].push_back(&p);
+  }
+  // PodEligibleToPreemptOthers: not again while a victim on the nominated node is terminating
+  // (unless that node is now unresolvable, i.e. not in `failed`).
+  if (!me.nominated_node.empty() && failed.count(me.nominated_node)) {
+    for (const AssignedPod* p : on_node[me.nominated_node]) {
+      if (p->priority < me.priority && p->terminating_by_preemption) {
+        *why = "not eligible due to a terminating pod on the nominated node.";
+        return "";
+      }
+    }
+  }
+  std::vector<PreemptionCandidate> candidates;
+  for (const auto& [node, reason] : failed) {
+    auto a = allocatable.find(node);
+    std::optional<std::vector<const AssignedPod*>> victims = SelectVictimsOnNode(
+        me, a == allocatable.end() ? NodeAllocatable{} : a->second, on_node[node]);
+    if (victims.has_value()) candidates.push_back({node, std::move(*victims)});
+  }
+  if (candidates.empty()) {
+    *why = "preemption is not helpful for scheduling";
+    return "";
+  }
+  if (preempt_call) {  // callExtenders.
+    std::string error;
+    {
+      absl::MutexLock lock(&mu_);
+      ++stats_.preempt_calls;
+    }
+    std::optional<json> reply = preempt_call(PreemptionArgsJson(pod, candidates).dump(), &error);
+    std::optional<std::vector<PreemptionCandidate>> answered;
+    if (reply.has_value()) answered = ReadPreemptionResult(*reply, on_node, &error);
+    if (answered.has_value()) {
+      candidates = std::move(*answered);
+    } else if (!options_.extender_ignorable) {
+      *why = StrCat("extender preempt: ", error);
+      return "";
+    }
+    if (candidates.empty()) {
+      *why = "no candidate node for preemption";
+      return "";
+    }
+  }
+  const std::string node = PickOneNodeForPreemption(candidates);
+  const PreemptionCandidate& chosen =
+      *std::find_if(candidates.begin(), candidates.end(),
+                    [&](const PreemptionCandidate& c) { return c.node == node; });
+  // prepareCandidate: per victim the DisruptionTarget condition, then the deletion.
+  const std::string scheduler = pod.value("spec", json::object()).value("schedulerName", "");
+  for (const AssignedPod* v : chosen.victims) {
+    if (v->terminating) continue;
+    const json condition = {
+        {"status",
+         {{"conditions",
+           {{{"type", "DisruptionTarget"},
+             {"status", "True"},
+             {"reason", "PreemptionByScheduler"},
+             {"message", StrCat(scheduler, ": preempting to accommodate a higher priority pod")}}}}}}};
+    absl::Status s = client_
+                         ->Patch(k8s::kPods, v->namespace_name, v->name,
+                                 k8s::PatchType::kStrategicMerge, condition, "status")
+                         .status();
+    if (s.ok()) s = client_->Delete(k8s::kPods, v->namespace_name, v->name);
+    if (!s.ok() && !absl::IsNotFound(s)) {
+      *why = StrCat("preempting ", v->key, ": ", s.message());
+      return "";
+    }
+    absl::MutexLock lock(&mu_);
+    ++stats_.preemption_victims;
+  }
+  // Lower-priority pods nominated to the node lose their nomination.
+  for (const json& p : pods_->List()) {
+    const AssignedPod other = DescribePod(p);
+    if (other.nominated_node == node && other.node.empty() && other.priority < me.priority) {
+      (void)client_->Patch(k8s::kPods, other.namespace_name, other.name, k8s::PatchType::kMerge,
+                           json{{"status", {{"nominatedNodeName", nullptr}}}}, "status");
+    }
+  }
+  // The PostFilterResult's nomination, written to the preemptor's status.
+  (void)client_->Patch(k8s::kPods, me.namespace_name, me.name, k8s::PatchType::kMerge,
+                       json{{"status", {{"nominatedNodeName", node}}}}, "status");
+  absl::MutexLock lock(&mu_);
+  ++stats_.preemptions;
+  return node;
 }
 
 bool SchedulerDriver::WaitBound(const std::vector<std::string>& keys, absl::Duration timeout) {

@@ -10,7 +10,9 @@
 //     name, or, with `random_host_percent`, sometimes a random feasible node (as when other
 //     plugins outvote the extender).
 // Pods with scheduling gates wait; pods with ResourceClaims go through the DynamicResources
-// plugin's steps first (driver_dra.h). Every attempt is recorded with times relative to Start(),
+// plugin's steps first (driver_dra.h). Before the extender, NodeResourcesFit (cpu, memory, pods);
+// a pod no node fits goes through DefaultPreemption, which calls the extender's preempt verb when
+// one is configured (driver_preemption.h). Every attempt is recorded with times relative to Start(),
 // for timelines. Thread-safe.
 #pragma once
 
@@ -32,6 +34,7 @@
 #include "k8s/client.h"
 #include "k8s/informer.h"
 #include "tests/e2e/harness/driver_dra.h"
+#include "tests/e2e/harness/driver_preemption.h"
 
 namespace prism::e2e {
 
@@ -56,6 +59,12 @@ struct DriverOptions {
   absl::Duration unschedulable_flush = absl::Milliseconds(500);
   int random_host_percent = 0;
   uint64_t seed = 1;
+  // The extender entry's preemptVerb ("": the extender takes no part in preemption,
+  // SupportsPreemption false) and ignorable flag.
+  std::string preempt_verb;
+  bool extender_ignorable = false;
+  // DefaultPreemption's PostFilter (kube-scheduler's default profile has it).
+  bool preemption = true;
 };
 
 struct PodTimeline {
@@ -80,6 +89,9 @@ struct DriverStats {
   int64_t call_errors = 0;  // Transport failures and non-200 replies.
   int64_t unschedulable = 0;
   int max_binds_in_flight = 0;
+  int64_t preemptions = 0;          // Candidates acted on (victims deleted).
+  int64_t preemption_victims = 0;
+  int64_t preempt_calls = 0;        // The extender's preempt verb.
 };
 
 class SchedulerDriver {
@@ -110,6 +122,12 @@ class SchedulerDriver {
   void ScheduleOne(const std::string& key);
   // Back into the queue after the pod's backoff.
   void Requeue(const std::string& key);
+  // DefaultPreemption for a pod no node fits: `failed` maps the nodes whose failure preemption
+  // may resolve to their reason. The nominated node, or "" (with `why`).
+  std::string PostFilter(const nlohmann::json& pod, const std::map<std::string, std::string>& failed,
+                         const std::function<std::optional<nlohmann::json>(
+                             const std::string& body, std::string* error)>& preempt_call,
+                         std::string* why);
   double Now() const;
 
   k8s::Client* const client_;
@@ -133,6 +151,9 @@ class SchedulerDriver {
   int binds_in_flight_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, PodTimeline> timelines_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> node_names_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, NodeAllocatable> allocatable_ ABSL_GUARDED_BY(mu_);  // By node.
+  // Pods on nodes (the informer's, and this driver's assumed ones while binding), by key.
+  std::map<std::string, AssignedPod> assigned_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, int> failures_ ABSL_GUARDED_BY(mu_);  // Consecutive, per pod.
   DriverStats stats_ ABSL_GUARDED_BY(mu_);
   std::mt19937_64 rng_ ABSL_GUARDED_BY(mu_);
