@@ -166,6 +166,23 @@ bool MultiGpu(const Resolved& rp) {
 
 }  // namespace
 
+double Engine::Impl::TopologyTerms(const Resolved& rp, int node) const {
+  const PolicyOptions& p = options_.policy;
+  if (!MultiGpu(rp)) return p.topology_harm == 0 ? 0 : -p.topology_harm * BrokenNvLinkPairs(node);
+  if (p.topology_weight == 0) return 0;
+  const int grade = TopologyGrade(node);
+  if (grade > 0 && !p.topology_whole_node) {
+    // A pod taking every GPU of the node chooses no set, only the machine (PolicyOptions).
+    const NodeInfo& n = cluster_.node(node);
+    int taken = 0;
+    for (int l = 0; l < n.gpu_count; ++l) {
+      taken += std::any_of(recs_.begin(), recs_.end(), [l](const DeviceRec& r) { return r.gpu == l; });
+    }
+    if (taken == n.gpu_count) return 0;
+  }
+  return p.topology_weight * grade;
+}
+
 int Engine::Impl::BrokenNvLinkPairs(int node) const {
   const topo::NodeTopology* topology = cluster_.topology(node);
   const NodeInfo& n = cluster_.node(node);
@@ -316,27 +333,8 @@ bool Engine::Impl::EvaluateNode(const Resolved& rp, int node, double* score, Nod
     // pod stay far below this weight (fragmentation in GPUs, utilization in [0, 1]).
     if (rp.pod.topology.preferred) {
       sc += kTopologyGradeWeight * TopologyGrade(node);
-    } else if (rp.node_policy == NodePolicy::kPrism && options_.policy.topology_weight != 0 &&
-               cluster_.topology(node) != nullptr) {
-      // Otherwise a small term: the better-wired of nodes that pack about alike
-      // (PolicyOptions::topology_weight); none for a pod taking the whole node.
-      int grade = TopologyGrade(node);
-      if (grade > 0 && !options_.policy.topology_whole_node) {
-        int taken = 0;
-        for (int l = 0; l < n.gpu_count; ++l) {
-          for (const DeviceRec& r : recs_) {
-            if (r.gpu == l) {
-              ++taken;
-              break;
-            }
-          }
-        }
-        if (taken == n.gpu_count) grade = 0;
-      }
-      sc += options_.policy.topology_weight * grade;
-      if (options_.policy.topology_harm != 0 && !MultiGpu(rp)) {
-        sc -= options_.policy.topology_harm * BrokenNvLinkPairs(node);
-      }
+    } else if (rp.node_policy == NodePolicy::kPrism && cluster_.topology(node) != nullptr) {
+      sc += TopologyTerms(rp, node);
     }
     if (!found || sc > best_score) {
       found = true;

@@ -141,6 +141,10 @@ class Engine::Impl {
   // weakest tier its multi-GPU containers got (0 any .. 3 NVLink) times two, plus one when each
   // such container is on one NUMA node. 0 for a node of unknown wiring.
   int TopologyGrade(int node) const;
+  // The default (not `preferred`) topology terms of the prism node policy on a wired node:
+  // PolicyOptions::topology_weight x TopologyGrade for a multi-GPU pod (not one taking the
+  // whole node unless topology_whole_node), -topology_harm x BrokenNvLinkPairs for others.
+  double TopologyTerms(const Resolved& rp, int node) const;
   // GPUs the choice in view_ takes from idle while an NVLink peer of theirs stays idle: each
   // breaks an NVLink pair a later multi-GPU pod could have had whole.
   int BrokenNvLinkPairs(int node) const;
