@@ -130,6 +130,55 @@ absl::StatusOr<DraPodClaims> ReadPodClaims(const json& pod) {
   return out;
 }
 
+absl::Status CheckDraContainerShares(const json& pod, const DraPodClaims& refs,
+                                     const std::vector<DraClaimSpec>& claims) {
+  const json* spec = Find(pod, "spec");
+  if (spec == nullptr) return absl::OkStatus();
+  auto claim_of = [&](const std::string& pod_claim) -> const DraClaimSpec* {
+    for (const DraPodClaim& r : refs.claims) {
+      if (r.pod_claim != pod_claim) continue;
+      for (const DraClaimSpec& c : claims) {
+        if (c.name == r.claim && c.prism) return &c;
+      }
+    }
+    return nullptr;
+  };
+  for (const char* list : {"initContainers", "containers"}) {
+    const json* containers = Find(*spec, list);
+    if (containers == nullptr || !containers->is_array()) continue;
+    for (const json& container : *containers) {
+      const json* resources = container.is_object() ? Find(container, "resources") : nullptr;
+      const json* uses = resources == nullptr ? nullptr : Find(*resources, "claims");
+      if (uses == nullptr || !uses->is_array()) continue;
+      std::string shares;  // The first request whose shares the container gets.
+      std::string other;   // Another request it gets devices from.
+      for (const json& use : *uses) {
+        if (!use.is_object()) continue;
+        const DraClaimSpec* claim = claim_of(use.value("name", ""));
+        if (claim == nullptr) continue;
+        const std::string only = use.value("request", "");
+        for (const DraDeviceRequest& r : claim->requests) {
+          // A chosen alternative is named "<request>/<subrequest>".
+          if (!only.empty() && r.name != only && r.name.rfind(only + "/", 0) != 0) continue;
+          const std::string who = StrCat("ResourceClaim ", claim->name, " request ", r.name);
+          if (r.kind == DraDeviceKind::kSlice && shares.empty()) {
+            shares = who;
+          } else if (other.empty()) {
+            other = who;
+          }
+        }
+      }
+      if (!shares.empty() && !other.empty()) {
+        return Invalid(StrCat("container ", container.value("name", "")),
+                       StrCat("gets shares of GPUs from ", shares, " and devices from ", other,
+                              ": a container's shares must be its only GPUs and come from one "
+                              "request (their limits are its devices in GPU order)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 bool HasDraSchedulingGate(const json& pod) {
   const json* spec = Find(pod, "spec");
   const json* gates = spec == nullptr ? nullptr : Find(*spec, "schedulingGates");

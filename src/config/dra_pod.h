@@ -44,6 +44,14 @@ struct DraPodClaims {
 // names must be DNS subdomains; an entry naming neither or both is InvalidArgument.
 absl::StatusOr<DraPodClaims> ReadPodClaims(const nlohmann::json& pod);
 
+// A container given shares of GPUs (class slice.gpu.prism.io) gets their limits as its devices
+// 0..n-1 in GPU order (docs/dra.md, "Shares"), which holds only when all its GPUs come from that
+// one request: InvalidArgument naming the container when one would get shares from a request
+// and any other device of `claims` (Prism's, alternatives resolved) from another request or
+// claim. Containers and init containers, by their resources.claims ({name, request}).
+absl::Status CheckDraContainerShares(const nlohmann::json& pod, const DraPodClaims& refs,
+                                     const std::vector<DraClaimSpec>& claims);
+
 // Whether the pod carries the scheduling gate kDraSchedulingGate.
 bool HasDraSchedulingGate(const nlohmann::json& pod);
 

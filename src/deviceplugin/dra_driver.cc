@@ -1,5 +1,6 @@
 #include "deviceplugin/dra_driver.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -428,43 +429,81 @@ absl::Status DraDriver::WriteSpec(const std::string& uid,
   }
   std::set<std::string> control_paths;
   for (const DeviceNodeEdit& n : control) control_paths.insert(n.path);
-  json list = json::array();
-  for (const PreparedDevice& d : devices) {
+  // Each device as realized on this node (a share with its limits).
+  std::vector<RealizedDevice> realized(devices.size());
+  for (size_t k = 0; k < devices.size(); ++k) {
+    const PreparedDevice& d = devices[k];
     const DraGpu* gpu = nullptr;
     for (const DraGpu& g : gpus) {
       if (g.uuid == d.gpu_uuid) gpu = &g;
     }
     if (gpu == nullptr) return absl::InternalError(StrCat("no GPU ", d.gpu_uuid));
-    RealizedDevice realized;
-    realized.gpu_index = gpu->index;
-    realized.gpu_uuid = gpu->uuid;
-    realized.gpu_memory_mib = gpu->memory_mib;
-    ContainerIdentity who;
-    std::string cdi_name = StrCat(uid, "-", d.device);
+    RealizedDevice& r = realized[k];
+    r.gpu_index = gpu->index;
+    r.gpu_uuid = gpu->uuid;
+    r.gpu_memory_mib = gpu->memory_mib;
     if (d.IsShare()) {
-      // A slice as the device-plugin path gives one: limits, region file, library.
-      realized.memory_mib = d.share_memory_mib;
-      realized.cores_permille = d.share_cores_percent * (sched::kPermille / 100);
-      who = ContainerIdentity{uid, StrCat(d.device, "_", d.share_id), false};
-      cdi_name = StrCat(cdi_name, "-", d.share_id);
+      r.memory_mib = d.share_memory_mib;
+      r.cores_permille = d.share_cores_percent * (sched::kPermille / 100);
     }
     if (d.IsMig()) {
-      realized.mode = sched::GpuMode::kMig;
-      realized.profile = d.mig_profile;
-      realized.start = d.mig_start;
-      realized.gpu_instance_id = d.gpu_instance_id;
-      realized.compute_instance_id = d.compute_instance_id;
-      realized.mig_uuid = d.mig_uuid;
+      r.mode = sched::GpuMode::kMig;
+      r.profile = d.mig_profile;
+      r.start = d.mig_start;
+      r.gpu_instance_id = d.gpu_instance_id;
+      r.compute_instance_id = d.compute_instance_id;
+      r.mig_uuid = d.mig_uuid;
     }
-    // Whole GPU or MIG instance: no limits, no region, no preload; a share: its limits (as
-    // device 0 of its container). Each with the toolkit's device-list mount, which composes when
-    // a container gets several devices. Not NVIDIA_VISIBLE_DEVICES: each CDI device setting it,
-    // the runtime would keep only the last device's (the spec sets it to "void" once, below).
-    ContainerEdits edits = BuildContainerEdits({realized}, who, options_.vgpu);
+  }
+  // The shares of one request reach the same containers together (a container names the claim
+  // or one of its requests; a firstAvailable subrequest counts as its request), so they are
+  // limited as one container's devices, in CUDA's order (GPU index): the group's first device
+  // carries every share's CUDA_DEVICE_*_<i>, the region (its own) and the library; the others
+  // only their device. One CDI device per share, each with its own `_0` limits and region mount
+  // at the same container path, would leave a container given several shares with one limit
+  // for all (the runtime applies the edits in turn, the last wins).
+  std::map<std::string, std::vector<size_t>> share_groups;
+  for (size_t k = 0; k < devices.size(); ++k) {
+    if (!devices[k].IsShare()) continue;
+    const std::string& request = devices[k].request;
+    share_groups[request.substr(0, request.find('/'))].push_back(k);
+  }
+  std::map<size_t, ContainerEdits> group_limits;  // By the group's first device.
+  for (auto& [request, members] : share_groups) {
+    std::sort(members.begin(), members.end(), [&](size_t a, size_t b) {
+      return realized[a].gpu_index < realized[b].gpu_index;
+    });
+    std::vector<RealizedDevice> in_order;
+    for (size_t k : members) in_order.push_back(realized[k]);
+    const PreparedDevice& lead = devices[members.front()];
+    group_limits[members.front()] = BuildContainerEdits(
+        in_order, ContainerIdentity{uid, StrCat(lead.device, "_", lead.share_id), false},
+        options_.vgpu);
+  }
+  json list = json::array();
+  for (size_t k = 0; k < devices.size(); ++k) {
+    const PreparedDevice& d = devices[k];
+    std::string cdi_name = StrCat(uid, "-", d.device);
+    if (d.IsShare()) cdi_name = StrCat(cdi_name, "-", d.share_id);
+    // The device itself: the toolkit's device-list mount, which composes when a container gets
+    // several devices. Not NVIDIA_VISIBLE_DEVICES: each CDI device setting it, the runtime would
+    // keep only the last device's (the spec sets it to "void" once, below).
+    RealizedDevice plain = realized[k];
+    plain.memory_mib = 0;
+    plain.cores_permille = 0;
+    ContainerEdits edits = BuildContainerEdits({plain}, ContainerIdentity{}, options_.vgpu);
     std::erase_if(edits.env, [](const auto& e) { return e.first == "NVIDIA_VISIBLE_DEVICES"; });
+    if (auto limits = group_limits.find(k); limits != group_limits.end()) {
+      for (auto& e : limits->second.env) {
+        if (e.first != "NVIDIA_VISIBLE_DEVICES") edits.env.push_back(std::move(e));
+      }
+      for (MountEdit& m : limits->second.mounts) {
+        if (m.container_path.rfind(kDeviceListMountRoot, 0) != 0) edits.mounts.push_back(m);
+      }
+    }
     if (options_.device_nodes.enabled) {
       ASSIGN_OR_RETURN(std::vector<DeviceNodeEdit> nodes,
-                       NvidiaDeviceNodes({realized}, options_.device_nodes));
+                       NvidiaDeviceNodes({realized[k]}, options_.device_nodes));
       for (DeviceNodeEdit& n : nodes) {
         if (control_paths.count(n.path) == 0) edits.device_nodes.push_back(std::move(n));
       }

@@ -92,6 +92,43 @@ TEST_F(DraShareTest, PreparesAShareWithItsLimitsRegionAndShareId) {
   EXPECT_TRUE(driver_->Prepared().empty());
 }
 
+// Two shares of one request (a HAMi container's nvidia.com/gpu: 2 with gpumem, dra_hami.h) reach
+// one container together: their limits are that container's devices 0 and 1 in GPU order, with
+// one region, never two CDI devices each writing CUDA_DEVICE_MEMORY_LIMIT_0 (the last would win
+// and the other GPU would run unlimited).
+TEST_F(DraShareTest, SharesOfOneRequestAreLimitedAsOneContainersDevices) {
+  StartSharing();
+  StartKubelet();
+  const std::string on1 = ShareIdOf(0);
+  const std::string on0 = ShareIdOf(1);
+  const std::string uid = CreateClaim(
+      "c", json::array({Share("gpu", "gpu-1", on1, 8000, 30), Share("gpu", "gpu-0", on0, 4000, 50)}));
+  ASSERT_EQ(PrepareOne("c", uid).error(), "");
+  ASSERT_TRUE(kubelet_->PrepareResources(Pod("c")).ok());
+  auto container = kubelet_->CreateContainer(Pod("c"), "main");
+  ASSERT_TRUE(container.ok()) << container.status();
+  const kubelet::CdiEdits& edits = container->edits;
+  EXPECT_TRUE(HasEnv(edits, "CUDA_DEVICE_MEMORY_LIMIT_0=4000m"));  // GPU 0 comes first.
+  EXPECT_TRUE(HasEnv(edits, "CUDA_DEVICE_SM_LIMIT_0=50"));
+  EXPECT_TRUE(HasEnv(edits, "CUDA_DEVICE_MEMORY_LIMIT_1=8000m"));
+  EXPECT_TRUE(HasEnv(edits, "CUDA_DEVICE_SM_LIMIT_1=30"));
+  int limits = 0;
+  int regions = 0;
+  for (const std::string& e : edits.env) limits += e.rfind("CUDA_DEVICE_MEMORY_LIMIT", 0) == 0;
+  for (const auto& m : edits.mounts) regions += m.container_path == kVgpuRegionFile;
+  EXPECT_EQ(limits, 2);
+  EXPECT_EQ(regions, 1);
+  EXPECT_TRUE(HasMount(edits, Region(uid, "gpu-0", on0).string(), kVgpuRegionFile));
+  EXPECT_FALSE(HasEnv(edits, "CUDA_DEVICE_SM_LIMIT=50"));  // Two values: per device only.
+  EXPECT_TRUE(HasMount(edits, "/dev/null", "/var/run/nvidia-container-devices/GPU-aaaa"));
+  EXPECT_TRUE(HasMount(edits, "/dev/null", "/var/run/nvidia-container-devices/GPU-bbbb"));
+  EXPECT_TRUE(HasNode(edits, "/dev/nvidia0"));
+  EXPECT_TRUE(HasNode(edits, "/dev/nvidia1"));
+  ASSERT_TRUE(kubelet_->UnprepareResources(Pod("c")).ok());
+  EXPECT_FALSE(fs::exists(Region(uid, "gpu-0", on0)));
+  EXPECT_FALSE(fs::exists(Region(uid, "gpu-1", on1)));
+}
+
 // cores 0 (a HAMi pod's gpucores left unset, dra_hami.h): the share reserves no compute, so a
 // share of all 100 % still fits beside it, and its container is not throttled.
 TEST_F(DraShareTest, AShareOfNoCoresIsNotThrottledAndReservesNone) {

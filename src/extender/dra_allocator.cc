@@ -731,6 +731,11 @@ absl::StatusOr<DraAllocator::DraDecision> DraAllocator::Decide(const Json& pod) 
   bool invalid = false;
   for (size_t choice = 0; choice < choices; ++choice) {
     const std::vector<config::DraClaimSpec> chosen = config::DraChoose(to_allocate, choice);
+    if (absl::Status shares = config::CheckDraContainerShares(pod, *refs, chosen); !shares.ok()) {
+      last = shares;
+      invalid = true;
+      continue;
+    }
     absl::StatusOr<config::DraPodRequest> request = config::BuildDraPodRequest(*base, chosen);
     if (!request.ok()) {
       last = request.status();
