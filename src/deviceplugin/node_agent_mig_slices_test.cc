@@ -40,7 +40,9 @@ class MigSlicesAgentTest : public NodeAgentTest {
   }
   std::set<int> Starts() {
     std::set<int> out;
-    for (const auto& gi : testing::ReadState(h_->state_file()).gpus[0].gpu_instances) {
+    // Held in a local: a range-for over a temporary's member would read freed memory.
+    const nvml::sim::SimState state = testing::ReadState(h_->state_file());
+    for (const auto& gi : state.gpus[0].gpu_instances) {
       out.insert(gi.start);
     }
     return out;
