@@ -107,7 +107,9 @@ TEST_F(MigSlicesAgentTest, ThreeSlicesShareOneInstanceAndTheLastReleaseDestroysI
 // A decision that puts a slice on an instance a whole-instance pod holds (or a whole instance on
 // a shared one) is refused clearly, and the holder keeps its instance.
 TEST_F(MigSlicesAgentTest, WholeInstancesAndSlicesNeverMixOnTheNode) {
-  StartH100();
+  // A conflict is retried while the holder may be terminating: not for long here.
+  Start(kH100Node, SharingConfig(),
+        [](NodeAgentOptions& o) { o.realize_retry_timeout = absl::Milliseconds(300); });
   std::string slice_uid;
   RunSlice("slice", 2048, &slice_uid);
   const int shared_start = StartOf(slice_uid);
@@ -145,7 +147,7 @@ TEST_F(MigSlicesAgentTest, WholeInstancesAndSlicesNeverMixOnTheNode) {
       h_->SubmitPodWithDecision(MigPod("grabber", 9984), forge(on_shared, false, 9984));
   ASSERT_TRUE(grabber.ok()) << grabber.status();
   ASSERT_TRUE(h_->Admit(*grabber).ok());
-  auto refused_whole = h_->CreateContainer(*grabber, "main", absl::Seconds(40));
+  auto refused_whole = h_->CreateContainer(*grabber, "main");
   ASSERT_TRUE(refused_whole.ok()) << refused_whole.status();
   EXPECT_THAT(refused_whole->env[kAllocationErrorEnv],
               HasSubstr("a whole-instance container never takes a shared instance"));
