@@ -140,6 +140,33 @@ absl::Status MigRealizer::CheckFree(const GpuContext& gpu, const nvml::GpuInstan
   return absl::OkStatus();
 }
 
+absl::Status MigRealizer::CheckSliceFits(const GpuContext& gpu, const nvml::GpuInstanceInfo& gi,
+                                         const mig::GpuInstanceProfile& profile,
+                                         const InstanceOwner& owner, int64_t slice_memory_mib) {
+  auto holder = holders_.find({gpu.info.index, gi.start});
+  if (holder == holders_.end() || !holder->second.shared) return absl::OkStatus();
+  int64_t others = 0;
+  int count = 0;
+  for (const auto& slice : holder->second.slices) {
+    if (slice == std::make_pair(owner.pod_uid, owner.container)) continue;  // Its own, again.
+    auto mib = holder->second.slice_memory_mib.find(slice);
+    others += mib == holder->second.slice_memory_mib.end() ? 0 : mib->second;
+    ++count;
+  }
+  if (others + slice_memory_mib <= profile.memory_mib) return absl::OkStatus();
+  return absl::AbortedError(StrCat("MIG instance ", Describe(gpu, gi), " gives ", others,
+                                   " of its ", profile.memory_mib, " MiB to ", count,
+                                   " other slices: a slice of ", slice_memory_mib,
+                                   " MiB would overcommit it"));
+}
+
+void MigRealizer::RecordSlice(const MigInstanceRef& ref, const InstanceOwner& owner,
+                              int64_t slice_memory_mib) {
+  auto holder = holders_.find({ref.gpu_index, ref.start});
+  if (holder == holders_.end()) return;
+  holder->second.slice_memory_mib[{owner.pod_uid, owner.container}] = slice_memory_mib;
+}
+
 void MigRealizer::Released(const std::pair<int, int>& key, bool was_shared) {
   released_[key] = ++release_seq_;
   if (was_shared) shared_released_.insert(key);
@@ -209,7 +236,7 @@ absl::StatusOr<MigInstanceRef> MigRealizer::Take(const GpuContext& gpu,
   // A new holder is shared or not as this Ensure asks; CheckFree kept the kinds apart.
   Holder& holder = holders_
                        .try_emplace({gpu.info.index, gi.start},
-                                    Holder{owner, {}, gi.profile_id, gi.id, shared, {}})
+                                    Holder{owner, {}, gi.profile_id, gi.id, shared, {}, {}})
                        .first->second;
   if (holder.shared) {
     holder.slices.insert({owner.pod_uid, owner.container});
@@ -234,7 +261,8 @@ absl::StatusOr<MigInstanceRef> MigRealizer::Take(const GpuContext& gpu,
 
 absl::StatusOr<MigInstanceRef> MigRealizer::Ensure(int gpu_index, std::string_view profile_name,
                                                    int start, const InstanceOwner& owner,
-                                                   EnsureMode mode, bool shared) {
+                                                   EnsureMode mode, bool shared,
+                                                   int64_t slice_memory_mib) {
   ASSIGN_OR_RETURN(GpuContext gpu, Read(gpu_index));
   const int p = gpu.model.FindProfile(profile_name);
   if (p < 0) {
@@ -251,7 +279,12 @@ absl::StatusOr<MigInstanceRef> MigRealizer::Ensure(int gpu_index, std::string_vi
   for (const nvml::GpuInstanceInfo& gi : gpu.instances) {
     if (gi.profile_id == profile.id && gi.start == start) {
       RETURN_IF_ERROR(CheckFree(gpu, gi, &owner, adopt, shared));
-      return Take(gpu, gi, owner, shared);
+      if (shared && !adopt) {
+        RETURN_IF_ERROR(CheckSliceFits(gpu, gi, profile, owner, slice_memory_mib));
+      }
+      absl::StatusOr<MigInstanceRef> ref = Take(gpu, gi, owner, shared);
+      if (ref.ok() && ref->shared) RecordSlice(*ref, owner, slice_memory_mib);
+      return ref;
     }
   }
   if (!IsDynamic(gpu_index)) {
@@ -280,6 +313,7 @@ absl::StatusOr<MigInstanceRef> MigRealizer::Ensure(int gpu_index, std::string_vi
           gpu_index, " for pod ", owner.pod_uid, " container ", owner.container);
   absl::StatusOr<MigInstanceRef> ref = Take(gpu, gi, owner, shared);
   if (ref.ok()) ref->created = true;
+  if (ref.ok() && ref->shared) RecordSlice(*ref, owner, slice_memory_mib);
   return ref;
 }
 
@@ -324,8 +358,10 @@ absl::Status MigRealizer::Undo(const MigInstanceRef& ref, const InstanceOwner& o
 absl::StatusOr<MigInstanceRef> MigRealizer::EnsureInGeometry(
     int gpu_index, const std::vector<std::pair<std::string, int>>& geometry,
     std::string_view profile, int start, const InstanceOwner& owner, EnsureMode mode,
-    bool shared) {
-  if (mode == EnsureMode::kAdopt) return Ensure(gpu_index, profile, start, owner, mode, shared);
+    bool shared, int64_t slice_memory_mib) {
+  if (mode == EnsureMode::kAdopt) {
+    return Ensure(gpu_index, profile, start, owner, mode, shared, slice_memory_mib);
+  }
   ASSIGN_OR_RETURN(GpuContext gpu, Read(gpu_index));
   std::set<std::pair<int, int>> want;
   for (const auto& [name, s] : geometry) {
@@ -368,7 +404,7 @@ absl::StatusOr<MigInstanceRef> MigRealizer::EnsureInGeometry(
       created.push_back(*gi);
     }
   }
-  return Ensure(gpu_index, profile, start, owner, mode, shared);
+  return Ensure(gpu_index, profile, start, owner, mode, shared, slice_memory_mib);
 }
 
 absl::Status MigRealizer::ReleasePod(const std::string& pod_uid) {

@@ -105,11 +105,13 @@ class MigRealizer {
   }
 
   // Makes `profile`@`start` exist on GPU `gpu_index`, held by `owner`; `shared`: as a slice of
-  // a shared instance (other pods' slices may hold it too).
+  // a shared instance (other pods' slices may hold it too) of `slice_memory_mib` MiB: a slice
+  // that would take the instance's slices beyond its memory is refused (Aborted: another slice
+  // may be leaving), so that no instance is overcommitted whatever decisions pods carry.
   absl::StatusOr<MigInstanceRef> Ensure(int gpu_index, std::string_view profile, int start,
                                         const InstanceOwner& owner,
                                         EnsureMode mode = EnsureMode::kAllocate,
-                                        bool shared = false);
+                                        bool shared = false, int64_t slice_memory_mib = 0);
   // Template mode: first makes the GPU's instances exactly `geometry` ((profile, start) pairs,
   // destroying and creating whole layouts only when no instance is held or busy), then Ensure.
   // Adopt mode leaves the layout as it is: the pod already holds its instance (Ensure re-creates
@@ -117,7 +119,8 @@ class MigRealizer {
   absl::StatusOr<MigInstanceRef> EnsureInGeometry(
       int gpu_index, const std::vector<std::pair<std::string, int>>& geometry,
       std::string_view profile, int start, const InstanceOwner& owner,
-      EnsureMode mode = EnsureMode::kAllocate, bool shared = false);
+      EnsureMode mode = EnsureMode::kAllocate, bool shared = false,
+      int64_t slice_memory_mib = 0);
 
   // Undoes one Ensure of a container whose later devices failed: destroys the instance if that
   // Ensure created it (and nothing runs on it), else only drops the hold.
@@ -145,6 +148,8 @@ class MigRealizer {
     // A shared instance: every slice (pod uid, container) holding it; `owner` is one of them.
     bool shared = false;
     std::set<std::pair<std::string, std::string>> slices;
+    // Each slice's memory (MiB) as its Ensure said; only the entries of `slices` count.
+    std::map<std::pair<std::string, std::string>, int64_t> slice_memory_mib;
   };
   struct GpuContext {
     nvml::GpuInfo info;
@@ -163,6 +168,13 @@ class MigRealizer {
   // Drops the slices of pods that are no longer live from a shared holder; erases the holder
   // (and returns true) when none is left.
   bool DropDeadSlices(std::map<std::pair<int, int>, Holder>::iterator holder);
+  // Aborted when `owner`'s slice of `slice_memory_mib` would take the shared instance's slices
+  // beyond its memory.
+  absl::Status CheckSliceFits(const GpuContext& gpu, const nvml::GpuInstanceInfo& gi,
+                              const mig::GpuInstanceProfile& profile, const InstanceOwner& owner,
+                              int64_t slice_memory_mib);
+  void RecordSlice(const MigInstanceRef& ref, const InstanceOwner& owner,
+                   int64_t slice_memory_mib);
   // Marks `key` released; on a dynamic, non-template GPU a shared instance's last release
   // destroys it at once.
   void Released(const std::pair<int, int>& key, bool was_shared);

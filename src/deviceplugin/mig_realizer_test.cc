@@ -265,6 +265,23 @@ TEST_F(MigRealizerTest, WholeInstancesAndSlicesNeverMix) {
   EXPECT_FALSE(taken->shared);
 }
 
+TEST_F(MigRealizerTest, NoSliceOvercommitsASharedInstance) {
+  // A 1g.5gb of an A100-SXM4-40GB has 4864 MiB.
+  ASSERT_TRUE(realizer_->Ensure(0, "1g.5gb", 0, a_, EnsureMode::kAllocate, true, 3000).ok());
+  auto over = realizer_->Ensure(0, "1g.5gb", 0, b_, EnsureMode::kAllocate, true, 2000);
+  EXPECT_EQ(over.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(over.status().message(), HasSubstr("gives 3000 of its 4864 MiB to 1 other slices"));
+  EXPECT_EQ(realizer_->SharedHolders().at({0, 0}).size(), 1u);
+  ASSERT_TRUE(realizer_->Ensure(0, "1g.5gb", 0, b_, EnsureMode::kAllocate, true, 1864).ok());
+  // A container realized again counts once.
+  ASSERT_TRUE(realizer_->Ensure(0, "1g.5gb", 0, a_, EnsureMode::kAllocate, true, 3000).ok());
+  // Once a slice leaves, its memory is free for another.
+  ASSERT_TRUE(realizer_->ReleasePod("pod-b").ok());
+  EXPECT_TRUE(realizer_->Ensure(0, "1g.5gb", 0, InstanceOwner{"pod-c", "main"},
+                                EnsureMode::kAllocate, true, 1800)
+                  .ok());
+}
+
 TEST_F(MigRealizerTest, UndoingASliceKeepsTheOthersAndTheLastCreatedGoes) {
   auto first = realizer_->Ensure(0, "1g.5gb", 2, a_, EnsureMode::kAllocate, true);
   ASSERT_TRUE(first.ok());

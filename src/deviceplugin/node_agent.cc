@@ -777,9 +777,10 @@ absl::StatusOr<std::vector<RealizedDevice>> NodeAgent::RealizeContainer(
         geometry.emplace_back(info.mig_model->profiles[s.profile].Name(), s.start);
       }
       ref = realizer_.EnsureInGeometry(gpu->index, geometry, d.profile_name, d.start, owner, mode,
-                                       d.shared);
+                                       d.shared, d.memory_mib);
     } else {
-      ref = realizer_.Ensure(gpu->index, d.profile_name, d.start, owner, mode, d.shared);
+      ref = realizer_.Ensure(gpu->index, d.profile_name, d.start, owner, mode, d.shared,
+                             d.memory_mib);
     }
     if (!ref.ok()) return fail(ref.status());
     taken.push_back(*ref);

@@ -179,6 +179,27 @@ TEST_F(MigSlicesAgentTest, ALimitAboveTheInstanceIsRefusedAndLeaksNothing) {
   EXPECT_THAT(status["containers"]["main"].value("error", ""), HasSubstr("main"));
 }
 
+// Decisions pods carry are each within their pod's request, but together they may not fit the
+// instance: the slice that would overcommit it is refused.
+TEST_F(MigSlicesAgentTest, NoDecisionOvercommitsASharedInstance) {
+  Start(kH100Node, SharingConfig(),
+        [](NodeAgentOptions& o) { o.realize_retry_timeout = absl::Milliseconds(300); });
+  std::vector<std::string> uids(3);
+  for (int i = 0; i < 3; ++i) RunSlice(StrCat("small-", i), 2048, &uids[i]);
+  // 3 x 2048 + 6000 MiB on the 1g.10gb's 9984.
+  sched::Decision forged = *h_->DecisionOf(uids[0]);
+  forged.mig.clear();
+  forged.containers[0].devices[0].memory_mib = 6000;
+  absl::StatusOr<std::string> big = h_->SubmitPodWithDecision(MigPod("big", 6000), forged);
+  ASSERT_TRUE(big.ok()) << big.status();
+  ASSERT_TRUE(h_->Admit(*big).ok());
+  auto refused = h_->CreateContainer(*big, "main");
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_THAT(refused->env[kAllocationErrorEnv], HasSubstr("would overcommit it"));
+  EXPECT_EQ(refused->env["NVIDIA_VISIBLE_DEVICES"], "void");
+  EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), 1u);
+}
+
 // The agent restarts: the shared instance and each slice on it are adopted, and it still goes
 // only with the last slice.
 TEST_F(MigSlicesAgentTest, ARestartKeepsTheSharedInstanceAndEverySlice) {
