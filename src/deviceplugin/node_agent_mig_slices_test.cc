@@ -35,6 +35,20 @@ class MigSlicesAgentTest : public NodeAgentTest {
     }
     return c;
   }
+  // Runs `name` asking `mib` with `decision` (one the engine would not make); its container's
+  // env. `uid_out`: the pod's UID.
+  std::map<std::string, std::string> RunForged(const std::string& name, int64_t mib,
+                                               const sched::Decision& decision,
+                                               std::string* uid_out = nullptr) {
+    absl::StatusOr<std::string> uid = h_->SubmitPodWithDecision(MigPod(name, mib), decision);
+    EXPECT_TRUE(uid.ok()) << uid.status();
+    if (!uid.ok()) return {};
+    if (uid_out != nullptr) *uid_out = *uid;
+    EXPECT_TRUE(h_->Admit(*uid).ok());
+    absl::StatusOr<kubelet::CreatedContainer> c = h_->CreateContainer(*uid, "main");
+    EXPECT_TRUE(c.ok()) << c.status();
+    return c.ok() ? c->env : std::map<std::string, std::string>{};
+  }
   int StartOf(const std::string& uid) {
     return h_->DecisionOf(uid)->containers[0].devices[0].start;
   }
@@ -131,25 +145,15 @@ TEST_F(MigSlicesAgentTest, WholeInstancesAndSlicesNeverMixOnTheNode) {
     return forged;
   };
   // A slice on the whole pod's instance.
-  absl::StatusOr<std::string> intruder =
-      h_->SubmitPodWithDecision(MigPod("intruder", 2048), forge(whole, true, 2048));
-  ASSERT_TRUE(intruder.ok()) << intruder.status();
-  ASSERT_TRUE(h_->Admit(*intruder).ok());
-  auto refused = h_->CreateContainer(*intruder, "main");
-  ASSERT_TRUE(refused.ok()) << refused.status();
-  EXPECT_THAT(refused->env[kAllocationErrorEnv], HasSubstr("held whole by pod"));
-  EXPECT_EQ(refused->env["NVIDIA_VISIBLE_DEVICES"], "void");
+  auto refused = RunForged("intruder", 2048, forge(whole, true, 2048));
+  EXPECT_THAT(refused[kAllocationErrorEnv], HasSubstr("held whole by pod"));
+  EXPECT_EQ(refused["NVIDIA_VISIBLE_DEVICES"], "void");
 
   // A whole instance on the shared one.
   sched::DeviceAssignment on_shared = whole;
   on_shared.start = shared_start;
-  absl::StatusOr<std::string> grabber =
-      h_->SubmitPodWithDecision(MigPod("grabber", 9984), forge(on_shared, false, 9984));
-  ASSERT_TRUE(grabber.ok()) << grabber.status();
-  ASSERT_TRUE(h_->Admit(*grabber).ok());
-  auto refused_whole = h_->CreateContainer(*grabber, "main");
-  ASSERT_TRUE(refused_whole.ok()) << refused_whole.status();
-  EXPECT_THAT(refused_whole->env[kAllocationErrorEnv],
+  auto refused_whole = RunForged("grabber", 9984, forge(on_shared, false, 9984));
+  EXPECT_THAT(refused_whole[kAllocationErrorEnv],
               HasSubstr("a whole-instance container never takes a shared instance"));
   EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), 2u);
 }
@@ -165,17 +169,14 @@ TEST_F(MigSlicesAgentTest, ALimitAboveTheInstanceIsRefusedAndLeaksNothing) {
   // A new shared 1g.10gb elsewhere, with a limit larger than it.
   d.start = d.start == 0 ? 1 : 0;
   d.memory_mib = 20000;
-  absl::StatusOr<std::string> big = h_->SubmitPodWithDecision(MigPod("big", 20000), forged);
-  ASSERT_TRUE(big.ok()) << big.status();
-  ASSERT_TRUE(h_->Admit(*big).ok());
-  auto refused = h_->CreateContainer(*big, "main");
-  ASSERT_TRUE(refused.ok()) << refused.status();
+  std::string big;
+  auto refused = RunForged("big", 20000, forged, &big);
   ASSERT_TRUE(h_->agent().WaitIdle(absl::Seconds(10)));
-  const std::string error = refused->env[kAllocationErrorEnv];
+  const std::string error = refused[kAllocationErrorEnv];
   EXPECT_THAT(error, HasSubstr("20000")) << error;
-  EXPECT_EQ(refused->env["NVIDIA_VISIBLE_DEVICES"], "void");
+  EXPECT_EQ(refused["NVIDIA_VISIBLE_DEVICES"], "void");
   EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), 1u);
-  const k8s::Json status = Status(*h_, *big);
+  const k8s::Json status = Status(*h_, big);
   EXPECT_THAT(status["containers"]["main"].value("error", ""), HasSubstr("main"));
 }
 
@@ -190,13 +191,9 @@ TEST_F(MigSlicesAgentTest, NoDecisionOvercommitsASharedInstance) {
   sched::Decision forged = *h_->DecisionOf(uids[0]);
   forged.mig.clear();
   forged.containers[0].devices[0].memory_mib = 6000;
-  absl::StatusOr<std::string> big = h_->SubmitPodWithDecision(MigPod("big", 6000), forged);
-  ASSERT_TRUE(big.ok()) << big.status();
-  ASSERT_TRUE(h_->Admit(*big).ok());
-  auto refused = h_->CreateContainer(*big, "main");
-  ASSERT_TRUE(refused.ok()) << refused.status();
-  EXPECT_THAT(refused->env[kAllocationErrorEnv], HasSubstr("would overcommit it"));
-  EXPECT_EQ(refused->env["NVIDIA_VISIBLE_DEVICES"], "void");
+  auto refused = RunForged("big", 6000, forged);
+  EXPECT_THAT(refused[kAllocationErrorEnv], HasSubstr("would overcommit it"));
+  EXPECT_EQ(refused["NVIDIA_VISIBLE_DEVICES"], "void");
   EXPECT_EQ(testing::InstanceCount(h_->state_file(), 0), 1u);
 }
 
