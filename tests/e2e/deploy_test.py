@@ -453,7 +453,7 @@ class Wiring:
             # allocation), templates and its driver's slices (read), the gate it removes.
             "prism-scheduler-dra": {("resource.k8s.io", "resourceclaims"):
                                         {"get", "list", "watch", "update"},
-                                    ("resource.k8s.io", "resourceclaims/status"): {"update"},
+                                    ("resource.k8s.io", "resourceclaims/status"): {"get", "update"},
                                     ("resource.k8s.io", "resourceclaimtemplates"):
                                         {"list", "watch"},
                                     ("resource.k8s.io", "resourceslices"): {"list", "watch"},

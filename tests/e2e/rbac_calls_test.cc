@@ -25,11 +25,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "config/device_config_yaml.h"
 #include "config/dra_allocation.h"
+#include "config/dra_pod.h"
 #include "deviceplugin/agent_harness.h"
 #include "deviceplugin/dra_driver.h"
 #include "deviceplugin/dra_server.h"
@@ -562,6 +564,179 @@ TEST(RbacSchedulerTest, SchedulerUsesExactlyItsShippedRights) {
   absl::SleepFor(absl::Milliseconds(500));  // The recorder's writes, then the ticks'.
   scheduler.Stop();
   ExpectRbacMatches(api.Requests(), "prism-scheduler", {});  // Every right is used.
+}
+
+// The scheduler as examples/dra-hami runs it (`--dra --dra-hami-claims`, the rights of deploy/,
+// deploy/dra and examples/dra-hami together): a HAMi slice pod admitted through the webhook (its
+// ResourceClaimTemplate looked up and created), its claim made from the template as the
+// resourceclaim controller would (unrecorded), the leader allocating it (claim finalizer and
+// status, the gate removed, Events), Filter and Bind, then the pod deleted and the claim's
+// allocation released. Every call must be allowed; the base role's rights this path does not use
+// are listed, each covered by SchedulerUsesExactlyItsShippedRights.
+TEST(RbacSchedulerTest, SchedulerWithDraHamiClaimsUsesOnlyItsShippedRights) {
+  namespace ext = extender;
+  const std::string dir = "examples/dra-hami";
+  absl::StatusOr<DeployBundle> bundle = DeployBundle::LoadKustomization(PRISM_SOURCE_DIR, dir);
+  ASSERT_TRUE(bundle.ok()) << bundle.status();
+  const std::string ns = bundle->namespace_name();
+  const Object* deployment = bundle->Find("Deployment", "prism-scheduler");
+  ASSERT_NE(deployment, nullptr);
+  ext::SchedulerOptions options;
+  options.initial_config = config::DefaultDeviceConfig();
+  options.cache.engine = ext::DefaultEngineOptions();
+  options.tick = absl::Milliseconds(20);
+  options.dra_options.retry_interval = absl::Milliseconds(50);
+  options.config_namespace = options.lease_namespace = ns;
+  options.identity = "prism-scheduler-0";
+  for (const Json& arg : (*deployment)["spec"]["template"]["spec"]["containers"][0]["args"]) {
+    const std::string a = arg;
+    if (a == "--leader-elect") options.leader_elect = true;
+    if (a == "--dra") options.dra = true;
+    if (a == "--dra-hami-claims") options.dra_hami_claims = true;
+    if (a.rfind("--config-map=", 0) == 0) options.config_map_name = a.substr(a.find('=') + 1);
+    if (a.rfind("--scheduler-name=", 0) == 0) options.scheduler_name = a.substr(a.find('=') + 1);
+  }
+  ASSERT_TRUE(options.dra && options.dra_hami_claims) << dir << " does not run them";
+
+  fakeapi::FakeApiServer api;
+  ASSERT_TRUE(api.Start().ok());
+  const Object* cm = bundle->Find("ConfigMap", options.config_map_name);
+  ASSERT_NE(cm, nullptr) << options.config_map_name << " is not shipped";
+  ASSERT_TRUE(api.Create("configmaps", *cm).ok());
+  for (const Object* c : bundle->All("DeviceClass")) ASSERT_TRUE(api.Create("deviceclasses", *c).ok());
+  ASSERT_TRUE(
+      api.Create("nodes", ext::testing::NodeJson("n1", {ext::testing::TestGpu{"T4", 15360}})).ok());
+  // The node agent's pool: the T4 published whole and shared (consumable capacity).
+  ASSERT_TRUE(api.Create("resourceslices",
+                         Json{{"apiVersion", "resource.k8s.io/v1"},
+                              {"kind", "ResourceSlice"},
+                              {"metadata", {{"name", "n1-gpu.prism.io-0"}}},
+                              {"spec",
+                               {{"driver", config::kDraDriverName},
+                                {"nodeName", "n1"},
+                                {"pool", {{"name", "n1"}, {"generation", 1}, {"resourceSliceCount", 1}}},
+                                {"devices",
+                                 Json::array({{{"name", "gpu-0"},
+                                               {"allowMultipleAllocations", true},
+                                               {"attributes", {{"uuid", {{"string", "GPU-n1-0"}}}}}}})}}}})
+                  .ok());
+  absl::StatusOr<k8s::ClusterConfig> cluster = k8s::ParseKubeconfig(api.KubeconfigYaml());
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  absl::StatusOr<std::unique_ptr<k8s::Client>> client = k8s::Client::Create(*cluster);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ext::Scheduler scheduler(options, client->get());
+  ASSERT_TRUE(scheduler.Start().ok());
+  ASSERT_TRUE(scheduler.WaitForSync(absl::Seconds(10)));
+  ASSERT_TRUE(deviceplugin::testing::Eventually([&] { return scheduler.IsLeader(); }));
+
+  // The webhook: the HAMi request becomes a claim template (created now) and a gated pod.
+  Json pod = ext::testing::GpuPod("hami", 1, 4000, 30);
+  pod["metadata"].erase("uid");
+  const Json review{{"apiVersion", "admission.k8s.io/v1"},
+                    {"kind", "AdmissionReview"},
+                    {"request",
+                     {{"uid", "r1"},
+                      {"operation", "CREATE"},
+                      {"namespace", "default"},
+                      {"userInfo", {{"username", "alice"}}},
+                      {"kind", {{"group", ""}, {"version", "v1"}, {"kind", "Pod"}}},
+                      {"object", pod}}}};
+  const ext::HttpReply admitted = scheduler.Admission(review.dump(), /*mutate=*/true);
+  ASSERT_EQ(admitted.status, 200) << admitted.body;
+  const Json answer = Json::parse(admitted.body)["response"];
+  ASSERT_TRUE(answer.value("allowed", false)) << admitted.body;
+  std::string patch;
+  ASSERT_TRUE(absl::Base64Unescape(answer.value("patch", ""), &patch)) << admitted.body;
+  pod = pod.patch(Json::parse(patch));
+  ASSERT_EQ(pod["spec"]["resourceClaims"].size(), 1u) << pod.dump();
+  const std::string pod_claim = pod["spec"]["resourceClaims"][0]["name"];
+  const std::string template_name = pod["spec"]["resourceClaims"][0]["resourceClaimTemplateName"];
+  // The resourceclaim controller's work, unrecorded: the pod's status names its claim (set at
+  // creation here, which the test's direct writes allow) and the claim, owned by the pod.
+  pod["status"]["resourceClaimStatuses"] =
+      Json::array({{{"name", pod_claim}, {"resourceClaimName", "hami-gpu"}}});
+  absl::StatusOr<Json> created = api.Create("pods", pod);
+  ASSERT_TRUE(created.ok()) << created.status();
+  absl::StatusOr<Json> tmpl = api.Get("resourceclaimtemplates", "default", template_name);
+  ASSERT_TRUE(tmpl.ok()) << tmpl.status();
+  const Json claim{{"apiVersion", "resource.k8s.io/v1"},
+                   {"kind", "ResourceClaim"},
+                   {"metadata",
+                    {{"name", "hami-gpu"},
+                     {"namespace", "default"},
+                     {"ownerReferences",
+                      Json::array({{{"apiVersion", "v1"},
+                                    {"kind", "Pod"},
+                                    {"name", "hami"},
+                                    {"uid", (*created)["metadata"]["uid"]},
+                                    {"controller", true}}})}}},
+                   {"spec", (*tmpl)["spec"]["spec"]}};
+  ASSERT_TRUE(api.Create("resourceclaims", claim).ok());
+  // The leader allocates the claim and removes the gate.
+  ASSERT_TRUE(deviceplugin::testing::Eventually(
+      [&] {
+        absl::StatusOr<Json> p = api.Get("pods", "default", "hami");
+        return p.ok() && !config::HasDraSchedulingGate(*p);
+      },
+      absl::Seconds(20)))
+      << api.Get("resourceclaims", "default", "hami-gpu")->dump() << "\n"
+      << api.Get("pods", "default", "hami")->dump();
+  // kube-scheduler: Filter, then the extender's Bind.
+  ASSERT_TRUE(deviceplugin::testing::Eventually([&] {
+    auto p = scheduler.InformerPod("default", "hami");
+    return p.has_value() && !config::HasDraSchedulingGate(*p);
+  }));
+  const Json bound_pod = *api.Get("pods", "default", "hami");
+  const Json filtered = Json::parse(
+      scheduler.Filter(Json{{"Pod", bound_pod}, {"Nodes", nullptr}, {"NodeNames", {"n1"}}}.dump())
+          .body);
+  ASSERT_EQ(filtered.value("NodeNames", Json::array()), Json::array({"n1"})) << filtered.dump();
+  const Json bind{{"PodName", "hami"},
+                  {"PodNamespace", "default"},
+                  {"PodUID", bound_pod["metadata"]["uid"]},
+                  {"Node", "n1"}};
+  EXPECT_EQ(Json::parse(scheduler.Bind(bind.dump()).body).value("Error", ""), "");
+  // The pod goes: the allocation is released (claim status and finalizer).
+  ASSERT_TRUE(api.Delete("pods", "default", "hami").ok());
+  EXPECT_TRUE(deviceplugin::testing::Eventually(
+      [&] {
+        absl::StatusOr<Json> c = api.Get("resourceclaims", "default", "hami-gpu");
+        return c.ok() && !c->value("status", Json::object()).contains("allocation");
+      },
+      absl::Seconds(20)))
+      << api.Get("resourceclaims", "default", "hami-gpu")->dump();
+  // Another request's template name taken by someone else's template (unrecorded): the webhook
+  // creates, finds the name taken, reads it (get) and refuses the pod. The name comes from a dry
+  // run, which creates nothing.
+  Json other = ext::testing::GpuPod("other", 1, 2000, 20);
+  other["metadata"].erase("uid");
+  auto admit = [&](const Json& p, bool dry_run) {
+    Json r = review;
+    r["request"]["object"] = p;
+    r["request"]["dryRun"] = dry_run;
+    return Json::parse(scheduler.Admission(r.dump(), /*mutate=*/true).body)["response"];
+  };
+  const Json dry = admit(other, true);
+  std::string dry_patch;
+  ASSERT_TRUE(absl::Base64Unescape(dry.value("patch", ""), &dry_patch)) << dry.dump();
+  const std::string taken =
+      other.patch(Json::parse(dry_patch))["spec"]["resourceClaims"][0]["resourceClaimTemplateName"];
+  Json squatter = *tmpl;
+  squatter["metadata"] = {{"name", taken}, {"namespace", "default"}};
+  ASSERT_TRUE(api.Create("resourceclaimtemplates", squatter).ok());
+  const Json refused = admit(other, false);
+  EXPECT_FALSE(refused.value("allowed", true)) << refused.dump();
+  EXPECT_THAT(refused.dump(), ::testing::HasSubstr("another spec"));
+  absl::SleepFor(absl::Milliseconds(300));  // The recorder's writes.
+  scheduler.Stop();
+  ExpectRbacMatches(
+      api.Requests(), "prism-scheduler",
+      {{"pods delete", "a decision that no longer holds (SchedulerUsesExactlyItsShippedRights)"},
+       {"pods get", "a Bind for a pod the informer does not know (the same)"},
+       {"pods/status patch", "a preemption victim's DisruptionTarget (the same)"},
+       {"pods/eviction create", "a preemption victim's eviction (the same)"},
+       {"events patch", "repeats of one Event (the same)"}},
+      dir);
 }
 
 }  // namespace
