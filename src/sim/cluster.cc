@@ -128,6 +128,10 @@ int MemorySlicesNeeded(const mig::GpuModel& model, int gpu_milli) {
   return (model.memory_slices * gpu_milli + kMilliPerGpu - 1) / kMilliPerGpu;
 }
 
+int64_t SliceMemoryMib(const mig::GpuModel& model, int gpu_milli) {
+  return (model.memory_mib * gpu_milli + kMilliPerGpu - 1) / kMilliPerGpu;
+}
+
 bool ProfileServes(const mig::GpuModel& model, int profile, int gpu_milli, MigMapping mapping) {
   const mig::GpuInstanceProfile& p = model.profiles[profile];
   switch (mapping) {
@@ -163,6 +167,7 @@ ClusterState::ClusterState(const Cluster* cluster, MigMapping mapping)
   memory_left_.resize(n);
   gpu_left_total_.resize(n);
   busy_instances_.assign(n, 0);
+  shared_.resize(cluster->total_gpus());
   version_.assign(n, 0);
   gpu_left_.assign(cluster->total_gpus(), 0);
   layouts_.resize(cluster->total_gpus());
@@ -243,6 +248,13 @@ absl::Status ClusterState::CheckPlacement(const PodRequest& pod, const Placement
     }
     auto it = std::find_if(layout.begin(), layout.end(),
                            [&](const mig::Instance& i) { return i.SamePlacement(a.use); });
+    if (a.shared) {
+      if (it == layout.end()) {
+        return fail(StrCat("GPU ", a.gpu, " has no instance ", InstanceName(model, a.use)));
+      }
+      RETURN_IF_ERROR(CheckSlice(pod, n, a, it->busy));
+      continue;
+    }
     if (it == layout.end() || it->busy) {
       return fail(StrCat("GPU ", a.gpu, " has no idle instance ", InstanceName(model, a.use)));
     }
@@ -250,6 +262,56 @@ absl::Status ClusterState::CheckPlacement(const PodRequest& pod, const Placement
       return fail(StrCat(InstanceName(model, a.use), " is too small for ", pod.gpu_milli,
                          " milli-GPU (", MigMappingName(mapping_), " mapping)"));
     }
+  }
+  return absl::OkStatus();
+}
+
+ClusterState::SharedUse* ClusterState::FindShared(int flat, const mig::Instance& inst) {
+  for (SharedUse& u : shared_[flat]) {
+    if (u.instance.SamePlacement(inst)) return &u;
+  }
+  return nullptr;
+}
+
+const ClusterState::SharedUse* ClusterState::FindShared(int flat,
+                                                        const mig::Instance& inst) const {
+  return const_cast<ClusterState*>(this)->FindShared(flat, inst);
+}
+
+absl::Status ClusterState::CheckSlice(const PodRequest& pod, int node, const MigAssignment& a,
+                                      bool instance_busy) const {
+  const mig::GpuModel& model = *cluster_->node(node).mig_model;
+  const std::string where = StrCat("pod ", pod.name, " on ", cluster_->node(node).name, ", GPU ",
+                                   a.gpu, ", slice of ", InstanceName(model, a.use), ": ");
+  auto fail = [&](std::string_view what) {
+    return absl::FailedPreconditionError(StrCat(where, what));
+  };
+  if (pod.gpu_count != 1 || pod.gpu_milli >= kMilliPerGpu) {
+    return fail("only a share of one GPU can be a slice");
+  }
+  // The slice must give the pod what it asks: its share of the GPU's memory (memory mapping)
+  // or of its compute (compute mapping).
+  if (mapping_ == MigMapping::kMemory ? a.memory_mib < SliceMemoryMib(model, pod.gpu_milli)
+                                      : a.cores_permille < pod.gpu_milli) {
+    return fail(StrCat(a.memory_mib, " MiB and ", a.cores_permille, " per-mille do not serve ",
+                       pod.gpu_milli, " milli-GPU (", MigMappingName(mapping_), " mapping)"));
+  }
+  if (a.memory_mib < 0 || a.cores_permille < 0) return fail("a negative slice");
+  const SharedUse* use = FindShared(cluster_->gpu_offset(node) + a.gpu, a.use);
+  if (instance_busy && use == nullptr) return fail("the instance is held whole");
+  const mig::GpuInstanceProfile& profile = model.profiles[a.use.profile];
+  const int64_t memory = (use ? use->memory_mib : 0) + a.memory_mib;
+  const int64_t cores = int64_t{use ? use->cores_permille : 0} + a.cores_permille;
+  const int64_t instance_cores = int64_t{profile.compute_slices} * kMilliPerGpu /
+                                 model.compute_slices;
+  if (memory > profile.memory_mib) {
+    return fail(StrCat(memory, " MiB of slices, the instance has ", profile.memory_mib));
+  }
+  if (cores > instance_cores) {
+    return fail(StrCat(cores, " per-mille of slices, the instance has ", instance_cores));
+  }
+  if ((use ? use->tasks : 0) + 1 > kMaxSlicesPerInstance) {
+    return fail(StrCat("more than ", kMaxSlicesPerInstance, " slices"));
   }
   return absl::OkStatus();
 }
@@ -276,12 +338,21 @@ absl::Status ClusterState::Place(const PodRequest& pod, const Placement& placeme
       layout.push_back(mig::Instance{c.profile, c.start, false, -1});
       ++counters_.instances_created;
     }
-    auto it = std::find_if(layout.begin(), layout.end(), [&](const mig::Instance& i) {
-      return !i.busy && i.SamePlacement(a.use);
-    });
-    it->busy = true;
-    ++busy_instances_[n];
-    busy_slices_ += model.profiles[a.use.profile].compute_slices;
+    SharedUse* use = a.shared ? FindShared(base + a.gpu, a.use) : nullptr;
+    if (use == nullptr) {
+      auto it = std::find_if(layout.begin(), layout.end(), [&](const mig::Instance& i) {
+        return !i.busy && i.SamePlacement(a.use);
+      });
+      it->busy = true;
+      ++busy_instances_[n];
+      busy_slices_ += model.profiles[a.use.profile].compute_slices;
+      if (a.shared) use = &shared_[base + a.gpu].emplace_back(SharedUse{*it});
+    }
+    if (use != nullptr) {
+      use->memory_mib += a.memory_mib;
+      use->cores_permille += a.cores_permille;
+      ++use->tasks;
+    }
     occupancy_[base + a.gpu] = *mig::Occupy(model, layout);
   }
   used_gpu_milli_ += pod.TotalGpuMilli();
@@ -304,6 +375,11 @@ absl::Status ClusterState::Release(const PodRequest& pod, const Placement& place
       return absl::FailedPreconditionError(
           StrCat("pod ", pod.name, ": no busy instance to release on GPU ", a.gpu));
     }
+    if (a.shared != (FindShared(base + a.gpu, a.use) != nullptr)) {
+      return absl::FailedPreconditionError(
+          StrCat("pod ", pod.name, ": GPU ", a.gpu, "'s instance is ",
+                 a.shared ? "held whole, not shared" : "shared, not held whole"));
+    }
   }
   cpu_left_[n] += pod.milli_cpu;
   memory_left_[n] += pod.memory_mib;
@@ -317,6 +393,15 @@ absl::Status ClusterState::Release(const PodRequest& pod, const Placement& place
     auto it = std::find_if(layout.begin(), layout.end(), [&](const mig::Instance& i) {
       return i.busy && i.SamePlacement(a.use);
     });
+    if (a.shared) {
+      // The instance stays busy until its last slice leaves.
+      std::vector<SharedUse>& uses = shared_[base + a.gpu];
+      SharedUse* use = FindShared(base + a.gpu, a.use);
+      use->memory_mib -= a.memory_mib;
+      use->cores_permille -= a.cores_permille;
+      if (--use->tasks > 0) continue;
+      uses.erase(uses.begin() + (use - uses.data()));
+    }
     it->busy = false;
     --busy_instances_[n];
     busy_slices_ -= model.profiles[a.use.profile].compute_slices;

@@ -3,10 +3,11 @@
 //
 // A node has CPU, memory and GPUs of one model. Its GPUs are either shared in
 // software (each GPU has 1000 milli-GPU that pods take shares of) or MIG GPUs
-// (each holds a layout of GPU instances; a pod takes one whole instance).
-// ClusterState validates every placement independently of the policy that
-// made it: no CPU, memory or GPU over-commit, every MIG layout legal, no
-// instance in use destroyed or moved. Thread-compatible.
+// (each holds a layout of GPU instances; a pod takes one whole instance, or a
+// slice of a shared one). ClusterState validates every placement independently
+// of the policy that made it: no CPU, memory or GPU over-commit, every MIG
+// layout legal, no instance in use destroyed or moved, no shared instance
+// over-committed (memory, compute, slices). Thread-compatible.
 #pragma once
 
 #include <cstdint>
@@ -105,6 +106,12 @@ std::string_view MigMappingName(MigMapping mapping);
 bool ProfileServes(const mig::GpuModel& model, int profile, int gpu_milli, MigMapping mapping);
 // Memory slices a share needs under kMemory: ceil(milli * memory_slices / 1000).
 int MemorySlicesNeeded(const mig::GpuModel& model, int gpu_milli);
+// MiB a share needs as a slice of a shared instance (docs/mig-slices.md) under kMemory:
+// ceil(milli * the GPU's memory / 1000).
+int64_t SliceMemoryMib(const mig::GpuModel& model, int gpu_milli);
+// A shared instance of `profile` holds at most this many slices: the engine's split count in the
+// simulator (EnginePolicyOptions::device_split_count's default).
+inline constexpr int kMaxSlicesPerInstance = 100;
 
 struct PodRequest {
   std::string name;
@@ -131,6 +138,12 @@ struct MigAssignment {
   std::vector<mig::Instance> destroy;  // Idle instances destroyed first.
   std::vector<mig::Instance> create;   // Instances created next (profile, start).
   mig::Instance use;                   // The instance the pod takes (profile, start).
+  // A slice of a shared instance (docs/mig-slices.md): `use` is held with other slices, this
+  // one taking `memory_mib` of its memory and `cores_permille` (of the whole GPU) of its compute.
+  // A shared instance is busy for every other rule (never destroyed or moved, never held whole).
+  bool shared = false;
+  int64_t memory_mib = 0;
+  int cores_permille = 0;
 };
 
 struct Placement {
@@ -170,7 +183,7 @@ class ClusterState {
   const mig::Occupancy& occupancy(int node, int gpu) const {
     return occupancy_[cluster_->gpu_offset(node) + gpu];
   }
-  // Instances in use on `node` (MIG GPUs).
+  // Instances in use on `node` (MIG GPUs; a shared instance counts once).
   int busy_instances(int node) const { return busy_instances_[node]; }
   // Bumped whenever the node changes, for policies that cache per node.
   uint64_t version(int node) const { return version_[node]; }
@@ -193,7 +206,19 @@ class ClusterState {
   absl::Status Release(const PodRequest& pod, const Placement& placement, bool keep_instances);
 
  private:
+  // The slices of one shared instance (busy in the layout while it holds any).
+  struct SharedUse {
+    mig::Instance instance;
+    int64_t memory_mib = 0;
+    int cores_permille = 0;
+    int tasks = 0;
+  };
   absl::Status CheckPlacement(const PodRequest& pod, const Placement& placement);
+  absl::Status CheckSlice(const PodRequest& pod, int node, const MigAssignment& a,
+                          bool instance_busy) const;
+  // The shared use of instance `inst` on flat GPU `flat`, or nullptr.
+  SharedUse* FindShared(int flat, const mig::Instance& inst);
+  const SharedUse* FindShared(int flat, const mig::Instance& inst) const;
 
   const Cluster* cluster_;
   MigMapping mapping_;
@@ -204,6 +229,7 @@ class ClusterState {
   std::vector<mig::Layout> layouts_;
   std::vector<mig::Occupancy> occupancy_;
   std::vector<int> busy_instances_;
+  std::vector<std::vector<SharedUse>> shared_;  // Per flat GPU index.
   std::vector<uint64_t> version_;
   int64_t used_gpu_milli_ = 0;
   int64_t busy_slices_ = 0;

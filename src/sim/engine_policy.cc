@@ -29,6 +29,23 @@ int64_t NominalMemoryMib(std::string_view model) {
   return it != kMemory.end() ? it->second : 16384;
 }
 
+// Whether `pod` asks as a slice under `sharing`: a share of one GPU that some shareable profile
+// holds with room to spare (memory and compute strictly below the profile's, the engine's rule 5).
+// Other pods keep today's request, so their decisions stay today's.
+bool IsSliceShare(const PodRequest& pod, const SimMigSharing* sharing) {
+  if (sharing == nullptr || sharing->model == nullptr || !pod.IsShare()) return false;
+  const mig::GpuModel& model = *sharing->model;
+  const int64_t memory = SliceMemoryMib(model, pod.gpu_milli);
+  const int cores = sharing->slice_cores ? pod.gpu_milli : 0;
+  for (size_t p = 0; p < model.profiles.size(); ++p) {
+    if (((sharing->profiles >> p) & 1) && model.profiles[p].memory_mib > memory &&
+        sched::MigProfileCorePermille(model, static_cast<int>(p)) > cores) {
+      return true;
+    }
+  }
+  return false;
+}
+
 }  // namespace
 
 absl::StatusOr<SimEngine> BuildSimEngine(const Cluster& cluster, const Workload& workload,
@@ -74,6 +91,15 @@ absl::StatusOr<SimEngine> BuildSimEngine(const Cluster& cluster, const Workload&
   config.device_split_count = options.device_split_count;
   config.mig_strategy = sched::MigStrategy::kPlacement;
   config.mig_match_cores = mapping == MigMapping::kCompute;
+  ASSIGN_OR_RETURN(SimMigSharing sharing, MigSharingOf(cluster, mapping, options));
+  if (sharing.model != nullptr) {
+    sched::MigSharing entry;
+    entry.models.push_back(sharing.model->name);
+    for (size_t p = 0; p < sharing.model->profiles.size(); ++p) {
+      if ((sharing.profiles >> p) & 1) entry.profiles.push_back(sharing.model->profiles[p].Name());
+    }
+    config.mig_sharing.push_back(std::move(entry));
+  }
   auto state = sched::ClusterState::Build(nodes, config);
   if (!state.ok()) return Annotate(state.status(), "building the engine's cluster");
   sched::EngineOptions engine_options;
@@ -87,7 +113,7 @@ absl::StatusOr<SimEngine> BuildSimEngine(const Cluster& cluster, const Workload&
   std::vector<sched::PodRequest> mix;
   mix.reserve(workload.trace_pods.size());
   for (const PodRequest& p : workload.trace_pods) {
-    mix.push_back(SimPodToEngine(p, mapping, has_mig));
+    mix.push_back(SimPodToEngine(p, mapping, has_mig, &sharing));
   }
   sched::TargetWorkload target = sched::TargetWorkload::FromPods(
       mix, options.typical_pod_coverage, options.max_typical_shapes);
@@ -96,7 +122,51 @@ absl::StatusOr<SimEngine> BuildSimEngine(const Cluster& cluster, const Workload&
   return out;
 }
 
-sched::PodRequest SimPodToEngine(const PodRequest& pod, MigMapping mapping, bool has_mig) {
+uint32_t SimShareableProfiles(const mig::GpuModel& model, int level) {
+  uint32_t mask = 0;
+  for (size_t p = 0; p < model.profiles.size(); ++p) {
+    const mig::GpuInstanceProfile& profile = model.profiles[p];
+    if (profile.name.attrs != mig::kAttrNone) continue;  // +me: never needed by a slice.
+    if (level == 1 ? profile.compute_slices == 1
+                   : level >= 2 && profile.compute_slices < model.compute_slices) {
+      mask |= 1u << p;
+    }
+  }
+  return mask;
+}
+
+absl::StatusOr<SimMigSharing> MigSharingOf(const Cluster& cluster, MigMapping mapping,
+                                           const EnginePolicyOptions& options) {
+  SimMigSharing out;
+  out.slice_cores = options.slice_cores;
+  if (options.mig_sharing == 0) return out;
+  if (mapping != MigMapping::kMemory) {
+    return absl::InvalidArgumentError(
+        StrCat(options.name, ": mig_sharing needs the memory mapping (a slice asks MiB)"));
+  }
+  if (options.dra || options.profile_requests) {
+    return absl::InvalidArgumentError(StrCat(
+        options.name, ": mig_sharing does not combine with DRA claims or profile_requests, "
+                      "whose MIG requests are whole instances"));
+  }
+  for (const NodeSpec& n : cluster.nodes()) {
+    if (n.mig_model == nullptr || n.gpu_count == 0) continue;
+    if (out.model != nullptr && out.model != n.mig_model) {
+      return absl::InvalidArgumentError(
+          StrCat(options.name, ": mig_sharing needs one MIG model in the cluster (",
+                 out.model->name, " and ", n.mig_model->name, ")"));
+    }
+    out.model = n.mig_model;
+  }
+  if (out.model == nullptr) {
+    return absl::InvalidArgumentError(StrCat(options.name, ": mig_sharing needs MIG GPUs (--mig)"));
+  }
+  out.profiles = SimShareableProfiles(*out.model, options.mig_sharing);
+  return out;
+}
+
+sched::PodRequest SimPodToEngine(const PodRequest& pod, MigMapping mapping, bool has_mig,
+                                 const SimMigSharing* sharing) {
   sched::PodRequest r;
   r.name = pod.name;
   sched::ContainerRequest c;
@@ -107,6 +177,9 @@ sched::PodRequest SimPodToEngine(const PodRequest& pod, MigMapping mapping, bool
     c.gpu.count = pod.gpu_count;
     if (mapping == MigMapping::kCompute) {
       c.gpu.cores_permille = pod.gpu_milli;
+    } else if (IsSliceShare(pod, sharing)) {
+      c.gpu.memory_mib = SliceMemoryMib(*sharing->model, pod.gpu_milli);
+      c.gpu.cores_permille = sharing->slice_cores ? pod.gpu_milli : 0;
     } else {
       c.gpu.memory_permille = pod.gpu_milli;
       c.gpu.cores_permille = pod.gpu_milli;
@@ -135,6 +208,7 @@ class EnginePolicy : public Policy {
     has_mig_ = cluster_->has_mig();
     ASSIGN_OR_RETURN(SimEngine built,
                      BuildSimEngine(*cluster_, *context.workload, mapping_, options_));
+    ASSIGN_OR_RETURN(sharing_, MigSharingOf(*cluster_, mapping_, options_));
     engine_ = std::move(built.engine);
     to_sim_ = std::move(built.to_sim);
     allowed_nodes_.clear();
@@ -363,7 +437,7 @@ class EnginePolicy : public Policy {
   }
 
   sched::PodRequest ToEngine(const PodRequest& pod) const {
-    return SimPodToEngine(pod, mapping_, has_mig_);
+    return SimPodToEngine(pod, mapping_, has_mig_, &sharing_);
   }
 
   const std::vector<int32_t>& AllowedNodes(uint64_t mask) {
@@ -390,6 +464,11 @@ class EnginePolicy : public Policy {
         MigAssignment a;
         a.gpu = dev.gpu_index;
         a.use = mig::Instance{dev.profile, dev.start};
+        if (dev.shared) {
+          a.shared = true;
+          a.memory_mib = dev.memory_mib;
+          a.cores_permille = dev.cores_permille;
+        }
         for (size_t i = 0; i < d.mig.size(); ++i) {
           if (d.mig[i].gpu_index != dev.gpu_index || covered[i]) continue;
           covered[i] = true;
@@ -415,6 +494,7 @@ class EnginePolicy : public Policy {
   const Cluster* cluster_ = nullptr;
   MigMapping mapping_ = MigMapping::kMemory;
   bool has_mig_ = false;
+  SimMigSharing sharing_;
   std::vector<int> to_sim_;
   std::unique_ptr<sched::Engine> engine_;
   sched::Decision pending_;
@@ -449,10 +529,11 @@ absl::StatusOr<double> ParseDouble(std::string_view key, std::string_view value)
 std::optional<std::pair<double, double>> KnobRange(std::string_view key) {
   if (key == "coverage" || key == "bestfit_cpu_share") return std::pair{0.0, 1.0};
   if (key == "quantize" || key == "cpu_pack" || key == "exact_gpu" || key == "profile_requests" ||
-      key == "topology") {
+      key == "topology" || key == "slice_cores") {
     return std::pair{0.0, 1.0};
   }
   if (key == "split") return std::pair{1.0, 1000.0};
+  if (key == "mig_sharing") return std::pair{0.0, 2.0};
   if (key == "frag_weight" || key == "pack_weight" || key == "cpu_balance" ||
       key == "type_balance") {
     return std::pair{-1e6, 1e6};
@@ -557,13 +638,17 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view 
         o.policy.topology_harm = v;
       } else if (key == "topology_whole") {
         o.policy.topology_whole_node = v != 0;
+      } else if (key == "mig_sharing") {
+        o.mig_sharing = static_cast<int>(v);
+      } else if (key == "slice_cores") {
+        o.slice_cores = v != 0;
       } else {
         return absl::InvalidArgumentError(
             StrCat("unknown policy option '", key,
                    "' (known: frag_weight, pack_weight, gpu, quantize, resolution, cpu_pack, "
                    "exact_gpu, cpu_balance, type_balance, split, coverage, bestfit_cpu_share, "
                    "maintain, profile_requests, topology, topology_weight, topology_whole, "
-                   "topology_harm)"));
+                   "topology_harm, mig_sharing, slice_cores)"));
       }
     }
   }

@@ -62,7 +62,30 @@ struct EnginePolicyOptions {
   // (`prism sim --topology`); false: topology-blind, the same engine without it (knob
   // topology=0).
   bool use_topology = true;
+  // Shared MIG instances (docs/mig-slices.md, knob mig_sharing): 0 none (today's engine); 1 the
+  // device config shares the 1g profiles of the cluster's MIG model (1g.10gb and 1g.20gb on an
+  // A100-80GB); 2 every plain profile smaller than the whole GPU. A share that a shareable
+  // profile holds with room to spare then asks, as a user would write it, memory in MiB (its
+  // share of the GPU's memory, SliceMemoryMib) and compute of its share, and may share an
+  // instance; every other pod asks what it asks today. Memory mapping only.
+  int mig_sharing = 0;
+  // With mig_sharing: a slice reserves its compute share (knob slice_cores=1, the default), or
+  // none (0: memory only, as HAMi's memory mapping matches whole instances).
+  bool slice_cores = true;
 };
+
+// How a run with EnginePolicyOptions::mig_sharing turns shares into slice requests.
+struct SimMigSharing {
+  const mig::GpuModel* model = nullptr;  // The cluster's MIG model; nullptr: no sharing.
+  uint32_t profiles = 0;                 // Bit p: instances of profile p may hold slices.
+  bool slice_cores = true;
+};
+// The shareable profiles of `model` at sharing level `level` (EnginePolicyOptions::mig_sharing).
+uint32_t SimShareableProfiles(const mig::GpuModel& model, int level);
+// The sharing a run of `options` on `cluster` uses (model nullptr when mig_sharing is 0);
+// InvalidArgument for the compute mapping, DRA or profile_requests, no or several MIG models.
+absl::StatusOr<SimMigSharing> MigSharingOf(const Cluster& cluster, MigMapping mapping,
+                                           const EnginePolicyOptions& options);
 
 std::unique_ptr<Policy> MakeEnginePolicy(const EnginePolicyOptions& options);
 
@@ -78,8 +101,10 @@ struct SimEngine {
 absl::StatusOr<SimEngine> BuildSimEngine(const Cluster& cluster, const Workload& workload,
                                          MigMapping mapping, const EnginePolicyOptions& options);
 
-// A trace pod as the engine's request (one container; see the file comment).
-sched::PodRequest SimPodToEngine(const PodRequest& pod, MigMapping mapping, bool has_mig);
+// A trace pod as the engine's request (one container; see the file comment); with `sharing`, a
+// share that may be a slice asks memory in MiB (EnginePolicyOptions::mig_sharing).
+sched::PodRequest SimPodToEngine(const PodRequest& pod, MigMapping mapping, bool has_mig,
+                                 const SimMigSharing* sharing = nullptr);
 
 // The engine's policies under simulator names: "prism" (the engine's default), "prism-dra"
 // (the default under DRA, EnginePolicyOptions::dra), "prism-fgd", "prism-bestfit",
@@ -87,7 +112,8 @@ sched::PodRequest SimPodToEngine(const PodRequest& pod, MigMapping mapping, bool
 // "prism:pack_weight=0.05,frag_weight=1" (keys: frag_weight, pack_weight,
 // gpu=binpack|spread|fgd, quantize=0|1, resolution=GPUs, cpu_pack=0|1, exact_gpu=0|1, split=N,
 // coverage=F, maintain=N, profile_requests=0|1, topology=0|1, topology_weight=F,
-// topology_whole=0|1, topology_harm=F; see core/sched/policy.h); ';' also separates knobs
+// topology_whole=0|1, topology_harm=F, mig_sharing=0|1|2, slice_cores=0|1; see
+// core/sched/policy.h and EnginePolicyOptions); ';' also separates knobs
 // ("prism:cpu_pack=0;exact_gpu=0"), for `prism sim --policy`, whose list is comma-separated.
 absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view name);
 std::vector<std::string> EnginePolicyNames();

@@ -12,15 +12,8 @@ namespace {
 using testing::A100;
 using ::testing::HasSubstr;
 using testing::Pod;
+using testing::Sequence;
 using testing::SmallCluster;
-
-Workload Sequence(const Cluster& c, std::vector<PodRequest> pods) {
-  Workload w;
-  w.trace_pods = pods;
-  w.pods = std::move(pods);
-  for (int i = 0; i < c.node_count(); ++i) w.node_rank.push_back(c.node_count() - 1 - i);
-  return w;
-}
 
 TEST(EnginePolicyTest, PlacesSharedGpuPodsTheSimulatorAccepts) {
   Cluster c = SmallCluster({2, 4, 0});

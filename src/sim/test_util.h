@@ -7,6 +7,7 @@
 #include "base/check.h"
 #include "core/mig/gpu_model.h"
 #include "sim/cluster.h"
+#include "sim/workload.h"
 
 namespace prism::sim::testing {
 
@@ -48,6 +49,16 @@ inline int Profile(const mig::GpuModel& model, const char* name) {
   const int p = model.FindProfile(name);
   PRISM_CHECK(p >= 0);
   return p;
+}
+
+// `pods` in this order, as the trace's pods too; node i gets tie-break rank count-1-i (the last
+// node wins ties).
+inline Workload Sequence(const Cluster& c, std::vector<PodRequest> pods) {
+  Workload w;
+  w.trace_pods = pods;
+  w.pods = std::move(pods);
+  for (int i = 0; i < c.node_count(); ++i) w.node_rank.push_back(c.node_count() - 1 - i);
+  return w;
 }
 
 }  // namespace prism::sim::testing
