@@ -21,6 +21,15 @@ namespace {
 
 using k8s::Json;
 
+bool AsksShares(const std::vector<config::DraClaimSpec>& claims) {
+  for (const config::DraClaimSpec& c : claims) {
+    for (const config::DraDeviceRequest& r : c.requests) {
+      if (c.prism && r.kind == config::DraDeviceKind::kSlice) return true;
+    }
+  }
+  return false;
+}
+
 constexpr char kLog[] = "dra-allocator";
 
 // k8s::Find, with an explicit null read as absent (an "allocation": null is no allocation).
@@ -404,12 +413,23 @@ void DraAllocator::OnSlice(const Json& slice) {
     }
   }
   absl::MutexLock lock(&mu_);
-  slice_minors_[k8s::Name(slice)] = PublishedSlice{node, std::move(minors), std::move(shared)};
+  PublishedSlice& entry = slice_minors_[k8s::Name(slice)];
+  CountSharingLocked(entry, -1);
+  entry = PublishedSlice{node, std::move(minors), std::move(shared)};
+  CountSharingLocked(entry, +1);
 }
 
 void DraAllocator::OnSliceDeleted(const Json& slice) {
   absl::MutexLock lock(&mu_);
-  slice_minors_.erase(k8s::Name(slice));
+  auto it = slice_minors_.find(k8s::Name(slice));
+  if (it == slice_minors_.end()) return;
+  CountSharingLocked(it->second, -1);
+  slice_minors_.erase(it);
+}
+
+void DraAllocator::CountSharingLocked(const PublishedSlice& slice, int delta) {
+  if (slice.shared_devices.empty()) return;
+  if ((sharing_slices_[slice.node] += delta) <= 0) sharing_slices_.erase(slice.node);
 }
 
 config::DraGpuMinors DraAllocator::MinorsOf(const std::string& node) const {
@@ -736,6 +756,24 @@ absl::StatusOr<DraAllocator::DraDecision> DraAllocator::Decide(const Json& pod) 
       invalid = true;
       continue;
     }
+    // Shares only where a node publishes shared devices, so that the engine looks elsewhere
+    // rather than deciding for a node that cannot take them (SharesArePublished would refuse).
+    std::vector<std::string> where = candidates;
+    if (AsksShares(chosen)) {
+      absl::MutexLock lock(&mu_);
+      if (all_nodes) {
+        for (const auto& [n, count] : sharing_slices_) where.push_back(n);
+      }
+      std::erase_if(where, [&](const std::string& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return !sharing_slices_.contains(n);
+      });
+      if (where.empty()) {
+        last = absl::FailedPreconditionError(
+            "no node publishes shared GPUs (DRAConsumableCapacity) for the pod's share requests");
+        invalid = false;
+        continue;
+      }
+    }
     absl::StatusOr<config::DraPodRequest> request = config::BuildDraPodRequest(*base, chosen);
     if (!request.ok()) {
       last = request.status();
@@ -744,7 +782,7 @@ absl::StatusOr<DraAllocator::DraDecision> DraAllocator::Decide(const Json& pod) 
     }
     std::vector<Json> allocations;
     absl::StatusOr<DraPlacement> placed = cache_->AllocateDra(
-        request->request, candidates,
+        request->request, where,
         [&](const sched::Decision& decision, const sched::ClusterState& cluster)
             -> absl::StatusOr<std::vector<DraClaimCharge>> {
           absl::StatusOr<std::vector<Json>> built = config::BuildDraAllocations(

@@ -207,6 +207,10 @@ class DraAllocator {
     std::set<std::string, std::less<>> shared_devices;
   };
   std::map<std::string, PublishedSlice, std::less<>> slice_minors_ ABSL_GUARDED_BY(mu_);
+  // Per node, how many of its slices publish a shared device: share requests go only to these
+  // (a node whose API server drops DRAConsumableCapacity's fields publishes whole GPUs only).
+  std::map<std::string, int, std::less<>> sharing_slices_ ABSL_GUARDED_BY(mu_);
+  void CountSharingLocked(const PublishedSlice& slice, int delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Last event message per pod UID (one event per distinct problem) and when each pod may be
   // tried again.
   std::map<std::string, std::string> last_message_ ABSL_GUARDED_BY(mu_);

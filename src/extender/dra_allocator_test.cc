@@ -502,6 +502,52 @@ json SliceSpec(json requests) {
   return spec;
 }
 
+// Shares go only to nodes that publish shared devices: with one T4 node's API server keeping no
+// DRAConsumableCapacity fields (its GPU published whole) and another's keeping them, every share
+// lands on the second, never decided for the first and then refused; with none left, the Event
+// says so.
+TEST_F(DraAllocatorTest, SharesGoOnlyToNodesThatPublishThem) {
+  constexpr char kSharing[] = "t4-sharing";
+  json whole = *api_->Get("resourceslices", "", StrCat(kOther, "-gpu.prism.io-0"));
+  whole["spec"]["devices"][0].erase("allowMultipleAllocations");
+  ASSERT_OK(api_->Update("resourceslices", whole).status());
+  ASSERT_OK(api_->Create("nodes", NodeJson(kSharing, {TestGpu("Tesla T4", 15360, false)})));
+  ASSERT_OK(api_->Create("resourceslices", Slice(kSharing, StrCat("GPU-", kSharing, "-0"), false,
+                                                 /*shared=*/true)));
+  for (int i = 0; i < 3; ++i) {
+    const std::string name = StrCat("s", i);
+    ASSERT_OK(api_->Create("resourceclaims",
+                           Claim(name, SliceSpec({{"memory", "2Gi"}, {"cores", "20"}}))));
+    ASSERT_TRUE(WaitUntil([&] { return scheduler_->dra()->NeedsGate(DraPod("x", name)); }));
+    Submit(DraPod(StrCat("p", name), name));
+    ASSERT_TRUE(WaitUntil([&] { return Allocated(name); }, absl::Seconds(10)))
+        << name << ": " << (Events("FailedAllocation").empty()
+                                ? std::string("no event")
+                                : Events("FailedAllocation").back().dump());
+    EXPECT_EQ(Get("resourceclaims", name)["status"]["allocation"]["devices"]["results"][0]["pool"],
+              kSharing);
+  }
+  json none = *api_->Get("resourceslices", "", StrCat(kSharing, "-gpu.prism.io-0"));
+  none["spec"]["devices"][0].erase("allowMultipleAllocations");
+  ASSERT_OK(api_->Update("resourceslices", none).status());
+  ASSERT_OK(api_->Create("resourceclaims", Claim("late", SliceSpec({{"memory", "1Gi"}}))));
+  ASSERT_TRUE(WaitUntil([&] { return scheduler_->dra()->NeedsGate(DraPod("x", "late")); }));
+  Submit(DraPod("plate", "late"));
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (const json& e : Events("FailedAllocation")) {
+          if (e["involvedObject"]["name"] == "plate" &&
+              e["message"].get<std::string>().find("no node publishes shared GPUs") !=
+                  std::string::npos) {
+            return true;
+          }
+        }
+        return false;
+      },
+      absl::Seconds(10)));
+  EXPECT_FALSE(Allocated("late"));
+}
+
 TEST_F(DraAllocatorTest, SharesOfAGpuArePlacedChargedAndRefusedWhenTheyCannotFit) {
   // 60 % and 4 GiB of the T4 (the only GPU not in MIG mode).
   ASSERT_OK(
