@@ -389,84 +389,6 @@ void DraAllocator::OnPodDeleted(const Json& pod) {
   retry_at_.erase(k8s::Uid(pod));
 }
 
-void DraAllocator::OnSlice(const Json& slice) {
-  const std::string node = Str(slice, {"spec", "nodeName"});
-  config::DraGpuMinors minors;
-  std::set<std::string, std::less<>> shared;
-  if (const Json* devices = Find(slice, {"spec", "devices"}); devices != nullptr &&
-                                                             devices->is_array()) {
-    for (const Json& d : *devices) {
-      const std::string name = Str(d, {"name"});
-      if (const Json* multi = Find(d, {"allowMultipleAllocations"});
-          multi != nullptr && multi->is_boolean() && multi->get<bool>()) {
-        shared.insert(name);
-      }
-      // "gpu-<minor>" (a whole GPU, attribute uuid) or "gpu-<minor>-mig-..." (parentUUID).
-      if (!name.starts_with("gpu-")) continue;
-      size_t end = 4;
-      while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
-      if (end == 4 || end - 4 > 9) continue;
-      const uint32_t minor = static_cast<uint32_t>(std::stoul(name.substr(4, end - 4)));
-      std::string uuid = Str(d, {"attributes", "uuid", "string"});
-      if (end != name.size()) uuid = Str(d, {"attributes", "parentUUID", "string"});
-      if (!uuid.empty()) minors[uuid] = minor;
-    }
-  }
-  absl::MutexLock lock(&mu_);
-  PublishedSlice& entry = slice_minors_[k8s::Name(slice)];
-  CountSharingLocked(entry, -1);
-  entry = PublishedSlice{node, std::move(minors), std::move(shared)};
-  CountSharingLocked(entry, +1);
-}
-
-void DraAllocator::OnSliceDeleted(const Json& slice) {
-  absl::MutexLock lock(&mu_);
-  auto it = slice_minors_.find(k8s::Name(slice));
-  if (it == slice_minors_.end()) return;
-  CountSharingLocked(it->second, -1);
-  slice_minors_.erase(it);
-}
-
-void DraAllocator::CountSharingLocked(const PublishedSlice& slice, int delta) {
-  if (slice.shared_devices.empty()) return;
-  if ((sharing_slices_[slice.node] += delta) <= 0) sharing_slices_.erase(slice.node);
-}
-
-config::DraGpuMinors DraAllocator::MinorsOf(const std::string& node) const {
-  absl::MutexLock lock(&mu_);
-  config::DraGpuMinors out;
-  for (const auto& [name, entry] : slice_minors_) {
-    if (entry.node == node) out.insert(entry.minors.begin(), entry.minors.end());
-  }
-  return out;
-}
-
-absl::Status DraAllocator::SharesArePublished(const std::string& node,
-                                              const std::vector<Json>& allocations) const {
-  std::set<std::string, std::less<>> shared;  // What `node` publishes as shared.
-  {
-    absl::MutexLock lock(&mu_);
-    for (const auto& [name, entry] : slice_minors_) {
-      if (entry.node == node) shared.insert(entry.shared_devices.begin(), entry.shared_devices.end());
-    }
-  }
-  for (const Json& allocation : allocations) {
-    const Json* results = Find(allocation, {"devices", "results"});
-    if (results == nullptr || !results->is_array()) continue;
-    for (const Json& r : *results) {
-      if (Str(r, {"shareID"}).empty()) continue;
-      const std::string device = Str(r, {"device"});
-      if (!shared.contains(device)) {
-        return absl::FailedPreconditionError(StrCat(
-            "node ", node, " publishes ", device,
-            " as a whole GPU only (its API server keeps no DRAConsumableCapacity fields, or its "
-            "agent runs without --dra-consumable-capacity): no share of it can be allocated"));
-      }
-    }
-  }
-  return absl::OkStatus();
-}
-
 // --- Webhook and Filter -----------------------------------------------------------------------
 
 bool DraAllocator::NeedsGate(const Json& pod) const {
@@ -759,20 +681,26 @@ absl::StatusOr<DraAllocator::DraDecision> DraAllocator::Decide(const Json& pod) 
     // Shares only where a node publishes shared devices, so that the engine looks elsewhere
     // rather than deciding for a node that cannot take them (SharesArePublished would refuse).
     std::vector<std::string> where = candidates;
+    bool no_sharing_node = false;
     if (AsksShares(chosen)) {
       absl::MutexLock lock(&mu_);
-      if (all_nodes) {
-        for (const auto& [n, count] : sharing_slices_) where.push_back(n);
+      // When every publishing node shares, the engine's indexed search over all nodes stays.
+      if (!all_nodes || sharing_slices_.empty() ||
+          sharing_slices_.size() != node_slices_.size()) {
+        if (all_nodes) {
+          for (const auto& [n, count] : sharing_slices_) where.push_back(n);
+        }
+        std::erase_if(where, [&](const std::string& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+          return !sharing_slices_.contains(n);
+        });
+        no_sharing_node = where.empty();
       }
-      std::erase_if(where, [&](const std::string& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return !sharing_slices_.contains(n);
-      });
-      if (where.empty()) {
-        last = absl::FailedPreconditionError(
-            "no node publishes shared GPUs (DRAConsumableCapacity) for the pod's share requests");
-        invalid = false;
-        continue;
-      }
+    }
+    if (no_sharing_node) {
+      last = absl::FailedPreconditionError(
+          "no node publishes shared GPUs (DRAConsumableCapacity) for the pod's share requests");
+      invalid = false;
+      continue;
     }
     absl::StatusOr<config::DraPodRequest> request = config::BuildDraPodRequest(*base, chosen);
     if (!request.ok()) {

@@ -210,7 +210,10 @@ class DraAllocator {
   // Per node, how many of its slices publish a shared device: share requests go only to these
   // (a node whose API server drops DRAConsumableCapacity's fields publishes whole GPUs only).
   std::map<std::string, int, std::less<>> sharing_slices_ ABSL_GUARDED_BY(mu_);
-  void CountSharingLocked(const PublishedSlice& slice, int delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Per node, how many slices it publishes at all: when every such node shares, a share request
+  // keeps the engine's indexed search over all nodes.
+  std::map<std::string, int, std::less<>> node_slices_ ABSL_GUARDED_BY(mu_);
+  void CountSliceLocked(const PublishedSlice& slice, int delta) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Last event message per pod UID (one event per distinct problem) and when each pod may be
   // tried again.
   std::map<std::string, std::string> last_message_ ABSL_GUARDED_BY(mu_);
