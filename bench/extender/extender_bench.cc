@@ -633,9 +633,10 @@ BENCHMARK(BM_FilterOverHttpWithChurn)
 // Issue 32: Prism allocating a pending pod's DRA claims (DraAllocator::Decide: candidate nodes,
 // the engine's search jointly with the pod's CPU and memory, status.allocation built, the claims
 // charged; the API writes that follow are not timed). range(0) nodes of the mix above, each
-// publishing its GPUs in a ResourceSlice as the node agent names them; every measured pod is a
-// new one with its own claim, in a 4-shape mix (a whole GPU; MIG 1g.10gb on the H100s, 1g.5gb on
-// the A100-40GBs; two 2g.20gb), and its charges stay, so the cluster fills as it goes.
+// publishing its GPUs in a ResourceSlice as the node agent names them (GPUs not in MIG mode
+// shared, as with consumable capacity); every measured pod is a new one with its own claim, in a
+// 5-shape mix (a whole GPU; MIG 1g.10gb on the H100s, 1g.5gb on the A100-40GBs; two 2g.20gb; a
+// share of 8 GiB and 30 % of a GPU), and its charges stay, so the cluster fills as it goes.
 void BM_DraDecide(benchmark::State& state) {
   const int n = static_cast<int>(state.range(0));
   Rig rig(n, [](extender::SchedulerOptions& o) { o.dra = true; });
@@ -648,6 +649,7 @@ void BM_DraDecide(benchmark::State& state) {
       devices.push_back(gpus[g].mig ? json{{"name", StrCat("gpu-", g, "-mig-1g5gb-19-0")},
                                            {"attributes", {{"parentUUID", {{"string", uuid}}}}}}
                                     : json{{"name", StrCat("gpu-", g)},
+                                           {"allowMultipleAllocations", true},
                                            {"attributes", {{"uuid", {{"string", uuid}}}}}});
     }
     json slice{{"apiVersion", "resource.k8s.io/v1"},
@@ -663,16 +665,17 @@ void BM_DraDecide(benchmark::State& state) {
   const int pods = static_cast<int>(state.max_iterations);
   auto claim_spec = [](int i) {
     const char* klass[] = {"gpu.prism.io", "mig.gpu.prism.io", "mig.gpu.prism.io",
-                           "mig.gpu.prism.io"};
-    const int count[] = {1, 1, 1, 2};
-    const char* profile[] = {"", "1g.10gb", "1g.5gb", "2g.20gb"};
-    json exactly{{"deviceClassName", klass[i % 4]}, {"count", count[i % 4]}};
-    if (*profile[i % 4] != '\0') {
+                           "mig.gpu.prism.io", "slice.gpu.prism.io"};
+    const int count[] = {1, 1, 1, 2, 1};
+    const char* profile[] = {"", "1g.10gb", "1g.5gb", "2g.20gb", ""};
+    json exactly{{"deviceClassName", klass[i % 5]}, {"count", count[i % 5]}};
+    if (*profile[i % 5] != '\0') {
       exactly["selectors"] = json::array(
           {{{"cel",
              {{"expression", StrCat("device.attributes[\"gpu.prism.io\"].profile == \"",
-                                    profile[i % 4], "\"")}}}}});
+                                    profile[i % 5], "\"")}}}}});
     }
+    if (i % 5 == 4) exactly["capacity"] = {{"requests", {{"memory", "8Gi"}, {"cores", "30"}}}};
     return json{{"devices", {{"requests", json::array({{{"name", "gpus"}, {"exactly", exactly}}})}}}};
   };
   for (int i = 0; i <= pods; ++i) {  // The last one for the warm-up below.
