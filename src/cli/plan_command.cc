@@ -44,10 +44,48 @@ struct PlannedPod {
   std::string error;  // Invalid request.
   sched::ScheduleResult result;
   std::map<std::string, std::string> annotations;
+  // Why each slice of a shared MIG instance went where it did, as the cluster stood right after
+  // the pod was placed (SharedSliceNotes).
+  std::vector<std::string> notes;
 };
 
 std::string CoresText(int32_t permille) {
   return permille % 10 == 0 ? StrCat(permille / 10, "%") : StrCat(permille / 10.0, "%");
+}
+
+// For each slice of a shared MIG instance in `d` (docs/mig-slices.md): whether the decision made
+// the instance or joined one, and what the instance holds with this pod.
+std::vector<std::string> SharedSliceNotes(const sched::Decision& d,
+                                          const sched::ClusterState& state) {
+  std::vector<std::string> notes;
+  for (const auto& c : d.containers) {
+    for (const auto& dev : c.devices) {
+      if (!dev.IsMig() || !dev.shared || dev.gpu < 0) continue;
+      const sched::GpuInfo& gi = state.gpu(dev.gpu);
+      if (gi.mig_model == nullptr || dev.profile < 0) continue;
+      bool created = false;
+      for (const auto& m : d.mig) {
+        for (const auto& x : m.create) {
+          created = created || (m.gpu == dev.gpu && x.profile == dev.profile && x.start == dev.start);
+        }
+      }
+      const sched::GpuUsage& usage = state.gpu_usage(dev.gpu);
+      for (uint8_t i = 0; i < usage.instance_count; ++i) {
+        const sched::MigInstance& inst = usage.instances[i];
+        if (inst.profile != dev.profile || inst.start != dev.start) continue;
+        const mig::GpuInstanceProfile& profile = gi.mig_model->profiles[dev.profile];
+        notes.push_back(StrCat(
+            "GPU ", dev.gpu_index, " ", dev.profile_name, "@", dev.start, ": ",
+            created ? "a new shared instance"
+                    : "joins a shared instance",
+            "; it now holds ", inst.slice_tasks, " of ", gi.split_count, " slices, ",
+            inst.slice_memory_mib, " of ", profile.memory_mib, " MiB, ",
+            CoresText(inst.slice_cores), " of ",
+            CoresText(sched::MigProfileCorePermille(*gi.mig_model, dev.profile)), " compute"));
+      }
+    }
+  }
+  return notes;
 }
 
 void PrintText(const std::vector<PlannedPod>& pods, sched::Engine& engine, std::ostream& out) {
@@ -99,6 +137,7 @@ void PrintText(const std::vector<PlannedPod>& pods, sched::Engine& engine, std::
       if (m.template_index >= 0) out << ": apply geometry " << m.template_index;
       out << ": destroy " << list(m.destroy) << "; create " << list(m.create) << "\n";
     }
+    for (const std::string& note : p.notes) out << "    " << note << "\n";
   }
   out << placed << " of " << pods.size() << " pods placed; cluster fragmentation "
       << engine.ClusterFragmentation() << " GPUs\n";
@@ -125,6 +164,7 @@ void PrintJson(const std::vector<PlannedPod>& pods, const sched::Engine& engine,
       j["score"] = p.result.decision.score;
       j["containers"] = d["containers"];
       if (d.contains("migChanges")) j["migChanges"] = d["migChanges"];
+      if (!p.notes.empty()) j["sharedInstances"] = p.notes;
       j["annotations"] = p.annotations;
     }
     all.push_back(std::move(j));
@@ -267,6 +307,7 @@ int RunPlan(const PlanFlags& flags, std::ostream& out, std::ostream& err) {
     if (planned[i].result.scheduled) {
       planned[i].annotations =
           config::EncodeDecisionAnnotations(planned[i].result.decision, engine.cluster());
+      planned[i].notes = SharedSliceNotes(planned[i].result.decision, engine.cluster());
     }
   }
   if (flags.format == "text") {

@@ -267,6 +267,15 @@ prism:
       Run("--format text --cluster " + cluster + " --device-config " + config + " " + pod_file);
   ASSERT_EQ(text.exit_code, 0) << text.err;
   EXPECT_THAT(text.out, HasSubstr(" shared, 2048 MiB"));
+  // Why: the first slice made the instance, the next two joined it; what it holds after each.
+  ASSERT_EQ(j[0]["sharedInstances"].size(), 1u);
+  EXPECT_THAT(j[0]["sharedInstances"][0].get<std::string>(),
+              HasSubstr("a new shared instance; it now holds 1 of"));
+  EXPECT_THAT(j[2]["sharedInstances"][0].get<std::string>(),
+              HasSubstr("joins a shared instance; it now holds 3 of"));
+  EXPECT_THAT(j[2]["sharedInstances"][0].get<std::string>(), HasSubstr("6144 of "));
+  EXPECT_FALSE(j[3].contains("sharedInstances"));
+  EXPECT_THAT(text.out, HasSubstr("joins a shared instance; it now holds 2 of"));
 }
 
 TEST_F(PlanCommandTest, BadInput) {
