@@ -110,10 +110,11 @@ struct MigInstance {
   int8_t start = 0;
   InstanceState state = InstanceState::kIdle;
   int8_t entry = -1;  // Geometry entry it realises (template mode), -1 otherwise.
-  // kShared: what its slices hold (memory in MiB, compute in per-mille of the GPU, tasks).
+  // kShared: what its slices hold (tasks, compute in per-mille of the GPU, memory in MiB). Every
+  // GPU's fixed array of instances carries these, so they are packed (12 bytes an instance).
   int16_t slice_tasks = 0;
+  int16_t slice_cores = 0;
   int32_t slice_memory_mib = 0;
-  int32_t slice_cores = 0;
   bool Busy() const { return state != InstanceState::kIdle; }
   friend bool operator==(const MigInstance&, const MigInstance&) = default;
 };
