@@ -12,7 +12,6 @@
 namespace prism::sim {
 namespace {
 
-constexpr double kNone = -1.0;  // Unreachable state of a program.
 constexpr double kTolerance = 1e-12;
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
