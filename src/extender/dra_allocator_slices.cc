@@ -9,31 +9,18 @@
 #include "k8s/objects.h"
 
 namespace prism::extender {
-namespace {
 
 using k8s::Json;
 
-// k8s::Find, with an explicit null read as absent.
-const Json* Find(const Json& object, std::initializer_list<std::string_view> path) {
-  const Json* v = k8s::Find(object, path);
-  return v != nullptr && !v->is_null() ? v : nullptr;
-}
-
-std::string Str(const Json& object, std::initializer_list<std::string_view> path) {
-  return k8s::GetString(object, path);
-}
-
-}  // namespace
-
 void DraAllocator::OnSlice(const Json& slice) {
-  const std::string node = Str(slice, {"spec", "nodeName"});
+  const std::string node = k8s::GetString(slice, {"spec", "nodeName"});
   config::DraGpuMinors minors;
   std::set<std::string, std::less<>> shared;
-  if (const Json* devices = Find(slice, {"spec", "devices"}); devices != nullptr &&
+  if (const Json* devices = k8s::Find(slice, {"spec", "devices"}); devices != nullptr &&
                                                              devices->is_array()) {
     for (const Json& d : *devices) {
-      const std::string name = Str(d, {"name"});
-      if (const Json* multi = Find(d, {"allowMultipleAllocations"});
+      const std::string name = k8s::GetString(d, {"name"});
+      if (const Json* multi = k8s::Find(d, {"allowMultipleAllocations"});
           multi != nullptr && multi->is_boolean() && multi->get<bool>()) {
         shared.insert(name);
       }
@@ -43,8 +30,8 @@ void DraAllocator::OnSlice(const Json& slice) {
       while (end < name.size() && name[end] >= '0' && name[end] <= '9') ++end;
       if (end == 4 || end - 4 > 9) continue;
       const uint32_t minor = static_cast<uint32_t>(std::stoul(name.substr(4, end - 4)));
-      std::string uuid = Str(d, {"attributes", "uuid", "string"});
-      if (end != name.size()) uuid = Str(d, {"attributes", "parentUUID", "string"});
+      std::string uuid = k8s::GetString(d, {"attributes", "uuid", "string"});
+      if (end != name.size()) uuid = k8s::GetString(d, {"attributes", "parentUUID", "string"});
       if (!uuid.empty()) minors[uuid] = minor;
     }
   }
@@ -90,11 +77,11 @@ absl::Status DraAllocator::SharesArePublished(const std::string& node,
     }
   }
   for (const Json& allocation : allocations) {
-    const Json* results = Find(allocation, {"devices", "results"});
+    const Json* results = k8s::Find(allocation, {"devices", "results"});
     if (results == nullptr || !results->is_array()) continue;
     for (const Json& r : *results) {
-      if (Str(r, {"shareID"}).empty()) continue;
-      const std::string device = Str(r, {"device"});
+      if (k8s::GetString(r, {"shareID"}).empty()) continue;
+      const std::string device = k8s::GetString(r, {"device"});
       if (!shared.contains(device)) {
         return absl::FailedPreconditionError(StrCat(
             "node ", node, " publishes ", device,

@@ -444,6 +444,29 @@ TEST_F(RbacMigManagerTest, MigManagerUsesExactlyItsShippedRights) {
 
 // --- the scheduler ---------------------------------------------------------------------------
 
+// The scheduler as the bundle's Deployment runs it (extender::Scheduler as `prism scheduler`
+// wires its --leader-elect, --config-map, --scheduler-name, --dra and --dra-hami-claims), in the
+// bundle's namespace `ns`, with ticks and retries short enough for a test.
+extender::SchedulerOptions ShippedSchedulerOptions(const std::string& ns, const Object& deployment) {
+  extender::SchedulerOptions options;
+  options.initial_config = config::DefaultDeviceConfig();
+  options.cache.engine = extender::DefaultEngineOptions();
+  options.tick = absl::Milliseconds(20);
+  options.cache.problem_grace = absl::Milliseconds(100);
+  options.dra_options.retry_interval = absl::Milliseconds(50);
+  options.config_namespace = options.lease_namespace = ns;
+  options.identity = "prism-scheduler-0";
+  for (const Json& arg : deployment["spec"]["template"]["spec"]["containers"][0]["args"]) {
+    const std::string a = arg;
+    if (a == "--leader-elect") options.leader_elect = true;
+    if (a == "--dra") options.dra = true;
+    if (a == "--dra-hami-claims") options.dra_hami_claims = true;
+    if (a.rfind("--config-map=", 0) == 0) options.config_map_name = a.substr(a.find('=') + 1);
+    if (a.rfind("--scheduler-name=", 0) == 0) options.scheduler_name = a.substr(a.find('=') + 1);
+  }
+  return options;
+}
+
 // The scheduler (extender::Scheduler, as `prism scheduler` wires it, with the shipped Deployment's
 // --leader-elect and --config-map, in the bundle's namespace) alone on a fake API server whose
 // state the test sets up directly (unrecorded), driven through its verbs as kube-scheduler calls
@@ -457,19 +480,7 @@ TEST(RbacSchedulerTest, SchedulerUsesExactlyItsShippedRights) {
   const std::string ns = bundle->namespace_name();
   const Object* deployment = bundle->Find("Deployment", "prism-scheduler");
   ASSERT_NE(deployment, nullptr);
-  ext::SchedulerOptions options;
-  options.initial_config = config::DefaultDeviceConfig();
-  options.cache.engine = ext::DefaultEngineOptions();
-  options.tick = absl::Milliseconds(20);
-  options.cache.problem_grace = absl::Milliseconds(100);
-  options.config_namespace = options.lease_namespace = ns;
-  options.identity = "prism-scheduler-0";
-  for (const Json& arg : (*deployment)["spec"]["template"]["spec"]["containers"][0]["args"]) {
-    const std::string a = arg;
-    if (a == "--leader-elect") options.leader_elect = true;
-    if (a.rfind("--config-map=", 0) == 0) options.config_map_name = a.substr(a.find('=') + 1);
-    if (a.rfind("--scheduler-name=", 0) == 0) options.scheduler_name = a.substr(a.find('=') + 1);
-  }
+  ext::SchedulerOptions options = ShippedSchedulerOptions(ns, *deployment);
   ASSERT_TRUE(options.leader_elect) << "the shipped scheduler runs without leader election";
   ASSERT_FALSE(options.config_map_name.empty());
 
@@ -581,21 +592,7 @@ TEST(RbacSchedulerTest, SchedulerWithDraHamiClaimsUsesOnlyItsShippedRights) {
   const std::string ns = bundle->namespace_name();
   const Object* deployment = bundle->Find("Deployment", "prism-scheduler");
   ASSERT_NE(deployment, nullptr);
-  ext::SchedulerOptions options;
-  options.initial_config = config::DefaultDeviceConfig();
-  options.cache.engine = ext::DefaultEngineOptions();
-  options.tick = absl::Milliseconds(20);
-  options.dra_options.retry_interval = absl::Milliseconds(50);
-  options.config_namespace = options.lease_namespace = ns;
-  options.identity = "prism-scheduler-0";
-  for (const Json& arg : (*deployment)["spec"]["template"]["spec"]["containers"][0]["args"]) {
-    const std::string a = arg;
-    if (a == "--leader-elect") options.leader_elect = true;
-    if (a == "--dra") options.dra = true;
-    if (a == "--dra-hami-claims") options.dra_hami_claims = true;
-    if (a.rfind("--config-map=", 0) == 0) options.config_map_name = a.substr(a.find('=') + 1);
-    if (a.rfind("--scheduler-name=", 0) == 0) options.scheduler_name = a.substr(a.find('=') + 1);
-  }
+  ext::SchedulerOptions options = ShippedSchedulerOptions(ns, *deployment);
   ASSERT_TRUE(options.dra && options.dra_hami_claims) << dir << " does not run them";
 
   fakeapi::FakeApiServer api;

@@ -13,19 +13,10 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string StringAt(const json& obj, std::initializer_list<const char*> path) {
-  const json* at = &obj;
-  for (const char* p : path) {
-    if (!at->is_object() || !at->contains(p)) return "";
-    at = &(*at)[p];
-  }
-  return at->is_string() ? at->get<std::string>() : "";
-}
-
 // A container's request of `resource`: requests, else limits (the API server's defaulting).
 std::string ContainerRequest(const json& container, const char* resource) {
-  std::string q = StringAt(container, {"resources", "requests", resource});
-  return q.empty() ? StringAt(container, {"resources", "limits", resource}) : q;
+  std::string q = k8s::GetString(container, {"resources", "requests", resource});
+  return q.empty() ? k8s::GetString(container, {"resources", "limits", resource}) : q;
 }
 
 int64_t Sum(const std::vector<const AssignedPod*>& pods, int64_t AssignedPod::*field) {
@@ -59,9 +50,9 @@ AssignedPod DescribePod(const json& pod) {
       p.memory_bytes += *mem;
     }
   }
-  p.start_time = StringAt(pod, {"status", "startTime"});
-  if (p.start_time.empty()) p.start_time = StringAt(pod, {"metadata", "creationTimestamp"});
-  p.terminating = !StringAt(pod, {"metadata", "deletionTimestamp"}).empty();
+  p.start_time = k8s::GetString(pod, {"status", "startTime"});
+  if (p.start_time.empty()) p.start_time = k8s::GetString(pod, {"metadata", "creationTimestamp"});
+  p.terminating = !k8s::GetString(pod, {"metadata", "deletionTimestamp"}).empty();
   if (p.terminating) {
     for (const json& c : pod.value("status", json::object()).value("conditions", json::array())) {
       if (c.value("type", "") == "DisruptionTarget") {
@@ -70,7 +61,7 @@ AssignedPod DescribePod(const json& pod) {
       }
     }
   }
-  p.nominated_node = StringAt(pod, {"status", "nominatedNodeName"});
+  p.nominated_node = k8s::GetString(pod, {"status", "nominatedNodeName"});
   return p;
 }
 
