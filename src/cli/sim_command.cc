@@ -26,6 +26,7 @@
 #include "config/device_config_yaml.h"
 #include "core/mig/gpu_model.h"
 #include "sim/ceiling.h"
+#include "sim/pattern_report.h"
 #include "sim/pattern_packing.h"
 #include "sim/policy.h"
 #include "sim/preemption_experiment.h"
@@ -59,6 +60,9 @@ struct SimFlags {
   std::string plot = "prism-sim.svg";
   bool no_plot = false;
   bool no_ceiling = false;
+  // Share combinations and node mixes at 100 % arrived, offline packing vs each policy.
+  bool patterns = false;
+  int pattern_rows = 25;
   std::vector<int> at = {90, 95, 100, 110, 130};
   int jobs = 0;  // 0: one per CPU.
   std::string progress = "auto";
@@ -243,6 +247,8 @@ std::string PlotPath(const std::string& base, const std::string& trace, bool sev
 }
 
 // Segments of the ceiling's window at the table's points (CurveCeilingPct).
+// `--patterns` compares placements here (the first of RunOptions::waste_pcts).
+constexpr int kPatternPct = 100;
 constexpr int kTableSegments = 4;
 
 // Where the ceiling is computed: the table's points, every 5 % from 80 % (the plot's
@@ -260,10 +266,12 @@ std::vector<int> CeilingPoints(const std::vector<int>& at, int max_pct) {
 
 // The ceiling of one trace and seed: the LP bound (policy "ceiling") and the offline
 // packing (policy "offline-packing") as curves sampled at `points` (NaN elsewhere).
+// `patterns` (nullptr: none): tallies the offline packing at 100 % arrived.
 absl::Status ComputeCeilingRuns(const sim::Cluster& cluster, const sim::Workload& workload,
                                 sim::MigMapping mapping, const std::vector<int>& points,
                                 const std::vector<int>& pack_points, int max_pct,
-                                sim::RunResult* bound_run, sim::RunResult* packing_run) {
+                                sim::RunResult* bound_run, sim::RunResult* packing_run,
+                                sim::PatternTally* patterns) {
   const double capacity = static_cast<double>(cluster.total_gpu_milli());
   for (sim::RunResult* r : {bound_run, packing_run}) {
     r->seed = workload.seed;
@@ -290,6 +298,9 @@ absl::Status ComputeCeilingRuns(const sim::Cluster& cluster, const sim::Workload
       ASSIGN_OR_RETURN(sim::OfflinePacking packed,
                        sim::PackWithPatterns(cluster, pods, &bound, {mapping}, nullptr, &carry));
       packing_run->curve[pct] = static_cast<double>(packed.gpu_milli) * 100 / capacity;
+      if (patterns != nullptr && pct == kPatternPct) {
+        sim::TallyPatterns(cluster, pods, packed.placements, patterns);
+      }
     }
   }
   bound_run->seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -524,7 +535,14 @@ absl::Status RunSim(const SimFlags& f) {
     RETURN_IF_ERROR(sim::MakeBuiltinPolicy(p).status());
   }
 
+  if (f.patterns && (f.departures || mig_model != nullptr || f.no_ceiling ||
+                     std::find(f.at.begin(), f.at.end(), kPatternPct) == f.at.end())) {
+    return absl::InvalidArgumentError(
+        "--patterns compares with the offline packing at 100 % arrived on software-shared GPUs: "
+        "not with --departures, --mig or --no-ceiling, and --at must include 100");
+  }
   const std::vector<Job> jobs = MakeJobs(traces.size(), policies.size(), seeds);
+  std::vector<sim::PatternTally> job_patterns(f.patterns ? jobs.size() : 0);
   std::fprintf(
       stderr, "prism sim: %zu trace(s) x %zu policies x %zu seeds on %d nodes, %d GPUs%s%s\n",
       traces.size(), policies.size(), seeds.size(), cluster.node_count(), cluster.total_gpus(),
@@ -571,7 +589,8 @@ absl::Status RunSim(const SimFlags& f) {
     options.topology_metrics = f.topology;
     options.max_arrived_pct = std::max(130, static_cast<int>(std::ceil(f.tune * 100)));
     // The breakdown is of shares of software-shared GPUs; MIG free space is not shares.
-    if (mig_model == nullptr) options.waste_pcts = {100, 130};
+    if (mig_model == nullptr) options.waste_pcts = {kPatternPct, 130};
+    options.record_placements = f.patterns;
     options.progress = [&](int64_t done, int64_t total) { progress.Update(label, done, total); };
     auto r = sim::Simulate(cluster, *workload, **policy, options);
     if (!r.ok()) {
@@ -579,6 +598,10 @@ absl::Status RunSim(const SimFlags& f) {
       return;
     }
     results[i] = *std::move(r);
+    if (f.patterns && !results[i].placements.empty()) {
+      sim::TallyPatterns(cluster, workload->pods, results[i].placements.front(), &job_patterns[i]);
+      results[i].placements.clear();
+    }
     progress.Finished(label, results[i]);
   });
   for (const absl::Status& s : errors) RETURN_IF_ERROR(s);
@@ -599,6 +622,7 @@ absl::Status RunSim(const SimFlags& f) {
 
   // The ceiling per trace and seed, in parallel like the runs.
   std::vector<Series> ceilings;
+  std::string pattern_text;  // --patterns: printed after the tables.
   if (!f.departures && !f.no_ceiling) {
     const int max_pct = std::max(130, static_cast<int>(std::ceil(f.tune * 100)));
     const std::vector<int> points = CeilingPoints(f.at, max_pct);
@@ -607,16 +631,36 @@ absl::Status RunSim(const SimFlags& f) {
       for (uint64_t s : seeds) ceiling_jobs.emplace_back(t, s);
     }
     std::vector<sim::RunResult> bounds(ceiling_jobs.size()), packings(ceiling_jobs.size());
+    std::vector<sim::PatternTally> packing_patterns(ceiling_jobs.size());
     std::vector<absl::Status> ceiling_errors(ceiling_jobs.size());
     ParallelFor(ceiling_jobs.size(), threads, [&](size_t i) {
       const auto& [t, seed] = ceiling_jobs[i];
       sim::Workload workload = sim::BuildInflatedWorkload(cluster, traces[t].pods, {seed, f.tune});
       ceiling_errors[i] =
           Annotate(ComputeCeilingRuns(cluster, workload, mapping, points, f.at, max_pct,
-                                      &bounds[i], &packings[i]),
+                                      &bounds[i], &packings[i],
+                                      f.patterns ? &packing_patterns[i] : nullptr),
                    StrCat("ceiling of ", traces[t].name, " seed ", seed));
     });
     for (const absl::Status& s : ceiling_errors) RETURN_IF_ERROR(s);
+    for (size_t t = 0; f.patterns && t < traces.size(); ++t) {
+      sim::PatternTally reference;
+      for (size_t i = 0; i < ceiling_jobs.size(); ++i) {
+        if (ceiling_jobs[i].first == t) sim::MergePatternTally(packing_patterns[i], &reference);
+      }
+      for (size_t p = 0; p < policies.size(); ++p) {
+        sim::PatternTally online;
+        for (size_t i = 0; i < jobs.size(); ++i) {
+          if (jobs[i].trace == t && jobs[i].policy == p) {
+            sim::MergePatternTally(job_patterns[i], &online);
+          }
+        }
+        pattern_text += StrCat("\nTrace ", traces[t].name, " at ", kPatternPct,
+                               " % arrived: offline packing vs ", policies[p], "\n",
+                               sim::FormatPatternTable(reference, "offline-packing", online,
+                                                       policies[p], f.pattern_rows));
+      }
+    }
     for (size_t t = 0; t < traces.size(); ++t) {
       Series bound{traces[t].name, "ceiling", {}}, packing{traces[t].name, "offline-packing", {}};
       for (size_t i = 0; i < ceiling_jobs.size(); ++i) {
@@ -665,6 +709,7 @@ absl::Status RunSim(const SimFlags& f) {
     }
   }
   if (f.topology) std::fputs(sim::FormatTopologyTable(series, f.at).c_str(), stdout);
+  std::fputs(pattern_text.c_str(), stdout);
   if (!f.csv.empty()) {
     RETURN_IF_ERROR(WriteFile(f.csv, f.departures ? sim::FormatChurnCsv(series, several)
                                                   : sim::FormatCsv(series, several)));
@@ -743,6 +788,12 @@ void AddSimCommand(CLI::App& app, int* exit_code) {
   cmd->add_flag("--no-plot", flags->no_plot, "Do not write the plot");
   cmd->add_flag("--no-ceiling", flags->no_ceiling,
                 "Skip the ceiling (LP upper bound and offline packing of the arrived pods)");
+  cmd->add_flag("--patterns", flags->patterns,
+                "Which GPU share combinations and node mixes each policy ends with at 100 % "
+                "arrived against the offline packing, by the difference "
+                "(docs/results/patterns.md)");
+  cmd->add_option("--pattern-rows", flags->pattern_rows, "With --patterns: rows per table")
+      ->capture_default_str();
   cmd->add_option("--at", flags->at, "Arrived demand (%) columns of the table")->delimiter(',');
   cmd->add_option("--jobs,-j", flags->jobs, "Runs in parallel (0: one per CPU)")
       ->capture_default_str();

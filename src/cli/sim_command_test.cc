@@ -153,6 +153,21 @@ TEST_F(SimCommandTest, PrintsTheCeilingAndTheWasteBreakdown) {
   EXPECT_THAT(svg, HasSubstr("where the unallocated GPU is"));
 }
 
+// Issue 35: the share combinations and node mixes a policy ends with at 100 % arrived against
+// the offline packing's.
+TEST_F(SimCommandTest, PatternsCompareThePolicyWithTheOfflinePacking) {
+  Result r = Run("--policy best-fit --seeds 42 --at 100 --patterns --pattern-rows 5 --no-plot "
+                 "--progress off");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Trace default at 100 % arrived: offline packing vs best-fit"));
+  EXPECT_THAT(r.out, HasSubstr("GPU share combinations (GPUs per run; offline-packing: 1 run(s), "
+                               "best-fit: 1 run(s)), by the difference:"));
+  EXPECT_THAT(r.out, HasSubstr("Node mixes (nodes per run"));
+  Result no_ceiling = Run("--policy prism --seeds 1 --patterns --no-ceiling --no-plot");
+  EXPECT_EQ(no_ceiling.exit_code, 1);
+  EXPECT_THAT(no_ceiling.err, HasSubstr("--patterns compares with the offline packing"));
+}
+
 TEST_F(SimCommandTest, TopologyWiresNodesAndPrintsTheInterconnectColumns) {
   Result r = Run("--topology --policy nvidia-besteffort,prism --seeds 42 --at 100 --no-plot "
                  "--no-ceiling --csv runs.csv --progress off");

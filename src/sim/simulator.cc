@@ -99,9 +99,11 @@ absl::Status RunInflated(const Cluster& cluster, const Workload& workload,
   std::sort(waste_pcts.begin(), waste_pcts.end());
   size_t next_waste = 0;
   std::vector<const PodRequest*> failed;
+  std::vector<std::pair<size_t, Placement>> placed_pods;  // RunOptions::record_placements.
   auto snapshot_waste = [&](int64_t arrived_next) {
     while (next_waste < waste_pcts.size() &&
            arrived_next * 100 > capacity * int64_t{waste_pcts[next_waste]}) {
+      if (options.record_placements) result->placements.push_back(placed_pods);
       result->waste.push_back(
           ComputeWaste(runner.state(), workload.trace_pods, failed, waste_pcts[next_waste++]));
     }
@@ -112,6 +114,7 @@ absl::Status RunInflated(const Cluster& cluster, const Workload& workload,
     arrived += pod.TotalGpuMilli();
     ASSIGN_OR_RETURN(std::optional<Placement> placed, runner.Attempt(pod));
     if (!placed && !waste_pcts.empty()) failed.push_back(&pod);
+    if (placed && options.record_placements) placed_pods.emplace_back(i, *placed);
     if (capacity > 0) {
       const int64_t x = RoundHalfEven(arrived * 100, capacity);
       if (x <= max_pct) {

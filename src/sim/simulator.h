@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -32,6 +33,9 @@ struct RunOptions {
   // arrived demand reaches each of these % of capacity (the state after the last pod
   // that keeps it at or below; the ceiling's prefix, ceiling.h).
   std::vector<int> waste_pcts;
+  // With waste_pcts: also the placements of the pods placed by then (RunResult::placements;
+  // `prism sim --patterns`, pattern_report.h).
+  bool record_placements = false;
   // Judge the interconnect of every placed pod of two or more GPUs on a wired node
   // (RunResult::topology; `prism sim --topology`).
   bool topology_metrics = false;
@@ -68,6 +72,8 @@ struct RunResult {
   // Runs without departures: allocation % at arrived % 0..max (NaN: no sample).
   std::vector<double> curve;
   std::vector<WasteBreakdown> waste;  // One per RunOptions::waste_pcts.
+  // RunOptions::record_placements: one per waste_pcts, (index into Workload::pods, where).
+  std::vector<std::vector<std::pair<size_t, Placement>>> placements;
   // Runs with departures.
   ChurnSummary churn;
   // RunOptions::topology_metrics.
