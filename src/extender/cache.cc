@@ -274,8 +274,13 @@ void SchedulerCache::UpsertPod(const Json& pod) {
     return;
   }
   if (node.empty()) {
-    // Pending (or a stale view of a pod we are binding). A new GPU pod's shape is indexed in
-    // the background from now, so that its Filter does not pay a build over every node.
+    // Pending (or a stale view of a pod we are binding). Nominated after a preemption, it may
+    // reserve the node (path A, cache_preemption.cc).
+    if (!preempt_answers_.empty() || !reservations_.empty()) {
+      ObserveNominationLocked(key, uid, k8s::GetString(pod, {"status", "nominatedNodeName"}));
+    }
+    // A new GPU pod's shape is indexed in the background from now, so that its Filter does not
+    // pay a build over every node.
     if (it == pods_.end() && !dirty_) {
       absl::StatusOr<config::PodManifest> manifest = config::PodManifestFromJson(pod);
       if (!manifest.ok()) return;  // Its Filter says what is wrong with it.

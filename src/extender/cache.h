@@ -305,10 +305,14 @@ class SchedulerCache {
   // per node (sched::PreemptionLimits) and per request (`request_trials`). Nothing changes.
   // InvalidArgument: an invalid pod request, a proposed victim Prism holds on another node or
   // whose priority is not below `priority`.
+  // With `hold` > 0 the answer is remembered for that long: when kube-scheduler then nominates
+  // the pod to one of the answered nodes (status.nominatedNodeName, seen by UpsertPod), the
+  // pod reserves that node as Reserve does, waiting for the victims Prism holds there.
   absl::StatusOr<std::vector<NodeVictims>> Preempt(const config::PodManifest& pod,
                                                    int32_t priority, bool preempt_never,
                                                    const std::vector<NodeVictims>& proposed,
-                                                   int64_t request_trials = 20000);
+                                                   int64_t request_trials = 20000,
+                                                   absl::Duration hold = absl::ZeroDuration());
   // Filter's resolvable/unresolvable split (docs/preemption.md §2): of `failed` (nodes where the
   // pod did not fit), those where evicting every lower-priority pod Prism holds there lets the
   // engine place it. One trial per node (release them all, decide, put the node back exactly:
@@ -346,6 +350,8 @@ class SchedulerCache {
   void DropReservation(std::string_view key, std::string_view uid);
   // Whether the pod (by UID) holds a reservation, charged or waiting for its victims.
   bool HasReservation(std::string_view key, std::string_view uid) const;
+  // Reservations made from kube-scheduler's nomination after a Preempt answer (path A).
+  int64_t reservations_nominated() const;
   // Reservations ended because the preemptor no longer fit once its victims were gone.
   int64_t reservations_lapsed() const;
 
@@ -435,7 +441,28 @@ class SchedulerCache {
     absl::Time deadline;
     bool held = false;
     uint64_t seq = 0;
+    // Made from kube-scheduler's nomination (path A): it ends when the nomination names another
+    // node or is cleared, as kube-scheduler's nominator forgets the pod there.
+    bool nominated = false;
   };
+  // A Preempt answer awaiting kube-scheduler's choice of node (its nomination): per answered
+  // node, the victims Prism holds there (key, UID).
+  struct PreemptAnswer {
+    std::string uid;
+    int32_t priority = 0;
+    config::PodManifest manifest;
+    std::map<std::string, std::vector<std::pair<std::string, std::string>>, std::less<>> victims;
+    absl::Time deadline;
+  };
+  // Answers kept at most (the oldest deadline goes first): bounds what preempt requests for
+  // pods that are never nominated can hold.
+  static constexpr size_t kMaxPreemptAnswers = 4096;
+  // A pending pod's status.nominatedNodeName (UpsertPod): reserves the node a remembered Preempt
+  // answer named, or ends a nominated reservation whose nomination moved or was cleared.
+  void ObserveNominationLocked(const std::string& key, std::string_view uid,
+                               std::string_view nominated) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void DropReservationLocked(std::map<std::string, Reservation, std::less<>>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Charges the reservations whose victims are gone, ends those that no longer apply (run
   // before every decision: MaybeRebuildLocked).
   void SettleReservationsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -520,6 +547,8 @@ class SchedulerCache {
   std::map<std::string, Reservation, std::less<>> reservations_ ABSL_GUARDED_BY(mu_);  // By key.
   uint64_t preemption_offset_ ABSL_GUARDED_BY(mu_) = 0;  // Rotates the nodes searched first.
   int64_t reservations_lapsed_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t reservations_nominated_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<std::string, PreemptAnswer, std::less<>> preempt_answers_ ABSL_GUARDED_BY(mu_);  // By key.
 };
 
 // A pod's spec.priority (the API server resolves priorityClassName into it); 0 when absent or

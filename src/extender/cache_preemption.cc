@@ -45,7 +45,7 @@ bool PreemptsNever(const Json& pod) {
 
 absl::StatusOr<std::vector<NodeVictims>> SchedulerCache::Preempt(
     const config::PodManifest& pod, int32_t priority, bool preempt_never,
-    const std::vector<NodeVictims>& proposed, int64_t request_trials) {
+    const std::vector<NodeVictims>& proposed, int64_t request_trials, absl::Duration hold) {
   absl::MutexLock lock(&mu_);
   MaybeRebuildLocked();
   ASSIGN_OR_RETURN(sched::PodRequest request, config::BuildPodRequest(pod, config_));
@@ -97,6 +97,7 @@ absl::StatusOr<std::vector<NodeVictims>> SchedulerCache::Preempt(
   preemptor.pod = std::move(request);
   preemptor.priority = priority;
   std::vector<NodeVictims> out;
+  PreemptAnswer answer;  // What a nomination to one of `out`'s nodes reserves.
   int64_t trials_left = request_trials;
   for (size_t n = 0; n < proposed.size(); ++n) {
     const NodeVictims& node = proposed[n];
@@ -127,15 +128,74 @@ absl::StatusOr<std::vector<NodeVictims>> SchedulerCache::Preempt(
     NodeVictims victims;
     victims.node = node.node;
     victims.pdb_violations = node.pdb_violations;  // kube-scheduler's count; Prism reads no PDBs.
-    for (const std::string& key : choice.victims) victims.uids.push_back(pods_.find(key)->second.uid);
+    std::vector<std::pair<std::string, std::string>> held;
+    for (const std::string& key : choice.victims) {
+      const std::string& uid = pods_.find(key)->second.uid;
+      victims.uids.push_back(uid);
+      held.emplace_back(key, uid);
+    }
     for (const std::string& uid : work[n].passed_through) victims.uids.push_back(uid);
     if (victims.uids.empty()) {
       // The pod fits there as it is: no eviction (an empty list is an error upstream).
       continue;
     }
+    answer.victims.insert_or_assign(node.node, std::move(held));
     out.push_back(std::move(victims));
   }
+  if (hold > absl::ZeroDuration() && !pod.uid.empty() && !answer.victims.empty()) {
+    const absl::Time now = options_.clock->Now();
+    for (auto it = preempt_answers_.begin(); it != preempt_answers_.end();) {
+      it = it->second.deadline <= now ? preempt_answers_.erase(it) : std::next(it);
+    }
+    while (preempt_answers_.size() >= kMaxPreemptAnswers) {
+      auto oldest = std::min_element(
+          preempt_answers_.begin(), preempt_answers_.end(),
+          [](const auto& a, const auto& b) { return a.second.deadline < b.second.deadline; });
+      preempt_answers_.erase(oldest);
+    }
+    answer.uid = pod.uid;
+    answer.priority = priority;
+    answer.manifest = pod;
+    answer.deadline = now + hold;
+    preempt_answers_.insert_or_assign(pod.Key(), std::move(answer));
+  }
   return out;
+}
+
+void SchedulerCache::ObserveNominationLocked(const std::string& key, std::string_view uid,
+                                             std::string_view nominated) {
+  auto r = reservations_.find(key);
+  if (r != reservations_.end() && r->second.nominated && r->second.node != nominated) {
+    // kube-scheduler moved or cleared the nomination (e.g. a higher-priority preemptor's
+    // prepareCandidate cleared it): the pod no longer waits for that node.
+    LogInfo(kLog, "reservation of ", key, " on ", r->second.node, " ended: nominated to ",
+            nominated.empty() ? "no node" : nominated);
+    DropReservationLocked(r);
+    r = reservations_.end();
+  }
+  if (nominated.empty() || r != reservations_.end()) return;
+  auto a = preempt_answers_.find(key);
+  if (a == preempt_answers_.end()) return;
+  if (a->second.uid != uid || a->second.deadline <= options_.clock->Now()) {
+    preempt_answers_.erase(a);  // Another pod of that name, or too late.
+    return;
+  }
+  auto node = a->second.victims.find(nominated);
+  if (node == a->second.victims.end()) return;  // Not a node Prism answered for.
+  Reservation made;
+  made.uid = a->second.uid;
+  made.node = std::string(nominated);
+  made.priority = a->second.priority;
+  made.manifest = std::move(a->second.manifest);
+  made.victims = std::move(node->second);
+  made.deadline = a->second.deadline;
+  made.nominated = true;
+  preempt_answers_.erase(a);
+  LogInfo(kLog, "reservation of ", key, " on ", made.node, ": kube-scheduler nominated it after ",
+          "preemption; ", made.victims.size(), " GPU victim(s) to go");
+  reservations_.insert_or_assign(key, std::move(made));
+  ++reservations_nominated_;
+  SettleReservationsLocked();
 }
 
 std::vector<sched::PreemptionCandidate> SchedulerCache::EvictableLocked(const std::string& node) {
@@ -325,12 +385,22 @@ void SchedulerCache::Reserve(const config::PodManifest& pod, int32_t priority,
 
 void SchedulerCache::DropReservation(std::string_view key, std::string_view uid) {
   absl::MutexLock lock(&mu_);
+  if (auto a = preempt_answers_.find(key);
+      a != preempt_answers_.end() && (uid.empty() || a->second.uid == uid)) {
+    preempt_answers_.erase(a);
+  }
   auto it = reservations_.find(key);
   if (it == reservations_.end() || (!uid.empty() && it->second.uid != uid)) return;
+  DropReservationLocked(it);
+}
+
+void SchedulerCache::DropReservationLocked(
+    std::map<std::string, Reservation, std::less<>>::iterator it) {
+  const std::string key = it->first;
   auto p = pods_.find(key);
   if (it->second.held && p != pods_.end() && p->second.seq == it->second.seq &&
       p->second.state == State::kAssumed) {
-    EraseLocked(std::string(key));  // The hold goes with it.
+    EraseLocked(key);  // The hold goes with it.
   }
   reservations_.erase(it);
 }
@@ -339,6 +409,11 @@ bool SchedulerCache::HasReservation(std::string_view key, std::string_view uid) 
   absl::MutexLock lock(&mu_);
   auto it = reservations_.find(key);
   return it != reservations_.end() && it->second.uid == uid;
+}
+
+int64_t SchedulerCache::reservations_nominated() const {
+  absl::MutexLock lock(&mu_);
+  return reservations_nominated_;
 }
 
 int64_t SchedulerCache::reservations_lapsed() const {

@@ -1,5 +1,5 @@
-// The cache's side of path B (docs/preemption.md §2): Filter's resolvable split, the plan, and the
-// nominated preemptor's reservation.
+// The cache's side of preemption (docs/preemption.md §2): Filter's resolvable split, path B's plan,
+// and the nominated preemptor's reservation (path B's, and path A's from kube-scheduler's nomination).
 #include <memory>
 #include <tuple>
 
@@ -220,6 +220,83 @@ TEST_F(ReservationTest, AReservationEndsAtItsDeadlineOrWithItsPod) {
   cache_->DropReservation("default/whole", "uid-default-whole");
   EXPECT_EQ(cache_->EntryState("default/whole"), "");
   EXPECT_THAT(cache_->Filter(Manifest(lo), Views(nodes_), false).feasible, ElementsAre("n1"));
+}
+
+// Path A: kube-scheduler's DefaultPreemption asks the preempt verb, picks a node, deletes the
+// victims and nominates the preemptor there (schedule_one.go, handleSchedulingFailure); the
+// nomination reserves what Prism's answer freed on that node.
+TEST_F(ReservationTest, KubeSchedulersNominationReservesTheGpuPrismsAnswerFreed) {
+  json hi = Pod("hi", 10240, 100);
+  // kube-scheduler proposes n1 with a CPU victim Prism does not hold; Prism adds c (GPU 1).
+  absl::StatusOr<std::vector<NodeVictims>> answer = cache_->Preempt(
+      Manifest(hi), 100, false, {NodeVictims{"n1", {"uid-cpu"}}}, 20000, absl::Minutes(2));
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  ASSERT_EQ(answer->size(), 1u);
+  EXPECT_THAT((*answer)[0].uids, UnorderedElementsAre("uid-default-c", "uid-cpu"));
+  EXPECT_FALSE(cache_->HasReservation("default/hi", "uid-default-hi"));
+  hi["status"]["nominatedNodeName"] = "n1";
+  cache_->UpsertPod(hi);
+  EXPECT_TRUE(cache_->HasReservation("default/hi", "uid-default-hi"));
+  EXPECT_EQ(cache_->reservations_nominated(), 1);
+  // c terminates: its GPU is held for hi, not taken by a lower-priority pod.
+  cache_->DeletePod(pods_["c"]);
+  const json lo = Pod("lo", 10240, 1);
+  EXPECT_TRUE(cache_->Filter(Manifest(lo), Views(nodes_), false).feasible.empty());
+  EXPECT_EQ(cache_->EntryState("default/hi"), "assumed");
+  // The same nomination seen again changes nothing.
+  cache_->UpsertPod(hi);
+  EXPECT_EQ(cache_->EntryState("default/hi"), "assumed");
+  // A higher-priority preemptor's prepareCandidate clears hi's nomination: the hold ends.
+  hi["status"].erase("nominatedNodeName");
+  cache_->UpsertPod(hi);
+  EXPECT_FALSE(cache_->HasReservation("default/hi", "uid-default-hi"));
+  EXPECT_EQ(cache_->EntryState("default/hi"), "");
+  EXPECT_THAT(cache_->Filter(Manifest(lo), Views(nodes_), false).feasible, ElementsAre("n1"));
+}
+
+TEST_F(ReservationTest, ANominationReservesOnlyWhatARememberedAnswerCovers) {
+  json hi = Pod("hi", 10240, 100);
+  auto nominate = [&](json pod, const std::string& node) {
+    pod["status"]["nominatedNodeName"] = node;
+    cache_->UpsertPod(pod);
+  };
+  auto preempt = [&](absl::Duration hold) {
+    absl::StatusOr<std::vector<NodeVictims>> a =
+        cache_->Preempt(Manifest(hi), 100, false, {NodeVictims{"n1", {}}}, 20000, hold);
+    ASSERT_TRUE(a.ok()) << a.status();
+    ASSERT_EQ(a->size(), 1u);
+  };
+  // No hold asked (the default): nothing is remembered.
+  preempt(absl::ZeroDuration());
+  nominate(hi, "n1");
+  EXPECT_FALSE(cache_->HasReservation("default/hi", "uid-default-hi"));
+  // Nominated to a node Prism did not answer for.
+  preempt(absl::Minutes(2));
+  nominate(hi, "n2");
+  EXPECT_FALSE(cache_->HasReservation("default/hi", "uid-default-hi"));
+  // Another pod under the name (a new UID) is not the one answered for, and ends the answer.
+  json other = hi;
+  other["metadata"]["uid"] = "uid-other";
+  nominate(other, "n1");
+  nominate(hi, "n1");
+  EXPECT_FALSE(cache_->HasReservation("default/hi", "uid-default-hi"));
+  EXPECT_FALSE(cache_->HasReservation("default/hi", "uid-other"));
+  // Nominated after the hold: too late.
+  preempt(absl::Minutes(2));
+  clock_.Advance(absl::Minutes(3));
+  nominate(hi, "n1");
+  EXPECT_FALSE(cache_->HasReservation("default/hi", "uid-default-hi"));
+  // In time: reserved, c still charged until it terminates.
+  preempt(absl::Minutes(2));
+  nominate(hi, "n1");
+  EXPECT_TRUE(cache_->HasReservation("default/hi", "uid-default-hi"));
+  EXPECT_TRUE(cache_->ChargedDecision("default/c").has_value());
+  EXPECT_EQ(cache_->EntryState("default/hi"), "");
+  EXPECT_EQ(cache_->reservations_nominated(), 1);
+  // The preemptor deleted: answer and reservation go.
+  cache_->DeletePod(hi);
+  cache_->DropReservation("default/hi", "uid-default-hi");
+  EXPECT_FALSE(cache_->HasReservation("default/hi", "uid-default-hi"));
 }
 
 }  // namespace

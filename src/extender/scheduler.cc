@@ -572,7 +572,7 @@ HttpReply Scheduler::Preempt(std::string_view body) {
   }
   absl::StatusOr<std::vector<NodeVictims>> result =
       cache_.Preempt(*manifest, PodPriority(args->pod), PreemptsNever(args->pod), args->nodes,
-                     options_.preemption.request_trials);
+                     options_.preemption.request_trials, options_.preemption.reservation_ttl);
   if (!result.ok()) return fail("bad-request", 400, ToStd(result.status().message()));
   metrics_.ObserveRequest("preempt", "ok", absl::ToDoubleSeconds(absl::Now() - t0));
   return HttpReply{200, PreemptionResultToJson(*result)};

@@ -110,6 +110,9 @@ class SchedulerServiceTest : public ::testing::Test {
     return out;
   }
 
+  HttpReply PreemptForHiOverLow(std::unique_ptr<Scheduler>* s, json* low, json* hi,
+                                bool create_hi);
+
   std::unique_ptr<fakeapi::FakeApiServer> api_;
   std::unique_ptr<k8s::Client> client_;
   Scheduler* started_ = nullptr;  // The last one Start() returned (tests keep it alive).
@@ -254,23 +257,34 @@ TEST_F(SchedulerServiceTest, BadInputGetsClearErrorsAndTheSchedulerKeepsServing)
   EXPECT_EQ(Schedule(*s, pod, {"n1"}), "");
 }
 
-TEST_F(SchedulerServiceTest, PreemptVerbNamesTheVictimsByUid) {
+// n1 with one T4 that `low` (priority 1, 30,000 MiB) holds, and the preempt verb asked for
+// `hi` (priority 1000, as large) on n1 until it answers with a victim there: until the informer
+// shows `low` bound, its priority is unknown and it is never a victim.
+HttpReply SchedulerServiceTest::PreemptForHiOverLow(std::unique_ptr<Scheduler>* s, json* low,
+                                                    json* hi, bool create_hi) {
   CreateNode(NodeJson("n1", {TestGpu{}}));
-  auto s = Start(Options());
-  json low = GpuPod("low", 1, 30000);
-  low["spec"]["priority"] = 1;
-  low = CreatePod(low);
-  ASSERT_EQ(Schedule(*s, low, {"n1"}), "");
-  json hi = GpuPod("hi", 1, 30000);
-  hi["spec"]["priority"] = 1000;
+  *s = Start(Options());
+  *low = GpuPod("low", 1, 30000);
+  (*low)["spec"]["priority"] = 1;
+  *low = CreatePod(*low);
+  EXPECT_EQ(Schedule(**s, *low, {"n1"}), "");
+  *hi = GpuPod("hi", 1, 30000);
+  (*hi)["spec"]["priority"] = 1000;
+  if (create_hi) *hi = CreatePod(*hi);
   const std::string args =
-      json{{"Pod", hi}, {"NodeNameToMetaVictims", {{"n1", {{"Pods", json::array()}}}}}}.dump();
-  // Until the informer shows `low` bound, its priority is unknown and it is never a victim.
+      json{{"Pod", *hi}, {"NodeNameToMetaVictims", {{"n1", {{"Pods", json::array()}}}}}}.dump();
   HttpReply r;
-  ASSERT_TRUE(WaitUntil([&] {
-    r = s->Preempt(args);
+  EXPECT_TRUE(WaitUntil([&] {
+    r = (*s)->Preempt(args);
     return r.status == 200 && json::parse(r.body)["NodeNameToMetaVictims"].contains("n1");
   })) << r.body;
+  return r;
+}
+
+TEST_F(SchedulerServiceTest, PreemptVerbNamesTheVictimsByUid) {
+  std::unique_ptr<Scheduler> s;
+  json low, hi;
+  HttpReply r = PreemptForHiOverLow(&s, &low, &hi, /*create_hi=*/false);
   EXPECT_EQ(json::parse(r.body),
             json::parse(StrCat(R"({"NodeNameToMetaVictims":{"n1":{"Pods":[{"UID":")",
                                k8s::Uid(low), R"("}],"NumPDBViolations":0}}})")));
@@ -286,6 +300,31 @@ TEST_F(SchedulerServiceTest, PreemptVerbNamesTheVictimsByUid) {
   EXPECT_EQ(r.status, 400);
   EXPECT_THAT(json::parse(r.body)["Error"].get<std::string>(), HasSubstr("not below"));
   EXPECT_EQ(s->cache().EntryState("default/low"), "bound");
+}
+
+// Path A end to end through the informer: the verb's answer is remembered, kube-scheduler's
+// status patch (nominatedNodeName) reserves the node, and once the victim is gone its GPU is held
+// for the preemptor, not given to a lower-priority pod.
+TEST_F(SchedulerServiceTest, ANominationAfterThePreemptVerbHoldsTheFreedGpu) {
+  std::unique_ptr<Scheduler> s;
+  json low, hi;
+  PreemptForHiOverLow(&s, &low, &hi, /*create_hi=*/true);
+  ASSERT_FALSE(HasFailure());
+  EXPECT_FALSE(s->cache().HasReservation("default/hi", k8s::Uid(hi)));
+  // kube-scheduler deletes the victim and nominates hi (handleSchedulingFailure's status patch).
+  ASSERT_OK(client_->Patch(k8s::kPods, "default", "hi", k8s::PatchType::kMerge,
+                          json{{"status", {{"nominatedNodeName", "n1"}}}}, "status")
+                .status());
+  ASSERT_TRUE(WaitUntil([&] { return s->cache().HasReservation("default/hi", k8s::Uid(hi)); }));
+  ASSERT_OK(api_->Delete("pods", "default", "low"));
+  ASSERT_TRUE(WaitUntil([&] { return s->cache().EntryState("default/hi") == "assumed"; }));
+  json lo = GpuPod("lo", 1, 30000);
+  lo["spec"]["priority"] = 500;
+  lo = CreatePod(lo);
+  HttpReply f = s->Filter(Args(lo, {"n1"}));
+  EXPECT_TRUE(json::parse(f.body)["NodeNames"].empty()) << f.body;
+  EXPECT_EQ(Schedule(*s, hi, {"n1"}), "");
+  EXPECT_EQ(s->cache().reservations_nominated(), 1);
 }
 
 TEST_F(SchedulerServiceTest, ApiServerErrorOnBindReleasesTheCharge) {
