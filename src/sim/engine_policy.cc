@@ -534,6 +534,7 @@ std::optional<std::pair<double, double>> KnobRange(std::string_view key) {
   }
   if (key == "split") return std::pair{1.0, 1000.0};
   if (key == "mig_sharing") return std::pair{0.0, 2.0};
+  if (key == "mig_idle") return std::pair{0.0, 1000.0};
   if (key == "frag_weight" || key == "pack_weight" || key == "cpu_balance" ||
       key == "type_balance") {
     return std::pair{-1e6, 1e6};
@@ -640,6 +641,8 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view 
         o.policy.topology_whole_node = v != 0;
       } else if (key == "mig_sharing") {
         o.mig_sharing = static_cast<int>(v);
+      } else if (key == "mig_idle") {
+        o.policy.mig_idle_gpu = static_cast<int32_t>(v);
       } else if (key == "slice_cores") {
         o.slice_cores = v != 0;
       } else {
@@ -648,7 +651,7 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view 
                    "' (known: frag_weight, pack_weight, gpu, quantize, resolution, cpu_pack, "
                    "exact_gpu, cpu_balance, type_balance, split, coverage, bestfit_cpu_share, "
                    "maintain, profile_requests, topology, topology_weight, topology_whole, "
-                   "topology_harm, mig_sharing, slice_cores)"));
+                   "topology_harm, mig_sharing, mig_idle, slice_cores)"));
       }
     }
   }

@@ -520,6 +520,17 @@ bool Engine::Impl::PlaceMig(const Resolved& rp, int oi, int node) {
     rec.shared = best.shared;
     recs_.push_back(rec);
   }
+  // Idle MIG GPUs the node keeps, a node-level term carried in the last device's waste (which
+  // only the prism node score reads): among nodes that fragment alike, the fullest wins
+  // (PolicyOptions::mig_idle_gpu).
+  if (const int32_t weight = options_.policy.mig_idle_gpu; weight > 0 && needed > 0) {
+    int32_t idle = 0;
+    for (int l = 0; l < n.gpu_count; ++l) {
+      idle += cluster_.gpu(n.first_gpu + l).mode == GpuMode::kMig &&
+              scratch_[l].u.busy.memory_mask == 0;
+    }
+    recs_.back().waste += weight * idle;
+  }
   return true;
 }
 

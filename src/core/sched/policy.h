@@ -85,6 +85,11 @@ struct PolicyOptions {
   // binpack utilization.
   double frag_weight = 1.0;
   double pack_weight = 0.0;
+  // prism, MIG pods: each MIG GPU of the node left with no instance in use after the pod adds
+  // this much (milli-GPU) to the fragmentation change, so that among nodes that fragment alike
+  // the pod goes where fewer idle GPUs remain: idle nodes stay whole for multi-GPU pods, and a
+  // node's CPU is not spent while its GPUs stay idle (docs/scheduling.md#dynamic-mig). 0: off.
+  int32_t mig_idle_gpu = 5;
   // prism: a pod asking for no GPU scores -(free GPU units of the node, then
   // CPU left after placement), lexicographically: it goes where it strands
   // the least GPU. Depends only on the node's own state (cache stays exact).
