@@ -115,6 +115,16 @@ inline std::string CaseName(const ::testing::TestParamInfo<NodeCase>& info) { re
 
 class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
  protected:
+  // A node beside the first (kNode, whose side is dir_, state_file_, kubelet_ and agent_):
+  // StartExtraNode.
+  struct ExtraNode {
+    std::string name;
+    fs::path dir;
+    std::string state_file;
+    std::unique_ptr<kubelet::FakeKubelet> kubelet;
+    ChildProcess agent;
+  };
+
   void SetUp() override {
     root_ = std::getenv("PRISM_SOURCE_DIR") ? std::getenv("PRISM_SOURCE_DIR") : ".";
     dir_ = deviceplugin::testing::TestDir();
@@ -215,6 +225,10 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     scheduler_.Kill();
     agent_.Kill();
     if (kubelet_) kubelet_->Stop();
+    for (const std::unique_ptr<ExtraNode>& n : extra_nodes_) {
+      n->agent.Kill();
+      if (n->kubelet) n->kubelet->Stop();
+    }
   }
 
   // kube-scheduler's view: the profile's scheduler name and the extender entry, which the
@@ -265,12 +279,12 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     }
   }
 
-  void CreateNode(const NodeCase& c) {
+  void CreateNode(const NodeCase& c, const std::string& name = kNode) {
     // What the DaemonSet selects must be on the node: the test adds GPU feature discovery's
     // labels, never Prism's.
     const Object* ds = bundle_.Find("DaemonSet", "prism-device-plugin");
     ASSERT_NE(ds, nullptr);
-    json labels = {{"kubernetes.io/hostname", kNode}};
+    json labels = {{"kubernetes.io/hostname", name}};
     const json selector =
         ds->at("spec").at("template").at("spec").value("nodeSelector", json::object());
     for (const auto& [k, v] : selector.items()) {
@@ -280,7 +294,7 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     for (const auto& [k, v] : c.labels) labels[k] = v;
     json node{{"apiVersion", "v1"},
               {"kind", "Node"},
-              {"metadata", {{"name", kNode}, {"labels", labels}}},
+              {"metadata", {{"name", name}, {"labels", labels}}},
               {"status",
                {{"allocatable", {{"cpu", "32"}, {"memory", "128Gi"}, {"pods", "110"}}},
                 {"capacity", {{"cpu", "32"}, {"memory", "128Gi"}, {"pods", "110"}}}}}};
@@ -321,12 +335,17 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     ASSERT_TRUE(ready) << Slurp(scheduler_.log);
   }
 
-  void StartAgent() {
+  void StartAgent() { StartAgent(kNode, dir_, state_file_, *kubelet_, agent_); }
+
+  // The shipped DaemonSet's node agent on node `node`, its host directories under `dir`.
+  void StartAgent(const std::string& node, const fs::path& dir, const std::string& state_file,
+                  kubelet::FakeKubelet& kubelet, ChildProcess& agent) {
     const Object* ds = bundle_.Find("DaemonSet", "prism-device-plugin");
     ASSERT_NE(ds, nullptr);
     LocalProcessOptions o;
-    o.dir = dir_;
-    o.field_refs = {{"spec.nodeName", kNode}, {"metadata.name", "prism-device-plugin-x"},
+    o.dir = dir;
+    o.field_refs = {{"spec.nodeName", node},
+                    {"metadata.name", StrCat("prism-device-plugin-", node)},
                     {"metadata.namespace", ns_}};
     absl::StatusOr<LocalProcess> p = LocalProcessFor(bundle_, *ds, "device-plugin", o);
     ASSERT_TRUE(p.ok()) << p.status();
@@ -339,31 +358,31 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     }
     // Here those host directories are the test's, the GPUs simulated, the API server local.
     p->SetFlag("--kubeconfig", kubeconfig_);
-    p->SetFlag("--nvml", "sim:" + state_file_);
-    p->SetFlag("--device-plugin-path", (dir_ / "dp").string() + "/");
-    p->SetFlag("--pod-resources-socket", (dir_ / "pr" / "kubelet.sock").string());
-    p->SetFlag("--cdi-dir", (dir_ / "cdi").string());
-    p->SetFlag("--state-dir", (dir_ / "state").string());
-    p->SetFlag("--vgpu-dir", (dir_ / "vgpu").string());
+    p->SetFlag("--nvml", "sim:" + state_file);
+    p->SetFlag("--device-plugin-path", (dir / "dp").string() + "/");
+    p->SetFlag("--pod-resources-socket", (dir / "pr" / "kubelet.sock").string());
+    p->SetFlag("--cdi-dir", (dir / "cdi").string());
+    p->SetFlag("--state-dir", (dir / "state").string());
+    p->SetFlag("--vgpu-dir", (dir / "vgpu").string());
     p->SetFlag("--metrics-address", "127.0.0.1:0");
     // The host's /dev and /proc (the DaemonSet is privileged): a fake driver tree, so that the
     // CDI specs' device nodes are really looked up.
-    p->SetFlag("--dev-root", (dir_ / "host").string());
-    p->SetFlag("--proc-root", (dir_ / "host" / "proc").string());
+    p->SetFlag("--dev-root", (dir / "host").string());
+    p->SetFlag("--proc-root", (dir / "host" / "proc").string());
     if (p->Flag("--dra").has_value()) {
       // The kubelet's plugin directories (hostPath mounts at their host paths) are the test's.
-      p->SetFlag("--dra-registry-dir", (dir_ / "plugins_registry").string());
-      p->SetFlag("--dra-plugin-dir", (dir_ / "plugins" / "gpu.prism.io").string());
+      p->SetFlag("--dra-registry-dir", (dir / "plugins_registry").string());
+      p->SetFlag("--dra-plugin-dir", (dir / "plugins" / "gpu.prism.io").string());
     }
-    agent_.log = (dir_ / "agent.log").string();
-    const size_t log_before = Slurp(agent_.log).size();
-    agent_.pid = SpawnProcess(PRISM_BINARY, *p, agent_.log);
-    ASSERT_GT(agent_.pid, 0);
-    ASSERT_TRUE(kubelet_->WaitForPlugin("nvidia.com/gpu", absl::Seconds(30))) << Slurp(agent_.log);
+    agent.log = (dir / "agent.log").string();
+    const size_t log_before = Slurp(agent.log).size();
+    agent.pid = SpawnProcess(PRISM_BINARY, *p, agent.log);
+    ASSERT_GT(agent.pid, 0);
+    ASSERT_TRUE(kubelet.WaitForPlugin("nvidia.com/gpu", absl::Seconds(30))) << Slurp(agent.log);
     // Ready (registered and not failing closed), on the port this run logged.
     int port = 0;
     for (int i = 0; i < 3000 && port == 0; ++i) {
-      const std::string text = Slurp(agent_.log).substr(log_before);
+      const std::string text = Slurp(agent.log).substr(log_before);
       const size_t at = text.find("metrics on 127.0.0.1:");
       if (at != std::string::npos) {
         port = std::stoi(text.substr(at + std::string("metrics on 127.0.0.1:").size()));
@@ -371,7 +390,7 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
         absl::SleepFor(absl::Milliseconds(10));
       }
     }
-    ASSERT_GT(port, 0) << Slurp(agent_.log);
+    ASSERT_GT(port, 0) << Slurp(agent.log);
     httplib::Client http("127.0.0.1", port);
     bool ready = false;
     for (int i = 0; i < 3000 && !ready; ++i) {
@@ -379,14 +398,21 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
       ready = res && res->status == 200;
       if (!ready) absl::SleepFor(absl::Milliseconds(10));
     }
-    ASSERT_TRUE(ready) << Slurp(agent_.log);
+    ASSERT_TRUE(ready) << Slurp(agent.log);
   }
 
   void StartNodeSide(const NodeCase& c) {
-    state_file_ = deviceplugin::testing::WriteFile(dir_ / "gpus.yaml", c.gpus_yaml);
-    deviceplugin::testing::WriteFakeDriverTree(dir_ / "host", 1);
+    ASSERT_NO_FATAL_FAILURE(StartNodeSide(c, kNode, dir_, &state_file_, &kubelet_, agent_));
+  }
+
+  // Node `node`'s simulated GPUs, fake kubelet and node agent, under `dir`.
+  void StartNodeSide(const NodeCase& c, const std::string& node, const fs::path& dir,
+                     std::string* state_file, std::unique_ptr<kubelet::FakeKubelet>* kubelet_out,
+                     ChildProcess& agent) {
+    *state_file = deviceplugin::testing::WriteFile(dir / "gpus.yaml", c.gpus_yaml);
+    deviceplugin::testing::WriteFakeDriverTree(dir / "host", 1);
     if (!c.preexisting.empty()) {
-      nvml::SimNvml direct(state_file_);
+      nvml::SimNvml direct(*state_file);
       for (const auto& [profile, start] : c.preexisting) {
         auto gi = direct.CreateGpuInstance(0, profile, start);
         ASSERT_TRUE(gi.ok()) << gi.status();
@@ -394,12 +420,35 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
         ASSERT_TRUE(direct.CreateComputeInstance(0, gi->id, slices).ok());
       }
     }
-    kubelet::FakeKubeletOptions k{(dir_ / "dp").string(), (dir_ / "pr" / "kubelet.sock").string(),
-                                  (dir_ / "cdi").string()};
+    kubelet::FakeKubeletOptions k{(dir / "dp").string(), (dir / "pr" / "kubelet.sock").string(),
+                                  (dir / "cdi").string()};
     auto kubelet = kubelet::FakeKubelet::Start(k);
     ASSERT_TRUE(kubelet.ok()) << kubelet.status();
-    kubelet_ = std::move(*kubelet);
-    ASSERT_NO_FATAL_FAILURE(StartAgent());
+    *kubelet_out = std::move(*kubelet);
+    ASSERT_NO_FATAL_FAILURE(StartAgent(node, dir, *state_file, **kubelet_out, agent));
+  }
+
+  // A second node in the same cluster (another kind of GPU): its Node object, simulated GPUs,
+  // fake kubelet and node agent, under dir_/`name`. Run() starts pods bound there on its kubelet.
+  ExtraNode* StartExtraNode(const std::string& name, const NodeCase& c) {
+    auto node = std::make_unique<ExtraNode>();
+    node->name = name;
+    node->dir = dir_ / name;
+    fs::create_directories(node->dir);
+    ExtraNode* out = node.get();
+    extra_nodes_.push_back(std::move(node));
+    CreateNode(c, name);
+    StartNodeSide(c, name, out->dir, &out->state_file, &out->kubelet, out->agent);
+    return HasFatalFailure() ? nullptr : out;
+  }
+
+  // The fake kubelet of node `node` (nullptr for a node the test did not start).
+  kubelet::FakeKubelet* KubeletOf(const std::string& node) {
+    if (node == kNode) return kubelet_.get();
+    for (const std::unique_ptr<ExtraNode>& n : extra_nodes_) {
+      if (n->name == node) return n->kubelet.get();
+    }
+    return nullptr;
   }
 
   // A client of the fake API server over its kubeconfig (HTTPS, its CA), without rate limit.
@@ -475,7 +524,8 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
       return absl::DeadlineExceededError(StrCat(name, " was not bound: ", Slurp(scheduler_.log)));
     }
     const json bound = Pod(name);
-    if (bound["spec"].value("nodeName", "") != kNode) {
+    kubelet::FakeKubelet* kubelet = KubeletOf(bound["spec"].value("nodeName", ""));
+    if (kubelet == nullptr) {
       return absl::InternalError(StrCat(name, " bound to ", bound["spec"].dump()));
     }
     kubelet::FakePod fake{uid, "default", name, {}};
@@ -483,11 +533,11 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
     const json& c = bound["spec"]["containers"][0];
     gpus = std::stoi(c["resources"]["limits"]["nvidia.com/gpu"].get<std::string>());
     fake.containers.push_back({c["name"], false, false, gpus});
-    absl::Status admitted = kubelet_->AdmitPod(fake, "nvidia.com/gpu");
+    absl::Status admitted = kubelet->AdmitPod(fake, "nvidia.com/gpu");
     if (!admitted.ok()) return admitted;
     absl::StatusOr<kubelet::CreatedContainer> created;
     for (int i = 0; i < 5000; ++i) {
-      created = kubelet_->CreateContainer(uid, c["name"]);
+      created = kubelet->CreateContainer(uid, c["name"]);
       if (created.ok() || created.status().code() != absl::StatusCode::kNotFound) break;
       absl::SleepFor(absl::Milliseconds(2));
     }
@@ -621,7 +671,8 @@ class DeploySeedTest : public ::testing::TestWithParam<NodeCase> {
   std::unique_ptr<k8s::Client> client_;
   std::unique_ptr<SchedulerDriver> driver_;
   ChildProcess scheduler_;
-  ChildProcess agent_;
+  ChildProcess agent_;  // The first node's (kNode); other nodes' are in extra_nodes_.
+  std::vector<std::unique_ptr<ExtraNode>> extra_nodes_;
 };
 
 }  // namespace prism::e2e

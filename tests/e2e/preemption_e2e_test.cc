@@ -56,7 +56,13 @@ class PreemptionE2eTest : public DeploySeedTest {
   void Saturate(const std::map<std::string, std::string>& class_of = {},
                 const std::string& cpu_each = "") {
     ASSERT_NO_FATAL_FAILURE(StartInstall(NodeCase{"two-t4", kTwoT4s, {}, {}}));
-    const nvml::sim::SimState state = deviceplugin::testing::ReadState(state_file_);
+    ASSERT_NO_FATAL_FAILURE(FillT4s(state_file_, class_of, cpu_each));
+  }
+
+  // Saturate's pods on the two T4s of the node whose simulated GPUs are `state_file`.
+  void FillT4s(const std::string& state_file, const std::map<std::string, std::string>& class_of = {},
+               const std::string& cpu_each = "") {
+    const nvml::sim::SimState state = deviceplugin::testing::ReadState(state_file);
     ASSERT_EQ(state.gpus.size(), 2u);
     gpu_ = {state.gpus[0].uuid, state.gpus[1].uuid};
     const std::vector<std::tuple<std::string, int, int>> pods = {
@@ -109,7 +115,10 @@ class PreemptionE2eTest : public DeploySeedTest {
 
   // The kubelet's part of an eviction: the evicted pod's containers go (the API server deleted
   // the pod at once, without graceful termination).
-  void KubeletForgets(const std::string& name) { kubelet_->RemovePod(uids_.at(name)); }
+  void KubeletForgets(const std::string& name) {
+    kubelet_->RemovePod(uids_.at(name));
+    for (const std::unique_ptr<ExtraNode>& n : extra_nodes_) n->kubelet->RemovePod(uids_.at(name));
+  }
 
   // Whether an event about `name` with `reason` that says `text` comes within `timeout`.
   bool WaitForEventSaying(const std::string& name, const std::string& reason,
@@ -418,6 +427,50 @@ TEST_F(MigTemplatePreemptionE2eTest, AGeometrySwitchTakesEveryPodOnTheGpu) {
   std::map<int, int> layout;  // Start -> profile.
   for (const auto& gi : state.gpus[0].gpu_instances) layout[gi.start] = gi.profile_id;
   EXPECT_EQ(layout, (std::map<int, int>{{0, kProfile3g}, {4, kProfile3g}}));
+}
+
+// Issue 34's end-to-end case in one cluster: the A100 of MigPreemptionE2eTest (placement mode,
+// seven batch 1g.10gb pods) on gpu-node-1 and two sliced T4s full of batch pods on gpu-node-2,
+// one scheduler and one kube-scheduler over both. The serving 3g.40gb takes exactly the three
+// pods at starts 4-6 of the A100; then a serving 10 GiB slice takes exactly c, the one T4 pod
+// whose GPU then has room (on the A100 a 10 GiB instance would now need two victims: 1g.20gb
+// or 2g.20gb at start 0 or 2), and neither touches the other node's pods.
+class MixedClusterPreemptionE2eTest : public MigPreemptionE2eTest {};
+
+TEST_F(MixedClusterPreemptionE2eTest, EachPreemptorTakesOnlyThePodsThatFreeItsPlacement) {
+  ASSERT_NO_FATAL_FAILURE(StartInstall(NodeCase{"a100", kA100, {}, {}}));
+  ExtraNode* t4s = StartExtraNode("gpu-node-2", NodeCase{"two-t4", kTwoT4s, {}, {}});
+  ASSERT_NE(t4s, nullptr);
+  for (int i = 0; i < 7; ++i) ASSERT_NO_FATAL_FAILURE(RunOneSlice(StrCat("b", i), "batch"));
+  ASSERT_NO_FATAL_FAILURE(ExpectSevenSlices());
+  ASSERT_NO_FATAL_FAILURE(FillT4s(t4s->state_file));
+  for (const char* name : {"a", "b", "c", "d"}) {
+    EXPECT_EQ(Pod(name)["spec"].value("nodeName", ""), "gpu-node-2") << name;
+  }
+  // The 3g.40gb: the three pods at 4-6, nothing on the T4 node.
+  const std::set<std::string> mig_victims = PodsAt(4, 6);
+  ASSERT_EQ(mig_victims.size(), 3u);
+  ASSERT_NO_FATAL_FAILURE(ExpectPreemption(mig_victims, 4));
+  EXPECT_EQ(Pod("hi")["spec"].value("nodeName", ""), kNode);
+  for (const char* kept : {"a", "b", "c", "d"}) EXPECT_TRUE(Exists(kept)) << kept;
+  // The 10 GiB slice: exactly c, nothing on the A100.
+  api_->ClearRequests();
+  json slice = Prioritized(SlicePod("hi2", 10240), "serving");
+  const std::string slice_uid = Submit(slice);
+  ASSERT_FALSE(slice_uid.empty());
+  ASSERT_TRUE(WaitForEvent("hi2", "Preempting", absl::Seconds(30))) << Slurp(scheduler_.log);
+  EXPECT_EQ(Touched(), (std::set<std::string>{"c"}));
+  KubeletForgets("c");
+  absl::StatusOr<kubelet::CreatedContainer> started = Run(slice, slice_uid);
+  ASSERT_TRUE(started.ok()) << started.status() << Slurp(scheduler_.log);
+  EXPECT_EQ(Pod("hi2")["spec"].value("nodeName", ""), "gpu-node-2");
+  EXPECT_THAT(started->env["NVIDIA_VISIBLE_DEVICES"], HasSubstr(gpu_[1]));
+  for (const char* kept : {"a", "b", "d", "hi"}) EXPECT_TRUE(Exists(kept)) << kept;
+  for (const auto& [name, start] : start_) {
+    if (mig_victims.count(name) == 0) {
+      EXPECT_TRUE(Exists(name)) << name << " at start " << start;
+    }
+  }
 }
 
 }  // namespace
