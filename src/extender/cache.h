@@ -126,6 +126,9 @@ struct PreemptionPlan {
     int32_t priority = 0;
   };
   std::vector<Victim> victims;
+  // Lower-priority preemptors holding GPUs on the node (reservations, not yet bound) whose holds
+  // the plan takes: Reserve ends them (keys), as upstream clears their nominations.
+  std::vector<std::string> yielded;
   std::string gpus;  // Where the preemptor goes once they are gone ("GPU-1 (10240 MiB)").
   int64_t gpu_memory_freed_mib = 0;
   int nodes_searched = 0;
@@ -462,6 +465,15 @@ class SchedulerCache {
   void ObserveNominationLocked(const std::string& key, std::string_view uid,
                                std::string_view nominated) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropReservationLocked(std::map<std::string, Reservation, std::less<>>::iterator it)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A preemptor of `priority` may take what lower-priority reservations on `node` hold, as
+  // upstream checks a node for a pod with only the nominated pods of equal or higher priority
+  // (framework.go, addGENominatedPods) and clears the lower ones' nominations where it preempts
+  // (preemption.go, prepareCandidate). The keys of the held ones (their assumptions charged).
+  std::vector<std::string> YieldingReservationsLocked(std::string_view node, int32_t priority)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Ends every reservation on `node` below `priority` but `key`'s (a preemption there took it).
+  void EndLowerReservationsLocked(std::string_view node, int32_t priority, std::string_view key)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Charges the reservations whose victims are gone, ends those that no longer apply (run
   // before every decision: MaybeRebuildLocked).

@@ -114,6 +114,9 @@ absl::StatusOr<std::vector<NodeVictims>> SchedulerCache::Preempt(
         candidates.push_back(std::move(c));
       }
     }
+    for (const std::string& key : YieldingReservationsLocked(node.node, priority)) {
+      (void)scratch.Release(key);  // A lower-priority preemptor's hold: it yields.
+    }
     sched::PreemptionLimits limits;
     limits.max_evaluations =
         static_cast<int>(std::clamp<int64_t>(trials_left, 2, limits.max_evaluations));
@@ -193,6 +196,8 @@ void SchedulerCache::ObserveNominationLocked(const std::string& key, std::string
   preempt_answers_.erase(a);
   LogInfo(kLog, "reservation of ", key, " on ", made.node, ": kube-scheduler nominated it after ",
           "preemption; ", made.victims.size(), " GPU victim(s) to go");
+  // Upstream clears the lower-priority nominations there too; its patches may come later.
+  EndLowerReservationsLocked(made.node, made.priority, key);
   reservations_.insert_or_assign(key, std::move(made));
   ++reservations_nominated_;
   SettleReservationsLocked();
@@ -213,6 +218,32 @@ std::vector<sched::PreemptionCandidate> SchedulerCache::EvictableLocked(const st
     out.push_back({key, e.priority});
   }
   return out;
+}
+
+std::vector<std::string> SchedulerCache::YieldingReservationsLocked(std::string_view node,
+                                                                   int32_t priority) {
+  std::vector<std::string> out;
+  for (const auto& [key, r] : reservations_) {
+    if (r.node != node || r.priority >= priority || !r.held) continue;
+    auto p = pods_.find(key);
+    if (p != pods_.end() && p->second.seq == r.seq && p->second.state == State::kAssumed) {
+      out.push_back(key);
+    }
+  }
+  return out;
+}
+
+void SchedulerCache::EndLowerReservationsLocked(std::string_view node, int32_t priority,
+                                                std::string_view key) {
+  for (auto it = reservations_.begin(); it != reservations_.end();) {
+    auto next = std::next(it);
+    if (it->first != key && it->second.node == node && it->second.priority < priority) {
+      LogInfo(kLog, "reservation of ", it->first, " on ", node,
+              " ended: a higher-priority preemptor (", key, ") takes the node");
+      DropReservationLocked(it);
+    }
+    it = next;
+  }
 }
 
 std::vector<std::string_view> SchedulerCache::ResolvableNodes(
@@ -265,7 +296,8 @@ std::vector<std::string_view> SchedulerCache::ResolvableNodes(
     const int id = NodeIdLocked(failed[at]);
     if (id < 0) continue;  // No GPU inventory: eviction frees nothing Prism places.
     const bool only_higher = classify(failed[at]);
-    if (lower.empty()) {
+    const std::vector<std::string> yielding = YieldingReservationsLocked(failed[at], priority);
+    if (lower.empty() && yielding.empty()) {
       if (only_higher && notes != nullptr) notes->emplace_back(failed[at], kPreemptionOnlyHigher);
       continue;
     }
@@ -278,6 +310,7 @@ std::vector<std::string_view> SchedulerCache::ResolvableNodes(
     const sched::ClusterState::NodeSnapshot saved = engine_->SaveNode(id);
     bool released = true;
     for (const sched::PreemptionCandidate& c : lower) released = released && engine_->Release(c.key).ok();
+    for (const std::string& key : yielding) released = released && engine_->Release(key).ok();
     const bool fits = released && engine_->Decide(*request, id).ok();
     if (absl::Status s = engine_->RestoreNode(saved); !s.ok()) {
       LogError(kLog, "putting node ", failed[at], " back after a preemption trial: ", s.message());
@@ -318,7 +351,11 @@ absl::StatusOr<std::optional<PreemptionPlan>> SchedulerCache::PlanPreemption(
   // pickOneNodeForPreemption's order: (PDB violations: none counted) lowest highest victim
   // priority, lowest sum of priorities, fewest victims, then the first searched.
   using Rank = std::tuple<int32_t, int64_t, size_t, size_t>;
-  std::optional<std::pair<Rank, sched::VictimChoice>> best;
+  struct Found {
+    sched::VictimChoice choice;
+    std::vector<std::string> yielded;
+  };
+  std::optional<std::pair<Rank, Found>> best;
   int64_t trials_left = request_trials;
   int searched = 0;
   int evaluations = 0;
@@ -326,6 +363,8 @@ absl::StatusOr<std::optional<PreemptionPlan>> SchedulerCache::PlanPreemption(
     const std::string& node = nodes[(start + i) % nodes.size()];
     const int id = NodeIdLocked(node);
     if (id < 0) continue;
+    std::vector<std::string> yielding = YieldingReservationsLocked(node, priority);
+    for (const std::string& key : yielding) (void)scratch.Release(key);
     sched::PreemptionLimits limits;
     limits.max_evaluations =
         static_cast<int>(std::clamp<int64_t>(trials_left, 2, limits.max_evaluations));
@@ -334,7 +373,9 @@ absl::StatusOr<std::optional<PreemptionPlan>> SchedulerCache::PlanPreemption(
     ++searched;
     evaluations += choice.evaluations;
     trials_left -= choice.evaluations;
-    if (!choice.fits || choice.victims.empty()) continue;  // Upstream: "at least one victim".
+    // Upstream wants at least one victim; a lower-priority hold taken over counts as one here
+    // (its pod is pending, so nothing is evicted for it).
+    if (!choice.fits || (choice.victims.empty() && yielding.empty())) continue;
     int32_t highest = std::numeric_limits<int32_t>::min();
     int64_t sum = 0;
     for (const std::string& key : choice.victims) {
@@ -343,11 +384,12 @@ absl::StatusOr<std::optional<PreemptionPlan>> SchedulerCache::PlanPreemption(
       sum += int64_t{p} + (int64_t{1} << 31);  // As upstream: every term >= 0.
     }
     Rank rank{highest, sum, choice.victims.size(), i};
-    if (!best || rank < best->first) best.emplace(rank, std::move(choice));
+    if (!best || rank < best->first) best.emplace(rank, Found{std::move(choice), std::move(yielding)});
   }
   if (!best) return std::nullopt;
-  const sched::VictimChoice& choice = best->second;
+  const sched::VictimChoice& choice = best->second.choice;
   PreemptionPlan plan;
+  plan.yielded = best->second.yielded;
   plan.node = choice.decision.node_name;
   plan.gpu_memory_freed_mib = choice.gpu_memory_freed_mib;
   plan.nodes_searched = searched;
@@ -379,6 +421,7 @@ void SchedulerCache::Reserve(const config::PodManifest& pod, int32_t priority,
   for (const PreemptionPlan::Victim& v : plan.victims) {
     r.victims.emplace_back(k8s::ObjectKey(v.namespace_name, v.name), v.uid);
   }
+  EndLowerReservationsLocked(plan.node, priority, pod.Key());
   reservations_.insert_or_assign(pod.Key(), std::move(r));
   SettleReservationsLocked();
 }

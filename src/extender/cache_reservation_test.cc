@@ -299,5 +299,68 @@ TEST_F(ReservationTest, ANominationReservesOnlyWhatARememberedAnswerCovers) {
   EXPECT_FALSE(cache_->HasReservation("default/hi", "uid-default-hi"));
 }
 
+// A reservation holds a GPU for its preemptor against lower-priority pods only: a still
+// higher-priority preemptor takes it over (upstream filters a node for a pod with only the
+// nominated pods of equal or higher priority, and clears the lower ones' nominations where it
+// preempts), on both paths, and an equal-priority one does not.
+class YieldingReservationTest : public ReservationTest {
+ protected:
+  // mid (priority 50, 10 GiB) preempted c and holds GPU 1 of n1 (beside d's 4 GiB).
+  void SetUp() override {
+    auto plan = cache_->PlanPreemption(Manifest(mid_), 50, false, {"n1"});
+    ASSERT_TRUE(plan.ok() && plan->has_value());
+    ASSERT_EQ((*plan)->victims.size(), 1u);
+    ASSERT_EQ((*plan)->victims[0].name, "c");
+    cache_->Reserve(Manifest(mid_), 50, **plan, clock_.Now() + absl::Minutes(2));
+    cache_->DeletePod(pods_["c"]);
+    cache_->Filter(Manifest(Pod("probe", 1024, 0)), Views(nodes_), false);  // Settles.
+    ASSERT_EQ(cache_->EntryState("default/mid"), "assumed");
+  }
+  const json mid_ = Pod("mid", 10240, 50);
+};
+
+TEST_F(YieldingReservationTest, PathBTakesTheHoldInsteadOfEvictingPods) {
+  const json top = Pod("top", 10240, 100);
+  EXPECT_TRUE(cache_->Filter(Manifest(top), Views(nodes_), false).feasible.empty());
+  EXPECT_THAT(Resolvable(top), ElementsAre("n1"));
+  // Without the hold's yielding, a and b (GPU 0) would have to go; with it, no pod.
+  auto plan = cache_->PlanPreemption(Manifest(top), 100, false, {"n1"});
+  ASSERT_TRUE(plan.ok() && plan->has_value());
+  EXPECT_THAT((*plan)->victims, IsEmpty());
+  EXPECT_THAT((*plan)->yielded, ElementsAre("default/mid"));
+  EXPECT_NE((*plan)->gpus.find("GPU-n1-1"), std::string::npos) << (*plan)->gpus;
+  cache_->Reserve(Manifest(top), 100, **plan, clock_.Now() + absl::Minutes(2));
+  EXPECT_FALSE(cache_->HasReservation("default/mid", "uid-default-mid"));
+  EXPECT_EQ(cache_->EntryState("default/mid"), "");
+  EXPECT_EQ(cache_->EntryState("default/top"), "assumed");
+  FilterOutcome f = cache_->Filter(Manifest(top), Views(nodes_));
+  EXPECT_EQ(f.assumed_node, "n1") << f.Summary(3);
+  for (const char* kept : {"a", "b", "d"}) {
+    EXPECT_TRUE(cache_->ChargedDecision(StrCat("default/", kept)).has_value()) << kept;
+  }
+}
+
+TEST_F(YieldingReservationTest, AnEqualPriorityPreemptorDoesNotTakeTheHold) {
+  auto plan = cache_->PlanPreemption(Manifest(Pod("peer", 10240, 50)), 50, false, {"n1"});
+  ASSERT_TRUE(plan.ok() && plan->has_value());
+  EXPECT_THAT((*plan)->yielded, IsEmpty());
+  EXPECT_EQ((*plan)->victims.size(), 2u);  // a and b: GPU 0.
+  EXPECT_EQ(cache_->EntryState("default/mid"), "assumed");
+}
+
+TEST_F(YieldingReservationTest, PathAAnswersWithoutGpuVictimsAndTheNominationTakesTheHold) {
+  json top = Pod("top", 10240, 100);
+  auto answer = cache_->Preempt(Manifest(top), 100, false, {NodeVictims{"n1", {"uid-cpu"}}},
+                                20000, absl::Minutes(2));
+  ASSERT_TRUE(answer.ok()) << answer.status();
+  ASSERT_EQ(answer->size(), 1u);
+  EXPECT_THAT((*answer)[0].uids, ElementsAre("uid-cpu"));
+  EXPECT_EQ(cache_->EntryState("default/mid"), "assumed");  // Until kube-scheduler picks n1.
+  top["status"]["nominatedNodeName"] = "n1";
+  cache_->UpsertPod(top);
+  EXPECT_FALSE(cache_->HasReservation("default/mid", "uid-default-mid"));
+  EXPECT_EQ(cache_->EntryState("default/top"), "assumed");
+}
+
 }  // namespace
 }  // namespace prism::extender

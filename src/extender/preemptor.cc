@@ -124,6 +124,8 @@ PreemptionResult PreemptionRunner::Run(const k8s::Json& pod, const std::vector<s
   const PreemptionPlan& p = **plan;
   std::vector<std::string> names;
   for (const PreemptionPlan::Victim& v : p.victims) names.push_back(VictimText(v));
+  // A lower-priority preemptor's hold taken over is not evicted (its pod is pending).
+  for (const std::string& held : p.yielded) names.push_back(StrCat("the hold of ", held));
   const std::string victims_text = StrJoin(names, ", ");
   LogInfo(kLog, "pod ", key, " (priority ", priority, ") preempts on ", p.node, ": ",
           victims_text, " (", p.nodes_searched, " nodes searched, ", p.evaluations, " trials)");
@@ -167,7 +169,8 @@ PreemptionResult PreemptionRunner::Run(const k8s::Json& pod, const std::vector<s
   metrics_->AddPreemptionMemoryFreed(p.gpu_memory_freed_mib);
   if (event_) {
     event_(pod, k8s::EventType::kNormal, "Preempting",
-           StrCat("evicting ", victims_text, " on node ", p.node, "; the pod gets ", p.gpus,
+           StrCat(p.victims.empty() ? "taking " : "evicting ", victims_text, " on node ", p.node,
+                  "; the pod gets ", p.gpus,
                   " there once they are gone"));
   }
   return finish(PreemptionResult::kSucceeded);
