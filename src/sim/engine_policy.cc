@@ -527,16 +527,20 @@ absl::StatusOr<double> ParseDouble(std::string_view key, std::string_view value)
 // The values each numeric knob takes; nullopt for a key that is not a known knob (reported as
 // unknown afterwards).
 std::optional<std::pair<double, double>> KnobRange(std::string_view key) {
-  if (key == "coverage" || key == "bestfit_cpu_share") return std::pair{0.0, 1.0};
+  if (key == "coverage" || key == "bestfit_cpu_share" || key == "complement_min" ||
+      key == "complement_idle") {
+    return std::pair{0.0, 1.0};
+  }
   if (key == "quantize" || key == "cpu_pack" || key == "exact_gpu" || key == "profile_requests" ||
       key == "topology" || key == "slice_cores") {
     return std::pair{0.0, 1.0};
   }
   if (key == "split") return std::pair{1.0, 1000.0};
+  if (key == "complement_pods") return std::pair{0.0, 1000.0};
   if (key == "mig_sharing") return std::pair{0.0, 2.0};
   if (key == "mig_idle") return std::pair{0.0, 1000.0};
   if (key == "frag_weight" || key == "pack_weight" || key == "cpu_balance" ||
-      key == "type_balance") {
+      key == "type_balance" || key == "complement") {
     return std::pair{-1e6, 1e6};
   }
   if (key == "resolution") return std::pair{0.0, 1e6};
@@ -627,6 +631,14 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view 
         o.policy.type_balance = v;
       } else if (key == "cpu_balance") {
         o.policy.cpu_balance = v;
+      } else if (key == "complement") {
+        o.policy.complement = v;
+      } else if (key == "complement_min") {
+        o.policy.complement_min_share = v;
+      } else if (key == "complement_idle") {
+        o.policy.complement_idle = v;
+      } else if (key == "complement_pods") {
+        o.policy.complement_pods = static_cast<int>(v);
       } else if (key == "maintain") {
         o.maintain_evaluations = static_cast<int64_t>(v);
       } else if (key == "profile_requests") {
@@ -649,7 +661,8 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view 
         return absl::InvalidArgumentError(
             StrCat("unknown policy option '", key,
                    "' (known: frag_weight, pack_weight, gpu, quantize, resolution, cpu_pack, "
-                   "exact_gpu, cpu_balance, type_balance, split, coverage, bestfit_cpu_share, "
+                   "exact_gpu, cpu_balance, type_balance, complement, complement_min, "
+                   "complement_idle, complement_pods, split, coverage, bestfit_cpu_share, "
                    "maintain, profile_requests, topology, topology_weight, topology_whole, "
                    "topology_harm, mig_sharing, mig_idle, slice_cores)"));
       }

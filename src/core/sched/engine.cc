@@ -38,7 +38,7 @@ void Engine::Impl::ClusterVocabularyGrew() {
 }
 
 void Engine::Impl::RebuildShapes() {
-  frag_->SetWorkload(workload_);
+  frag_->SetWorkload(workload_, CompletionFor(options_.policy));
   InvalidateCaches();
 }
 
@@ -50,7 +50,7 @@ void Engine::Impl::DropStagedWorkload() {
 
 void Engine::Impl::StageTargetWorkload(TargetWorkload workload) {
   staged_frag_ = std::make_unique<WorkloadFragmentation>(&cluster_, &config_);
-  staged_frag_->SetWorkload(workload);
+  staged_frag_->SetWorkload(workload, CompletionFor(options_.policy));
   staged_workload_ = std::move(workload);
   staged_indexes_.Clear();
   // Every shape indexed or prepared now, the most recently decided first.
@@ -284,7 +284,17 @@ const DeviceConfig& Engine::config() const { return impl_->config_; }
 const EngineOptions& Engine::options() const { return impl_->options_; }
 
 void Engine::SetPolicy(const PolicyOptions& policy) {
+  const CompletionOptions before = CompletionFor(impl_->options_.policy);
   impl_->options_.policy = policy;
+  const CompletionOptions after = CompletionFor(policy);
+  if (before.min_share != after.min_share || before.max_pods != after.max_pods ||
+      before.idle != after.idle) {
+    // The complement term's sums of shares are the workload's, taken with these options.
+    impl_->frag_->SetWorkload(impl_->workload_, after);
+    if (impl_->staged_frag_ && impl_->staged_workload_.has_value()) {
+      impl_->staged_frag_->SetWorkload(*impl_->staged_workload_, after);
+    }
+  }
   impl_->InvalidateCaches();
 }
 

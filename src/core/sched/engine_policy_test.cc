@@ -1,4 +1,8 @@
 // Scoring policies and the extender-facing API (Filter, scores, Decide, ScheduleAmong).
+#include <string>
+#include <tuple>
+#include <vector>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -128,6 +132,39 @@ TEST(FgdPolicyTest, PrismLeavesTheTypeRestrictedPodsTheirGpus) {
   EXPECT_EQ(plain.Schedule(WithPolicy(any, "prism")).decision.node_name, "a");
 }
 
+TEST(FgdPolicyTest, PrismLeavesHolesTheWorkloadsSharesFill) {
+  // A 650 on a (350 free), a 470 on b (530 free); the workload asks 650, 470, 320 and 230.
+  // FGD puts a 230 into a's 350 (a hole fewer shapes can use), leaving 120 that no share
+  // fills; the 320 then goes to b and the next 230 finds no room. With the complement term
+  // the 230 goes to b (300 left: a 230 fills it), a keeps its 350 for the 320, and all fit.
+  const std::vector<NodeSpec> nodes = {Node("a", 16, 64, 1, T4()), Node("b", 16, 64, 1, T4())};
+  const TargetWorkload workload = TargetWorkload::FromPods(
+      {SharePod("w1", 650), SharePod("w2", 470), SharePod("w3", 320), SharePod("w4", 230)},
+      /*coverage=*/1.0);
+  auto run = [&](double complement, std::vector<std::string>* where) {
+    EngineOptions options;
+    options.policy.complement = complement;
+    Engine engine = MakeEngine(nodes, {}, options);
+    engine.SetTargetWorkload(workload);
+    for (const auto& [name, milli, node] : std::vector<std::tuple<std::string, int, std::string>>{
+             {"l1", 650, "a"}, {"l2", 470, "b"}}) {
+      auto d = engine.Decide(SharePod(name, milli), engine.cluster().FindNode(node));
+      ASSERT_TRUE(d.ok());
+      ASSERT_TRUE(engine.Apply("default/" + name, *d).ok());
+    }
+    int i = 0;
+    for (int milli : {230, 320, 230}) {
+      const ScheduleResult r = engine.Place(SharePod("p" + std::to_string(i++), milli));
+      where->push_back(r.scheduled ? r.decision.node_name : "-");
+    }
+  };
+  std::vector<std::string> fgd_like, complement;
+  run(0, &fgd_like);
+  run(8, &complement);
+  EXPECT_THAT(fgd_like, ElementsAre("a", "b", "-"));
+  EXPECT_THAT(complement, ElementsAre("b", "a", "b"));
+}
+
 TEST(FgdPolicyTest, PrismBreaksFragmentationTiesByFirstFitOrPacking) {
   // Whole-GPU workload, idle nodes: every placement of a whole-GPU pod is
   // fragmentation-neutral. By default prism then takes the first node by
@@ -149,7 +186,8 @@ TEST(FgdPolicyTest, PrismBreaksFragmentationTiesByFirstFitOrPacking) {
 TEST(FgdPolicyTest, PrismResolutionTreatsNearEqualChangesAsEqual) {
   // A 0.2 pod on a (0.7 free -> 0.5, fits the 0.5 workload: no change) or on
   // b (0.6 free -> 0.4: 0.4 GPU stranded). With a resolution coarser than
-  // that, both count as equal and the first node wins; finer, a wins anyway.
+  // that, both count as equal and the first node wins; finer, a wins anyway. (Without the
+  // complement term, which alone sends it to a: 0.5 is what the workload fills.)
   Engine engine = MakeEngine({Node("a", 16, 64, 1, T4()), Node("b", 16, 64, 1, T4())}, {});
   ASSERT_TRUE(engine.Apply("default/a-load", *engine.Decide(SharePod("a-load", 300), 0)).ok());
   ASSERT_TRUE(engine.Apply("default/b-load", *engine.Decide(SharePod("b-load", 400), 1)).ok());
@@ -157,11 +195,13 @@ TEST(FgdPolicyTest, PrismResolutionTreatsNearEqualChangesAsEqual) {
   PolicyOptions coarse;
   coarse.frag_resolution = 1.0;
   coarse.pack_weight = 0.01;  // Binpack decides within the bucket: b is fuller.
+  coarse.complement = 0;
   engine.SetPolicy(coarse);
   EXPECT_EQ(engine.Schedule(SharePod("p", 200)).decision.node_name, "b");
   PolicyOptions fine;
   fine.frag_resolution = 0.05;
   fine.pack_weight = 0.01;
+  fine.complement = 0;
   engine.SetPolicy(fine);
   EXPECT_EQ(engine.Schedule(SharePod("p", 200)).decision.node_name, "a");
 }

@@ -264,9 +264,17 @@ bool Engine::Impl::PlaceSlices(const Resolved& rp, int ci, int node, bool* too_f
     AddSlice(after, c, DeviceMemoryNeed(c.gpu, cluster_.gpu(g).memory_mib));
     if (exact_fgd) {
       const GpuUsage changed = SliceUsageAfter(after);
-      const double delta = (FragWithGpuOnce(node, cpu_after, mem_after, l, s, changed) -
-                            frag_->CurrentNodeFrag(node)) /
-                           kPermille;
+      double delta = (FragWithGpuOnce(node, cpu_after, mem_after, l, s, changed) -
+                      frag_->CurrentNodeFrag(node)) /
+                     kPermille;
+      if (rp.node_policy == NodePolicy::kPrism && options_.policy.complement != 0) {
+        // The node's score counts it too (NodeScore); here it picks the GPU.
+        const GpuInfo& gi = cluster_.gpu(g);
+        delta +=
+            options_.policy.complement *
+            frag_->ComplementChange(FreeUnits(gi, SliceUsageAfter(s)), FreeUnits(gi, changed)) /
+            kPermille;
+      }
       ranked_.emplace_back(FgdGpuPref(rp, delta, g, s, after, l), l);
       continue;
     }

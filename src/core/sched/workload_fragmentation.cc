@@ -29,7 +29,8 @@ double ShareUnits(const GpuRequest& r) {
 
 }  // namespace
 
-void WorkloadFragmentation::SetWorkload(const TargetWorkload& workload) {
+void WorkloadFragmentation::SetWorkload(const TargetWorkload& workload,
+                                        const CompletionOptions& completion) {
   shapes_.clear();
   weight_total_ = 0;
   double total = 0;
@@ -79,6 +80,7 @@ void WorkloadFragmentation::SetWorkload(const TargetWorkload& workload) {
   }
   AssignShapeGroups();
   ComputeBalanceMeasures(workload);
+  ComputeFillable(completion);
   Invalidate();
 }
 
@@ -123,6 +125,53 @@ void WorkloadFragmentation::ComputeBalanceMeasures(const TargetWorkload& workloa
   }
 }
 
+void WorkloadFragmentation::ComputeFillable(const CompletionOptions& completion) {
+  // The shares and what their shapes weigh together.
+  std::vector<std::pair<int32_t, double>> shares;
+  for (const ShapeData& d : shapes_) {
+    const GpuRequest& r = d.shape.gpu;
+    // A share given in MiB has no size before a GPU is chosen: it fills nothing here.
+    if (d.shape.gpu_count <= 0 || (r.memory_mib > 0 && r.cores_permille <= 0)) continue;
+    const int32_t share = static_cast<int32_t>(ShareUnits(r));
+    if (share <= 0) continue;
+    auto it = std::find_if(shares.begin(), shares.end(),
+                           [share](const auto& s) { return s.first == share; });
+    if (it == shares.end()) {
+      shares.emplace_back(share, d.weight);
+    } else {
+      it->second += d.weight;
+    }
+  }
+  // The fewest shares (each as often as it likes) that sum to exactly u units, 1,000 x distinct
+  // shares steps, once per workload; sums of more than `max_pods` do not count.
+  constexpr int kNever = kPermille + 1;
+  std::vector<int> fewest(kPermille + 1, kNever);
+  fewest[0] = 0;
+  for (const auto& [share, weight] : shares) {
+    if (weight < completion.min_share) continue;
+    for (int32_t u = share; u <= kPermille; ++u) {
+      fewest[u] = std::min(fewest[u], fewest[u - share] + 1);
+    }
+  }
+  const int limit = completion.max_pods > 0 ? completion.max_pods : kPermille;
+  any_share_ = false;
+  for (const auto& [share, weight] : shares)
+    any_share_ = any_share_ || weight >= completion.min_share;
+  for (int32_t u = 0, best = 0; u <= kPermille; ++u) {
+    if (fewest[u] <= limit) best = u;
+    fillable_[u] = best;
+  }
+  for (int32_t s = 0; s <= kPermille; ++s) {
+    int32_t worst = 0;
+    for (int32_t f = s; f < kPermille; ++f) {
+      worst = std::max(worst, CompletionWaste(f - s) - CompletionWaste(f));
+    }
+    const int32_t plain = CompletionWaste(kPermille - s) - CompletionWaste(kPermille);
+    worst_change_[s] =
+        static_cast<int32_t>(std::lround(completion.idle * worst + (1 - completion.idle) * plain));
+  }
+}
+
 double WorkloadFragmentation::BalanceTerms(int node, int64_t cpu_before, int64_t cpu_after,
                                            const std::vector<const GpuUsage*>& after,
                                            double cpu_weight, double type_weight) {
@@ -149,6 +198,20 @@ double WorkloadFragmentation::BalanceTerms(int node, int64_t cpu_before, int64_t
         cpu_weight * (short_units(free_after, cpu_after) - short_units(free_before, cpu_before));
   }
   return terms / kPermille;
+}
+
+double WorkloadFragmentation::ComplementTerm(int node, const std::vector<const GpuUsage*>& after,
+                                             double weight) {
+  if (weight == 0 || !any_share_) return 0;
+  const NodeInfo& n = cluster_->node(node);
+  const NodeParts& parts = CurrentParts(node);  // Free units as the node is, cached.
+  int64_t change = 0;
+  for (int l = 0; l < n.gpu_count; ++l) {
+    const GpuInfo& gi = cluster_->gpu(n.first_gpu + l);
+    if (gi.mode != GpuMode::kHamiCore) continue;
+    change += ComplementChange(parts.free(l), FreeUnits(gi, *after[l]));
+  }
+  return weight * static_cast<double>(change) / kPermille;
 }
 
 // Groups the GPU shapes by per-device request and type filter (everything UsableFor reads
