@@ -115,27 +115,30 @@ void MergePatternTally(const PatternTally& from, PatternTally* into) {
 }
 
 std::string FormatPatternTable(const PatternTally& reference, std::string_view reference_name,
-                               const PatternTally& online, std::string_view online_name,
-                               int rows) {
-  std::string out = StrCat("\nGPU share combinations (GPUs per run; ", reference_name, ": ",
-                           reference.runs, " run(s), ", online_name, ": ", online.runs,
-                           " run(s)), by the difference:\n");
+                               const PatternTally& online, std::string_view online_name, int rows) {
+  std::string out =
+      StrCat("\nGPU share combinations (GPUs per run; ", reference_name, ": ", reference.runs,
+             " run(s), ", online_name, ": ", online.runs, " run(s)), by the difference:\n");
   constexpr size_t kKey = 26;
-  out += StrCat(Pad("combination", kKey), Pad("free", 7), Pad(std::string(reference_name), 17),
-                Pad(std::string(online_name), 17), "difference\n");
+  // Count columns as wide as the longer name (a policy may carry knobs).
+  const size_t width =
+      std::max<size_t>(17, std::max(reference_name.size(), online_name.size()) + 2);
+  out += StrCat(Pad("combination", kKey), Pad("free", 7), Pad(std::string(reference_name), width),
+                Pad(std::string(online_name), width), "difference\n");
   int shown = 0;
   for (const Row& r : Rows(reference.gpus, reference.runs, online.gpus, online.runs)) {
     if (shown++ >= rows) break;
-    out += StrCat(Pad(r.key, kKey), Pad(StrCat(FreeOf(r.key)), 7), Pad(Fixed(r.reference), 17),
-                  Pad(Fixed(r.online), 17), r.diff() > 0 ? "+" : "", Fixed(r.diff()), "\n");
+    out += StrCat(Pad(r.key, kKey), Pad(StrCat(FreeOf(r.key)), 7), Pad(Fixed(r.reference), width),
+                  Pad(Fixed(r.online), width), r.diff() > 0 ? "+" : "", Fixed(r.diff()), "\n");
   }
-  out += StrCat("\nNode mixes (nodes per run: kind, then GPUs per combination), by the difference:\n",
-                Pad(std::string(reference_name), 17), Pad(std::string(online_name), 17),
-                Pad("difference", 12), "mix\n");
+  out +=
+      StrCat("\nNode mixes (nodes per run: kind, then GPUs per combination), by the difference:\n",
+             Pad(std::string(reference_name), width), Pad(std::string(online_name), width),
+             Pad("difference", 12), "mix\n");
   shown = 0;
   for (const Row& r : Rows(reference.nodes, reference.runs, online.nodes, online.runs)) {
     if (shown++ >= rows) break;
-    out += StrCat(Pad(Fixed(r.reference), 17), Pad(Fixed(r.online), 17),
+    out += StrCat(Pad(Fixed(r.reference), width), Pad(Fixed(r.online), width),
                   Pad(StrCat(r.diff() > 0 ? "+" : "", Fixed(r.diff())), 12), r.key, "\n");
   }
   return out;

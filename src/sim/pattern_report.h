@@ -45,7 +45,6 @@ void MergePatternTally(const PatternTally& from, PatternTally* into);
 // (online minus reference), sorted by its absolute value, at most `rows` rows each; the
 // combinations also with the milli-GPU each leaves free.
 std::string FormatPatternTable(const PatternTally& reference, std::string_view reference_name,
-                               const PatternTally& online, std::string_view online_name,
-                               int rows);
+                               const PatternTally& online, std::string_view online_name, int rows);
 
 }  // namespace prism::sim

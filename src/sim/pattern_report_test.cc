@@ -44,8 +44,8 @@ TEST(PatternReportTest, TableSortsByDifferenceAndAveragesRuns) {
   TallyPatterns(c, pods, best, &reference);
   TallyPatterns(c, pods, best, &reference);
   PatternTally online;  // One run that split the halves and left c out.
-  TallyPatterns(c, pods, std::vector<std::pair<size_t, Placement>>{{0, {0, {0}, {}}},
-                                                                    {1, {1, {0}, {}}}},
+  TallyPatterns(c, pods,
+                std::vector<std::pair<size_t, Placement>>{{0, {0, {0}, {}}}, {1, {1, {0}, {}}}},
                 &online);
   PatternTally merged;
   MergePatternTally(online, &merged);
