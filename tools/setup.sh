@@ -9,7 +9,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   prometheus-cpp-dev
   coinor-libclp-dev coinor-libcbc-dev
-  clang libclang-rt-dev
+  clang libclang-rt-dev lld
   mmdebstrap buildah  # the container image from Debian packages (tools/image, docs/image.md)
 )
 missing=()
