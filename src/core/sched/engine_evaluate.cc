@@ -120,7 +120,7 @@ double Engine::Impl::NodeScore(const Resolved& rp, int node,
                      kPermille;
       delta +=
           frag_->BalanceTerms(node, nu.cpu_used, cpu_after, after, p.cpu_balance, p.type_balance);
-      delta += frag_->ComplementTerm(node, after, p.complement);
+      delta += frag_->ComplementTerm(node, after, changed_gpus_, p.complement);
       const double frag_term = p.frag_weight * FragTerm(delta);
       if (p.pack_weight == 0) return frag_term;
       return frag_term + p.pack_weight * Utilization(node, cpu_after, mem_after, after);

@@ -201,12 +201,12 @@ double WorkloadFragmentation::BalanceTerms(int node, int64_t cpu_before, int64_t
 }
 
 double WorkloadFragmentation::ComplementTerm(int node, const std::vector<const GpuUsage*>& after,
-                                             double weight) {
+                                             const std::vector<int>& changed, double weight) {
   if (weight == 0 || !any_share_) return 0;
   const NodeInfo& n = cluster_->node(node);
   const NodeParts& parts = CurrentParts(node);  // Free units as the node is, cached.
   int64_t change = 0;
-  for (int l = 0; l < n.gpu_count; ++l) {
+  for (const int l : changed) {
     const GpuInfo& gi = cluster_->gpu(n.first_gpu + l);
     if (gi.mode != GpuMode::kHamiCore) continue;
     change += ComplementChange(parts.free(l), FreeUnits(gi, *after[l]));

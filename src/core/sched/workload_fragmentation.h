@@ -91,8 +91,10 @@ class WorkloadFragmentation {
     return CompletionWaste(after) - CompletionWaste(before);
   }
   // prism's complement term (PolicyOptions::complement), in GPUs: weight x the sum of
-  // ComplementChange over the node's software-shared GPUs as they are -> `after`.
-  double ComplementTerm(int node, const std::vector<const GpuUsage*>& after, double weight);
+  // ComplementChange over the node's software-shared GPUs as they are -> `after`; only the
+  // GPUs `changed` (local indexes) are read (the others add 0).
+  double ComplementTerm(int node, const std::vector<const GpuUsage*>& after,
+                        const std::vector<int>& changed, double weight);
 
   // Units of free GPU shape `s` could use on GPU `g` in state `u` (`free` of them), and how
   // many devices of it fit.
