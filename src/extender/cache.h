@@ -355,6 +355,17 @@ class SchedulerCache {
   bool HasReservation(std::string_view key, std::string_view uid) const;
   // Reservations made from kube-scheduler's nomination after a Preempt answer (path A).
   int64_t reservations_nominated() const;
+  // A nominated reservation (path A) whose victims are gone: its GPUs are now held for the pod,
+  // which the scheduler tells it in an Event (path B's runner says so when it evicts).
+  struct HeldNotice {
+    std::string namespace_name;
+    std::string name;
+    std::string uid;
+    std::string node;
+    std::string gpus;  // "GPU-1 (10240 MiB)", as PreemptionPlan::gpus.
+  };
+  // The notices since the last call, oldest first (at most kMaxHeldNotices kept).
+  std::vector<HeldNotice> TakeHeldNotices();
   // Reservations ended because the preemptor no longer fit once its victims were gone.
   int64_t reservations_lapsed() const;
 
@@ -460,6 +471,7 @@ class SchedulerCache {
   // Answers kept at most (the oldest deadline goes first): bounds what preempt requests for
   // pods that are never nominated can hold.
   static constexpr size_t kMaxPreemptAnswers = 4096;
+  static constexpr size_t kMaxHeldNotices = 1024;
   // A pending pod's status.nominatedNodeName (UpsertPod): reserves the node a remembered Preempt
   // answer named, or ends a nominated reservation whose nomination moved or was cleared.
   void ObserveNominationLocked(const std::string& key, std::string_view uid,
@@ -561,6 +573,7 @@ class SchedulerCache {
   int64_t reservations_lapsed_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t reservations_nominated_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, PreemptAnswer, std::less<>> preempt_answers_ ABSL_GUARDED_BY(mu_);  // By key.
+  std::vector<HeldNotice> held_notices_ ABSL_GUARDED_BY(mu_);
 };
 
 // A pod's spec.priority (the API server resolves priorityClassName into it); 0 when absent or

@@ -21,6 +21,18 @@ namespace {
 
 constexpr char kLog[] = "extender-cache";
 
+// Where a decision puts the pod: "GPU-1 3g.40gb (40192 MiB), GPU-2 (10240 MiB)".
+std::string GpusText(const sched::Decision& decision) {
+  std::vector<std::string> gpus;
+  for (const sched::ContainerAssignment& c : decision.containers) {
+    for (const sched::DeviceAssignment& d : c.devices) {
+      gpus.push_back(StrCat(d.uuid, d.profile_name.empty() ? "" : StrCat(" ", d.profile_name), " (",
+                            d.memory_mib, " MiB)"));
+    }
+  }
+  return StrJoin(gpus, ", ");
+}
+
 const Json* SpecField(const Json& pod, std::string_view key) {
   const Json* spec = FindField(pod, "spec");
   return spec == nullptr ? nullptr : FindField(*spec, key);
@@ -398,14 +410,7 @@ absl::StatusOr<std::optional<PreemptionPlan>> SchedulerCache::PlanPreemption(
     const PodEntry& e = pods_.find(key)->second;
     plan.victims.push_back({e.namespace_name, e.name, e.uid, e.priority});
   }
-  std::vector<std::string> gpus;
-  for (const sched::ContainerAssignment& c : choice.decision.containers) {
-    for (const sched::DeviceAssignment& d : c.devices) {
-      gpus.push_back(StrCat(d.uuid, d.profile_name.empty() ? "" : StrCat(" ", d.profile_name), " (",
-                            d.memory_mib, " MiB)"));
-    }
-  }
-  plan.gpus = StrJoin(gpus, ", ");
+  plan.gpus = GpusText(choice.decision);
   return plan;
 }
 
@@ -454,6 +459,11 @@ bool SchedulerCache::HasReservation(std::string_view key, std::string_view uid) 
   return it != reservations_.end() && it->second.uid == uid;
 }
 
+std::vector<SchedulerCache::HeldNotice> SchedulerCache::TakeHeldNotices() {
+  absl::MutexLock lock(&mu_);
+  return std::exchange(held_notices_, {});
+}
+
 int64_t SchedulerCache::reservations_nominated() const {
   absl::MutexLock lock(&mu_);
   return reservations_nominated_;
@@ -498,6 +508,7 @@ void SchedulerCache::SettleReservationsLocked() {
     absl::StatusOr<sched::Decision> decision =
         id < 0 || !request.ok() ? absl::FailedPreconditionError("node or request unusable")
                                 : engine_->Decide(*request, id);
+    const std::string gpus = decision.ok() ? GpusText(*decision) : "";
     if (!decision.ok() || !engine_->Apply(key, *decision).ok()) {
       LogWarning(kLog, "reservation of ", key, " on ", r.node, " lapsed: ",
                  decision.ok() ? "the decision could not be charged" : decision.status().message());
@@ -522,6 +533,9 @@ void SchedulerCache::SettleReservationsLocked() {
     r.seq = seq_;
     ++generation_;
     LogInfo(kLog, "reservation of ", key, " on ", r.node, " charged: its victims are gone");
+    if (r.nominated && held_notices_.size() < kMaxHeldNotices) {
+      held_notices_.push_back({r.manifest.namespace_name, r.manifest.name, r.uid, r.node, gpus});
+    }
   }
 }
 

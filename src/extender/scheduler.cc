@@ -846,6 +846,15 @@ void Scheduler::TickLoop() {
       rebuilt_after_sync_ = true;
     }
     cache_.Tick();
+    for (const SchedulerCache::HeldNotice& n : cache_.TakeHeldNotices()) {
+      // Path A: kube-scheduler evicted and nominated; Prism says which GPU waits for the pod.
+      if (!IsLeader()) continue;
+      const k8s::Json ref = {
+          {"metadata", {{"namespace", n.namespace_name}, {"name", n.name}, {"uid", n.uid}}}};
+      RecordEvent(ref, "Pod", k8s::EventType::kNormal, "Preempting",
+                  StrCat("kube-scheduler preempted on node ", n.node, " for this pod: it gets ",
+                         n.gpus, " there, held for it until it binds"));
+    }
     SettleUncertain();
     if (IsLeader() && Synced()) {
       HandleProblems();

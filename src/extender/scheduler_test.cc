@@ -323,6 +323,11 @@ TEST_F(SchedulerServiceTest, ANominationAfterThePreemptVerbHoldsTheFreedGpu) {
   lo = CreatePod(lo);
   HttpReply f = s->Filter(Args(lo, {"n1"}));
   EXPECT_TRUE(json::parse(f.body)["NodeNames"].empty()) << f.body;
+  // The pod is told which GPU waits for it.
+  ASSERT_TRUE(WaitUntil([&] { return !Events("Preempting").empty(); }));
+  const json event = Events("Preempting")[0];
+  EXPECT_EQ(event["involvedObject"].value("name", ""), "hi");
+  EXPECT_THAT(event.value("message", ""), HasSubstr("on node n1 for this pod: it gets GPU-"));
   EXPECT_EQ(Schedule(*s, hi, {"n1"}), "");
   EXPECT_EQ(s->cache().reservations_nominated(), 1);
 }
