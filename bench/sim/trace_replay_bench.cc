@@ -123,9 +123,12 @@ void BM_TraceReplay(benchmark::State& state, bool mig, const std::string& policy
 // `prism:maintain=N`: after each bind, indexes lagging by more than 8 changes are caught up
 // (at most N scorings), as the extender does between requests; `placed_us_per_decision` then
 // includes that maintenance.
+// `prism:complement=0;mig_idle=0`: without issue 35's two terms (the complement of a share's
+// hole, the idle MIG GPUs a node keeps), for their cost as a ratio in one run.
 void RegisterReplay() {
   for (bool mig : {false, true}) {
-    for (const char* policy : {"prism", "prism:maintain=100000"}) {
+    for (const char* policy :
+         {"prism", "prism:maintain=100000", "prism:complement=0;mig_idle=0"}) {
       const std::string name = StrCat("replay/", mig ? "mig/" : "shared/", policy);
       benchmark::RegisterBenchmark(name.c_str(), BM_TraceReplay, mig, std::string(policy))
           ->Arg(1)
