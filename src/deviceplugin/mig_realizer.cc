@@ -359,9 +359,6 @@ absl::StatusOr<MigInstanceRef> MigRealizer::EnsureInGeometry(
     int gpu_index, const std::vector<std::pair<std::string, int>>& geometry,
     std::string_view profile, int start, const InstanceOwner& owner, EnsureMode mode,
     bool shared, int64_t slice_memory_mib) {
-  if (mode == EnsureMode::kAdopt) {
-    return Ensure(gpu_index, profile, start, owner, mode, shared, slice_memory_mib);
-  }
   ASSIGN_OR_RETURN(GpuContext gpu, Read(gpu_index));
   std::set<std::pair<int, int>> want;
   for (const auto& [name, s] : geometry) {
@@ -371,6 +368,28 @@ absl::StatusOr<MigInstanceRef> MigRealizer::EnsureInGeometry(
   }
   std::set<std::pair<int, int>> have;
   for (const nvml::GpuInstanceInfo& gi : gpu.instances) have.insert({gi.profile_id, gi.start});
+  if (mode == EnsureMode::kAdopt) {
+    // A restart adopting an allocation whose geometry a crash left half laid out (every instance
+    // there belongs to it, some are missing): the missing ones are made, nothing is destroyed,
+    // so that the GPU ends in the template the scheduler counts on and a later pod of its other
+    // profiles finds its slot. Anything else is adopted as it is.
+    if (have != want && IsDynamic(gpu_index) &&
+        std::includes(want.begin(), want.end(), have.begin(), have.end())) {
+      for (const auto& [name, s] : geometry) {
+        const mig::GpuInstanceProfile& p = gpu.model.profiles[gpu.model.FindProfile(name)];
+        if (have.count({p.id, s}) != 0) continue;
+        absl::StatusOr<nvml::GpuInstanceInfo> gi = Create(gpu, p, s);
+        if (!gi.ok()) {
+          LogWarning(kLog, "completing the MIG geometry on GPU ", gpu_index, " after a restart: ",
+                     gi.status().message());
+          break;
+        }
+        LogInfo(kLog, "created ", p.Name(), "@", s, " on GPU ", gpu_index,
+                " to complete the geometry a restart found half laid out");
+      }
+    }
+    return Ensure(gpu_index, profile, start, owner, mode, shared, slice_memory_mib);
+  }
   if (have != want && !IsDynamic(gpu_index)) {
     return absl::FailedPreconditionError(
         StrCat("GPU ", gpu_index,

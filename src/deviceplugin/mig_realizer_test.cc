@@ -159,6 +159,26 @@ TEST_F(MigRealizerTest, TemplateGeometryChangesOnlyWhenNothingIsHeld) {
   EXPECT_EQ(InstanceCount(state_, 0), 4u);
 }
 
+// An agent killed while laying out a template geometry (the second instance's GPU instance made,
+// its compute instance not) adopts its allocation after the restart: the geometry is completed
+// around what is there, nothing destroyed, so that a later pod of the template's other profiles
+// finds its slot.
+TEST_F(MigRealizerTest, AdoptionCompletesAGeometryACrashLeftHalfLaidOut) {
+  const std::vector<std::pair<std::string, int>> geometry{
+      {"3g.20gb", 4}, {"2g.10gb", 0}, {"1g.5gb", 2}, {"1g.5gb", 3}};
+  nvml::SimNvml direct(state_);
+  auto whole = direct.CreateGpuInstance(0, 9 /* 3g.20gb */, 4);
+  ASSERT_TRUE(whole.ok());
+  ASSERT_TRUE(direct.CreateComputeInstance(0, whole->id, 3).ok());
+  ASSERT_TRUE(direct.CreateGpuInstance(0, 14 /* 2g.10gb */, 0).ok());  // Killed here.
+  auto adopted = realizer_->EnsureInGeometry(0, geometry, "2g.10gb", 0, a_, EnsureMode::kAdopt);
+  ASSERT_TRUE(adopted.ok()) << adopted.status();
+  EXPECT_EQ(InstanceCount(state_, 0), 4u);
+  EXPECT_EQ(realizer_->counters().gpu_instances_destroyed, 0);
+  ASSERT_TRUE(realizer_->Ensure(0, "1g.5gb", 2, b_).ok());  // The next pod's slot is there.
+  EXPECT_EQ(InstanceCount(state_, 0), 4u);
+}
+
 TEST_F(MigRealizerTest, AdoptionAcceptsTheOwnersRunningProcesses) {
   nvml::SimNvml direct(state_);
   auto gi = direct.CreateGpuInstance(0, 9 /* 3g.20gb */, 0);
