@@ -478,6 +478,9 @@ class SchedulerCache {
                                std::string_view nominated) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropReservationLocked(std::map<std::string, Reservation, std::less<>>::iterator it)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `r`'s hold is charged: its assumption (the entry Settle made, `seq`) still stands.
+  bool HoldChargedLocked(const std::string& key, const Reservation& r) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A preemptor of `priority` may take what lower-priority reservations on `node` hold, as
   // upstream checks a node for a pod with only the nominated pods of equal or higher priority
   // (framework.go, addGENominatedPods) and clears the lower ones' nominations where it preempts

@@ -236,13 +236,16 @@ std::vector<std::string> SchedulerCache::YieldingReservationsLocked(std::string_
                                                                    int32_t priority) {
   std::vector<std::string> out;
   for (const auto& [key, r] : reservations_) {
-    if (r.node != node || r.priority >= priority || !r.held) continue;
-    auto p = pods_.find(key);
-    if (p != pods_.end() && p->second.seq == r.seq && p->second.state == State::kAssumed) {
-      out.push_back(key);
-    }
+    if (r.node == node && r.priority < priority && HoldChargedLocked(key, r)) out.push_back(key);
   }
   return out;
+}
+
+bool SchedulerCache::HoldChargedLocked(const std::string& key, const Reservation& r) const {
+  if (!r.held) return false;
+  auto p = pods_.find(key);
+  return p != pods_.end() && p->second.uid == r.uid && p->second.seq == r.seq &&
+         p->second.state == State::kAssumed;
 }
 
 void SchedulerCache::EndLowerReservationsLocked(std::string_view node, int32_t priority,
@@ -445,11 +448,8 @@ void SchedulerCache::DropReservation(std::string_view key, std::string_view uid)
 void SchedulerCache::DropReservationLocked(
     std::map<std::string, Reservation, std::less<>>::iterator it) {
   const std::string key = it->first;
-  auto p = pods_.find(key);
-  if (it->second.held && p != pods_.end() && p->second.seq == it->second.seq &&
-      p->second.state == State::kAssumed) {
-    EraseLocked(key);  // The hold goes with it.
-  }
+  if (HoldChargedLocked(key, it->second)) EraseLocked(key);  // The hold goes with it.
+
   reservations_.erase(it);
 }
 
@@ -483,9 +483,7 @@ void SchedulerCache::SettleReservationsLocked() {
   std::sort(order.begin(), order.end());
   for (const auto& [neg, key] : order) {
     Reservation& r = reservations_.find(key)->second;
-    auto p = pods_.find(key);
-    const bool mine = p != pods_.end() && p->second.uid == r.uid;
-    if (r.held && mine && p->second.seq == r.seq && p->second.state == State::kAssumed) {
+    if (HoldChargedLocked(key, r)) {
       if (now < r.deadline) continue;  // Still held (ExpireLocked ends it at the deadline).
       EraseLocked(key);
       reservations_.erase(key);
@@ -493,7 +491,7 @@ void SchedulerCache::SettleReservationsLocked() {
     }
     // Filtered again or bound since (its own decision now), another pod of that name, or past
     // the deadline: done.
-    if (p != pods_.end() || now >= r.deadline) {
+    if (pods_.contains(key) || now >= r.deadline) {
       reservations_.erase(key);
       continue;
     }

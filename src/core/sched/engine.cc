@@ -287,8 +287,7 @@ void Engine::SetPolicy(const PolicyOptions& policy) {
   const CompletionOptions before = CompletionFor(impl_->options_.policy);
   impl_->options_.policy = policy;
   const CompletionOptions after = CompletionFor(policy);
-  if (before.min_share != after.min_share || before.max_pods != after.max_pods ||
-      before.idle != after.idle) {
+  if (before != after) {
     // The complement term's sums of shares are the workload's, taken with these options.
     impl_->frag_->SetWorkload(impl_->workload_, after);
     if (impl_->staged_frag_ && impl_->staged_workload_.has_value()) {

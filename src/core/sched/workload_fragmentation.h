@@ -26,6 +26,7 @@ struct CompletionOptions {
   double min_share = 0;  // Shares whose shapes weigh less together do not fill holes.
   int max_pods = 0;      // At most this many pods fill a hole (0: any number).
   double idle = 1;       // ComplementChange from an idle GPU: this blend of the worst and plain.
+  bool operator==(const CompletionOptions&) const = default;
 };
 
 inline CompletionOptions CompletionFor(const PolicyOptions& p) {
