@@ -9,13 +9,15 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <memory>
+#include <set>
 #include <thread>
 #include <vector>
 
 #include "cli/commands.h"
 
-#include "absl/synchronization/notification.h"
+#include "absl/synchronization/mutex.h"
 
 #include "base/file.h"
 #include "base/log.h"
@@ -25,11 +27,13 @@
 #include "deviceplugin/dra_driver.h"
 #include "deviceplugin/dra_server.h"
 #include "deviceplugin/dra_slices.h"
+#include "deviceplugin/gpu_api.h"
 #include "deviceplugin/metrics.h"
 #include "deviceplugin/node_agent.h"
 #include "deviceplugin/plugin_server.h"
 #include "k8s/client.h"
 #include "k8s/config.h"
+#include "k8s/objects.h"
 #include "kubelet/kubelet_client.h"
 #include "nvml/open_nvml.h"
 
@@ -109,6 +113,36 @@ absl::StatusOr<sched::DeviceConfig> LoadDeviceConfig(const std::string& path) {
   return parsed->config;
 }
 
+// Wakes the DRA slice republisher: at once when kicked, else after its interval.
+class RepublishSignal {
+ public:
+  void Kick() {
+    absl::MutexLock lock(&mu_);
+    kicked_ = true;
+  }
+  void Stop() {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  // Waits for a kick, Stop or `interval`; true once stopping.
+  bool WaitForKickOrStop(absl::Duration interval) {
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(
+                             +[](RepublishSignal* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+                               return s->kicked_ || s->stopping_;
+                             },
+                             this),
+                         interval);
+    kicked_ = false;
+    return stopping_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  bool kicked_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 absl::Status Run(const Flags& flags) {
   if (flags.node_name.empty()) {
     return absl::InvalidArgumentError("--node-name (or $NODE_NAME) is required");
@@ -137,6 +171,21 @@ absl::Status Run(const Flags& flags) {
       k8s::LoadDefaultConfig(flags.kubeconfig, flags.context);
   if (!cluster.ok()) return Annotate(cluster.status(), "Kubernetes API configuration");
   ASSIGN_OR_RETURN(std::unique_ptr<k8s::Client> client, k8s::Client::Create(*cluster));
+
+  // Which kubelet APIs serve this node's GPUs: the flag, refined per node by a label.
+  std::map<std::string, std::string> node_labels;
+  if (absl::StatusOr<k8s::Json> node = client->Get(k8s::kNodes, "", flags.node_name); node.ok()) {
+    node_labels = k8s::Labels(*node);
+  } else {
+    LogWarning(kLog, "reading node ", flags.node_name, " for its label ", deviceplugin::kGpuApiLabel,
+               ": ", node.status().message(), " (serving what the flags say)");
+  }
+  const deviceplugin::GpuApiChoice api = deviceplugin::ChooseGpuApi(node_labels, flags.dra);
+  if (!api.warning.empty()) LogError(kLog, api.warning);
+  LogInfo(kLog, "serving GPUs through ",
+          api.device_plugin && api.dra ? "the device-plugin API and DRA"
+          : api.dra                    ? "DRA only"
+                                       : "the device-plugin API only");
 
   NodeAgentOptions options;
   options.node_name = flags.node_name;
@@ -193,7 +242,7 @@ absl::Status Run(const Flags& flags) {
       [&agent_ptr](const std::function<void(nvml::Nvml&, deviceplugin::MigRealizer&)>& task) {
         return agent_ptr->RunOnWorker(task, absl::Seconds(30));
       };
-  auto dra_gpus = [&on_worker, proc_root = flags.proc_root]()
+  auto dra_gpus = [&on_worker, &agent_ptr, proc_root = flags.proc_root]()
       -> absl::StatusOr<std::vector<deviceplugin::DraGpu>> {
     absl::StatusOr<std::vector<deviceplugin::DraGpu>> gpus =
         absl::UnavailableError("not read");
@@ -201,9 +250,21 @@ absl::Status Run(const Flags& flags) {
       gpus = deviceplugin::ReadDraGpus(&n, proc_root,
                                        [&realizer](int i) { return realizer.IsDynamic(i); });
     }));
+    if (gpus.ok()) {
+      // What the agent tells the kubelet is unhealthy is withdrawn from the slices too.
+      const std::set<std::string> unserved = agent_ptr->UnservedGpus();
+      for (deviceplugin::DraGpu& g : *gpus) g.healthy = unserved.count(g.uuid) == 0;
+    }
     return gpus;
   };
-  if (flags.dra) {
+  // Wakes the republisher below at once when the agent's view of the GPUs changed (health,
+  // MIG mode or instances, a GPU lost), besides every --dra-republish-interval.
+  RepublishSignal republish;
+  if (api.dra) options.on_inventory_changed = [&republish] { republish.Kick(); };
+  // With both paths on, neither hands out a GPU (whole or beyond its room) that the other holds.
+  deviceplugin::GpuHolds gpu_holds(options.split_count);
+  if (api.dra) {
+    if (api.device_plugin) options.gpu_holds = &gpu_holds;
     deviceplugin::DraDriverOptions dra_options;
     dra_options.driver_name = flags.dra_driver_name;
     dra_options.node_name = flags.node_name;
@@ -215,6 +276,7 @@ absl::Status Run(const Flags& flags) {
     dra_options.mig_worker = on_worker;
     dra_options.consumable_capacity = flags.dra_consumable_capacity;
     dra_options.split_count = options.split_count;
+    dra_options.gpu_holds = &gpu_holds;
     dra_driver = std::make_unique<deviceplugin::DraDriver>(dra_options, client.get());
     RETURN_IF_ERROR(Annotate(dra_driver->Start(), "starting the DRA driver"));
     // The claims' instances are taken back before the agent trims idle ones.
@@ -225,7 +287,7 @@ absl::Status Run(const Flags& flags) {
   deviceplugin::NodeAgent agent(options, nvml.get(), client.get(), &metrics);
   agent_ptr = &agent;
   RETURN_IF_ERROR(Annotate(agent.Start(), "starting the node agent"));
-  if (flags.dra) {
+  if (api.dra) {
     deviceplugin::DraServerOptions server_options;
     server_options.driver_name = flags.dra_driver_name;
     server_options.registry_dir = flags.dra_registry_dir;
@@ -247,11 +309,10 @@ absl::Status Run(const Flags& flags) {
   // The slices stay true between registrations: the node's GPUs are read again and published
   // (a new pool generation only when something changed: health, MIG mode, a GPU lost, a slice
   // deleted by someone else) while the kubelet has the driver registered.
-  absl::Notification stop_republishing;
   std::thread republisher;
-  if (flags.dra) {
+  if (api.dra) {
     republisher = std::thread([&, interval = absl::Seconds(flags.dra_republish_seconds)] {
-      while (!stop_republishing.WaitForNotificationWithTimeout(interval)) {
+      while (!republish.WaitForKickOrStop(interval)) {
         if (!dra_server->registered()) continue;
         absl::StatusOr<std::vector<deviceplugin::DraGpu>> gpus = dra_gpus();
         absl::Status published =
@@ -268,11 +329,23 @@ absl::Status Run(const Flags& flags) {
   plugin_options.resource_name = flags.resource_name;
   // SIGHUP replaces the plugin server while /readyz (on the metrics server's thread) reads it.
   deviceplugin::ReplaceablePluginServer plugin(&agent, plugin_options);
-  RETURN_IF_ERROR(plugin.Start());
+  if (api.device_plugin) {
+    RETURN_IF_ERROR(plugin.Start());
+  } else if (flags.dra) {
+    LogInfo(kLog, "not registering ", flags.resource_name, " with the kubelet (", deviceplugin::kGpuApiLabel,
+            "=dra)");
+  }
+  if (flags.dra && !api.dra) {
+    // Slices an earlier run published (the label changed since) must not stay allocatable.
+    deviceplugin::DraSlicePublisher withdraw(flags.dra_driver_name, flags.node_name, client.get());
+    if (absl::StatusOr<int64_t> gone = withdraw.Publish({}); !gone.ok()) {
+      LogWarning(kLog, "withdrawing this node's ResourceSlices: ", gone.status().message());
+    }
+  }
   deviceplugin::MetricsServer server(
       &metrics, {address.first, address.second}, nullptr,
-      [&agent, &plugin, &dra_server]() -> std::string {
-        if (!plugin.registered()) return "not registered with the kubelet";
+      [&agent, &plugin, &dra_server, &api]() -> std::string {
+        if (api.device_plugin && !plugin.registered()) return "not registered with the kubelet";
         if (dra_server != nullptr && !dra_server->registered()) {
           const std::string error = dra_server->registration_error();
           return error.empty() ? "DRA driver not registered with the kubelet"
@@ -282,25 +355,27 @@ absl::Status Run(const Flags& flags) {
         return reason.empty() ? "" : StrCat("refusing allocations: ", reason);
       });
   RETURN_IF_ERROR(server.Start());
-  LogInfo(kLog, "serving ", flags.resource_name, " on ", plugin.socket_path(), ", metrics on ",
-          address.first, ":", server.port());
+  LogInfo(kLog,
+          api.device_plugin ? StrCat("serving ", flags.resource_name, " on ", plugin.socket_path())
+                            : std::string("serving DRA only"),
+          ", metrics on ", address.first, ":", server.port());
 
   for (;;) {
     int signal = 0;
     sigwait(&signals, &signal);
     if (signal == SIGHUP) {
       LogInfo(kLog, "SIGHUP: serving and registering again");
-      RETURN_IF_ERROR(plugin.Replace());
+      if (api.device_plugin) RETURN_IF_ERROR(plugin.Replace());
       continue;
     }
     LogInfo(kLog, "signal ", signal, ": stopping");
     break;
   }
   server.Stop();
-  stop_republishing.Notify();
+  republish.Stop();
   if (republisher.joinable()) republisher.join();
   if (dra_server != nullptr) dra_server->Stop();
-  plugin.Stop();
+  if (api.device_plugin) plugin.Stop();
   agent.Stop();
   return absl::OkStatus();
 }

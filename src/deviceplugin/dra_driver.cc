@@ -58,8 +58,42 @@ std::optional<uint32_t> MigDeviceMinor(std::string_view device) {
   return ParseGpuDeviceName(device.substr(0, mig));
 }
 
+}  // namespace
+
+absl::Status RefuseUnhealthy(const std::string& field, std::string_view device, const DraGpu& gpu) {
+  if (gpu.healthy) return absl::OkStatus();
+  // The pod waits: the kubelet retries Prepare, and a probe may find the GPU healthy again.
+  return absl::UnavailableError(StrCat(field, ": device '", device, "' is on GPU ", gpu.uuid,
+                                       ", which is unhealthy (withdrawn from the "
+                                       "ResourceSlices)"));
+}
+
+namespace {
+
 std::string DraOwner(std::string_view claim_uid) {
   return StrCat(kDraInstanceOwnerPrefix, claim_uid);
+}
+
+// What a claim's whole GPUs and shares hold of their GPUs (gpu_holds.h); MIG partitions are the
+// realizer's. `gpus` gives each GPU's memory (empty at start: the bound comes from the request
+// being checked).
+std::vector<GpuHold> DraGpuHolds(const std::vector<PreparedDevice>& devices,
+                                 const std::vector<DraGpu>& gpus) {
+  std::vector<GpuHold> holds;
+  for (const PreparedDevice& d : devices) {
+    if (d.IsMig()) continue;
+    GpuHold h;
+    h.gpu_uuid = d.gpu_uuid;
+    for (const DraGpu& g : gpus) {
+      if (g.uuid == d.gpu_uuid) h.gpu_memory_mib = g.memory_mib;
+    }
+    h.whole = !d.IsShare();
+    h.memory_mib = d.share_memory_mib;
+    h.cores_permille = d.share_cores_percent * (sched::kPermille / 100);
+    h.slots = d.IsShare() ? d.share_slots : 1;
+    holds.push_back(std::move(h));
+  }
+  return holds;
 }
 
 // A device's containerEdits as the device-plugin path encodes them (cdi_spec.h): one encoder of
@@ -156,6 +190,14 @@ DraDriver::DraDriver(DraDriverOptions options, k8s::Client* client)
 
 absl::Status DraDriver::Start() {
   RETURN_IF_ERROR(checkpoint_.Load());
+  if (options_.gpu_holds != nullptr) {
+    // What prepared claims hold, before the kubelet or the device-plugin path asks anything.
+    for (const PreparedClaim& c : checkpoint_.All()) {
+      options_.gpu_holds->Restore(GpuPath::kDra, c.uid, "",
+                                  StrCat("ResourceClaim ", ClaimKey(c.namespace_name, c.name)),
+                                  DraGpuHolds(c.devices, {}));
+    }
+  }
   LogInfo(kLog, "driver ", options_.driver_name, ", pool ", options_.node_name, ": ",
           checkpoint_.All().size(), " prepared claims from ",
           checkpoint_.dir().empty() ? "memory" : checkpoint_.dir());
@@ -356,6 +398,7 @@ absl::StatusOr<std::vector<PreparedDevice>> DraDriver::PrepareLocked(const DraCl
     if (gpu == nullptr) {
       return absl::NotFoundError(StrCat(field, ": no device '", r.device, "' on this node"));
     }
+    RETURN_IF_ERROR(RefuseUnhealthy(field, r.device, *gpu));
     if (gpu->mig_enabled) {
       return absl::FailedPreconditionError(StrCat(field, ": device '", r.device, "' (", gpu->uuid,
                                                   ") is in MIG mode and cannot be prepared whole"));
@@ -375,6 +418,17 @@ absl::StatusOr<std::vector<PreparedDevice>> DraDriver::PrepareLocked(const DraCl
                                      : StrCat("drivers ", StrJoin(other_drivers, ", ")),
                ")"));
   }
+  // Whole GPUs and shares against what the device-plugin path holds of their GPUs, before any
+  // side effect (released below on every failure).
+  if (options_.gpu_holds != nullptr) {
+    RETURN_IF_ERROR(options_.gpu_holds->Take(
+        GpuPath::kDra, claim.uid, "",
+        StrCat("ResourceClaim ", ClaimKey(claim.namespace_name, claim.name)),
+        DraGpuHolds(devices, gpus)));
+  }
+  auto release_holds = [&] {
+    if (options_.gpu_holds != nullptr) options_.gpu_holds->Release(GpuPath::kDra, claim.uid);
+  };
   PreparedClaim record{claim.uid,   claim.namespace_name, claim.name,
                        absl::ToUnixMillis(absl::Now()), /*preparing=*/true, devices};
   const bool mig = std::any_of(devices.begin(), devices.end(),
@@ -384,16 +438,21 @@ absl::StatusOr<std::vector<PreparedDevice>> DraDriver::PrepareLocked(const DraCl
   if (mig || share) {
     // Recorded before any NVML call or region file: a restart then knows what to adopt or
     // release, and the shares count against their GPU from now on.
-    RETURN_IF_ERROR(checkpoint_.Put(record));
+    if (absl::Status put = checkpoint_.Put(record); !put.ok()) {
+      release_holds();
+      return put;
+    }
   }
   if (mig) {
     const EnsureMode mode = earlier ? EnsureMode::kAdopt : EnsureMode::kAllocate;
     if (absl::Status realized = RealizeMig(claim.uid, devices, gpus, mode); !realized.ok()) {
       (void)checkpoint_.Remove(claim.uid);
+      release_holds();
       return realized;
     }
   }
   auto undo = [&] {
+    release_holds();
     std::error_code ec;
     fs::remove(DraCdiSpecPath(options_.cdi_dir, claim.uid), ec);
     if (mig) (void)ReleaseMig(claim.uid);
@@ -541,6 +600,7 @@ absl::Status DraDriver::Unprepare(const DraClaimRef& ref) {
   }
   if (record) RETURN_IF_ERROR(RemoveShareRegions(ref.uid, record->devices));
   RETURN_IF_ERROR(checkpoint_.Remove(ref.uid));
+  if (options_.gpu_holds != nullptr) options_.gpu_holds->Release(GpuPath::kDra, ref.uid);
   if (known) {
     LogInfo(kLog, "unprepared ResourceClaim ", ClaimKey(ref.namespace_name, ref.name), " (",
             ref.uid, ")");
@@ -555,6 +615,7 @@ absl::StatusOr<PreparedDevice> DraDriver::CheckMigDevice(
   for (const DraGpu& g : gpus) {
     if (g.minor == minor) gpu = &g;
   }
+  if (gpu != nullptr) RETURN_IF_ERROR(RefuseUnhealthy(field, r.device, *gpu));
   const std::vector<DraMigDevice> published =
       gpu != nullptr ? DraMigDevices(*gpu) : std::vector<DraMigDevice>{};
   const DraMigDevice* device = nullptr;

@@ -57,6 +57,7 @@
 #include "deviceplugin/device_nodes.h"
 #include "deviceplugin/dra_checkpoint.h"
 #include "deviceplugin/dra_claim.h"
+#include "deviceplugin/gpu_holds.h"
 #include "deviceplugin/mig_realizer.h"
 
 namespace prism::k8s {
@@ -91,6 +92,10 @@ struct DraGpu {
   std::string pci_bus_id;
   // The GPU's NUMA node (Nvml::NumaNode); -1 when the machine reports none or NVML cannot say.
   int numa_node = -1;
+  // False while the node agent reports the GPU unhealthy to the kubelet (a critical XID, a
+  // failing probe, a fault: NodeAgent::UnservedGpus). Its devices are withdrawn from the
+  // ResourceSlices and Prepare refuses them; claims already prepared on it are left alone.
+  bool healthy = true;
   // In MIG mode (current, not only pending): the model (nvml::ModelForGpu), whether the agent
   // owns the layout (docs/mig-manager.md) and the instances that exist.
   std::shared_ptr<const mig::GpuModel> mig_model;
@@ -112,6 +117,9 @@ struct DraMigDevice {
 };
 // Empty when the GPU is not in MIG mode or its model is unknown.
 std::vector<DraMigDevice> DraMigDevices(const DraGpu& gpu);
+
+// Unavailable naming `field` and `device` when `gpu` is unhealthy (DraGpu::healthy).
+absl::Status RefuseUnhealthy(const std::string& field, std::string_view device, const DraGpu& gpu);
 
 // "gpu-<minor>" (config/dra_names.h, shared with the scheduler side).
 using config::DraGpuDeviceName;
@@ -148,6 +156,9 @@ struct DraDriverOptions {
   // Prism's devices (kube-scheduler's first fit for a pod that bypassed Prism, another tool's)
   // gets a per-claim error, so it never reaches a container.
   bool require_prism_allocation = true;
+  // Shared with the node agent when both paths serve the node (gpu_holds.h): a whole GPU or a
+  // share is refused where the device-plugin path's slices leave no room. Null: DRA only.
+  GpuHolds* gpu_holds = nullptr;
 };
 
 struct DraPrepareResult {

@@ -51,6 +51,7 @@ absl::StatusOr<PreparedDevice> DraDriver::CheckShare(
   if (gpu == nullptr) {
     return absl::NotFoundError(StrCat(field, ": no device '", r.device, "' on this node"));
   }
+  RETURN_IF_ERROR(RefuseUnhealthy(field, r.device, *gpu));
   if (gpu->mig_enabled) {
     return absl::FailedPreconditionError(StrCat(field, ": device '", r.device, "' (", gpu->uuid,
                                                 ") is in MIG mode and cannot be shared"));

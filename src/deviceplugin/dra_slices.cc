@@ -244,6 +244,10 @@ std::vector<json> BuildWholeGpuSlices(const std::string& driver, const std::stri
   std::vector<std::pair<std::string, json>> parts;
   json counter_sets = json::array();
   for (const DraGpu& g : sorted) {
+    // An unhealthy GPU is withdrawn whole (its devices and counters): no allocator, Prism's or
+    // another, can then choose it. Device taints (KEP-5055) would say why, but they are behind
+    // a feature gate that 1.34/1.35 API servers have off and drop.
+    if (!g.healthy) continue;
     json devices = json::array();
     if (!g.mig_enabled) {
       json attributes{{"type", {{"string", "gpu"}}}, {"uuid", {{"string", g.uuid}}}};
@@ -276,6 +280,7 @@ std::vector<json> BuildWholeGpuSlices(const std::string& driver, const std::stri
                         {"profile", {{"string", p.Name()}}},
                         {"placementStart", {{"int", d.start}}},
                         {"placementSize", {{"int", p.memory_slices}}},
+                        {"computePercent", {{"int", config::DraComputePercent(model, d.profile)}}},
                         {"migMode", {{"string", d.fixed ? "static" : "dynamic"}}}};
         if (d.fixed) attributes["uuid"] = {{"string", d.mig_uuid}};
         if (!g.product_name.empty()) attributes["productName"] = {{"string", g.product_name}};

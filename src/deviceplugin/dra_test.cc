@@ -559,6 +559,67 @@ TEST_F(DraTest, RestartBetweenPrepareAndUnprepareLosesNothing) {
   EXPECT_EQ(PrepareOne("rival", rival).error(), "");
 }
 
+// An unhealthy GPU (the agent's XID or probe verdict) is withdrawn from the pool and refused at
+// Prepare; a claim already prepared on it keeps its answer.
+TEST_F(DraTest, AnUnhealthyGpuIsWithdrawnAndRefused) {
+  StartAgent();
+  StartKubelet();
+  ASSERT_TRUE(WaitFor([&] { return Slices(api_).size() == 2; }, absl::Seconds(5)));
+  const std::string kept = CreateClaim("kept", json::array({Result("gpu", "gpu-1")}));
+  const auto before = PrepareOne("kept", kept);
+  ASSERT_EQ(before.error(), "");
+  gpus_[0].healthy = false;
+  gpus_[1].healthy = false;
+  ASSERT_EQ(publisher_->Publish(gpus_).value_or(-1), 2);
+  // Both slices gone (GPU 2, in MIG mode without a model here, publishes nothing).
+  EXPECT_TRUE(Slices(api_).empty());
+  gpus_[1].healthy = true;
+  // An empty pool kept no generation: it starts again (no slice of an older one is left).
+  ASSERT_EQ(publisher_->Publish(gpus_).value_or(-1), 1);
+  ASSERT_EQ(Slices(api_).size(), 1u);
+  EXPECT_EQ(Slices(api_)[0]["spec"]["devices"][0]["name"], "gpu-1");
+  const std::string refused = CreateClaim("refused", json::array({Result("gpu", "gpu-0")}),
+                                          "pod-2");
+  const std::string error = PrepareOne("refused", refused).error();
+  EXPECT_NE(error.find("GPU GPU-aaaa, which is unhealthy"), std::string::npos) << error;
+  EXPECT_FALSE(fs::exists(DraCdiSpecPath(cdi_dir(), refused)));
+  EXPECT_EQ(PrepareOne("kept", kept).SerializeAsString(), before.SerializeAsString());
+}
+
+// The node's two paths share one GpuHolds (gpu_holds.h): a claim's whole GPU and shares are
+// checked against the device-plugin path's slices, released at Unprepare, and restored from
+// the checkpoint after a restart so that the device-plugin path still sees them.
+TEST_F(DraTest, ClaimsHoldTheirGpusAgainstTheDevicePluginPathAcrossRestarts) {
+  GpuHolds holds(10);
+  auto with_holds = [&](DraDriverOptions& o) { o.gpu_holds = &holds; };
+  // A device-plugin slice on GPU 0.
+  ASSERT_TRUE(holds.Take(GpuPath::kDevicePlugin, "pod-dp", "main", "pod team/dp container main",
+                         {GpuHold{"GPU-aaaa", 40960, false, 1000, 0, 1}})
+                  .ok());
+  StartAgentWith(with_holds);
+  StartKubelet();
+  const std::string on0 = CreateClaim("on0", json::array({Result("gpu", "gpu-0")}));
+  const std::string error = PrepareOne("on0", on0).error();
+  EXPECT_NE(error.find("pod team/dp container main"), std::string::npos) << error;
+  EXPECT_TRUE(driver_->Prepared().empty());
+  const std::string on1 = CreateClaim("on1", json::array({Result("gpu", "gpu-1")}), "pod-2");
+  ASSERT_EQ(PrepareOne("on1", on1).error(), "");
+  EXPECT_THAT(holds.HoldersOf(GpuPath::kDra, "GPU-bbbb"),
+              ::testing::ElementsAre("ResourceClaim default/on1"));
+  // A restart: the agent's memory is gone, the checkpoint brings the hold back.
+  StopAgent();
+  holds.Release(GpuPath::kDra, on1);
+  StartAgentWith(with_holds);
+  EXPECT_THAT(holds.HoldersOf(GpuPath::kDra, "GPU-bbbb"),
+              ::testing::ElementsAre("ResourceClaim default/on1"));
+  EXPECT_FALSE(holds.Take(GpuPath::kDevicePlugin, "pod-dp2", "main", "pod dp2",
+                          {GpuHold{"GPU-bbbb", 40960, false, 1000, 0, 1}})
+                   .ok());
+  ASSERT_TRUE(WaitFor([&] { return server_->registered(); }, absl::Seconds(10)));
+  ASSERT_TRUE(driver_->Unprepare({"default", "on1", on1}).ok());
+  EXPECT_TRUE(holds.HoldersOf(GpuPath::kDra, "GPU-bbbb").empty());
+}
+
 TEST_F(DraTest, RefusedRegistrationServesTheSocketAgain) {
   StartAgent();
   StartKubelet();
@@ -868,6 +929,7 @@ TEST_F(DraMigPrepareTest, PublishesPartitionsWithCountersAndStaticInstancesAsThe
     found = true;
     EXPECT_EQ(d["attributes"]["type"]["string"], "mig");
     EXPECT_EQ(d["attributes"]["placementStart"]["int"], 4);
+    EXPECT_EQ(d["attributes"]["computePercent"]["int"], 42);  // 3 of 7 compute slices.
     const json& c = d["consumesCounters"][0];
     EXPECT_EQ(c["counterSet"], "gpu-0-counter-set");
     EXPECT_EQ(c["counters"]["memory-slice-4"]["value"], "1");

@@ -471,6 +471,11 @@ std::map<std::string, std::string> NodeAgent::GpuFaults() const {
   return gpu_faults_;
 }
 
+std::set<std::string> NodeAgent::UnservedGpus() const {
+  absl::MutexLock lock(&mu_);
+  return unserved_gpus_;
+}
+
 MigCounters NodeAgent::mig_counters() const {
   absl::MutexLock lock(&mu_);
   return mig_counters_;
@@ -801,6 +806,25 @@ absl::StatusOr<std::vector<RealizedDevice>> NodeAgent::RealizeContainer(
     r.shared = d.shared;
     r.instance_memory_mib = ref->memory_mib;
     out.push_back(std::move(r));
+  }
+  if (options_.gpu_holds != nullptr) {
+    // Slices against what DRA claims hold of their GPUs (MIG instances are the realizer's).
+    std::vector<GpuHold> holds;
+    for (const RealizedDevice& r : out) {
+      if (r.IsMig()) continue;
+      // No memory limit is all of it (RealizedDevice::Limited).
+      const int64_t memory = r.memory_mib > 0 ? r.memory_mib : r.gpu_memory_mib;
+      holds.push_back(GpuHold{r.gpu_uuid, r.gpu_memory_mib, false, memory, r.cores_permille, 1});
+    }
+    const std::string who =
+        StrCat("pod ", pod.namespace_name, "/", pod.name, " container ", container);
+    if (mode == EnsureMode::kAdopt) {
+      options_.gpu_holds->Restore(GpuPath::kDevicePlugin, pod.uid, container, who, holds);
+    } else if (absl::Status fits = options_.gpu_holds->Take(GpuPath::kDevicePlugin, pod.uid,
+                                                             container, who, holds);
+               !fits.ok()) {
+      return fail(fits);
+    }
   }
   return out;
 }

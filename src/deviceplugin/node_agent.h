@@ -45,6 +45,7 @@
 #include "deviceplugin/annotations.h"
 #include "deviceplugin/container_edits.h"
 #include "deviceplugin/device_nodes.h"
+#include "deviceplugin/gpu_holds.h"
 #include "deviceplugin/inventory.h"
 #include "deviceplugin/ledger.h"
 #include "deviceplugin/metrics.h"
@@ -130,6 +131,13 @@ struct NodeAgentOptions {
   // trimmed: the DRA plugin takes back the instances its prepared claims hold
   // (DraDriver::AdoptMig), so that the agent's restart never destroys or hands them out.
   std::function<void(nvml::Nvml&, MigRealizer&)> before_adopt;
+  // Shared with the DRA plugin when both paths serve the node (gpu_holds.h): a software slice
+  // on a GPU where a claim holds something must fit next to it. Null: this path only.
+  GpuHolds* gpu_holds = nullptr;
+  // Called (on the worker) whenever the inventory the agent publishes changed: health, faults,
+  // MIG mode or instances, GPUs lost. The DRA plugin republishes its ResourceSlices at once
+  // rather than at its next interval. Must not block or call back into the agent.
+  std::function<void()> on_inventory_changed;
 };
 
 class NodeAgent {
@@ -178,6 +186,9 @@ class NodeAgent {
   // GPU UUID -> why the agent refuses allocations on that GPU (it fails closed alone: reported
   // unhealthy to the kubelet and in the inventory); empty when none does.
   std::map<std::string, std::string> GpuFaults() const;
+  // UUIDs of the GPUs the kubelet is told are unhealthy (a critical XID, a failing probe, a
+  // fault): the DRA plugin withdraws them from the node's ResourceSlices (dra_slices.h).
+  std::set<std::string> UnservedGpus() const;
   // Waits until no allocation is pending and the worker has nothing due. False on timeout.
   bool WaitIdle(absl::Duration timeout);
   std::vector<AllocationRecord> Allocations() const { return ledger_.All(); }
@@ -293,6 +304,7 @@ class NodeAgent {
   std::vector<v1beta1::Device> devices_ ABSL_GUARDED_BY(mu_);
   uint64_t devices_version_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<std::string> known_gpus_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> unserved_gpus_ ABSL_GUARDED_BY(mu_);  // Reported unhealthy.
   std::string fail_closed_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> gpu_faults_ ABSL_GUARDED_BY(mu_);  // By GPU UUID.
   MigCounters mig_counters_ ABSL_GUARDED_BY(mu_);

@@ -66,10 +66,13 @@ absl::Status NodeAgent::RefreshInventory(bool publish) {
   if (publish) {
     const std::string text = EncodeInventory(inventory_);
     if (text != published_inventory_) {
-      absl::MutexLock lock(&patch_mu_);
-      patches_[StrCat("node/", options_.node_name)] =
-          PatchTarget{true, "", options_.node_name, {{kInventoryAnnotation, text}}};
-      published_inventory_ = text;
+      {
+        absl::MutexLock lock(&patch_mu_);
+        patches_[StrCat("node/", options_.node_name)] =
+            PatchTarget{true, "", options_.node_name, {{kInventoryAnnotation, text}}};
+        published_inventory_ = text;
+      }
+      if (options_.on_inventory_changed) options_.on_inventory_changed();
     }
   }
   UpdateMetrics();
@@ -101,6 +104,7 @@ void NodeAgent::UpdateDevices() {
   absl::MutexLock lock(&mu_);
   devices_.clear();
   known_gpus_.clear();
+  unserved_gpus_.clear();
   // Each device carries its GPU's NUMA node for the kubelet's Topology Manager, but only when
   // every GPU's node is known: once any device has a node, the kubelet's device manager counts
   // a device without one towards no NUMA mask (topology_hints.go, generateDeviceTopologyHints;
@@ -113,6 +117,7 @@ void NodeAgent::UpdateDevices() {
   for (size_t i = 0; i < inventory_.gpus.size(); ++i) {
     const InventoryGpu& g = inventory_.gpus[i];
     known_gpus_.insert(g.uuid);
+    if (!g.healthy || !g.fault.empty()) unserved_gpus_.insert(g.uuid);
     const int numa = all_numa_known ? inventory_.topology.NumaNode(static_cast<int>(i)) : -1;
     for (int k = 0; k < options_.split_count; ++k) {
       v1beta1::Device d;

@@ -56,6 +56,7 @@ void NodeAgent::Release(const std::string& pod_uid, const std::string& why) {
     }
   }
   usage_.RemovePod(pod_uid);
+  if (options_.gpu_holds != nullptr) options_.gpu_holds->Release(GpuPath::kDevicePlugin, pod_uid);
   if (absl::Status s = realizer_.ReleasePod(pod_uid); !s.ok()) {
     LogWarning(kLog, "releasing MIG instances of ", who, ": ", s.message());
   }

@@ -13,6 +13,7 @@
 #include "config/names.h"
 #include "config/pod_json.h"
 #include "config/pod_request.h"
+#include "deviceplugin/inventory.h"
 #include "k8s/objects.h"
 #include "k8s/resource.h"
 
@@ -516,11 +517,17 @@ void DraAllocator::OnNode(const Json& node) {
     facts["spec"]["unschedulable"] = *u;
     restricted = restricted || (u->is_boolean() && u->get<bool>());
   }
+  // A node with Prism's node agent (its GPU inventory): one that should publish DRA devices
+  // when DRA serves it.
+  const bool gpu_node = k8s::Annotation(node, deviceplugin::kInventoryAnnotation).has_value();
   absl::MutexLock lock(&mu_);
   auto [it, added] = node_facts_.try_emplace(k8s::Name(node));
   if (!added && it->second.value("restricted", false)) --restricted_nodes_;
+  if (!added && it->second.value("gpu_node", false)) --gpu_nodes_;
   facts["restricted"] = restricted;
+  facts["gpu_node"] = gpu_node;
   if (restricted) ++restricted_nodes_;
+  if (gpu_node) ++gpu_nodes_;
   it->second = std::move(facts);
 }
 
@@ -529,6 +536,7 @@ void DraAllocator::OnNodeDeleted(const Json& node) {
   auto it = node_facts_.find(k8s::Name(node));
   if (it == node_facts_.end()) return;
   if (it->second.value("restricted", false)) --restricted_nodes_;
+  if (it->second.value("gpu_node", false)) --gpu_nodes_;
   node_facts_.erase(it);
 }
 
@@ -678,27 +686,36 @@ absl::StatusOr<DraAllocator::DraDecision> DraAllocator::Decide(const Json& pod) 
       invalid = true;
       continue;
     }
-    // Shares only where a node publishes shared devices, so that the engine looks elsewhere
-    // rather than deciding for a node that cannot take them (SharesArePublished would refuse).
+    // Only nodes that publish Prism's devices (a node served through the device-plugin API
+    // alone, prism.io/gpu-api, publishes none), and for shares only those publishing shared
+    // devices, so that the engine looks elsewhere rather than deciding for a node that cannot
+    // take them (BuildDraAllocations and SharesArePublished would refuse).
     std::vector<std::string> where = candidates;
-    bool no_sharing_node = false;
-    if (AsksShares(chosen)) {
+    bool no_node = false;
+    const bool shares = AsksShares(chosen);
+    {
       absl::MutexLock lock(&mu_);
-      // When every publishing node shares, the engine's indexed search over all nodes stays.
-      if (!all_nodes || sharing_slices_.empty() ||
-          sharing_slices_.size() != node_slices_.size()) {
+      const auto& publishing = shares ? sharing_slices_ : node_slices_;
+      // When every GPU node publishes (and shares), the engine's indexed search over all nodes
+      // stays.
+      const bool every_node = !publishing.empty() &&
+                              node_slices_.size() >= static_cast<size_t>(gpu_nodes_) &&
+                              (!shares || sharing_slices_.size() == node_slices_.size());
+      if (!all_nodes || !every_node) {
         if (all_nodes) {
-          for (const auto& [n, count] : sharing_slices_) where.push_back(n);
+          for (const auto& [n, count] : publishing) where.push_back(n);
         }
-        std::erase_if(where, [&](const std::string& n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-          return !sharing_slices_.contains(n);
-        });
-        no_sharing_node = where.empty();
+        std::erase_if(where, [&](const std::string& n) { return !publishing.contains(n); });
+        no_node = where.empty();
       }
     }
-    if (no_sharing_node) {
+    if (no_node) {
       last = absl::FailedPreconditionError(
-          "no node publishes shared GPUs (DRAConsumableCapacity) for the pod's share requests");
+          shares ? "no node publishes shared GPUs (DRAConsumableCapacity) for the pod's share "
+                   "requests"
+                 : StrCat("no node", all_nodes ? "" : " the pod may use",
+                          " publishes Prism's DRA devices (ResourceSlices of driver ",
+                          config::kDraDriverName, ")"));
       invalid = false;
       continue;
     }

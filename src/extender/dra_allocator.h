@@ -198,6 +198,8 @@ class DraAllocator {
   // a NoSchedule/NoExecute taint or cordoned), and how many nodes are restricted.
   std::map<std::string, k8s::Json, std::less<>> node_facts_ ABSL_GUARDED_BY(mu_);
   int restricted_nodes_ ABSL_GUARDED_BY(mu_) = 0;
+  // Nodes carrying the node agent's GPU inventory annotation.
+  int gpu_nodes_ ABSL_GUARDED_BY(mu_) = 0;
   // Per node, GPU UUID -> device minor, and the devices published as shared
   // (allowMultipleAllocations: the node's API server keeps DRAConsumableCapacity's fields), from
   // Prism's published ResourceSlices, by slice name.

@@ -548,6 +548,44 @@ TEST_F(DraAllocatorTest, SharesGoOnlyToNodesThatPublishThem) {
   EXPECT_FALSE(Allocated("late"));
 }
 
+// A GPU node its agent serves through the device-plugin API alone (prism.io/gpu-api:
+// device-plugin) publishes no ResourceSlices: DRA claims never go there, with or without a
+// node restriction on the pod, whatever the engine would prefer ("t4-dp" sorts first).
+TEST_F(DraAllocatorTest, ClaimsGoOnlyToNodesThatPublishPrismsDevices) {
+  constexpr char kDevicePluginOnly[] = "t4-dp";
+  json node = NodeJson(kDevicePluginOnly, {TestGpu("Tesla T4", 15360, false)});
+  node["metadata"]["labels"] = {{"kubernetes.io/hostname", kDevicePluginOnly},
+                                {"prism.io/gpu-api", "device-plugin"}};
+  ASSERT_OK(api_->Create("nodes", node));
+  ASSERT_OK(api_->Create("resourceclaims", Claim("w1", ClaimSpec(config::kDraWholeGpuClass, 1))));
+  ASSERT_TRUE(WaitUntil([&] { return scheduler_->dra()->NeedsGate(DraPod("x", "w1")); }));
+  Submit(DraPod("pw1", "w1"));
+  ASSERT_TRUE(WaitUntil([&] { return Allocated("w1"); }, absl::Seconds(10)))
+      << (Events("FailedAllocation").empty() ? std::string("no event")
+                                             : Events("FailedAllocation").back().dump());
+  EXPECT_EQ(Get("resourceclaims", "w1")["status"]["allocation"]["devices"]["results"][0]["pool"],
+            kOther);
+  // Pinned to the node by a nodeSelector: refused with the reason.
+  ASSERT_OK(api_->Create("resourceclaims", Claim("w2", ClaimSpec(config::kDraWholeGpuClass, 1))));
+  ASSERT_TRUE(WaitUntil([&] { return scheduler_->dra()->NeedsGate(DraPod("x", "w2")); }));
+  json pinned = DraPod("pw2", "w2");
+  pinned["spec"]["nodeSelector"] = {{"kubernetes.io/hostname", kDevicePluginOnly}};
+  Submit(pinned);
+  ASSERT_TRUE(WaitUntil(
+      [&] {
+        for (const json& e : Events("FailedAllocation")) {
+          if (e["involvedObject"]["name"] == "pw2" &&
+              e["message"].get<std::string>().find(
+                  "no node the pod may use publishes Prism's DRA devices") != std::string::npos) {
+            return true;
+          }
+        }
+        return false;
+      },
+      absl::Seconds(10)));
+  EXPECT_FALSE(Allocated("w2"));
+}
+
 TEST_F(DraAllocatorTest, SharesOfAGpuArePlacedChargedAndRefusedWhenTheyCannotFit) {
   // 60 % and 4 GiB of the T4 (the only GPU not in MIG mode).
   ASSERT_OK(
