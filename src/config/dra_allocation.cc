@@ -98,7 +98,8 @@ std::optional<std::vector<Token>> Tokenize(std::string_view s) {
   return out;
 }
 
-// Matches `tokens` against `pattern`: "$" captures a string literal, "#0" is the number 0,
+// Matches `tokens` against `pattern`: "$" captures a string literal, "#" a number, "#0" is the
+// number 0,
 // a word is that identifier, anything else that punctuation; "@" is the string
 // literal "gpu.prism.io".
 bool Match(const std::vector<Token>& tokens, const std::vector<std::string_view>& pattern,
@@ -114,6 +115,9 @@ bool Match(const std::vector<Token>& tokens, const std::vector<std::string_view>
       if (t.kind != Token::kString || t.text != kDraDriverName) return false;
     } else if (p == "#0") {
       if (t.kind != Token::kNumber || t.text != "0") return false;
+    } else if (p == "#") {
+      if (t.kind != Token::kNumber) return false;
+      *capture = t.text;
     } else if (t.text != p || t.kind == Token::kString || t.kind == Token::kNumber) {
       return false;
     }
@@ -175,7 +179,8 @@ absl::StatusOr<json> DraShareResult(const std::string& who, const std::string& g
 }
 
 constexpr char kSupportedForms[] =
-    "device.attributes[\"gpu.prism.io\"].profile == \"<profile>\" (class mig.gpu.prism.io) or "
+    "device.attributes[\"gpu.prism.io\"].profile == \"<profile>\" (class mig.gpu.prism.io), "
+    "device.attributes[\"gpu.prism.io\"].computePercent >= <0-100> (class mig.gpu.prism.io) or "
     "device.capacity[\"gpu.prism.io\"].memory.compareTo(quantity(\"<quantity>\")) >= 0";
 
 absl::Status ApplySelector(std::string_view expression, std::string_view field,
@@ -200,6 +205,20 @@ absl::Status ApplySelector(std::string_view expression, std::string_view field,
                                    "places no +me/-me/+gfx or compute-instance profiles)"));
     }
     req->mig_profile = value;
+    return absl::OkStatus();
+  }
+  if (tokens &&
+      Match(*tokens,
+            {"device", ".", "attributes", "[", "@", "]", ".", "computePercent", ">=", "#"},
+            &value)) {
+    if (req->kind != DraDeviceKind::kMigPartition) {
+      return Invalid(field, StrCat(quoted, " selects a MIG partition's share of its GPU's compute, "
+                                   "which only class ", kDraMigClass, " has"));
+    }
+    if (value.size() > 3 || std::stoi(value) > 100) {
+      return Invalid(field, StrCat(quoted, ": a percentage of the GPU's compute is 0 to 100"));
+    }
+    req->min_compute_percent = std::max(req->min_compute_percent, std::stoi(value));
     return absl::OkStatus();
   }
   if (tokens && Match(*tokens,
@@ -655,6 +674,10 @@ absl::StatusOr<DraPodRequest> BuildDraPodRequest(sched::PodRequest base,
           c.gpu.cores_permille = need->cores_permille;
         }
         c.gpu.memory_mib = memory;
+        // The engine takes the smallest profile that covers memory and compute
+        // (DeviceConfig::mig_match_cores); BuildDraAllocations checks the result either way.
+        c.gpu.cores_permille =
+            std::max(c.gpu.cores_permille, r.min_compute_percent * (sched::kPermille / 100));
       }
       out.slots.push_back(DraRequestSlot{ci, ri, static_cast<int32_t>(base.containers.size())});
       base.containers.push_back(std::move(c));
@@ -785,6 +808,12 @@ absl::StatusOr<std::vector<json>> BuildDraAllocations(const DraPodRequest& pod,
           return absl::FailedPreconditionError(
               StrCat(who, ": the decision gives ", prof.Name(), " (", prof.memory_mib, " MiB) of ",
                      gpu, ", the claim asks for ", r.min_memory_mib, " MiB"));
+        }
+        if (DraComputePercent(model, d.profile) < r.min_compute_percent) {
+          return absl::FailedPreconditionError(
+              StrCat(who, ": the decision gives ", prof.Name(), " (", DraComputePercent(model, d.profile),
+                     " % of the compute) of ", gpu, ", the claim asks for ",
+                     r.min_compute_percent, " %"));
         }
         device = DraMigDeviceName(minor->second, prof, d.start);
       }

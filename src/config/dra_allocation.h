@@ -19,6 +19,10 @@
 //                           device.attributes["gpu.prism.io"].profile == "<profile>"
 //                             MIG class only: exactly this MIG profile (a plain catalog
 //                             profile such as "2g.10gb": the attribute dra_slices publishes)
+//                           device.attributes["gpu.prism.io"].computePercent >= <0-100>
+//                             MIG class only: a partition with at least that share of its
+//                             GPU's compute (the attribute dra_slices publishes,
+//                             DraComputePercent); HAMi's gpucores for a partition
 //                           device.capacity["gpu.prism.io"].memory.compareTo(quantity("<q>")) >= 0
 //                             a device with at least that much memory (the published capacity
 //                             `memory`; upstream's own spelling of a capacity minimum, see
@@ -97,6 +101,7 @@ struct DraDeviceRequest {
   // A constraint `matchAttribute: resource.kubernetes.io/numaNode` covers this request alone:
   // every device it gets on one NUMA node the node publishes (sched::GpuRequest::numa_match).
   bool numa_match = false;
+  int32_t min_compute_percent = 0;  // MIG: the computePercent selector; 0: none.
   friend bool operator==(const DraDeviceRequest&, const DraDeviceRequest&) = default;
 };
 

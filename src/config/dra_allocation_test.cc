@@ -1,9 +1,12 @@
 #include "config/dra_allocation.h"
 
+#include <set>
 #include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
+#include "config/dra_names.h"
 
 namespace prism::config {
 namespace {
@@ -61,6 +64,52 @@ TEST(DraClaimTest, MigSelectors) {
   EXPECT_EQ(r.count, 2);
   EXPECT_EQ(r.mig_profile, "2g.10gb");
   EXPECT_EQ(r.min_memory_mib, 9 * 1024);
+}
+
+// HAMi's gpucores for a partition: the partitions publish their share of the GPU's compute
+// (computePercent) and the engine is asked that share, so it takes the smallest profile
+// covering memory and compute, as the device-plugin path does.
+TEST(DraClaimTest, AComputeShareSelectorAsksTheEngineForThatShare) {
+  absl::StatusOr<DraClaimSpec> spec = ParseDraClaim(Claim({Request(
+      "mig", {{"deviceClassName", "mig.gpu.prism.io"},
+              {"selectors",
+               {Cel("device.capacity['gpu.prism.io'].memory.compareTo(quantity('5000Mi')) >= 0"),
+                Cel("device.attributes[\"gpu.prism.io\"].computePercent >= 50")}}})}));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->requests[0].min_compute_percent, 50);
+  spec->prism = true;
+  absl::StatusOr<DraPodRequest> pod = BuildDraPodRequest({}, {*spec});
+  ASSERT_TRUE(pod.ok()) << pod.status();
+  EXPECT_EQ(pod->request.containers[0].gpu.cores_permille, 500);
+  EXPECT_EQ(pod->request.containers[0].gpu.memory_mib, 5000);
+  // What each A100-40GB profile publishes, and the profiles it admits: 4g.20gb and up.
+  const mig::GpuModel* a100 = nullptr;
+  for (const mig::GpuModel& m : mig::Catalog()) {
+    if (m.name == "A100-SXM4-40GB") a100 = &m;
+  }
+  ASSERT_NE(a100, nullptr);
+  std::set<std::string> admitted;
+  for (size_t p = 0; p < a100->profiles.size(); ++p) {
+    const int percent = DraComputePercent(*a100, static_cast<int>(p));
+    EXPECT_EQ(percent, sched::MigProfileCorePermille(*a100, static_cast<int>(p)) / 10);
+    if (a100->profiles[p].name.attrs == mig::kAttrNone && percent >= 50) {
+      admitted.insert(a100->profiles[p].Name());
+    }
+  }
+  EXPECT_EQ(admitted, (std::set<std::string>{"4g.20gb", "7g.40gb"}));
+  // Only for partitions, and a percentage.
+  ExpectError(Claim({Request("a", {{"deviceClassName", "slice.gpu.prism.io"},
+                                   {"selectors",
+                                    {Cel("device.attributes['gpu.prism.io'].computePercent >= 5")}}})}),
+              absl::StatusCode::kInvalidArgument, "selectors[0].cel.expression");
+  for (std::string expr : {"device.attributes['gpu.prism.io'].computePercent >= 101",
+                           "device.attributes['gpu.prism.io'].computePercent >= 99999",
+                           "device.attributes['gpu.prism.io'].computePercent > 5",
+                           "device.attributes['gpu.prism.io'].computePercent >= '5'"}) {
+    ExpectError(
+        Claim({Request("a", {{"deviceClassName", "mig.gpu.prism.io"}, {"selectors", {Cel(expr)}}})}),
+        absl::StatusCode::kInvalidArgument, "selectors[0].cel.expression");
+  }
 }
 
 TEST(DraClaimTest, OtherDriversClaimIsNotPrisms) {

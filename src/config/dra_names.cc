@@ -22,4 +22,9 @@ std::string DraMigDeviceName(uint32_t minor, const mig::GpuInstanceProfile& prof
                 "-", start);
 }
 
+int32_t DraComputePercent(const mig::GpuModel& model, int profile) {
+  if (model.compute_slices <= 0) return 0;
+  return model.profiles[profile].compute_slices * 100 / model.compute_slices;
+}
+
 }  // namespace prism::config

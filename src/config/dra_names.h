@@ -28,5 +28,10 @@ std::string DraGpuDeviceName(uint32_t minor);
 std::string DraCanonicalProfileName(std::string_view profile);
 // "gpu-<minor>-mig-<profile>-<profileID>-<start>" (NVIDIA's mig.go ToCanonicalName).
 std::string DraMigDeviceName(uint32_t minor, const mig::GpuInstanceProfile& profile, int start);
+// The attribute `computePercent` of a partition device: its profile's share of the GPU's
+// compute slices in whole percent, rounded down, so that a claim's selector
+// `computePercent >= c` admits exactly the profiles the engine gives c % of the compute
+// (sched::MigProfileCorePermille >= 10 c: floor(floor(1000 s / n) / 10) = floor(100 s / n)).
+int32_t DraComputePercent(const mig::GpuModel& model, int profile);
 
 }  // namespace prism::config

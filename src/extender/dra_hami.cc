@@ -101,6 +101,14 @@ absl::StatusOr<HamiConversion> ConvertHamiToDra(const json& pod, const sched::Po
              {{"expression",
                StrCat("device.capacity[\"", config::kDraDriverName,
                       "\"].memory.compareTo(quantity(\"", c.gpu.memory_mib, "Mi\")) >= 0")}}}}});
+      // gpucores: the device-plugin path gives the smallest profile covering memory and
+      // compute; the partitions publish their share of the GPU's compute for this.
+      if (c.gpu.cores_permille > 0) {
+        mig_request["selectors"].push_back(
+            {{"cel",
+              {{"expression", StrCat("device.attributes[\"", config::kDraDriverName,
+                                     "\"].computePercent >= ", (c.gpu.cores_permille + 9) / 10)}}}});
+      }
     }
     json device_request{{"name", "gpu"}};
     if (slice && mig) {

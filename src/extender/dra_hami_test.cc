@@ -149,6 +149,27 @@ TEST_F(DraHamiTest, MigOnlyAsksAPartitionBigEnough) {
   EXPECT_EQ(spec->requests[0].min_memory_mib, 10000);
 }
 
+// gpucores with MIG: the claim asks a partition covering memory and compute (its published
+// computePercent), as the device-plugin path gives the smallest profile covering both.
+TEST_F(DraHamiTest, MigCarriesGpucoresAsAComputeShareSelector) {
+  const json hami = PodJson("team", "p", {TestContainer("main", 1, 5000, 50)},
+                            {{"nvidia.com/vgpu-mode", "mig"}});
+  Admit(hami);
+  ASSERT_TRUE(response_["allowed"]) << response_.dump();
+  ASSERT_EQ(created_.size(), 1u);
+  const json& exactly = created_[0]["spec"]["spec"]["devices"]["requests"][0]["exactly"];
+  ASSERT_EQ(exactly["selectors"].size(), 2u);
+  EXPECT_EQ(exactly["selectors"][1]["cel"]["expression"],
+            "device.attributes[\"gpu.prism.io\"].computePercent >= 50");
+  ExpectSameRequest(hami, created_[0], 0);
+  // Without gpucores (HAMi's best effort) no compute is asked.
+  created_.clear();
+  Admit(PodJson("team", "q", {TestContainer("main", 1, 5000)}, {{"nvidia.com/vgpu-mode", "mig"}}));
+  ASSERT_EQ(created_.size(), 1u);
+  EXPECT_EQ(created_[0]["spec"]["spec"]["devices"]["requests"][0]["exactly"]["selectors"].size(),
+            1u);
+}
+
 TEST_F(DraHamiTest, WhatAClaimCannotSayIsRefusedByName) {
   json percent = PodJson("team", "p", {TestContainer("main", 1, 0)});
   percent["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpumem-percentage"] = "50";
