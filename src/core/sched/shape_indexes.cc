@@ -113,6 +113,7 @@ int64_t ShapeIndexes::Maintain(Scorer score, uint64_t max_backlog, int64_t max_e
 
 void ShapeIndexes::Clear() {
   twins_.clear();
+  state_matches_.clear();
   indexes_.clear();
   lru_.clear();
   failures_.Clear();
@@ -127,6 +128,7 @@ size_t ShapeIndexes::MemoryBytes() const {
   }
   // The twins' memory: a hash per node, and the map's slots (key, value, control byte).
   bytes += state_hashes_.capacity() * sizeof(state_hashes_[0]) +
+           state_matches_.capacity() * sizeof(StateMatch) +
            twins_.capacity() * (sizeof(uint64_t) + sizeof(int32_t) + 1);
   return bytes + failures_.MemoryBytes();
 }
@@ -206,6 +208,25 @@ uint64_t ShapeIndexes::StateHash(int node) {
   return hash;
 }
 
+bool ShapeIndexes::SameState(int node, int twin) {
+  if (state_matches_.size() < static_cast<size_t>(cluster_->node_count())) {
+    state_matches_.resize(cluster_->node_count());
+  }
+  // The (node, version) whose state `n` is in: its match while current, else its own.
+  auto state_of = [this](int n) {
+    const StateMatch& m = state_matches_[n];
+    const uint64_t now = cluster_->node_usage(n).version;
+    if (m.version == now + 1) return std::make_pair(m.node, m.node_version);
+    return std::make_pair(static_cast<int32_t>(n), now);
+  };
+  const std::pair<int32_t, uint64_t> twin_state = state_of(twin);
+  if (state_of(node) == twin_state) return true;
+  if (!cluster_->SameNodeState(node, twin)) return false;
+  state_matches_[node] = {cluster_->node_usage(node).version + 1, twin_state.second,
+                          twin_state.first};
+  return true;
+}
+
 bool ShapeIndexes::ScoreNode(ShapeIndex& index, Scorer score, int node) {
   const uint32_t version = static_cast<uint32_t>(cluster_->node_usage(node).version);
   if (!index.rp.names_gpus) {
@@ -215,7 +236,7 @@ bool ShapeIndexes::ScoreNode(ShapeIndex& index, Scorer score, int node) {
     if (!first && twin != node) {
       // Not lent: the hash is this node's from now on (its score is about to be current).
       if (index.version[twin] == static_cast<uint32_t>(cluster_->node_usage(twin).version) &&
-          cluster_->SameNodeState(node, twin)) {
+          SameState(node, twin)) {
         index.score[node] = index.score[twin];
         index.failure[node] = index.failure[twin];
         index.version[node] = version;

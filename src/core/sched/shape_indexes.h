@@ -224,6 +224,11 @@ class ShapeIndexes {
   bool ScoreNode(ShapeIndex& index, Scorer score, int node);
   // ClusterState::NodeStateHash, kept per node version (every index asks for it).
   uint64_t StateHash(int node);
+  // ClusterState::SameNodeState(node, twin), answered without comparing the two nodes' GPUs
+  // when both were found earlier, and have not changed since, in the state some node had at
+  // some version (state_matches_): a build for a new shape meets the states the previous
+  // builds compared, and comparing every GPU of thousands of lent nodes is costly.
+  bool SameState(int node, int twin);
 
   const ClusterState* cluster_;
   size_t max_indexes_;
@@ -231,6 +236,16 @@ class ShapeIndexes {
   // lending checks catch that); the map is emptied when it outgrows twice the nodes.
   absl::flat_hash_map<uint64_t, int32_t> twins_;
   std::vector<std::pair<uint64_t, uint64_t>> state_hashes_;  // Per node: (version + 1, hash).
+  // Per node: while the node's version + 1 is `version`, its state is the one node `node` had
+  // at version `node_version` (itself until SameState matched it with another). A node's
+  // version grows with every change and never repeats, so two nodes matched to the same
+  // (node, node_version) are in the same state even after that node moved on.
+  struct StateMatch {
+    uint64_t version = 0;
+    uint64_t node_version = 0;
+    int32_t node = -1;
+  };
+  std::vector<StateMatch> state_matches_;
   uint64_t nodes_scored_ = 0;
   uint64_t scores_copied_ = 0;
   std::unordered_map<std::string, std::unique_ptr<ShapeIndex>> indexes_;

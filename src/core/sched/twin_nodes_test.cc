@@ -242,6 +242,55 @@ TEST(TwinNodesTest, OnlyAScoreCurrentInTheIndexIsLent) {
   }
 }
 
+// A shape index remembers which nodes it found in one state (ShapeIndexes::SameState), so that
+// the next shape's build lends without comparing their GPUs again; that memory must end when
+// either node changes. Here node-1 moves to a state that hashes like the empty nodes' (an idle
+// MIG instance is not hashed) while node-2 and node-3 still remember node-0's empty state:
+// node-1 must be scored on its own, and the empty node-3 may lend from node-2 only.
+TEST(TwinNodesTest, AMatchedStateEndsWhenEitherNodeChanges) {
+  const DeviceConfig config = HamiDefaultConfig();
+  auto state = ClusterState::Build(
+      {OneH100("node-0"), OneH100("node-1"), OneH100("node-2"), OneH100("node-3")}, config);
+  ASSERT_TRUE(state.ok()) << state.status();
+  EngineOptions plain;
+  plain.use_indexes = false;
+  Engine indexed(*state, config);
+  Engine unindexed(std::move(*state), config, plain);
+  const TargetWorkload workload =
+      TargetWorkload::FromPods({GpuPod("w1", 1, 10000), GpuPod("w2", 1, 40000)});
+  indexed.SetTargetWorkload(workload);
+  unindexed.SetTargetWorkload(workload);
+  const std::vector<int32_t> all = {0, 1, 2, 3};
+  auto expect_same = [&](const PodRequest& pod) {
+    auto x = indexed.Filter(pod, all);
+    auto y = unindexed.Filter(pod, all);
+    ASSERT_TRUE(x.ok() && y.ok());
+    for (size_t i = 0; i < all.size(); ++i) {
+      ASSERT_EQ((*x)[i].feasible, (*y)[i].feasible) << i;
+      EXPECT_EQ((*x)[i].score, (*y)[i].score) << i;
+      EXPECT_EQ((*x)[i].failure.ToString(), (*y)[i].failure.ToString()) << i;
+    }
+  };
+  Engine::IndexCounts before = indexed.index_counts();
+  ASSERT_NO_FATAL_FAILURE(expect_same(GpuPod("first", 1, 10000)));
+  Engine::IndexCounts after = indexed.index_counts();
+  EXPECT_EQ(after.nodes_scored - before.nodes_scored, 1u);
+  EXPECT_EQ(after.scores_copied - before.scores_copied, 3u);
+
+  NodeSpec with_idle = OneH100("node-1");
+  with_idle.gpus[0].instances = {{"3g.40gb", 4, false}};
+  ASSERT_TRUE(indexed.UpsertNode(with_idle).ok());
+  ASSERT_TRUE(unindexed.UpsertNode(with_idle).ok());
+  ASSERT_EQ(indexed.cluster().NodeStateHash(1), indexed.cluster().NodeStateHash(0));
+  ASSERT_FALSE(indexed.cluster().SameNodeState(1, 0));
+
+  before = indexed.index_counts();
+  ASSERT_NO_FATAL_FAILURE(expect_same(GpuPod("second", 1, 20000)));
+  after = indexed.index_counts();
+  EXPECT_EQ(after.nodes_scored - before.nodes_scored, 3u);  // node-0, node-1, node-2.
+  EXPECT_EQ(after.scores_copied - before.scores_copied, 1u);  // node-3, from node-2.
+}
+
 // --- Under churn ---------------------------------------------------------------------------
 
 // GPU `g` of a node of kind `kind`: the five kinds of GPU the engine tells apart (software
