@@ -247,8 +247,7 @@ absl::Status Run(const Flags& flags) {
     absl::StatusOr<std::vector<deviceplugin::DraGpu>> gpus =
         absl::UnavailableError("not read");
     RETURN_IF_ERROR(on_worker([&](nvml::Nvml& n, deviceplugin::MigRealizer& realizer) {
-      gpus = deviceplugin::ReadDraGpus(&n, proc_root,
-                                       [&realizer](int i) { return realizer.IsDynamic(i); });
+      gpus = deviceplugin::ReadDraGpusWithRealizer(&n, proc_root, realizer);
     }));
     if (gpus.ok()) {
       // What the agent tells the kubelet is unhealthy is withdrawn from the slices too.

@@ -113,7 +113,8 @@ std::string DraCdiSpecPath(std::string_view cdi_dir, std::string_view claim_uid)
 }
 
 absl::StatusOr<std::vector<DraGpu>> ReadDraGpus(nvml::Nvml* nvml, const std::string& proc_root,
-                                                const std::function<bool(int)>& dynamic) {
+                                                const std::function<bool(int)>& dynamic,
+                                                const std::function<bool(int, int)>& held_elsewhere) {
   ASSIGN_OR_RETURN(std::vector<nvml::GpuInfo> infos, nvml->ListGpus());
   std::map<std::string, uint32_t> minors;
   std::error_code ec;
@@ -153,6 +154,7 @@ absl::StatusOr<std::vector<DraGpu>> ReadDraGpus(nvml::Nvml* nvml, const std::str
           for (const nvml::GpuInstanceInfo& gi : *instances) {
             DraMigInstance inst{gi.profile_id, gi.start, ""};
             if (!gi.compute_instances.empty()) inst.uuid = gi.compute_instances.front().uuid;
+            inst.held_elsewhere = held_elsewhere && held_elsewhere(info.index, gi.start);
             gpu.mig_instances.push_back(std::move(inst));
           }
         }
@@ -161,6 +163,18 @@ absl::StatusOr<std::vector<DraGpu>> ReadDraGpus(nvml::Nvml* nvml, const std::str
     gpus.push_back(std::move(gpu));
   }
   return gpus;
+}
+
+absl::StatusOr<std::vector<DraGpu>> ReadDraGpusWithRealizer(nvml::Nvml* nvml,
+                                                            const std::string& proc_root,
+                                                            const MigRealizer& realizer) {
+  const std::map<std::pair<int, int>, InstanceOwner> held = realizer.Held();
+  return ReadDraGpus(
+      nvml, proc_root, [&realizer](int i) { return realizer.IsDynamic(i); },
+      [&held](int i, int start) {
+        auto it = held.find({i, start});
+        return it != held.end() && it->second.pod_uid.rfind(kDraInstanceOwnerPrefix, 0) != 0;
+      });
 }
 
 std::vector<DraMigDevice> DraMigDevices(const DraGpu& gpu) {

@@ -77,6 +77,9 @@ struct DraMigInstance {
   int profile_id = 0;
   int start = 0;
   std::string uuid;  // "MIG-...": its (first) compute instance's.
+  // Held by the device-plugin path's pod (the MIG realizer's owner is no claim): its memory
+  // slices, compute and media are not the DRA pool's to hand out (dra_slices.h).
+  bool held_elsewhere = false;
   friend bool operator==(const DraMigInstance&, const DraMigInstance&) = default;
 };
 
@@ -128,8 +131,17 @@ using config::DraGpuDeviceName;
 // <proc_root>/driver/nvidia/gpus/*/information (the NVML index where that is missing). Not
 // thread-safe (NVML): call it where the caller serializes NVML.
 // `dynamic` says whether the agent owns a GPU's MIG layout (by NVML index); unset: every GPU.
-absl::StatusOr<std::vector<DraGpu>> ReadDraGpus(nvml::Nvml* nvml, const std::string& proc_root,
-                                                const std::function<bool(int)>& dynamic = {});
+// `held_elsewhere(index, start)` whether an instance is held outside DRA (DraMigInstance);
+// unset: none.
+absl::StatusOr<std::vector<DraGpu>> ReadDraGpus(
+    nvml::Nvml* nvml, const std::string& proc_root, const std::function<bool(int)>& dynamic = {},
+    const std::function<bool(int, int)>& held_elsewhere = {});
+// ReadDraGpus with what the node agent's MIG realizer knows: the GPUs whose layout it owns, and
+// the instances the device-plugin path's pods hold. Call where the realizer lives (the agent's
+// worker).
+absl::StatusOr<std::vector<DraGpu>> ReadDraGpusWithRealizer(nvml::Nvml* nvml,
+                                                            const std::string& proc_root,
+                                                            const MigRealizer& realizer);
 
 struct DraDriverOptions {
   std::string driver_name = kDraDriverName;

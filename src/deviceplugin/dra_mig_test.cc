@@ -14,6 +14,7 @@
 // to accept every feasible set and counts the maximal ones against EnumerateMaximalLayouts.
 #include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -24,6 +25,7 @@
 #include "core/mig/gpu_model.h"
 #include "core/mig/layout.h"
 #include "deviceplugin/dra_mig.h"
+#include "deviceplugin/dra_slices.h"
 #include "nvml/nvml_errors.h"
 #include "nvml/sim/sim_state.h"
 
@@ -142,6 +144,55 @@ TEST(DraMigTest, CountersAdmitExactlyTheLayoutsTheCatalogAndTheSimulatorAccept) 
     const mig::GpuModel* m = mig::FindModel(name);
     ASSERT_NE(m, nullptr) << name;
     EXPECT_EQ(seen.count(m->name), 1u) << name;
+  }
+}
+
+// Instances the device-plugin path holds are subtracted from the published counters
+// (AvailableMigCounters). For every A100-40GB and H100 partition held, by the same search as
+// above: a set of partitions fits the reduced counters exactly when it is a valid layout together
+// with the held instance. An instance a claim holds is not subtracted (the allocator counts it).
+TEST(DraMigTest, CountersLessAHeldInstanceAdmitExactlyTheLayoutsBesideIt) {
+  for (const char* name : {"A100-SXM4-40GB", "H100-SXM5-80GB"}) {
+    const mig::GpuModel* model = mig::FindModel(name);
+    ASSERT_NE(model, nullptr) << name;
+    const DraMigCounters full = BuildMigCounters(*model, 0);
+    for (const DraMigPartition& held : full.partitions) {
+      DraGpu gpu;
+      gpu.mig_enabled = true;
+      gpu.mig_dynamic = true;
+      gpu.mig_model = std::make_shared<const mig::GpuModel>(*model);
+      gpu.mig_instances = {
+          DraMigInstance{model->profiles[held.profile].id, held.start, "MIG-x", true}};
+      const std::map<std::string, int64_t> left = AvailableMigCounters(gpu);
+      mig::Occupancy base;
+      mig::Add(*model, &base, held.profile, held.start);
+      std::map<std::string, int64_t> used;
+      mig::Occupancy occ = base;
+      std::function<void(int)> search = [&](int from) {
+        for (int j = from; j < static_cast<int>(full.partitions.size()); ++j) {
+          const DraMigPartition& p = full.partitions[j];
+          bool fits = true;
+          for (const auto& [counter, amount] : p.consumes) {
+            fits = fits && used[counter] + amount <= left.at(counter);
+          }
+          const bool rule = mig::CanAdd(*model, occ, p.profile, p.start);
+          EXPECT_EQ(fits, rule) << name << ": held " << held.device << ", adding " << p.device;
+          if (!fits || !rule) continue;
+          for (const auto& [counter, amount] : p.consumes) used[counter] += amount;
+          const mig::Occupancy saved = occ;
+          mig::Add(*model, &occ, p.profile, p.start);
+          search(j + 1);
+          occ = saved;
+          for (const auto& [counter, amount] : p.consumes) used[counter] -= amount;
+          if (::testing::Test::HasFailure()) return;
+        }
+      };
+      search(0);
+      if (::testing::Test::HasFailure()) return;
+      // Held by a claim instead: nothing subtracted.
+      gpu.mig_instances[0].held_elsewhere = false;
+      EXPECT_EQ(AvailableMigCounters(gpu), full.counters);
+    }
   }
 }
 

@@ -234,6 +234,22 @@ void AddPlacementAttributes(const DraGpu& g, json* attributes) {
 
 }  // namespace
 
+std::map<std::string, int64_t> AvailableMigCounters(const DraGpu& g) {
+  const DraMigCounters all = BuildMigCounters(*g.mig_model, g.minor);
+  std::map<std::string, int64_t> left = all.counters;
+  for (const DraMigInstance& inst : g.mig_instances) {
+    if (!inst.held_elsewhere) continue;
+    const int profile = g.mig_model->FindProfileById(inst.profile_id);
+    for (const DraMigPartition& p : all.partitions) {
+      if (p.profile != profile || p.start != inst.start) continue;
+      for (const auto& [counter, amount] : p.consumes) {
+        left[counter] = std::max<int64_t>(0, left[counter] - amount);
+      }
+    }
+  }
+  return left;
+}
+
 std::vector<json> BuildWholeGpuSlices(const std::string& driver, const std::string& node,
                                       const std::vector<DraGpu>& gpus, int64_t generation,
                                       const DraPublishOptions& options) {
@@ -269,9 +285,8 @@ std::vector<json> BuildWholeGpuSlices(const std::string& driver, const std::stri
       if (!mig.front().fixed && !options.partitionable) continue;
       const mig::GpuModel& model = *g.mig_model;
       if (!mig.front().fixed) {
-        const DraMigCounters counters = BuildMigCounters(model, g.minor);
-        counter_sets.push_back(
-            json{{"name", counters.counter_set}, {"counters", CounterMap(counters.counters)}});
+        counter_sets.push_back(json{{"name", DraCounterSetName(g.minor)},
+                                    {"counters", CounterMap(AvailableMigCounters(g))}});
       }
       for (const DraMigDevice& d : mig) {
         const mig::GpuInstanceProfile& p = model.profiles[d.profile];

@@ -12,8 +12,10 @@
 //     requestPolicy (config/dra_share.h, docs/dra-design.md §1.4);
 //   - in MIG mode, layout owned by the agent (dynamic): every partition (DraMigDevices, dra_mig.h),
 //     type "mig", parentUUID, profile, placementStart, placementSize, migMode, the parent's
-//     productName, pcieBusID, pciBusID and numaNode, capacities memory and multiprocessors, each
-//     consuming counters of the GPU's counter set;
+//     productName, pcieBusID, pciBusID, numaNode and computePercent, capacities memory and
+//     multiprocessors, each consuming counters of the GPU's counter set; the set holds what the
+//     instances the device-plugin path holds leave (AvailableMigCounters), so no set of
+//     partitions the pool admits collides with them;
 //   - in MIG mode, layout owned by the MIG manager (static): its existing instances, fixed
 //     devices (with their uuid) that consume no counters.
 // The counter sets go into slices of their own, "<node>-gpu.prism.io-counters-<k>" (at most 8
@@ -33,6 +35,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -92,6 +95,13 @@ std::vector<std::string> DroppedDraFeatureGates(const nlohmann::json& sent,
                                                 const nlohmann::json& stored);
 
 // The slices (objects without resourceVersion) the node has now, at `generation`.
+// The counter values of dynamic MIG GPU `g`'s set: BuildMigCounters' less what its instances
+// held outside DRA consume (each is a partition, profile@start). Exact: the counters admit a set
+// of partitions exactly when NVIDIA's rules do (DraMigTest), so these admit a set S exactly when
+// S with the held instances is a valid layout. Instances of prepared claims are not subtracted:
+// the allocator counts allocated claims' consumption itself.
+std::map<std::string, int64_t> AvailableMigCounters(const DraGpu& g);
+
 std::vector<nlohmann::json> BuildWholeGpuSlices(const std::string& driver, const std::string& node,
                                                 const std::vector<DraGpu>& gpus,
                                                 int64_t generation,

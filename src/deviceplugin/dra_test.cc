@@ -859,8 +859,7 @@ class DraMigPrepareTest : public DraTest {
     NewRealizer();
     gpu_source_ = [this]() -> absl::StatusOr<std::vector<DraGpu>> {
       absl::MutexLock lock(&nvml_mu_);
-      return ReadDraGpus(nvml_.get(), (dir_ / "host" / "proc").string(),
-                         [this](int i) { return realizer_->IsDynamic(i); });
+      return ReadDraGpusWithRealizer(nvml_.get(), (dir_ / "host" / "proc").string(), *realizer_);
     };
     mig_worker_ = [this](const std::function<void(nvml::Nvml&, MigRealizer&)>& task) {
       absl::MutexLock lock(&nvml_mu_);
@@ -1006,6 +1005,14 @@ TEST_F(DraMigPrepareTest, DevicePluginPathAndDraPathNeverShareAnInstance) {
     absl::MutexLock lock(&nvml_mu_);
     ASSERT_TRUE(realizer_->Ensure(0, "4g.20gb", 0, InstanceOwner{"pod-dp", "main"}).ok());
   }
+  // The published counter set leaves out what it holds: memory slices 0-3, 4 compute slices.
+  auto gpus = gpu_source_();
+  ASSERT_TRUE(gpus.ok()) << gpus.status();
+  std::map<std::string, int64_t> left = AvailableMigCounters((*gpus)[0]);
+  EXPECT_EQ(left["memory-slice-0"], 0);
+  EXPECT_EQ(left["memory-slice-3"], 0);
+  EXPECT_EQ(left["memory-slice-4"], 1);
+  EXPECT_EQ(left["compute-slices"], 3);
   const std::string uid = CreateClaim("c", json::array({Result("gpu", "gpu-0-mig-3g20gb-9-0")}));
   const std::string error = PrepareOne("c", uid).error();
   EXPECT_NE(error.find("held by pod pod-dp"), std::string::npos) << error;
@@ -1014,6 +1021,10 @@ TEST_F(DraMigPrepareTest, DevicePluginPathAndDraPathNeverShareAnInstance) {
   // The other way: a claim's instance is never taken or destroyed by the device-plugin path.
   const std::string mine = CreateClaim("mine", json::array({Result("gpu", "gpu-0-mig-3g20gb-9-4")}));
   ASSERT_EQ(PrepareOne("mine", mine).error(), "");
+  // A claim's instance stays in the counters: the allocator counts allocated claims itself.
+  gpus = gpu_source_();
+  ASSERT_TRUE(gpus.ok()) << gpus.status();
+  EXPECT_EQ(AvailableMigCounters((*gpus)[0])["memory-slice-4"], 1);
   absl::MutexLock lock(&nvml_mu_);
   auto taken = realizer_->Ensure(0, "2g.10gb", 4, InstanceOwner{"pod-dp2", "main"});
   ASSERT_FALSE(taken.ok());
