@@ -546,6 +546,7 @@ std::optional<std::pair<double, double>> KnobRange(std::string_view key) {
   if (key == "resolution") return std::pair{0.0, 1e6};
   if (key == "topology_weight" || key == "topology_harm") return std::pair{0.0, 1e6};
   if (key == "topology_whole") return std::pair{0.0, 1.0};
+  if (key == "topology_whole_weight") return std::pair{0.0, 1e6};
   if (key == "maintain") return std::pair{0.0, 1e9};
   return std::nullopt;
 }
@@ -651,6 +652,8 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view 
         o.policy.topology_harm = v;
       } else if (key == "topology_whole") {
         o.policy.topology_whole_node = v != 0;
+      } else if (key == "topology_whole_weight") {
+        o.policy.topology_whole_weight = v;
       } else if (key == "mig_sharing") {
         o.mig_sharing = static_cast<int>(v);
       } else if (key == "mig_idle") {
@@ -664,7 +667,7 @@ absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view 
                    "exact_gpu, cpu_balance, type_balance, complement, complement_min, "
                    "complement_idle, complement_pods, split, coverage, bestfit_cpu_share, "
                    "maintain, profile_requests, topology, topology_weight, topology_whole, "
-                   "topology_harm, mig_sharing, mig_idle, slice_cores)"));
+                   "topology_whole_weight, topology_harm, mig_sharing, mig_idle, slice_cores)"));
       }
     }
   }

@@ -112,7 +112,8 @@ sched::PodRequest SimPodToEngine(const PodRequest& pod, MigMapping mapping, bool
 // "prism:pack_weight=0.05,frag_weight=1" (keys: frag_weight, pack_weight,
 // gpu=binpack|spread|fgd, quantize=0|1, resolution=GPUs, cpu_pack=0|1, exact_gpu=0|1, split=N,
 // coverage=F, maintain=N, profile_requests=0|1, topology=0|1, topology_weight=F,
-// topology_whole=0|1, topology_harm=F, mig_sharing=0|1|2, slice_cores=0|1; see
+// topology_whole=0|1, topology_whole_weight=F, topology_harm=F, mig_sharing=0|1|2,
+// slice_cores=0|1; see
 // core/sched/policy.h and EnginePolicyOptions); ';' also separates knobs
 // ("prism:cpu_pack=0;exact_gpu=0"), for `prism sim --policy`, whose list is comma-separated.
 absl::StatusOr<std::unique_ptr<Policy>> MakeEnginePolicyByName(std::string_view name);

@@ -172,14 +172,16 @@ double Engine::Impl::TopologyTerms(const Resolved& rp, int node) const {
   if (!MultiGpu(rp)) return p.topology_harm == 0 ? 0 : -p.topology_harm * BrokenNvLinkPairs(node);
   if (p.topology_weight == 0) return 0;
   const int grade = TopologyGrade(node);
-  if (grade > 0 && !p.topology_whole_node) {
+  if (grade > 0 && (!p.topology_whole_node || p.topology_whole_weight != 1.0)) {
     // A pod taking every GPU of the node chooses no set, only the machine (PolicyOptions).
     const NodeInfo& n = cluster_.node(node);
     int taken = 0;
     for (int l = 0; l < n.gpu_count; ++l) {
       taken += std::any_of(recs_.begin(), recs_.end(), [l](const DeviceRec& r) { return r.gpu == l; });
     }
-    if (taken == n.gpu_count) return 0;
+    if (taken == n.gpu_count) {
+      return p.topology_whole_node ? p.topology_whole_weight * p.topology_weight * grade : 0;
+    }
   }
   return p.topology_weight * grade;
 }

@@ -137,6 +137,34 @@ TEST(EngineTopologyTest, MultiGpuPodsPreferTheBetterWiredOfNodesThatPackAlike) {
   EXPECT_EQ(r.decision.node_name, "b-hgx");
 }
 
+// PolicyOptions::topology_whole_weight: below 1 / 7 the whole-node term only breaks ties of the
+// quantized fragmentation. A rare typical pod of 120 cores fits only the 128-core NVSwitch node,
+// so taking the PCIe node frees that pod's share of fragmentation (one step): the tie-break
+// leaves the NVSwitch node to it, the full term takes it anyway; with no such pod they tie.
+TEST(EngineTopologyTest, AWholeNodeTieBreakLeavesTheOnlyNodeALargerPodFits) {
+  NodeSpec hgx = EightGpus("b-hgx", HgxH100());
+  hgx.cpu_milli = 128000;
+  const std::vector<NodeSpec> two = {EightGpus("a-pcie", Pcie8()), hgx};
+  PodRequest big = Whole("big", 8);
+  big.containers[0].cpu_milli = 120000;
+  std::vector<PodRequest> typical(149, Whole("typical", 8));
+  typical.push_back(big);
+  auto place = [&](double weight, bool with_big) {
+    EngineOptions o;
+    o.policy.topology_whole_node = true;
+    o.policy.topology_whole_weight = weight;
+    Engine engine = MakeEngine(two, DeviceConfig{}, o);
+    engine.SetTargetWorkload(TargetWorkload::FromPods(
+        with_big ? typical : std::vector<PodRequest>(150, Whole("typical", 8)), /*coverage=*/1));
+    ScheduleResult r = engine.Place(Whole("eight", 8));
+    EXPECT_TRUE(r.scheduled) << r.Summary();
+    return r.decision.node_name;
+  };
+  EXPECT_EQ(place(1.0, true), "b-hgx");
+  EXPECT_EQ(place(0.1, true), "a-pcie");
+  EXPECT_EQ(place(0.1, false), "b-hgx");
+}
+
 // PolicyOptions::topology_harm: a one-GPU pod, of nodes that score alike (no workload to come:
 // no fragmentation difference), goes where it breaks no idle NVLink pair.
 TEST(EngineTopologyTest, OneGpuPodsGoWhereTheyBreakNoIdleNvLinkPair) {

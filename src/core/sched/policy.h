@@ -139,6 +139,13 @@ struct PolicyOptions {
   // seeds 1-10 of the multigpu trace variants, measured in docs/results/topology.md.
   double topology_weight = 1.0;
   bool topology_whole_node = false;
+  // With topology_whole_node: a pod taking every GPU of the node scores topology_whole_weight x
+  // topology_weight x the grade. Below 1 / 7 (grades 0..7) the term only breaks ties of the
+  // quantized fragmentation: where typical pods fit only the better-wired machine (multigpu50's
+  // 120-core 8-GPU pods, only on the 128-core G3 nodes), taking another idle node frees their
+  // share, one step, and the term leaves that machine to them. Not the default: on seeds 1-10
+  // it still costs allocated GPU where the step ties (multigpu30/40; docs/results/topology.md).
+  double topology_whole_weight = 1.0;
   // prism: a pod without a multi-GPU container, on a wired node, scores -topology_harm for each
   // GPU it takes from idle while an NVLink peer of that GPU stays idle (a pair a later
   // multi-GPU pod could have had whole; Engine::Impl::BrokenNvLinkPairs), so that of nodes that
